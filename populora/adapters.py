@@ -1,0 +1,57 @@
+"""Create, read and write PEFT adapter folders (adapter_model.safetensors + adapter_config.json).
+
+An adapter folder is the unit everything passes around: lm-eval's `peft=`, evalplus codegen,
+the evolution operators (which work on its state dict) and PeftModel.from_pretrained.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+WEIGHTS = "adapter_model.safetensors"
+CONFIG = "adapter_config.json"
+
+
+def create_adapters(model, slots: list[str], out_dir: Path, *, lora_cfg, seeds: dict[str, int], init_std: float) -> None:
+    """Write one freshly initialised adapter per slot to out_dir/<slot>/.
+
+    PEFT's init (A ~ Kaiming-uniform, B = 0) makes every member start as the base model; with
+    `init_std > 0`, B gets seeded Gaussian noise so members differ from the start.
+    """
+    from peft import get_peft_model
+
+    peft_model = get_peft_model(model, lora_cfg)
+    for slot in slots:
+        torch.manual_seed(seeds[slot])
+        for module in peft_model.modules():
+            if hasattr(module, "reset_lora_parameters") and "default" in getattr(module, "lora_A", {}):
+                module.reset_lora_parameters("default", True)
+                if init_std > 0:
+                    torch.nn.init.normal_(module.lora_B["default"].weight, std=init_std)
+        tmp = out_dir / f".{slot}.tmp"
+        peft_model.save_pretrained(tmp)
+        shutil.move(str(tmp), str(out_dir / slot))
+    peft_model.unload()  # give the caller its plain base model back
+
+
+def read_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
+    return load_file(str(Path(folder) / WEIGHTS))
+
+
+def write_adapter(folder: str | Path, state: dict[str, torch.Tensor], config_from: str | Path) -> None:
+    """Write `state` as an adapter folder, copying the adapter_config.json of `config_from`."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in state.items()}, str(folder / WEIGHTS))
+    shutil.copy(Path(config_from) / CONFIG, folder / CONFIG)
+
+
+def copy_adapter(src: str | Path, dst: str | Path) -> None:
+    dst = Path(dst)
+    dst.mkdir(parents=True, exist_ok=True)
+    for name in (WEIGHTS, CONFIG):
+        shutil.copy(Path(src) / name, dst / name)

@@ -1,0 +1,134 @@
+"""TRR++ advantages (AZR's Task-Relative REINFORCE++) and a per-sequence REINFORCE loss.
+
+Each rollout belongs to a group, normally ``(role, task_type)``: six groups,
+propose/solve x code_o/code_i/code_f. Within a group the advantage is the whitened reward
+
+    A = (r - mean_g) / (std_g + eps)
+
+with per-sequence statistics: each rollout counts once, whatever its length (AZR whitens
+over tokens, which weights long responses more; the design asks for per-sequence). ``std_g``
+is the population standard deviation (ddof=0), so two rollouts with different rewards get
+advantages of about +1 and -1.
+
+A group with a single member, or whose rewards are all equal, carries no learning signal
+relative to its own baseline: every member gets advantage ``0.0`` (rather than dividing by
+``eps``, which would blow float noise up into huge advantages).
+
+Rewards may be ``None`` (e.g. a teacher task nobody attempted, see ``populora.rewards``):
+such rollouts are left out of the statistics and get advantage ``None``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+
+import torch
+
+EPS = 1e-6
+# Below this std a group is treated as constant: rewards are multiples of 0.125 or 0.5 in
+# practice, so any real spread is many orders of magnitude larger.
+ZERO_STD = 1e-9
+
+
+def group_key(role: str, task_type: str) -> str:
+    """Canonical TRR++ group name.
+
+    >>> group_key("solve", "code_o")
+    'solve/code_o'
+    """
+    return f"{role}/{task_type}"
+
+
+def group_stats(
+    rewards: Sequence[float | None], groups: Sequence[Hashable]
+) -> dict[Hashable, dict[str, float]]:
+    """Per-group ``{"n", "mean", "std"}`` over the non-``None`` rewards (std with ddof=0)."""
+    if len(rewards) != len(groups):
+        raise ValueError(f"{len(rewards)} rewards but {len(groups)} group keys")
+    members: dict[Hashable, list[float]] = {}
+    for reward, key in zip(rewards, groups):
+        if reward is None:
+            continue
+        if not math.isfinite(reward):
+            raise ValueError(f"non-finite reward {reward!r} in group {key!r}")
+        members.setdefault(key, []).append(float(reward))
+    stats = {}
+    for key, values in members.items():
+        mean = math.fsum(values) / len(values)
+        var = math.fsum((v - mean) ** 2 for v in values) / len(values)
+        stats[key] = {"n": len(values), "mean": mean, "std": math.sqrt(var)}
+    return stats
+
+
+def whiten_advantages(
+    rewards: Sequence[float | None], groups: Sequence[Hashable], eps: float = EPS
+) -> list[float | None]:
+    """TRR++ advantages: rewards whitened within their group, one entry per rollout.
+
+    >>> adv = whiten_advantages([1.0, -0.5, 0.0, 0.0], ["s/o", "s/o", "p/o", "p/o"])
+    >>> [round(a, 4) for a in adv]
+    [1.0, -1.0, 0.0, 0.0]
+    """
+    stats = group_stats(rewards, groups)
+    out: list[float | None] = []
+    for reward, key in zip(rewards, groups):
+        if reward is None:
+            out.append(None)
+            continue
+        s = stats[key]
+        if s["n"] < 2 or s["std"] < ZERO_STD:
+            out.append(0.0)
+        else:
+            out.append((float(reward) - s["mean"]) / (s["std"] + eps))
+    return out
+
+
+def sequence_logprobs(
+    token_logprobs: torch.Tensor, mask: torch.Tensor, token_reduction: str = "mean"
+) -> torch.Tensor:
+    """Reduce ``[batch, time]`` token log-probs over the response mask to one value per sequence.
+
+    ``"mean"`` divides by the sequence's own response length (empty sequences give 0), so every
+    sequence has the same weight in the loss; ``"sum"`` is the plain sequence log-likelihood.
+    """
+    if token_logprobs.shape != mask.shape or token_logprobs.dim() != 2:
+        raise ValueError(f"need matching [batch, time] tensors, got {tuple(token_logprobs.shape)}"
+                         f" and {tuple(mask.shape)}")
+    mask = mask.to(token_logprobs.dtype)
+    total = (token_logprobs * mask).sum(dim=1)
+    if token_reduction == "sum":
+        return total
+    if token_reduction == "mean":
+        return total / mask.sum(dim=1).clamp(min=1.0)
+    raise ValueError(f"token_reduction must be 'mean' or 'sum', got {token_reduction!r}")
+
+
+def reinforce_loss(
+    logprobs: torch.Tensor,
+    advantages: Sequence[float] | torch.Tensor,
+    mask: torch.Tensor | None = None,
+    token_reduction: str = "mean",
+) -> torch.Tensor:
+    """REINFORCE loss ``mean_i(-A_i * logp_i)`` over sequences (one term per sequence).
+
+    ``logprobs`` is either ``[batch]`` per-sequence values (``mask`` must be ``None``) or
+    ``[batch, time]`` token log-probs with a response ``mask``, reduced by
+    :func:`sequence_logprobs` (default: mean over the sequence's tokens, so the gradient
+    does not grow with response length). Advantages are constants (no gradient).
+
+    >>> reinforce_loss(torch.tensor([-1.0, -3.0]), [1.0, -1.0])
+    tensor(-1.)
+    """
+    if mask is None:
+        if logprobs.dim() != 1:
+            raise ValueError("token-level logprobs need a mask; per-sequence logprobs are 1-D")
+        seq = logprobs
+    else:
+        seq = sequence_logprobs(logprobs, mask, token_reduction)
+    adv = torch.as_tensor(advantages, dtype=seq.dtype, device=seq.device).detach()
+    if adv.shape != seq.shape:
+        raise ValueError(f"{adv.numel()} advantages for {seq.numel()} sequences")
+    if seq.numel() == 0:
+        return seq.sum()  # zero loss that still participates in autograd
+    return -(adv * seq).mean()

@@ -1,0 +1,278 @@
+"""The one validated configuration: `params.yaml` -> frozen pydantic models.
+
+`load_params(path)` is called first by the Snakefile (at parse time), by `workflow.render_dvc`
+and by every stage, so a malformed file fails before any model loads. Errors name the key,
+what was wrong, and how to fix it:
+
+    params.yaml: population.students: Input should be greater than or equal to 1 (got 0).
+      Fix: at least one student is needed; students solve the teachers' tasks.
+
+Check a file by hand with `python -m populora.config params.yaml`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+TASK_TYPES = ("code_o", "code_i", "code_f")
+ARMS = ("population", "baseline")
+
+
+class ParamsError(ValueError):
+    """params.yaml is invalid; the message lists every offending key with a fix."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BaseSection(_Section):
+    seed: int = Field(0, description="Master random seed; every stage derives its own seed from it.")
+
+
+class ModelSection(_Section):
+    base_model: str = Field(
+        "smollm2",
+        min_length=1,
+        description="'smollm2' for the embedded SmolLM2-135M-Instruct, or any HF model id or local folder.",
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights dtype; float32 on CPU.")
+    device: str = Field("auto", description="'auto' (cuda when present), 'cpu' or 'cuda'.")
+
+
+class LoraSection(_Section):
+    rank: int = Field(8, ge=1, le=512, description="LoRA rank r, shared by every member (operators keep it).")
+    alpha: float = Field(16.0, gt=0, description="LoRA alpha (scaling = alpha / rank).")
+    dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout.")
+    target_modules: tuple[str, ...] = Field(
+        ("q_proj", "k_proj", "v_proj", "o_proj"), min_length=1, description="Linear module names to adapt."
+    )
+    init_std: float = Field(
+        0.0, ge=0, description="Std of the initial lora_B noise; 0 = PEFT default (B = 0, every member starts as the base)."
+    )
+
+
+class PopulationSection(_Section):
+    teachers: int = Field(2, ge=1, description="Teacher adapters in the population arm (they propose tasks).")
+    students: int = Field(2, ge=1, description="Student adapters in the population arm (they solve tasks).")
+
+
+class DagSection(_Section):
+    generations: int = Field(3, ge=1, le=999, description="Generations per arm (zero-padded folders gen000...).")
+    arms: tuple[Literal["population", "baseline"], ...] = Field(
+        ARMS, min_length=1, description="Which arms to run: population and/or baseline."
+    )
+
+    @field_validator("arms")
+    @classmethod
+    def _unique_arms(cls, value):
+        if len(set(value)) != len(value):
+            raise ValueError("each arm may appear once")
+        return value
+
+
+class BufferSection(_Section):
+    seeds: Literal["builtin", "identity"] = Field(
+        "builtin", description="identity: AZR's single seed program; builtin: plus a few simple hand-written seeds."
+    )
+    max_size: int = Field(16384, ge=1, description="Task buffer cap; past it the oldest non-seed tasks are dropped.")
+
+
+class SamplingSection(_Section):
+    temperature: float = Field(0.7, ge=0, description="Sampling temperature (0 = greedy).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(160, ge=1, description="Cap on generated tokens per segment.")
+    batch_size: int = Field(32, ge=1, description="Rows per generate() call (rows of different adapters are mixed).")
+
+
+class ProposeSection(SamplingSection):
+    mode: Literal["scaffolded", "free_form"] = Field(
+        "scaffolded", description="scaffolded: prefill code fences and stop at ``` (small models); free_form: AZR format."
+    )
+    per_type: int = Field(2, ge=1, description="Proposals per teacher per task type per generation.")
+    references: int = Field(2, ge=0, description="Reference tasks from the buffer shown in each proposer prompt (AZR K).")
+    code_f_inputs: int = Field(10, ge=2, description="Inputs a code_f proposal must give (first half shown, rest hidden).")
+    temperature: float = Field(0.6, ge=0, description="Proposer sampling temperature.")
+
+
+class SolveSection(SamplingSection):
+    mode: Literal["scaffolded", "free_form"] = Field("scaffolded", description="Answer format, as for propose.mode.")
+    tasks_per_type: int = Field(2, ge=1, description="Tasks each student attempts per task type per generation.")
+    samples: int = Field(2, ge=1, description="Answers each student samples per task (solve-rate estimate).")
+    worked_examples: int = Field(1, ge=0, description="Worked examples from the buffer rotated into solver prompts.")
+    temperature: float = Field(0.5, ge=0, description="Solver sampling temperature.")
+    max_new_tokens: int = Field(96, ge=1, description="Cap on generated answer tokens.")
+
+
+class VerifySection(_Section):
+    timeout_s: float = Field(2.0, gt=0, le=60, description="Wall-clock limit per program execution.")
+    memory_mb: int = Field(512, ge=64, description="Address-space limit per execution.")
+    max_output_chars: int = Field(2000, ge=16, description="Longer reprs are invalid (output_too_large), never truncated.")
+    workers: int = Field(2, ge=1, description="Parallel sandbox workers.")
+
+
+class RewardSection(_Section):
+    teacher_mode: Literal["learnability", "zero_sum"] = Field(
+        "learnability", description="learnability: 1-p for 0<p<1 else 0 (AZR); zero_sum: 1-p also for p=0."
+    )
+
+
+class UpdateSection(_Section):
+    learning_rate: float = Field(1e-4, gt=0, description="AdamW learning rate for LoRA weights.")
+    steps: int = Field(1, ge=1, description="Optimizer steps per adapter per generation (each over all its rollouts).")
+    micro_batch: int = Field(4, ge=1, description="Sequences per forward/backward (gradient accumulation).")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    max_seq_len: int = Field(1024, ge=32, description="Longer prompt+completion sequences are left-truncated.")
+
+
+class RatingsSection(_Section):
+    mu: float = Field(25.0, description="TrueSkill initial mu.")
+    sigma: float = Field(25.0 / 3, gt=0, description="TrueSkill initial sigma.")
+    beta: float = Field(25.0 / 6, gt=0, description="TrueSkill beta (skill-difference scale).")
+    tau: float = Field(25.0 / 300, ge=0, description="TrueSkill dynamics factor.")
+
+
+class PairingSection(_Section):
+    strategy: Literal["pfsp", "round_robin"] = Field("pfsp", description="pfsp: favour near-balanced matchups.")
+    temperature: float = Field(1.0, gt=0, description="PFSP weighting temperature.")
+
+
+class EvolveSection(_Section):
+    interval: int = Field(2, ge=1, description="Evolve after every `interval` generations (0-based gen g when (g+1) % interval == 0).")
+    replace: int = Field(1, ge=0, description="Members replaced per sub-population per evolution event.")
+    operators: dict[str, float] = Field(
+        default_factory=lambda: {"svd_scale_rotate": 1.0, "gaussian_subset": 1.0, "layerwise": 1.0, "svd_split": 1.0},
+        description="Operator name -> weight in the mix.",
+    )
+
+    @field_validator("operators")
+    @classmethod
+    def _positive_mix(cls, value):
+        if not value or any(weight < 0 for weight in value.values()) or sum(value.values()) <= 0:
+            raise ValueError("needs at least one operator with a positive weight, and no negative weights")
+        return value
+
+
+class Params(_Section):
+    base: BaseSection = BaseSection()
+    model: ModelSection = ModelSection()
+    lora: LoraSection = LoraSection()
+    population: PopulationSection = PopulationSection()
+    dag: DagSection = DagSection()
+    propose: ProposeSection = ProposeSection()
+    solve: SolveSection = SolveSection()
+    verify: VerifySection = VerifySection()
+    buffer: BufferSection = BufferSection()
+    reward: RewardSection = RewardSection()
+    update: UpdateSection = UpdateSection()
+    ratings: RatingsSection = RatingsSection()
+    pairing: PairingSection = PairingSection()
+    evolve: EvolveSection = EvolveSection()
+
+    @model_validator(mode="after")
+    def _cross_checks(self):
+        if self.evolve.replace > 0:
+            smallest = min(self.population.teachers, self.population.students)
+            if "population" in self.dag.arms and self.evolve.replace >= smallest and smallest > 1:
+                raise ValueError(
+                    f"evolve.replace = {self.evolve.replace} would replace every member of a sub-population of "
+                    f"{smallest}; set evolve.replace below min(population.teachers, population.students)"
+                )
+        return self
+
+
+_FIXES = {
+    "population.students": "at least one student is needed; students solve the teachers' tasks.",
+    "population.teachers": "at least one teacher is needed; teachers propose the tasks.",
+    "dag.generations": "use a whole number of generations, 1 or more.",
+    "dag.arms": "list population and/or baseline, each once.",
+}
+
+
+def _format_errors(error: ValidationError, source: str) -> str:
+    lines = [f"{source} is invalid:"]
+    for item in error.errors():
+        key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        if item["type"] == "extra_forbidden":
+            section = key.rsplit(".", 1)[0] if "." in key else None
+            known = sorted((Params.model_fields if section is None else _section_fields(section)) or [])
+            lines.append(f"  {key}: unknown key. Fix: remove it or use one of: {', '.join(known)}.")
+            continue
+        message = item["msg"].removeprefix("Value error, ")
+        got = f" (got {item.get('input')!r})" if item["loc"] else ""
+        fix = _FIXES.get(key) or _describe(key)
+        lines.append(f"  {key}: {message}{got}.{' Fix: ' + fix if fix else ''}")
+    return "\n".join(lines)
+
+
+def _section_fields(section: str):
+    field = Params.model_fields.get(section)
+    return getattr(field.annotation, "model_fields", None) if field else None
+
+
+def _describe(key: str) -> str:
+    section, _, name = key.partition(".")
+    fields = _section_fields(section) or {}
+    info = fields.get(name)
+    return f"expected {info.description[0].lower()}{info.description[1:]}" if info and info.description else ""
+
+
+def parse_params(raw: dict | None, source: str = "params.yaml") -> Params:
+    """Validate a params mapping; raise ParamsError naming each bad key and its fix."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{source} must be a YAML mapping of sections (base, model, lora, ...), got {type(raw).__name__}")
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as error:
+        raise ParamsError(_format_errors(error, source)) from None
+
+
+def load_params(path: str | Path = "params.yaml") -> Params:
+    path = Path(path)
+    if not path.is_file():
+        raise ParamsError(f"{path} not found. Fix: run from the repository root or pass --params PATH.")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        raise ParamsError(f"{path} is not valid YAML: {error}") from None
+    return parse_params(raw, str(path))
+
+
+def members_of_arm(params: Params, arm: str) -> dict[str, list[str]]:
+    """Slot names per role. Slots are stable names (adapter folders, benchmark stages); the member
+    occupying a slot can change when evolution replaces it (lineage records who is where)."""
+    if arm == "baseline":
+        return {"teachers": ["solo"], "students": ["solo"]}
+    return {
+        "teachers": [f"teacher{i}" for i in range(params.population.teachers)],
+        "students": [f"student{i}" for i in range(params.population.students)],
+    }
+
+
+def slots_of_arm(params: Params, arm: str) -> list[str]:
+    roles = members_of_arm(params, arm)
+    return list(dict.fromkeys(roles["teachers"] + roles["students"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    path = args[0] if args else "params.yaml"
+    try:
+        load_params(path)
+    except ParamsError as error:
+        print(error, file=sys.stderr)
+        return 2
+    print(f"{path}: OK")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

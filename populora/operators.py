@@ -1,0 +1,379 @@
+"""LoRA weight-space evolution operators: rank-keeping mutations and crossovers.
+
+An adapter is a PEFT state dict. Each adapted module has ``lora_A.weight`` (r x d_in) and
+``lora_B.weight`` (d_out x r), and contributes ``dW = B @ A`` (the shared scaling is ignored:
+all members use one LoRA config). Keys may carry an adapter name
+(``...lora_A.default.weight``). Other keys (biases, embedding LoRA, ...) are copied from the
+first parent unchanged.
+
+SVD without forming dW: thin QR of both factors, ``B = Q_B R_B`` and ``A^T = Q_A R_A``; the
+r x r core ``C = R_B R_A^T = U_c S V_c^T`` gives ``dW = (Q_B U_c) S (Q_A V_c)^T``. Refactoring
+puts ``sqrt(S)`` on both sides: ``B' = U sqrt(S)``, ``A' = (V sqrt(S))^T``. This costs
+O((d_in + d_out) r^2) per module, and modules of equal shape are processed as one batch.
+
+Dead components. A LoRA component with ``B[:, j] = 0`` and ``A[j] = 0`` can never be trained
+again (each factor's gradient is proportional to the other). So a component whose singular
+value is ~0 after an operator (e.g. masked) is refactored as ``A[j] = c * V[:, j]^T``,
+``B[:, j] = 0``: same product, still trainable, like PEFT's own init. ``c`` is the parent's
+RMS row norm of A. A module whose parent has ``dW == 0`` exactly (``B == 0``, fresh PEFT init)
+is left as it is by the SVD-based operators: there is no function to perturb.
+
+All arithmetic is fp32 on the tensors' device; results are cast back to the original dtype.
+Randomness comes only from a ``torch.Generator`` seeded by :func:`make_child`, consumed in a
+fixed order (shape groups sorted by module name), so a (parents, operator, seed, hyper)
+tuple always gives the same child on a given device.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+StateDict = dict[str, torch.Tensor]
+Factors = tuple[torch.Tensor, torch.Tensor]  # (A [g, r, d_in], B [g, d_out, r]), fp32, stacked
+
+_LORA_KEY = re.compile(r"^(?P<prefix>.*)\.lora_(?P<ab>[AB])(?P<adapter>\.[^.]+)?\.weight$")
+DEAD_RTOL = 1e-6  # singular values below this fraction of the module's largest count as 0
+
+
+@dataclass(frozen=True)
+class LoraModule:
+    name: str
+    a_key: str
+    b_key: str
+
+
+def lora_modules(sd: StateDict) -> list[LoraModule]:
+    """Pair ``lora_A``/``lora_B`` keys into modules, sorted by module name."""
+    found: dict[str, dict[str, str]] = {}
+    for key in sd:
+        m = _LORA_KEY.match(key)
+        if m:
+            found.setdefault(m["prefix"] + (m["adapter"] or ""), {})[m["ab"]] = key
+    modules = []
+    for name in sorted(found):
+        pair = found[name]
+        if set(pair) != {"A", "B"}:
+            raise ValueError(f"LoRA module {name!r} lacks lora_{'B' if 'A' in pair else 'A'}")
+        a, b = sd[pair["A"]], sd[pair["B"]]
+        if a.dim() != 2 or b.dim() != 2 or a.shape[0] != b.shape[1]:
+            raise ValueError(f"{name}: A {tuple(a.shape)} and B {tuple(b.shape)} do not form B @ A")
+        modules.append(LoraModule(name, pair["A"], pair["B"]))
+    if not modules:
+        raise ValueError("no LoRA modules (lora_A/lora_B weights) in state dict")
+    return modules
+
+
+# ---------------------------------------------------------------- batched linear algebra
+
+
+def factored_svd(B: torch.Tensor, A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """SVD of ``B @ A`` (batched) from thin QRs: returns ``U [.., m, r], S [.., r], V [.., n, r]``.
+
+    ``B @ A == U diag(S) V^T``, S descending. If ``min(m, n) < r`` the extra columns are zeros.
+    """
+    r = A.shape[-2]
+    q_b, r_b = torch.linalg.qr(B)
+    q_a, r_a = torch.linalg.qr(A.mT)
+    u_c, s, vh_c = torch.linalg.svd(r_b @ r_a.mT, full_matrices=False)
+    u, v = q_b @ u_c, q_a @ vh_c.mT
+    k = s.shape[-1]
+    if k < r:
+        u = torch.nn.functional.pad(u, (0, r - k))
+        v = torch.nn.functional.pad(v, (0, r - k))
+        s = torch.nn.functional.pad(s, (0, r - k))
+    return u, s, v
+
+
+def row_scale(A: torch.Tensor) -> torch.Tensor:
+    """RMS row norm of each A in a batch ``[g, r, d_in] -> [g]`` (scale for dead components)."""
+    return A.square().sum(dim=(-2, -1)).div(A.shape[-2]).sqrt()
+
+
+def refactor(U: torch.Tensor, S: torch.Tensor, V: torch.Tensor, dead_scale: torch.Tensor) -> Factors:
+    """Balanced factors ``A = (V sqrt S)^T``, ``B = U sqrt S``; ~0 components stay trainable."""
+    S = S.clamp_min(0.0)
+    root = S.sqrt()
+    B = U * root[..., None, :]
+    A = (V * root[..., None, :]).mT
+    dead = S <= DEAD_RTOL * S.amax(dim=-1, keepdim=True)
+    A = torch.where(dead[..., :, None], V.mT * dead_scale[..., None, None], A)
+    B = torch.where(dead[..., None, :], torch.zeros((), device=B.device), B)
+    return A, B
+
+
+def keep_zero_modules(old: Factors, new: Factors, zero: torch.Tensor) -> Factors:
+    """Where ``zero[g]`` (the parent's dW is exactly 0), keep the old factors."""
+    return (torch.where(zero[:, None, None], old[0], new[0]), torch.where(zero[:, None, None], old[1], new[1]))
+
+
+def near_orthogonal(g: int, r: int, eps: float, gen: torch.Generator, device) -> torch.Tensor:
+    """Random rotations close to I: QR of ``I + eps skew(M)``, signs fixed so Q -> I as eps -> 0."""
+    m = torch.randn((g, r, r), generator=gen, device=device)
+    q, rr = torch.linalg.qr(torch.eye(r, device=device) + eps * 0.5 * (m - m.mT))
+    return q * torch.sign(torch.diagonal(rr, dim1=-2, dim2=-1))[..., None, :]
+
+
+def factor_noise(x: torch.Tensor, eps: float, gen: torch.Generator) -> torch.Tensor:
+    """``eps * std(x) * N(0, 1)`` per stacked tensor; std falls back to 1/sqrt(last dim) if ~0."""
+    std = x.std(dim=(-2, -1), keepdim=True) if x[0].numel() > 1 else torch.zeros_like(x[:, :1, :1])
+    std = torch.where(std > 1e-8, std, torch.full_like(std, 1.0 / math.sqrt(x.shape[-1])))
+    return eps * std * torch.randn(x.shape, generator=gen, device=x.device)
+
+
+# ---------------------------------------------------------------- plumbing
+
+
+def _check_compatible(parents: Sequence[StateDict]) -> list[LoraModule]:
+    modules = lora_modules(parents[0])
+    for i, p in enumerate(parents[1:], start=1):
+        if p.keys() != parents[0].keys():
+            raise ValueError(f"parent {i} has different keys from parent 0")
+        for key, t in p.items():
+            if t.shape != parents[0][key].shape:
+                raise ValueError(f"parent {i}: {key} has shape {tuple(t.shape)}, parent 0 has "
+                                 f"{tuple(parents[0][key].shape)}")
+    return modules
+
+
+def _apply(parents: Sequence[StateDict], fn: Callable[[list[int], list[Factors]], Factors]) -> StateDict:
+    """Run ``fn(module_indices, [(A, B) per parent])`` on each group of same-shape modules."""
+    modules = _check_compatible(parents)
+    first = parents[0]
+    groups: dict[tuple, list[int]] = {}
+    for i, m in enumerate(modules):
+        a, b = first[m.a_key], first[m.b_key]
+        groups.setdefault((tuple(a.shape), tuple(b.shape), a.dtype, b.dtype, str(a.device)), []).append(i)
+    lora_keys = {k for m in modules for k in (m.a_key, m.b_key)}
+    child = {k: v.clone() for k, v in first.items() if k not in lora_keys}
+    for idx in groups.values():  # insertion order = sorted module names: deterministic
+        stacked = [
+            (torch.stack([p[modules[i].a_key] for i in idx]).float(),
+             torch.stack([p[modules[i].b_key] for i in idx]).float())
+            for p in parents
+        ]
+        A, B = fn(idx, stacked)
+        for j, i in enumerate(idx):
+            m = modules[i]
+            child[m.a_key] = A[j].to(dtype=first[m.a_key].dtype, copy=True)
+            child[m.b_key] = B[j].to(dtype=first[m.b_key].dtype, copy=True)
+    return {k: child[k] for k in first}  # keep the parent's key order
+
+
+def _device(sd: StateDict) -> torch.device:
+    return next(iter(sd.values())).device
+
+
+# ---------------------------------------------------------------- mutations
+
+
+def svd_scale_rotate(sd: StateDict, gen: torch.Generator, eps: float = 0.1) -> StateDict:
+    """Scale singular values by ``exp(eps z)`` and rotate both singular bases by ~I + eps skew(M)."""
+
+    def fn(idx, parents):
+        (A, B), = parents
+        U, S, V = factored_svd(B, A)
+        g, r = S.shape
+        S = S * torch.exp(eps * torch.randn((g, r), generator=gen, device=S.device))
+        U = U @ near_orthogonal(g, r, eps, gen, U.device)
+        V = V @ near_orthogonal(g, r, eps, gen, V.device)
+        return keep_zero_modules((A, B), refactor(U, S, V, row_scale(A)), (B == 0).flatten(1).all(1))
+
+    return _apply([sd], fn)
+
+
+def gaussian_subset(sd: StateDict, gen: torch.Generator, eps: float = 0.1, fraction: float = 0.33) -> StateDict:
+    """Add ``eps std(W) N(0,1)`` to both factors of ``max(1, round(fraction n))`` random modules."""
+    n = len(lora_modules(sd))
+    chosen = torch.zeros(n, dtype=torch.bool)
+    chosen[torch.randperm(n, generator=gen, device=_device(sd)).cpu()[: max(1, round(fraction * n))]] = True
+
+    def fn(idx, parents):
+        (A, B), = parents
+        sel = chosen[idx].to(A.device)
+        if not bool(sel.any()):
+            return A, B
+        A, B = A.clone(), B.clone()
+        A[sel] += factor_noise(A[sel], eps, gen)
+        B[sel] += factor_noise(B[sel], eps, gen)
+        return A, B
+
+    return _apply([sd], fn)
+
+
+def gaussian_all(sd: StateDict, gen: torch.Generator, eps: float = 0.15) -> StateDict:
+    """Add ``eps std(W) N(0,1)`` to every factor of every module."""
+
+    def fn(idx, parents):
+        (A, B), = parents
+        return A + factor_noise(A, eps, gen), B + factor_noise(B, eps, gen)
+
+    return _apply([sd], fn)
+
+
+def mask_components(sd: StateDict, gen: torch.Generator, rho: float = 0.3) -> StateDict:
+    """Zero ``ceil(rho r)`` random singular values per module and refactor (shapes unchanged)."""
+    if not 0.0 <= rho <= 1.0:
+        raise ValueError(f"rho must be in [0, 1], got {rho}")
+
+    def fn(idx, parents):
+        (A, B), = parents
+        U, S, V = factored_svd(B, A)
+        g, r = S.shape
+        drop = torch.rand((g, r), generator=gen, device=S.device).argsort(dim=-1)[:, : math.ceil(rho * r)]
+        S = S.scatter(-1, drop, 0.0)
+        return keep_zero_modules((A, B), refactor(U, S, V, row_scale(A)), (B == 0).flatten(1).all(1))
+
+    return _apply([sd], fn)
+
+
+# ---------------------------------------------------------------- crossovers
+
+
+def layerwise(parents: Sequence[StateDict], gen: torch.Generator, fitness=None) -> StateDict:
+    """Each module copies both factors from one uniformly chosen parent (dW stays coherent)."""
+
+    def fn(idx, ps):
+        pick = torch.randint(len(ps), (len(idx),), generator=gen, device=ps[0][0].device)
+        A = torch.stack([p[0] for p in ps])[pick, torch.arange(len(idx))]
+        B = torch.stack([p[1] for p in ps])[pick, torch.arange(len(idx))]
+        return A, B
+
+    return _apply(parents, fn)
+
+
+def svd_split(parents: Sequence[StateDict], gen: torch.Generator, fitness=None) -> StateDict:
+    """Per module, top-k singular triplets of parent 1 and triplets k..r-1 of parent 2, k ~ U{1..r-1}."""
+    if len(parents) != 2:
+        raise ValueError("svd_split needs exactly 2 parents")
+
+    def fn(idx, ps):
+        (A1, B1), (A2, B2) = ps
+        r = A1.shape[-2]
+        if r < 2:
+            raise ValueError("svd_split needs LoRA rank >= 2")
+        U1, S1, V1 = factored_svd(B1, A1)
+        U2, S2, V2 = factored_svd(B2, A2)
+        k = torch.randint(1, r, (len(idx), 1), generator=gen, device=A1.device)
+        first = torch.arange(r, device=A1.device)[None, :] < k
+        U = torch.where(first[:, None, :], U1, U2)
+        V = torch.where(first[:, None, :], V1, V2)
+        S = torch.where(first, S1, S2)
+        child = refactor(U, S, V, 0.5 * (row_scale(A1) + row_scale(A2)))
+        both_zero = (B1 == 0).flatten(1).all(1) & (B2 == 0).flatten(1).all(1)
+        return keep_zero_modules((A1, B1), child, both_zero)
+
+    return _apply(parents, fn)
+
+
+def dare(parents: Sequence[StateDict], gen: torch.Generator, fitness=None, p: float = 0.3) -> StateDict:
+    """Drop each factor entry with probability p, rescale by 1/(1-p), average over parents.
+
+    Unbiased per parent, but random: identical parents do NOT give the parent back, and the
+    average of factors is not the average of products. Both factors are dropped, so a term
+    of B @ A survives with probability (1-p)^2; hence a milder default p than DARE's 0.9.
+    """
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dare drop probability must be in [0, 1), got {p}")
+
+    def drop(x):
+        keep = torch.rand(x.shape, generator=gen, device=x.device) >= p
+        return x * keep / (1.0 - p)
+
+    def fn(idx, ps):
+        A = torch.stack([drop(a) for a, _ in ps]).mean(0)
+        B = torch.stack([drop(b) for _, b in ps]).mean(0)
+        return A, B
+
+    return _apply(parents, fn)
+
+
+def extrapolate(
+    parents: Sequence[StateDict],
+    gen: torch.Generator,
+    fitness: Sequence[float] | None = None,
+    eta_low: float = 1.0,
+    eta_high: float = 1.5,
+    space: str = "factors",
+) -> StateDict:
+    """Step past the fitter parent: ``P_other + eta (P_fit - P_other)``, eta ~ U[low, high] per module.
+
+    Without ``fitness`` the first parent counts as the fitter. ``space="factors"`` applies the
+    formula to A and B separately (identical parents give the parent back exactly);
+    ``space="delta"`` applies it to dW and keeps the best rank-r approximation (dW-exact for
+    identical parents; meaningful even when parents' factors are not aligned).
+    """
+    if len(parents) != 2:
+        raise ValueError("extrapolate needs exactly 2 parents")
+    if space not in ("factors", "delta"):
+        raise ValueError(f"space must be 'factors' or 'delta', got {space!r}")
+    fit = 0 if fitness is None or fitness[0] >= fitness[1] else 1
+
+    def fn(idx, ps):
+        (Af, Bf), (Ao, Bo) = ps[fit], ps[1 - fit]
+        eta = eta_low + (eta_high - eta_low) * torch.rand((len(idx), 1, 1), generator=gen, device=Af.device)
+        if space == "factors":
+            return Ao + eta * (Af - Ao), Bo + eta * (Bf - Bo)
+        r = Af.shape[-2]
+        U, S, V = factored_svd(torch.cat([eta * Bf, (1 - eta) * Bo], -1), torch.cat([Af, Ao], -2))
+        child = refactor(U[..., :r], S[..., :r], V[..., :r], 0.5 * (row_scale(Af) + row_scale(Ao)))
+        both_zero = (Bf == 0).flatten(1).all(1) & (Bo == 0).flatten(1).all(1)
+        return keep_zero_modules((Af, Bf), child, both_zero)
+
+    return _apply(parents, fn)
+
+
+# ---------------------------------------------------------------- registry
+
+MUTATIONS = {
+    "svd_scale_rotate": svd_scale_rotate,
+    "gaussian_subset": gaussian_subset,
+    "mask_components": mask_components,
+    "gaussian_all": gaussian_all,
+}
+CROSSOVERS = {
+    "layerwise": layerwise,
+    "svd_split": svd_split,
+    "dare": dare,
+    "extrapolate": extrapolate,
+}
+# Number of parents each crossover accepts: (min, max); None = no upper bound.
+CROSSOVER_ARITY = {"layerwise": (2, None), "svd_split": (2, 2), "dare": (2, None), "extrapolate": (2, 2)}
+
+
+def make_child(
+    parents: Sequence[StateDict],
+    operator: str,
+    seed: int,
+    fitness: Sequence[float] | None = None,
+    **hyper,
+) -> StateDict:
+    """Apply a registered operator: mutations take one parent, crossovers two (or more).
+
+    ``fitness`` (one float per parent, higher is better) is used by ``extrapolate``.
+
+    >>> a = {"m.lora_A.weight": torch.ones(2, 3), "m.lora_B.weight": torch.ones(4, 2)}
+    >>> child = make_child([a], "gaussian_all", seed=0)
+    >>> child["m.lora_A.weight"].shape, torch.equal(child["m.lora_B.weight"], a["m.lora_B.weight"])
+    (torch.Size([2, 3]), False)
+    """
+    if not parents:
+        raise ValueError("need at least one parent")
+    gen = torch.Generator(device=_device(parents[0]))
+    gen.manual_seed(int(seed))
+    if operator in MUTATIONS:
+        if len(parents) != 1:
+            raise ValueError(f"mutation {operator!r} takes 1 parent, got {len(parents)}")
+        return MUTATIONS[operator](parents[0], gen, **hyper)
+    if operator in CROSSOVERS:
+        low, high = CROSSOVER_ARITY[operator]
+        if len(parents) < low or (high is not None and len(parents) > high):
+            raise ValueError(f"crossover {operator!r} takes {low}..{high or 'n'} parents, got {len(parents)}")
+        if fitness is not None and len(fitness) != len(parents):
+            raise ValueError(f"{len(fitness)} fitness values for {len(parents)} parents")
+        return CROSSOVERS[operator](parents, gen, fitness=fitness, **hyper)
+    raise ValueError(f"unknown operator {operator!r}; known: {sorted(MUTATIONS) + sorted(CROSSOVERS)}")

@@ -1,0 +1,90 @@
+"""What teachers are asked to propose and students to solve, as pure functions over plain data.
+
+`proposer_jobs` and `solver_jobs` return (row metadata, Plan) pairs; the propose and solve stages
+only add the model. Keeping this pure makes the prompts, the reference sampling and the
+task assignment testable without a model.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from populora import prompts
+from populora.config import TASK_TYPES
+from populora.tasks import newest_first, sample_code_f_program, sample_references
+
+BANNED_FOR_PROMPT = ["logging", "random", "multiprocessing", "subprocess", "threading", "datetime", "time",
+                     "hashlib", "os", "sys"]
+
+
+def make_plan(prompt: str, steps: list[prompts.Step], mode: str, chat: Callable[[str], str], task_type: str, role: str):
+    if mode == "free_form":
+        return prompts.free_form_plan(prompt + prompts.free_form_suffix(task_type, role))
+    return prompts.scaffolded_plan(prompt, steps, chat)
+
+
+def proposer_jobs(teachers: list[str], buffer: list[dict], *, per_type: int, references: int, n_inputs: int,
+                  mode: str, chat: Callable[[str], str], rng: random.Random, arm: str, gen: int) -> list[tuple[dict, prompts.Plan]]:
+    jobs = []
+    for teacher in teachers:
+        for task_type in TASK_TYPES:
+            for k in range(per_type):
+                meta = {"task_id": f"{arm}-g{gen:03d}-{teacher}-{task_type}-{k}", "type": task_type,
+                        "teacher": teacher, "arm": arm, "gen": gen, "origin": "proposed"}
+                if task_type == "code_f":
+                    source = sample_code_f_program(buffer, rng)
+                    meta["program"] = source["program"]
+                    meta["source_task"] = source["task_id"]
+                    prompt = prompts.proposer_f_prompt(source["program"], n_inputs)
+                else:
+                    refs = sample_references(buffer, task_type, references, rng)
+                    meta["references"] = [r["task_id"] for r in refs]
+                    prompt = prompts.proposer_io_prompt(task_type, refs, BANNED_FOR_PROMPT)
+                jobs.append((meta, make_plan(prompt, prompts.proposer_steps(task_type, n_inputs), mode, chat, task_type, "propose")))
+    return jobs
+
+
+def assign_tasks(pairing: dict, tasks: list[dict], buffer: list[dict], *, per_type: int) -> dict[str, dict[str, list[dict]]]:
+    """students -> type -> tasks. Slot j of a student solves a task of the teacher in that slot,
+    preferring that teacher's tasks no student has been given yet; when the teacher has no valid
+    task of the type, the slot is filled from the buffer, newest first (AZR's `max_new`)."""
+    valid = [t for t in tasks if t.get("valid")]
+    given: dict[str, int] = {}
+    assignment: dict[str, dict[str, list[dict]]] = {}
+    for student in pairing["students"]:
+        slots = [t for t in pairing["teachers"] for _ in range(pairing["counts"][t][student])][:per_type]
+        assignment[student] = {}
+        for task_type in TASK_TYPES:
+            chosen: list[dict] = []
+            fill = iter(newest_first(buffer, task_type))
+            for teacher in slots:
+                own = [t for t in valid if t["teacher"] == teacher and t["type"] == task_type and t not in chosen]
+                if own:
+                    task = min(own, key=lambda t: given.get(t["task_id"], 0))
+                else:
+                    task = next((b for b in fill if b not in chosen), None)
+                    if task is None:
+                        continue
+                given[task["task_id"]] = given.get(task["task_id"], 0) + 1
+                chosen.append(task)
+            assignment[student][task_type] = chosen
+    return assignment
+
+
+def solver_jobs(assignment: dict[str, dict[str, list[dict]]], buffer: list[dict], *, samples: int, worked_examples: int,
+                mode: str, chat: Callable[[str], str], rng: random.Random) -> list[tuple[dict, prompts.Plan]]:
+    jobs = []
+    for student, by_type in assignment.items():
+        for task_type, tasks in by_type.items():
+            for task in tasks:
+                pool = [b for b in buffer if b["type"] == task_type and b["task_id"] != task["task_id"]]
+                for sample in range(samples):
+                    # A fresh draw of worked examples per sample: a fixed example gets copied.
+                    examples = rng.sample(pool, min(worked_examples, len(pool)))
+                    prompt = prompts.solver_prompt(task, examples)
+                    meta = {"answer_id": f"{task['task_id']}:{student}:{sample}", "task_id": task["task_id"],
+                            "type": task_type, "student": student, "sample": sample, "teacher": task.get("teacher"),
+                            "task_origin": task.get("origin"), "examples": [e["task_id"] for e in examples]}
+                    jobs.append((meta, make_plan(prompt, prompts.solver_steps(task_type), mode, chat, task_type, "solve")))
+    return jobs

@@ -1,0 +1,96 @@
+"""Task rows, seed programs and the per-type task buffer (AZR §1.5-1.6), as plain data.
+
+A task row is the verifier's row: {"task_id", "type", "program", "inputs", "outputs",
+"message", "valid", ...} plus provenance ("arm", "gen", "teacher"). The buffer is the list of
+every valid task so far; proposer references and solver worked examples are sampled from it,
+and students' task lists are topped up from it (newest first, AZR's `max_new`).
+
+Seeds: AZR starts from the identity program only and then lets a 7B model write 256 seed
+triplets. A 135M model cannot, so by default a handful of simple hand-written programs join
+the identity seed (`seeds: builtin`); `seeds: identity` is AZR's single seed. Their outputs are
+computed by the verifier in the `init` stage, never written by hand.
+"""
+
+from __future__ import annotations
+
+import random
+
+IDENTITY_PROGRAM = "def f(a):\n    return a"
+IDENTITY_CODE_F_INPUTS = [
+    "'Hello world'", "1", "dict(a=1, b=2)", "(1.1, 1.2, 1.3)", "'[[1, 0, 0], [0, 0, 0], [0, 0, 0]]'",
+    "1001101100010001", "[3, 1, 2]", "'abc'", "True", "None",
+]
+IDENTITY_MESSAGE = "Write a function that returns whatever you input"
+
+# (program, input for code_o/code_i, ten inputs for code_f, message) -- simple on purpose.
+BUILTIN_SEEDS = [
+    ("def f(a, b):\n    return a * b", "3, 4",
+     ["2, 3", "0, 5", "-1, 4", "7, 7", "10, 0", "1, 1", "6, -2", "3, 9", "12, 2", "5, 5"], "Combine the two numbers"),
+    ("def f(s):\n    return s[::-1]", "'hello'",
+     ["'abc'", "'racecar'", "''", "'ab'", "'python'", "'12345'", "'a b'", "'xyz'", "'level'", "'data'"], "Transform the string"),
+    ("def f(xs):\n    return sorted(xs)", "[3, 1, 2]",
+     ["[5, 4]", "[]", "[1]", "[2, 2, 1]", "[9, -1, 3]", "[0, 0]", "[7, 8, 6]", "[3, 2, 1, 0]", "[10, 1]", "[4, 6, 5]"], "Order matters"),
+    ("def f(xs):\n    return len(xs)", "[1, 2, 3, 4]",
+     ["[]", "[1]", "'abc'", "(1, 2)", "[0, 0, 0]", "'hello world'", "{1: 2}", "[[1], [2]]", "'x'", "[5, 6, 7, 8, 9]"], "Count something"),
+    ("def f(n):\n    total = 0\n    for i in range(n):\n        total += i\n    return total", "5",
+     ["0", "1", "2", "3", "4", "6", "7", "10", "12", "20"], "Accumulate over a range"),
+    ("def f(d, key):\n    return d.get(key, 0) + 1", "{'a': 1}, 'a'",
+     ["{}, 'a'", "{'a': 5}, 'a'", "{'b': 2}, 'a'", "{'b': 2}, 'b'", "{'x': -1}, 'x'",
+      "{'a': 1, 'b': 2}, 'b'", "{'k': 10}, 'k'", "{'k': 10}, 'z'", "{'a': 0}, 'a'", "{'q': 3}, 'q'"], "Look it up"),
+    ("def f(s):\n    return [c for c in s if c.isupper()]", "'HeLLo'",
+     ["'ABC'", "'abc'", "'aBc'", "''", "'Hello World'", "'XyZ'", "'PyThOn'", "'123A'", "'a'", "'QQ'"], "Filter the characters"),
+]
+
+
+def seed_proposals(kind: str) -> list[dict]:
+    """Seed rows in the verifier's input format (outputs are computed by verifying them)."""
+    seeds = [(IDENTITY_PROGRAM, "'Hello world'", IDENTITY_CODE_F_INPUTS, IDENTITY_MESSAGE)]
+    if kind == "builtin":
+        seeds += BUILTIN_SEEDS
+    rows = []
+    for index, (program, single, many, message) in enumerate(seeds):
+        for task_type in ("code_o", "code_i"):
+            rows.append({"task_id": f"seed-{task_type}-{index}", "type": task_type, "program": program,
+                         "inputs": [single], "message": None, "gen": -1, "origin": "seed"})
+        rows.append({"task_id": f"seed-code_f-{index}", "type": "code_f", "program": program,
+                     "inputs": list(many), "message": message, "gen": -1, "origin": "seed"})
+    return rows
+
+
+BUFFER_FIELDS = ("task_id", "type", "program", "inputs", "outputs", "message", "gen", "origin", "teacher")
+
+
+def buffer_entry(task: dict) -> dict:
+    return {key: task.get(key) for key in BUFFER_FIELDS}
+
+
+def extend_buffer(buffer: list[dict], valid_tasks: list[dict], max_size: int) -> list[dict]:
+    """Append valid tasks; past `max_size` drop the *oldest non-seed* entries (AZR kept the oldest,
+    which froze its buffer once full)."""
+    merged = buffer + [buffer_entry(t) for t in valid_tasks if t.get("valid")]
+    overflow = len(merged) - max_size
+    if overflow <= 0:
+        return merged
+    seeds = [t for t in merged if t.get("origin") == "seed"]
+    rest = [t for t in merged if t.get("origin") != "seed"]
+    return seeds + rest[overflow:]
+
+
+def of_type(buffer: list[dict], task_type: str) -> list[dict]:
+    return [t for t in buffer if t["type"] == task_type]
+
+
+def sample_references(buffer: list[dict], task_type: str, k: int, rng: random.Random) -> list[dict]:
+    """Up to k distinct buffer tasks of `task_type`, uniformly without replacement (AZR io_n)."""
+    pool = of_type(buffer, task_type)
+    return rng.sample(pool, min(k, len(pool)))
+
+
+def sample_code_f_program(buffer: list[dict], rng: random.Random) -> dict:
+    """code_f proposals start from a program of the deduction/abduction buffers (AZR)."""
+    pool = of_type(buffer, "code_o") + of_type(buffer, "code_i")
+    return rng.choice(pool)
+
+
+def newest_first(buffer: list[dict], task_type: str) -> list[dict]:
+    return sorted(of_type(buffer, task_type), key=lambda t: t.get("gen", -1), reverse=True)

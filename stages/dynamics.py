@@ -1,0 +1,52 @@
+"""Stage dynamics: one arm's per-generation metrics as a DVC plots table, a summary, and its family tree.
+
+    python -m stages.dynamics --params params.yaml --arm population \
+        --metrics results/population/gen000/metrics.json results/population/gen001/metrics.json \
+        --state results/population/gen001/checkpoint --out results/population/dynamics.json \
+        --summary results/population/summary.json --family-tree results/population/family_tree.png
+
+summary.json holds the last generation's values plus means over generations under stable keys,
+so `dvc metrics diff` compares arms and experiments directly.
+"""
+
+from __future__ import annotations
+
+from statistics import mean
+
+from populora.evolution import draw_family_tree
+from populora.io import read_json, write_json
+from populora.state import load_state
+from stages._common import setup, stage_parser
+
+MEAN_KEYS = ("teacher_reward_mean", "student_reward_mean", "code_o.solve_rate", "code_i.solve_rate", "code_f.solve_rate",
+             "code_o.validity_rate", "code_i.validity_rate", "code_f.validity_rate")
+
+
+def summarize(rows: list[dict]) -> dict:
+    last = rows[-1]
+    summary = {f"final.{k}": v for k, v in last.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    for key in MEAN_KEYS:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        summary[f"mean.{key}"] = mean(values) if values else None
+    summary["generations"] = len(rows)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = stage_parser(__doc__.splitlines()[0], gen=False)
+    parser.add_argument("--metrics", nargs="+", required=True, help="per-generation metrics.json, in order")
+    for flag in ("--state", "--out", "--summary", "--family-tree"):
+        parser.add_argument(flag, required=True)
+    args = parser.parse_args(argv)
+    params, log = setup(args, "dynamics")
+    rows = [read_json(path) for path in args.metrics]
+    write_json(args.out, rows)
+    write_json(args.summary, summarize(rows))
+    state = load_state(args.state)
+    draw_family_tree(state["lineage"], args.family_tree)
+    log.info("%d generations summarised; lineage of %d events drawn", len(rows), len(state["lineage"]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

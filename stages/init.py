@@ -1,0 +1,70 @@
+"""Stage init: generation-zero state of one arm: fresh adapters, ratings, the verified seed buffer.
+
+    python -m stages.init --params params.yaml --arm population --base-model results/base_model \
+        --out results/population/init
+
+Population arm: `population.teachers` teacher slots and `population.students` student slots.
+Baseline arm: one slot, `solo`, that both proposes and solves (AZR-style self-play).
+"""
+
+from __future__ import annotations
+
+from populora import ratings as rating_lib
+from populora.adapters import create_adapters
+from populora.config import members_of_arm, slots_of_arm
+from populora.io import replace_dir, staging_dir, write_json, write_jsonl
+from populora.model import load_base, lora_config
+from populora.state import ADAPTERS, BUFFER, STATE
+from populora.tasks import buffer_entry, seed_proposals
+from populora.verifier import verify_rows
+from stages._common import derive_seed, setup, stage_parser, timed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = stage_parser(__doc__.splitlines()[0], gen=False)
+    parser.add_argument("--base-model", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    params, log = setup(args, "init")
+    roles = members_of_arm(params, args.arm)
+    slots = slots_of_arm(params, args.arm)
+    tmp = staging_dir(args.out)
+
+    with timed(log, "verifying seed tasks"):
+        seeds = verify_rows(seed_proposals(params.buffer.seeds), **vars(params.verify))
+    bad = [row["task_id"] for row in seeds if not row["valid"]]
+    if bad:
+        log.error("seed tasks failed verification: %s", bad)
+        return 1
+    write_jsonl(tmp / BUFFER, [buffer_entry(row) for row in seeds])
+
+    _, model = load_base(args.base_model, dtype=params.model.dtype, device="cpu")
+    cfg = lora_config(params.lora.rank, params.lora.alpha, params.lora.dropout, list(params.lora.target_modules))
+    seeds_by_slot = {slot: derive_seed(params.base.seed, "init", args.arm, slot) for slot in slots}
+    (tmp / ADAPTERS).mkdir()
+    with timed(log, f"creating {len(slots)} adapters"):
+        create_adapters(model, slots, tmp / ADAPTERS, lora_cfg=cfg, seeds=seeds_by_slot, init_std=params.lora.init_std)
+
+    env = params.ratings.model_dump()
+    state = {
+        "arm": args.arm,
+        "generation": -1,
+        "teachers": roles["teachers"],
+        "students": roles["students"],
+        "members": {slot: f"{args.arm}/{slot}@g000" for slot in slots},
+        "ratings": {slot: rating_lib.new_rating(env) for slot in slots},
+        "lineage": [
+            {"child_id": f"{args.arm}/{slot}@g000", "slot": slot, "parents": [], "operator": "init",
+             "seed": seeds_by_slot[slot], "generation": 0}
+            for slot in slots
+        ],
+        "coverage_hashes": [],
+    }
+    write_json(tmp / STATE, state)
+    replace_dir(tmp, args.out)
+    log.info("arm %s: slots %s, %d seed tasks", args.arm, slots, len(seeds))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

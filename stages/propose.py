@@ -1,0 +1,66 @@
+"""Stage propose: teachers write tasks of all three types in mixed-adapter batches.
+
+    python -m stages.propose --params params.yaml --arm population --gen 0 --base-model results/base_model \
+        --state results/population/init --pairing results/population/gen000/pairing.json \
+        --out results/population/gen000/proposals.jsonl
+
+Output rows are verifier input rows (task_id, type, program, inputs, message) plus provenance,
+the raw completion segments (for the update) and `parse_reason` (None when parsing succeeded).
+"""
+
+from __future__ import annotations
+
+import random
+
+from populora.generation import GenRow, run_plans
+from populora.io import write_jsonl
+from populora.model import attach_adapters, load_base
+from populora.parsing import parse_proposal
+from populora.roles import proposer_jobs
+from populora.state import adapter_dirs, load_buffer, load_state
+from stages._common import derive_seed, setup, stage_parser, timed
+
+
+def chat_wrapper(tokenizer):
+    def chat(prompt: str) -> str:
+        if tokenizer.chat_template is None:
+            return f"User: {prompt}\nAssistant: "
+        return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+
+    return chat
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = stage_parser(__doc__.splitlines()[0])
+    for flag in ("--base-model", "--state", "--pairing", "--out"):
+        parser.add_argument(flag, required=True)
+    args = parser.parse_args(argv)
+    params, log = setup(args, "propose")
+    cfg = params.propose
+    state = load_state(args.state)
+    teachers = state["teachers"]
+    tokenizer, model = load_base(args.base_model, dtype=params.model.dtype, device=params.model.device)
+    model = attach_adapters(model, {t: str(p) for t, p in adapter_dirs(args.state, teachers).items()})
+    seed = derive_seed(params.base.seed, "propose", args.arm, args.gen)
+    jobs = proposer_jobs(teachers, load_buffer(args.state), per_type=cfg.per_type, references=cfg.references,
+                         n_inputs=cfg.code_f_inputs, mode=cfg.mode, chat=chat_wrapper(tokenizer),
+                         rng=random.Random(seed), arm=args.arm, gen=args.gen)
+    with timed(log, f"generating {len(jobs)} proposals"):
+        results = run_plans(model, tokenizer, [GenRow(plan, meta["teacher"]) for meta, plan in jobs],
+                            temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+                            batch_size=cfg.batch_size, seed=seed, desc="propose")
+    rows = []
+    for (meta, _), result in zip(jobs, results):
+        parsed = parse_proposal(result.completion, meta["type"], mode=cfg.mode, n_inputs=cfg.code_f_inputs,
+                                truncated=result.truncated)
+        if meta["type"] == "code_f":
+            parsed["program"] = meta["program"]  # code_f proposals bring inputs + message for a buffer program
+        rows.append({**meta, **parsed, "segments": result.segments, "tokens": result.tokens_generated})
+    write_jsonl(args.out, rows)
+    parsed_ok = sum(r["parse_reason"] is None for r in rows)
+    log.info("%d/%d proposals parsed; %d tokens generated", parsed_ok, len(rows), sum(r["tokens"] for r in rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

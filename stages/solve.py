@@ -1,0 +1,62 @@
+"""Stage solve: students answer their assigned tasks, several samples each, in mixed-adapter batches.
+
+    python -m stages.solve --params params.yaml --arm population --gen 0 --base-model results/base_model \
+        --state results/population/init --pairing results/population/gen000/pairing.json \
+        --tasks results/population/gen000/tasks.jsonl --out results/population/gen000/answers.jsonl \
+        --solve-tasks results/population/gen000/solve_tasks.jsonl
+
+`--solve-tasks` receives every task a student was given (this generation's valid proposals and
+buffer top-ups) in the verifier's row format, so `stages.grade` can check the answers.
+"""
+
+from __future__ import annotations
+
+import random
+
+from populora.generation import GenRow, run_plans
+from populora.io import read_json, read_jsonl, write_jsonl
+from populora.model import attach_adapters, load_base
+from populora.parsing import parse_answer
+from populora.roles import assign_tasks, solver_jobs
+from populora.state import adapter_dirs, load_buffer, load_state
+from stages._common import derive_seed, setup, stage_parser, timed
+from stages.propose import chat_wrapper
+
+TASK_FIELDS = ("task_id", "type", "program", "inputs", "outputs", "message", "teacher", "gen", "origin")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = stage_parser(__doc__.splitlines()[0])
+    for flag in ("--base-model", "--state", "--pairing", "--tasks", "--out", "--solve-tasks"):
+        parser.add_argument(flag, required=True)
+    args = parser.parse_args(argv)
+    params, log = setup(args, "solve")
+    cfg = params.solve
+    state = load_state(args.state)
+    buffer = load_buffer(args.state)
+    pairing = read_json(args.pairing)
+    assignment = assign_tasks(pairing, read_jsonl(args.tasks), buffer, per_type=cfg.tasks_per_type)
+    tokenizer, model = load_base(args.base_model, dtype=params.model.dtype, device=params.model.device)
+    model = attach_adapters(model, {s: str(p) for s, p in adapter_dirs(args.state, state["students"]).items()})
+    seed = derive_seed(params.base.seed, "solve", args.arm, args.gen)
+    jobs = solver_jobs(assignment, buffer, samples=cfg.samples, worked_examples=cfg.worked_examples, mode=cfg.mode,
+                       chat=chat_wrapper(tokenizer), rng=random.Random(seed))
+    with timed(log, f"generating {len(jobs)} answers"):
+        results = run_plans(model, tokenizer, [GenRow(plan, meta["student"]) for meta, plan in jobs],
+                            temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+                            batch_size=cfg.batch_size, seed=seed, desc="solve")
+    rows = []
+    for (meta, _), result in zip(jobs, results):
+        answer, reason = parse_answer(result.completion, meta["type"], mode=cfg.mode, truncated=result.truncated)
+        rows.append({**meta, "answer": answer, "parse_reason": reason, "segments": result.segments,
+                     "tokens": result.tokens_generated})
+    used = {t["task_id"]: t for by_type in assignment.values() for tasks in by_type.values() for t in tasks}
+    write_jsonl(args.solve_tasks, [{**{k: t.get(k) for k in TASK_FIELDS}, "valid": True} for t in used.values()])
+    write_jsonl(args.out, rows)
+    log.info("%d answers (%d parsed) on %d tasks; %d tokens", len(rows), sum(r["answer"] is not None for r in rows),
+             len(used), sum(r["tokens"] for r in rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

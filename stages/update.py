@@ -1,0 +1,71 @@
+"""Stage update: one LoRA-only REINFORCE update per adapter on its own rollouts (through Accelerate).
+
+    python -m stages.update --params params.yaml --arm population --gen 0 --base-model results/base_model \
+        --state results/population/init --rollouts results/population/gen000/rollouts.jsonl \
+        --out results/population/gen000/trained
+
+Writes trained/adapters/<slot>/, trained/optimizer/<slot>.safetensors and trained/update_stats.json.
+The base model's weights are frozen; each adapter is trained on its own forward passes (PEFT
+refuses mixed-adapter batches in training mode).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+from accelerate import Accelerator
+
+from populora.config import slots_of_arm
+from populora.io import read_jsonl, replace_dir, staging_dir, write_json
+from populora.model import attach_adapters, load_base
+from populora.state import ADAPTERS, OPTIMIZER, adapter_dirs
+from populora.update import reinforce_steps
+from stages._common import derive_seed, setup, stage_parser, timed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = stage_parser(__doc__.splitlines()[0])
+    for flag in ("--base-model", "--state", "--rollouts", "--out"):
+        parser.add_argument(flag, required=True)
+    args = parser.parse_args(argv)
+    params, log = setup(args, "update")
+    cfg = params.update
+    slots = slots_of_arm(params, args.arm)
+    by_adapter: dict[str, list[dict]] = defaultdict(list)
+    for rollout in read_jsonl(args.rollouts):
+        by_adapter[rollout["adapter"]].append(rollout)
+
+    accelerator = Accelerator(cpu=params.model.device == "cpu")
+    import torch
+
+    torch.manual_seed(derive_seed(params.base.seed, "update", args.arm, args.gen))
+    tokenizer, model = load_base(args.base_model, dtype=params.model.dtype, device=str(accelerator.device))
+    tokenizer.padding_side = "right"
+    model = attach_adapters(model, {s: str(p) for s, p in adapter_dirs(args.state, slots).items()}, trainable=slots[0])
+    model = accelerator.prepare_model(model)
+    tmp = staging_dir(args.out)
+    stats = {}
+    for slot in slots:
+        with timed(log, f"update {slot} on {len(by_adapter[slot])} rollouts"):
+            stats[slot] = reinforce_steps(
+                accelerator, model, tokenizer, slot, by_adapter[slot], steps=cfg.steps, lr=cfg.learning_rate,
+                weight_decay=cfg.weight_decay, micro_batch=cfg.micro_batch, max_grad_norm=cfg.max_grad_norm,
+                max_seq_len=cfg.max_seq_len, optimizer_file=Path(args.state) / OPTIMIZER / f"{slot}.safetensors",
+                optimizer_out=tmp / OPTIMIZER / f"{slot}.safetensors",
+            )
+        unwrapped = accelerator.unwrap_model(model)
+        unwrapped.save_pretrained(tmp / "_save", selected_adapters=[slot])
+        saved = tmp / "_save" / slot if (tmp / "_save" / slot).is_dir() else tmp / "_save"
+        (tmp / ADAPTERS).mkdir(exist_ok=True)
+        shutil.move(str(saved), str(tmp / ADAPTERS / slot))
+        shutil.rmtree(tmp / "_save", ignore_errors=True)
+        log.info("%s: %s", slot, {k: v for k, v in stats[slot].items() if k != "losses"})
+    write_json(tmp / "update_stats.json", stats)
+    replace_dir(tmp, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,25 @@
+"""Shared fixtures: a tiny randomly initialised model (no download) and tiny params."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+TINY_PARAMS = REPO / "tests" / "fixtures" / "params.tiny.yaml"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    from populora.model import tiny_model_dir as build
+
+    return build(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="session")
+def tiny_params_dict(tiny_model_dir) -> dict:
+    raw = yaml.safe_load(TINY_PARAMS.read_text())
+    raw["model"]["base_model"] = str(tiny_model_dir)
+    return raw

@@ -1,0 +1,65 @@
+"""params.yaml validation: bad input fails before any work, naming the key and the fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from populora.config import ParamsError, load_params, members_of_arm, parse_params
+from tests.conftest import REPO, TINY_PARAMS
+
+
+def test_repository_params_are_valid():
+    params = load_params(REPO / "params.yaml")
+    assert params.population.teachers >= 1 and params.dag.generations >= 1
+
+
+def test_tiny_params_are_valid():
+    load_params(TINY_PARAMS)
+
+
+@pytest.mark.parametrize(
+    "raw, key, hint",
+    [
+        ({"population": {"students": 0}}, "population.students", "at least one student"),
+        ({"propose": {"temperature": "hot"}}, "propose.temperature", "valid number"),
+        ({"propose": {"tempreature": 0.5}}, "propose.tempreature", "unknown key"),
+        ({"dag": {"generations": 1.5}}, "dag.generations", "whole number"),
+        ({"dag": {"arms": ["population", "population"]}}, "dag.arms", "once"),
+        ({"lora": {"rank": 0}}, "lora.rank", "greater than or equal to 1"),
+        ({"pairing": {"strategy": "elo"}}, "pairing.strategy", "pfsp"),
+        ({"evolve": {"operators": {}}}, "evolve.operators", "positive weight"),
+        ({"surprise": 1}, "surprise", "unknown key"),
+    ],
+)
+def test_bad_values_name_the_key(raw, key, hint):
+    with pytest.raises(ParamsError) as error:
+        parse_params(raw)
+    assert key in str(error.value) and hint in str(error.value)
+
+
+def test_replacing_a_whole_subpopulation_is_refused():
+    with pytest.raises(ParamsError, match="evolve.replace"):
+        parse_params({"population": {"teachers": 2, "students": 3}, "evolve": {"replace": 2}})
+
+
+def test_not_a_mapping():
+    with pytest.raises(ParamsError, match="mapping"):
+        parse_params(["a"])
+
+
+def test_cli_reports_and_exits_nonzero(tmp_path):
+    bad = tmp_path / "params.yaml"
+    bad.write_text(yaml.safe_dump({"population": {"students": 0}}))
+    result = subprocess.run([sys.executable, "-m", "populora.config", str(bad)], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 2 and "population.students" in result.stderr
+
+
+def test_arm_slots():
+    params = parse_params({"population": {"teachers": 3, "students": 2}})
+    assert members_of_arm(params, "population") == {"teachers": ["teacher0", "teacher1", "teacher2"],
+                                                     "students": ["student0", "student1"]}
+    assert members_of_arm(params, "baseline") == {"teachers": ["solo"], "students": ["solo"]}

@@ -1,0 +1,318 @@
+import doctest
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from populora import operators as ops
+from populora.operators import CROSSOVERS, MUTATIONS, factored_svd, lora_modules, make_child, refactor
+
+RANK = 4
+# (module, d_in, d_out): mixed shapes so that several batched shape groups are exercised
+SHAPES = [("q_proj", 12, 12), ("k_proj", 12, 6), ("v_proj", 12, 6), ("down_proj", 20, 12)]
+
+
+def random_adapter(seed: int, layers: int = 2, dtype=torch.float32, zero_b: bool = False, rank: int = RANK):
+    g = torch.Generator().manual_seed(seed)
+    sd = {}
+    for layer in range(layers):
+        for name, d_in, d_out in SHAPES:
+            prefix = f"base_model.model.model.layers.{layer}.self_attn.{name}"
+            sd[f"{prefix}.lora_A.weight"] = (torch.rand(rank, d_in, generator=g) - 0.5).to(dtype)
+            b = torch.zeros(d_out, rank) if zero_b else 0.1 * torch.randn(d_out, rank, generator=g)
+            sd[f"{prefix}.lora_B.weight"] = b.to(dtype)
+    return sd
+
+
+def delta(sd, module):
+    return sd[module.b_key].float() @ sd[module.a_key].float()
+
+
+def deltas(sd):
+    return {m.name: delta(sd, m) for m in lora_modules(sd)}
+
+
+def child_for(op, parents, seed=0, **hyper):
+    return make_child(parents if op in CROSSOVERS else parents[:1], op, seed, fitness=None, **hyper)
+
+
+ALL_OPS = sorted(MUTATIONS) + sorted(CROSSOVERS)
+
+
+# ---------------------------------------------------------------- linear algebra
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    m=st.integers(1, 10), n=st.integers(1, 10), r=st.integers(1, 6), batch=st.integers(1, 3),
+    seed=st.integers(0, 10_000),
+)
+def test_factored_svd_matches_dense_svd(m, n, r, batch, seed):
+    g = torch.Generator().manual_seed(seed)
+    B = torch.randn(batch, m, r, generator=g, dtype=torch.float64)
+    A = torch.randn(batch, r, n, generator=g, dtype=torch.float64)
+    U, S, V = factored_svd(B, A)
+    assert U.shape == (batch, m, r) and S.shape == (batch, r) and V.shape == (batch, n, r)
+    dense = torch.linalg.svdvals(B @ A)
+    k = min(m, n, r)
+    assert torch.allclose(S[:, :k], dense[:, :k], atol=1e-9)
+    assert torch.all(S[:, k:] == 0)
+    assert torch.allclose(U @ torch.diag_embed(S) @ V.mT, B @ A, atol=1e-9)
+    eye = torch.eye(k, dtype=A.dtype).expand(batch, k, k)
+    assert torch.allclose(U[..., :k].mT @ U[..., :k], eye, atol=1e-9)
+    assert torch.allclose(V[..., :k].mT @ V[..., :k], eye, atol=1e-9)
+
+
+def test_refactor_keeps_product_and_balances_factors():
+    sd = random_adapter(0)
+    m = lora_modules(sd)[0]
+    A, B = sd[m.a_key][None], sd[m.b_key][None]
+    U, S, V = factored_svd(B, A)
+    A2, B2 = refactor(U, S, V, ops.row_scale(A))
+    assert torch.allclose(B2 @ A2, B @ A, atol=1e-6)
+    assert torch.allclose(A2.norm(dim=-1), B2.norm(dim=-2), atol=1e-6)  # sqrt(S) on both sides
+
+
+@pytest.mark.parametrize("tiny", [0.0, 1e-9])
+def test_refactor_dead_components_stay_trainable(tiny):
+    sd = random_adapter(1)
+    m = lora_modules(sd)[0]
+    A, B = sd[m.a_key][None], sd[m.b_key][None]
+    U, S, V = factored_svd(B, A)
+    S[:, 1] = tiny * S[:, 0]
+    A2, B2 = refactor(U, S, V, ops.row_scale(A))
+    assert torch.all(B2[..., 1] == 0)
+    assert A2[0, 1].norm() == pytest.approx(ops.row_scale(A).item(), rel=1e-5)
+    assert torch.allclose(B2 @ A2, U @ torch.diag_embed(S) @ V.mT, atol=1e-6)
+
+
+def test_lora_modules_pairs_keys_with_adapter_names():
+    sd = {"x.lora_A.default.weight": torch.zeros(2, 3), "x.lora_B.default.weight": torch.zeros(4, 2),
+          "y.lora_A.weight": torch.zeros(2, 3), "y.lora_B.weight": torch.zeros(4, 2), "y.bias": torch.ones(4)}
+    assert [m.name for m in lora_modules(sd)] == ["x.default", "y"]
+    with pytest.raises(ValueError, match="lacks"):
+        lora_modules({"x.lora_A.weight": torch.zeros(2, 3)})
+    with pytest.raises(ValueError, match="B @ A"):
+        lora_modules({"x.lora_A.weight": torch.zeros(2, 3), "x.lora_B.weight": torch.zeros(4, 3)})
+
+
+# ---------------------------------------------------------------- generic operator properties
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_shapes_dtypes_keys_kept_and_child_differs(op, dtype):
+    p1, p2 = random_adapter(1, dtype=dtype), random_adapter(2, dtype=dtype)
+    p1["extra.bias"] = torch.arange(3.0)  # non-LoRA keys ride along from the first parent
+    p2["extra.bias"] = torch.arange(3.0) + 1
+    child = child_for(op, [p1, p2])
+    assert list(child) == list(p1)
+    for key, t in child.items():
+        assert t.shape == p1[key].shape and t.dtype == p1[key].dtype
+        assert torch.isfinite(t.float()).all()
+    assert torch.equal(child["extra.bias"], p1["extra.bias"])
+    d1, d2, dc = deltas(p1), deltas(p2), deltas(child)
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+    assert any(not torch.allclose(dc[k], d1[k], atol=tol) for k in dc)
+    if op in CROSSOVERS:
+        assert any(not torch.allclose(dc[k], d2[k], atol=tol) for k in dc)
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_seeded_determinism(op):
+    p1, p2 = random_adapter(3), random_adapter(4)
+    a, b, c = child_for(op, [p1, p2], seed=11), child_for(op, [p1, p2], seed=11), child_for(op, [p1, p2], seed=12)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], c[k]) for k in a)
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_parents_not_modified_and_no_shared_storage(op):
+    p1, p2 = random_adapter(5), random_adapter(6)
+    before = {k: v.clone() for k, v in p1.items()}
+    child = child_for(op, [p1, p2])
+    assert all(torch.equal(p1[k], before[k]) for k in p1)
+    pointers = [t.untyped_storage().data_ptr() for t in child.values()]
+    assert len(set(pointers)) == len(pointers)  # safetensors refuses shared tensors
+    assert not set(pointers) & {t.untyped_storage().data_ptr() for t in p1.values()}
+
+
+@pytest.mark.parametrize("op", ["layerwise", "svd_split", "extrapolate"])
+def test_identical_parents_give_parent_back(op):
+    p = random_adapter(7)
+    child = make_child([p, p], op, seed=3)
+    if op == "svd_split":  # factors are re-balanced, the product is the parent's
+        dp, dc = deltas(p), deltas(child)
+        assert all(torch.allclose(dc[k], dp[k], atol=1e-6) for k in dp)
+    else:
+        assert all(torch.equal(child[k], p[k]) for k in p)
+    dc = deltas(make_child([p, p], "extrapolate", seed=3, space="delta"))
+    assert all(torch.allclose(dc[k], v, atol=1e-6) for k, v in deltas(p).items())
+
+
+def test_dare_identical_parents_are_not_returned_but_unbiased():
+    p = random_adapter(8, layers=1)
+    assert any(not torch.equal(v, p[k]) for k, v in make_child([p, p], "dare", seed=0).items())
+    assert all(torch.equal(v, p[k]) for k, v in make_child([p, p], "dare", seed=0, p=0.0).items())
+    children = [make_child([p, p], "dare", seed=s, p=0.5) for s in range(400)]
+    key = lora_modules(p)[0].a_key
+    mean = torch.stack([c[key] for c in children]).mean(0)
+    # each entry: average of 2 dropped copies -> std |x| / sqrt(2 * 400); allow 5 sd
+    assert torch.all((mean - p[key]).abs() <= 5 * p[key].abs() / math.sqrt(800) + 1e-7)
+
+
+# ---------------------------------------------------------------- operator semantics
+
+
+def test_svd_scale_rotate_small_eps_is_small_change():
+    p = random_adapter(9)
+    dp = deltas(p)
+    zero = deltas(make_child([p], "svd_scale_rotate", seed=0, eps=0.0))
+    assert all(torch.allclose(zero[k], dp[k], atol=1e-6) for k in dp)
+    change = {}
+    for eps in (0.01, 0.3):
+        dc = deltas(make_child([p], "svd_scale_rotate", seed=0, eps=eps))
+        change[eps] = sum((dc[k] - dp[k]).norm() / dp[k].norm() for k in dp) / len(dp)
+    assert 0 < change[0.01] < 0.05 < change[0.3]
+
+
+def test_mask_components_drops_rank_but_keeps_factors_trainable():
+    p = random_adapter(10)
+    rho = 0.3
+    child = make_child([p], "mask_components", seed=0, rho=rho)
+    dropped = math.ceil(rho * RANK)
+    for m in lora_modules(p):
+        s_parent = torch.linalg.svdvals(delta(p, m))
+        s_child = torch.linalg.svdvals(delta(child, m))
+        tol = 1e-5 * s_parent[0]
+        assert int((s_child > tol).sum()) == int((s_parent > tol).sum()) - dropped
+        # surviving singular values are a subset of the parent's
+        for s in s_child[s_child > tol]:
+            assert torch.isclose(s_parent, s, rtol=1e-4).any()
+        assert torch.all(child[m.a_key].norm(dim=1) > 0)  # no dead A rows
+        assert int((child[m.b_key].norm(dim=0) == 0).sum()) == dropped
+
+
+def test_svd_split_takes_top_triplets_of_first_parent():
+    p1, p2 = random_adapter(11), random_adapter(12, zero_b=True)  # p2 contributes nothing
+    child = make_child([p1, p2], "svd_split", seed=5)
+    ks = set()
+    for m in lora_modules(p1):
+        s1 = torch.linalg.svdvals(delta(p1, m))[:RANK]
+        sc = torch.linalg.svdvals(delta(child, m))[:RANK]
+        k = int((sc > 1e-5 * s1[0]).sum())
+        assert 1 <= k <= RANK - 1
+        assert torch.allclose(sc[:k], s1[:k], rtol=1e-4)
+        ks.add(k)
+    assert len(ks) > 1  # k is drawn per module
+
+
+def test_svd_split_rejects_rank_one_and_three_parents():
+    p = random_adapter(0, rank=1)
+    with pytest.raises(ValueError, match="rank"):
+        make_child([p, p], "svd_split", seed=0)
+    q = random_adapter(0)
+    with pytest.raises(ValueError):
+        make_child([q, q, q], "svd_split", seed=0)
+
+
+@pytest.mark.parametrize(("fitness", "fit_index"), [(None, 0), ([1.0, 0.0], 0), ([0.0, 1.0], 1)])
+def test_extrapolate_steps_past_the_fitter_parent(fitness, fit_index):
+    parents = [random_adapter(13), random_adapter(14)]
+    child = make_child(parents, "extrapolate", seed=0, fitness=fitness)
+    fit, other = parents[fit_index], parents[1 - fit_index]
+    for m in lora_modules(fit):
+        for key in (m.a_key, m.b_key):
+            step, span = child[key] - other[key], fit[key] - other[key]
+            eta = (step * span).sum() / (span * span).sum()
+            assert 1.0 - 1e-5 <= eta <= 1.5 + 1e-5
+            assert torch.allclose(step, eta * span, atol=1e-5)
+
+
+def test_gaussian_subset_handles_zero_b_and_touches_fraction():
+    p = random_adapter(15, zero_b=True)
+    n = len(lora_modules(p))
+    child = make_child([p], "gaussian_subset", seed=0, fraction=0.5)
+    changed = [m for m in lora_modules(p) if not torch.equal(child[m.b_key], p[m.b_key])]
+    assert len(changed) == round(0.5 * n)
+    for m in changed:
+        # std(B) == 0 -> fallback scale 1/sqrt(r): B becomes clearly non-zero
+        assert child[m.b_key].std() == pytest.approx(0.1 / math.sqrt(RANK), rel=0.5)
+        assert not torch.equal(child[m.a_key], p[m.a_key])
+
+
+@pytest.mark.parametrize("op", ["svd_scale_rotate", "mask_components"])
+def test_svd_mutations_leave_zero_delta_modules_alone(op):
+    p = random_adapter(16, zero_b=True)
+    child = make_child([p], op, seed=0)
+    assert all(torch.equal(child[k], p[k]) for k in p)
+
+
+def test_make_child_rejects_bad_calls():
+    p1, p2 = random_adapter(1), random_adapter(2)
+    with pytest.raises(ValueError, match="unknown operator"):
+        make_child([p1], "teleport", seed=0)
+    with pytest.raises(ValueError, match="takes 1 parent"):
+        make_child([p1, p2], "gaussian_all", seed=0)
+    with pytest.raises(ValueError, match="parents"):
+        make_child([p1], "layerwise", seed=0)
+    with pytest.raises(ValueError, match="fitness"):
+        make_child([p1, p2], "extrapolate", seed=0, fitness=[1.0])
+    p3 = dict(p2)
+    p3.pop(next(iter(p3)))
+    with pytest.raises(ValueError):
+        make_child([p1, p3], "layerwise", seed=0)
+    with pytest.raises(TypeError):
+        make_child([p1], "gaussian_all", seed=0, epsilon=0.1)  # typo'd hyper-parameter
+
+
+def test_doctests():
+    result = doctest.testmod(ops)
+    assert result.attempted > 0 and result.failed == 0
+
+
+# ---------------------------------------------------------------- real PEFT model
+
+
+def test_children_load_into_peft_llama_and_generate(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    peft = pytest.importorskip("peft")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=64, max_position_embeddings=64,
+    )
+    base = transformers.LlamaForCausalLM(config).eval()
+    base_weights = {k: v.clone() for k, v in base.state_dict().items()}
+    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    model = peft.get_peft_model(base, lora)
+    parents = []
+    for seed in (0, 1):
+        sd = peft.get_peft_model_state_dict(model)
+        g = torch.Generator().manual_seed(seed)
+        parents.append({k: v + 0.05 * torch.randn(v.shape, generator=g) for k, v in sd.items()})
+    assert len(lora_modules(parents[0])) == 8
+    prompt = torch.tensor([[1, 5, 9, 3]])
+    outputs = {}
+    for op in ALL_OPS:
+        child = child_for(op, parents)
+        peft.set_peft_model_state_dict(model, child)
+        loaded = peft.get_peft_model_state_dict(model)
+        assert all(torch.equal(loaded[k], child[k]) for k in child)
+        with torch.no_grad():
+            out = model.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=0)
+        assert out.shape == (1, 8)
+        outputs[op] = out
+    # save the last child as a PEFT folder and load it back on a fresh base
+    model.save_pretrained(tmp_path / "child")
+    assert (tmp_path / "child" / "adapter_model.safetensors").exists()
+    fresh = transformers.LlamaForCausalLM(config).eval()
+    fresh.load_state_dict(base_weights)
+    reloaded = peft.PeftModel.from_pretrained(fresh, tmp_path / "child")
+    back = peft.get_peft_model_state_dict(reloaded)
+    assert all(torch.equal(back[k], child[k]) for k in child)
+    with torch.no_grad():
+        again = reloaded.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert torch.equal(again, outputs[ALL_OPS[-1]])
