@@ -1,6 +1,6 @@
 """PopuLoRA pipeline, Snakemake entry point. The DAG itself is declared in workflow/dag.py.
 
-    snakemake --cores all --resources gpu=1        # whole run: both arms, every generation
+    snakemake --cores all --resources gpu=1        # whole run: both arms, every generation, benchmarks
     snakemake -n                                   # dry run
 
 params.yaml is validated before any rule is built, so a bad value fails here, naming the key.
@@ -11,34 +11,30 @@ import sys
 sys.path.insert(0, workflow.basedir)
 
 from populora.config import ParamsError, load_params
-from workflow.dag import STAGES, gen_label, prev_dir
+from workflow.dag import SCOPES, STAGES, gen_label, resolve_input, scope_items
 
 try:
     PARAMS = load_params("params.yaml")
 except ParamsError as error:
     sys.exit(str(error))
 
-ARMS = list(PARAMS.dag.arms)
 GENERATIONS = PARAMS.dag.generations
 LAST = gen_label(GENERATIONS - 1)
+ITEMS = {scope: scope_items(scope, PARAMS) for scope in SCOPES}
+BENCH_ITEMS = list(ITEMS["bench"].values())
 
 wildcard_constraints:
-    arm="|".join(ARMS),
+    arm="|".join(PARAMS.dag.arms),
     gen=r"\d{3}",
+    model="|".join(item["model"] for item in ITEMS["model"].values()),
+    bench="|".join(PARAMS.bench.benchmarks),
 
 
 def _inputs(stage):
     def resolve(wildcards):
-        fields = dict(arm=wildcards.get("arm", ""), gen=wildcards.get("gen", ""), last=LAST)
-        if "gen" in wildcards.keys():
-            fields["prev"] = prev_dir(wildcards.arm, int(wildcards.gen))
-        resolved = {}
-        for key, template in stage.inputs.items():
-            if key in stage.per_generation_inputs:
-                resolved[key] = [template.format(arm=fields["arm"], gen=gen_label(g)) for g in range(GENERATIONS)]
-            else:
-                resolved[key] = template.format(**fields)
-        return resolved
+        key = "-".join(wildcards[name] for name in stage.wildcards)
+        item = ITEMS[stage.scope][key]
+        return {k: resolve_input(stage, k, item, GENERATIONS, BENCH_ITEMS) for k in stage.inputs}
 
     return resolve
 
@@ -64,13 +60,6 @@ def _params_of(stage):
     return snapshot
 
 
-def _snakemake_ref(stage):
-    def ref(kind, key, template):
-        return "{" + kind + "." + key + "}"
-
-    return ref
-
-
 for stage in STAGES:
 
     rule:
@@ -87,11 +76,11 @@ for stage in STAGES:
         resources:
             gpu=stage.gpu,
         shell:
-            stage.argv(_snakemake_ref(stage), arm="{wildcards.arm}", gen="{wildcards.gen}", log="{log}")
+            stage.argv(lambda kind, key, template: "{" + kind + "." + key + "}", lambda name: "{wildcards." + name + "}", log="{log}")
 
 
 rule all:
     default_target: True
     input:
-        expand("results/{arm}/dynamics.json", arm=ARMS),
-        expand("results/{arm}/summary.json", arm=ARMS),
+        expand("results/{arm}/summary.json", arm=PARAMS.dag.arms),
+        expand("results/models/{model}", model=[item["model"] for item in ITEMS["model"].values()]),

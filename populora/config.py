@@ -159,6 +159,21 @@ class EvolveSection(_Section):
         return value
 
 
+BENCHMARKS = ("humaneval_plus", "mbpp_plus", "gsm8k", "math500", "minerva_math", "olympiadbench", "aime24", "aime25", "amc23")
+
+
+class BenchSection(_Section):
+    benchmarks: tuple[Literal[BENCHMARKS], ...] = Field(BENCHMARKS, description="Benchmarks to run for every model.")
+    data_dir: str | None = Field(
+        "../shared/benchmarks",
+        description="Offline benchmark folder (evalplus/, math/); the POPULORA_BENCHMARKS environment variable "
+        "overrides it; null = the official downloads.",
+    )
+    limit: int | None = Field(4, ge=1, description="First N problems per benchmark (CPU subset); null = full sets.")
+    max_new_tokens: int = Field(256, ge=16, description="Generation cap per benchmark answer.")
+    batch_size: int = Field(8, ge=1, description="Prompts per generate call.")
+
+
 class Params(_Section):
     base: BaseSection = BaseSection()
     model: ModelSection = ModelSection()
@@ -174,6 +189,7 @@ class Params(_Section):
     ratings: RatingsSection = RatingsSection()
     pairing: PairingSection = PairingSection()
     evolve: EvolveSection = EvolveSection()
+    bench: BenchSection = BenchSection()
 
     @model_validator(mode="after")
     def _cross_checks(self):

@@ -329,3 +329,399 @@ class Sandbox:
 # ----------------------------------------------------------------------------- zygote side
 # Everything below runs inside the zygote (started by _BOOT) or its children; stdlib only.
 
+
+_CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWUSER, _CLONE_NEWNET = 0x00020000, 0x08000000, 0x10000000, 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+_MNT_DETACH = 2
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 1, 4, 38
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+_JAIL = "/tmp"  # where the jail's tmpfs is mounted before pivot_root (exists on every Linux)
+_JAIL_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+_JAIL_DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
+_PRELOAD = ("abc", "array", "bisect", "cmath", "collections", "collections.abc", "contextlib", "copy", "dataclasses",
+            "decimal", "difflib", "enum", "fractions", "functools", "heapq", "itertools", "json", "keyword", "math",
+            "numbers", "operator", "pprint", "re", "reprlib", "statistics", "string", "struct", "textwrap", "typing",
+            "unicodedata")
+_libc = None
+
+
+def _libc_call(name: str, *args) -> None:
+    result = getattr(_libc, name)(*args)
+    if result != 0:
+        code = __import__("ctypes").get_errno()
+        raise OSError(code, f"{name}{args[:2]}: {os.strerror(code)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = (lambda s: None if s is None else s.encode())
+    _libc_call("mount", enc(source), enc(target), enc(fstype), flags, enc(data))
+
+
+def _load_libc() -> None:
+    global _libc
+    import ctypes
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+    _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    _libc.unshare.argtypes = [ctypes.c_int]
+    _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    _libc.syscall.restype = ctypes.c_long
+
+
+def _probe_in_child(action) -> bool:
+    """Does `action` succeed in a throwaway fork (so the zygote itself is left unchanged)?"""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            action()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    return os.waitpid(pid, 0)[1] == 0
+
+
+def _jail_sources() -> list[str]:
+    """Host paths the child needs: system dirs, the Python installation (venv and base), devices."""
+    prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    prefixes |= {os.path.realpath(p) for p in prefixes}
+    chosen: list[str] = []
+    for path in sorted(set(_JAIL_DIRS) | prefixes | set(_JAIL_DEVICES), key=len):
+        if os.path.lexists(path) and not any(path == c or path.startswith(c.rstrip("/") + "/") for c in chosen):
+            chosen.append(path)
+    return chosen
+
+
+def _build_jail(work_mb: int) -> str:
+    """pivot_root into a read-only tmpfs skeleton with read-only binds; returns the work dir."""
+    sources = _jail_sources()
+    links = {p: os.readlink(p) for p in sources if os.path.islink(p)}
+    handles = {p: os.open(p, os.O_PATH) for p in sources if p not in links}  # opened before /tmp is covered
+    _mount("tmpfs", _JAIL, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=8m,mode=0755")
+    for path in sources:
+        target = _JAIL + path
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        if path in links:
+            os.symlink(links[path], target)
+            continue
+        if os.path.isdir(path):
+            os.makedirs(target, mode=0o755, exist_ok=True)
+        else:
+            open(target, "w").close()
+        _mount(f"/proc/self/fd/{handles[path]}", target, None, _MS_BIND)
+        device = path.startswith("/dev/")
+        _mount(None, target, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | (0 if device else _MS_NODEV))
+        os.close(handles[path])
+    os.mkdir(_JAIL + "/sbx", 0o711)
+    _mount("tmpfs", _JAIL + "/sbx", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={work_mb}m,nr_inodes=4096,mode=0711")
+    os.chdir(_JAIL)
+    if _libc.syscall(_SYS_PIVOT_ROOT[os.uname().machine], b".", b".") != 0:
+        raise OSError(__import__("ctypes").get_errno(), "pivot_root failed")
+    _libc_call("umount2", b".", _MNT_DETACH)
+    os.chdir("/")
+    _mount(None, "/", None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+    return "/sbx"
+
+
+def _isolate_zygote(config: dict) -> tuple[dict, str, int | None]:
+    """Enter namespaces and the jail; returns (capabilities, work root, uid for children)."""
+    caps = {"net_namespace": False, "mount_namespace": False, "fs_jail": False, "uid_drop": False,
+            "ipc_namespace": False, "root": os.geteuid() == 0}
+    try:
+        _load_libc()
+    except OSError as error:
+        caps["error"] = f"no libc: {error}"
+    if _libc is not None and caps["root"]:
+        if _libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET) == 0:
+            caps["net_namespace"] = caps["mount_namespace"] = True
+        elif _libc.unshare(_CLONE_NEWNET) == 0:
+            caps["net_namespace"] = True
+    elif _libc is not None:
+        caps["net_namespace"] = _libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) == 0
+    workroot = None
+    if caps["mount_namespace"]:
+        try:
+            _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+            workroot = _build_jail(config.get("work_mb", 64))
+            caps["fs_jail"] = True
+        except (OSError, KeyError) as error:
+            caps["jail_error"] = str(error)[:300]
+    if workroot is None:
+        import tempfile
+        workroot = tempfile.mkdtemp(prefix="populora-sbx-")
+        os.chmod(workroot, 0o711)
+    uid = config.get("uid")
+    if caps["root"] and uid is not None:
+        caps["uid_drop"] = _probe_in_child(lambda: (os.setgroups([]), os.setgid(uid), os.setuid(uid)))
+    if _libc is not None:
+        caps["ipc_namespace"] = _probe_in_child(lambda: _libc_call("unshare", _CLONE_NEWIPC))
+    return caps, workroot, uid if caps["uid_drop"] else None
+
+
+def zygote_main(config_json: str) -> None:
+    """Serve jobs over stdin/stdout (one JSON line each) until stdin closes."""
+    import builtins  # noqa: F401  (kept loaded for the children)
+    for name in _PRELOAD:
+        __import__(name)
+    config = json.loads(config_json)
+    protocol_out = os.dup(1)  # fd 1 becomes stderr, so a stray print cannot corrupt the protocol
+    os.dup2(2, 1)
+    os.environ.clear()
+    os.environ.update({"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+    os.umask(0o022)
+    out = os.fdopen(protocol_out, "wb")
+    try:
+        caps, workroot, uid = _isolate_zygote(config)
+    except BaseException as error:  # report instead of dying silently
+        out.write(json.dumps({"detail": f"isolation failed: {error!r}"}).encode() + b"\n")
+        out.flush()
+        return
+    devnull = os.open("/dev/null", os.O_RDWR)
+    out.write(json.dumps({"capabilities": caps}).encode() + b"\n")
+    out.flush()
+    for seq, line in enumerate(sys.stdin.buffer):
+        request = json.loads(line)
+        start = time.monotonic()
+        result = _supervise(request, caps, workroot, uid, devnull, seq)
+        result["wall_s"] = round(time.monotonic() - start, 6)
+        out.write(json.dumps(result).encode() + b"\n")
+        out.flush()
+
+
+def _supervise(request: dict, caps: dict, workroot: str, uid: int | None, devnull: int, seq: int) -> dict:
+    """Fork one child for `request`, collect its result within the limits, clean up after it."""
+    import shutil
+    workdir = f"{workroot}/{seq}"
+    os.mkdir(workdir, 0o700)
+    if uid is not None:
+        os.chown(workdir, uid, uid)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child never returns from here
+        os.close(read_fd)
+        _child_main(request, caps, uid, write_fd, devnull, workdir)
+    os.close(write_fd)
+    try:
+        return _collect(pid, read_fd, request)
+    finally:
+        os.close(read_fd)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _collect(pid: int, read_fd: int, request: dict) -> dict:
+    """Read the child's result (bounded), enforce the wall clock with SIGKILL, reap it."""
+    timeout = float(request["timeout_s"])
+    deadline = time.monotonic() + timeout
+    max_bytes = len(request["calls"]) * (6 * int(request["max_output_chars"]) + 4096) + 65536
+    chunks, size, killed_for = [], 0, None
+    pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
+    poller = select.poll()
+    poller.register(read_fd, select.POLLIN)
+    if pidfd is not None:
+        poller.register(pidfd, select.POLLIN)
+    eof, exited = False, False
+    while not (eof and exited):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            killed_for = "timeout"
+            break
+        if eof and pidfd is None:  # no pidfd: poll for exit without reaping (WNOWAIT)
+            exited = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+            time.sleep(0 if exited else 0.001)
+            continue
+        for fd, _ in poller.poll(max(1, int(remaining * 1000))):
+            if fd == read_fd:
+                chunk = os.read(read_fd, 65536)
+                if not chunk:
+                    eof = True
+                    poller.unregister(read_fd)
+                    continue
+                size += len(chunk)
+                chunks.append(chunk)
+            else:
+                exited = True
+                poller.unregister(pidfd)
+        if size > max_bytes:
+            killed_for = "output_too_large"
+            break
+    if killed_for:
+        os.kill(pid, 9)
+    try:
+        os.killpg(pid, 9)  # anything left in the child's session; pid is not reused before the reap below
+    except (ProcessLookupError, PermissionError):
+        pass
+    _, status, usage = os.wait4(pid, 0)
+    if pidfd is not None:
+        os.close(pidfd)
+    if killed_for == "timeout":
+        return {"status": "timeout", "detail": f"killed after {timeout:g} s wall clock"}
+    if killed_for:
+        return {"status": "output_too_large", "detail": f"result larger than {max_bytes} bytes"}
+    return _judge_exit(status, usage, b"".join(chunks), request)
+
+
+def _judge_exit(status: int, usage, payload: bytes, request: dict) -> dict:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        cpu = usage.ru_utime + usage.ru_stime
+        if sig == 24 or (sig == 9 and cpu >= float(request["timeout_s"])):  # SIGXCPU / RLIMIT_CPU hard kill
+            return {"status": "timeout", "detail": f"CPU limit ({cpu:.1f} s)"}
+        return {"status": "crash", "detail": f"killed by signal {sig}"}
+    code = os.WEXITSTATUS(status)
+    try:
+        result = json.loads(payload)
+        parse_result(result, len(request["calls"]))  # validates the shape
+    except (ValueError, TypeError, AttributeError):
+        return {"status": "crash", "detail": f"exit code {code}, no valid result ({len(payload)} bytes)"}
+    if code != 0:
+        return {"status": "crash", "detail": f"exit code {code} after writing a result"}
+    return result
+
+
+# ----------------------------------------------------------------------------- child side
+
+class _CountingSink:
+    """sys.stdout/sys.stderr of the child: counts characters, keeps none (floods cost nothing)."""
+
+    def __init__(self) -> None:
+        self.chars = 0
+
+    def write(self, text) -> int:
+        n = len(text) if isinstance(text, str) else 0
+        self.chars += n
+        return n
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _child_main(request: dict, caps: dict, uid: int | None, write_fd: int, devnull: int, workdir: str) -> None:
+    """Lock down this forked child, run the job, write one JSON result to fd 3 and _exit."""
+    try:
+        _lock_down(request, caps, uid, write_fd, devnull, workdir)
+        sink = _CountingSink()
+        sys.stdout = sys.stderr = sink
+        result = _execute(request)
+        result["stdout_chars"] = sink.chars
+    except BaseException as error:  # setup failed before untrusted code ran
+        result = {"status": "sandbox_error", "detail": f"child setup failed: {error!r}"}
+    try:
+        data = memoryview(json.dumps(result).encode())
+        while data:
+            data = data[os.write(3, data):]
+    finally:
+        os._exit(0)
+
+
+def _lock_down(request: dict, caps: dict, uid: int | None, write_fd: int, devnull: int, workdir: str) -> None:
+    import resource
+    import signal
+    os.setsid()
+    if caps.get("ipc_namespace"):
+        _libc_call("unshare", _CLONE_NEWIPC)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.dup2(write_fd, 3)
+    os.closerange(4, 1 << 16)  # the zygote's protocol pipes and everything else
+    cpu = int(float(request["timeout_s"])) + 1
+    memory = int(request["memory_mb"]) << 20
+    file_bytes = int(request["file_mb"]) << 20
+    for limit, value in ((resource.RLIMIT_CPU, (cpu, cpu + 1)), (resource.RLIMIT_AS, (memory, memory)),
+                         (resource.RLIMIT_FSIZE, (file_bytes, file_bytes)), (resource.RLIMIT_NOFILE, (64, 64)),
+                         (resource.RLIMIT_NPROC, (0, 0)), (resource.RLIMIT_CORE, (0, 0)),
+                         (resource.RLIMIT_MSGQUEUE, (0, 0))):
+        resource.setrlimit(limit, value)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # oversize writes fail with EFBIG instead of killing
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    if _libc is not None:
+        for option, value in ((_PR_SET_NO_NEW_PRIVS, 1), (_PR_SET_DUMPABLE, 0), (_PR_SET_PDEATHSIG, 9)):
+            _libc_call("prctl", option, value, 0, 0, 0)
+    os.chdir(workdir)
+    os.environ.clear()
+    os.environ.update({"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir})
+    if "tempfile" in sys.modules:
+        sys.modules["tempfile"].tempdir = workdir
+    sys.stdin = open(0, closefd=False)
+    sys.argv = ["<program>"]
+
+
+class _OutOfMemory(Exception):
+    pass
+
+
+def _execute(request: dict) -> dict:
+    """Compile once; for each call exec the program in fresh globals and evaluate the call."""
+    limit = int(request["max_output_chars"])
+    try:
+        code = compile(request["program"], "<program>", "exec")
+    except MemoryError:
+        return {"status": "memory", "detail": "MemoryError while compiling"}
+    except BaseException as error:
+        return {"status": "syntax", "detail": f"{type(error).__name__}: {_text(error)}"}
+    calls = []
+    for expr, expect in request["calls"]:
+        try:
+            calls.append(_one_call(code, expr, expect, request["entry"], request["roundtrip"], limit))
+        except _OutOfMemory:
+            return {"status": "memory", "calls": calls, "detail": "MemoryError"}
+    return {"status": "ok", "calls": calls}
+
+
+def _one_call(code, expr: str, expect: str | None, entry: str | None, roundtrip: bool, limit: int) -> dict:
+    import builtins
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        exec(code, namespace)
+        if entry and not callable(namespace.get(entry)):
+            return {"status": "no_entry"}
+        value = eval(compile(expr, "<call>", "eval"), namespace)
+        if expect is not None:
+            expected = eval(compile(expect, "<expect>", "eval"), namespace)
+            return {"status": "ok", "equal": _equal(expected, value)}
+        text = repr(value)
+        if not isinstance(text, str):
+            raise TypeError("__repr__ returned a non-string")
+        if len(text) > limit:
+            return {"status": "output_too_large"}
+        result = {"status": "ok", "repr": text}
+        if roundtrip:
+            result["roundtrip"] = _roundtrips(text, value, namespace)
+        return result
+    except MemoryError:
+        raise _OutOfMemory from None
+    except BaseException as error:  # SystemExit and KeyboardInterrupt are program behaviour too
+        return {"status": "exception", "exc_type": type(error).__name__, "exc_message": _text(error)}
+
+
+def _equal(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except BaseException:
+        return False
+
+
+def _roundtrips(text: str, value, namespace: dict) -> bool:
+    """Does the repr evaluate back to an equal value (literals first, then in the program's namespace)?"""
+    import ast
+    try:
+        try:
+            other = ast.literal_eval(text)
+        except (ValueError, TypeError, SyntaxError, RecursionError):
+            other = eval(text, namespace)
+        return _equal(other, value)
+    except MemoryError:
+        raise
+    except BaseException:
+        return False
+
+
+def _text(error: BaseException) -> str:
+    try:
+        return str(error)[:300]
+    except BaseException:
+        return "<unprintable>"

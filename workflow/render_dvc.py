@@ -4,7 +4,7 @@
     python -m workflow.render_dvc --check    # exit 1 when dvc.yaml differs from what would be written
 
 Per-arm stages become `foreach` stages keyed by arm (`init@population`), per-generation stages
-are keyed by arm and generation (`propose@population-g001`). The generated commands are the
+are keyed by arm and generation (`propose@population-001`), per-model ones by model. The generated commands are the
 same strings the Snakefile runs. Re-render after changing `dag.generations` or `dag.arms`.
 """
 
@@ -17,67 +17,64 @@ from pathlib import Path
 import yaml
 
 from populora.config import load_params
-from workflow.dag import STAGES, Stage, gen_label, prev_dir
+from workflow.dag import STAGES, Stage, gen_label, resolve_input, scope_items
 
 HEADER = "# GENERATED from workflow/dag.py by `python -m workflow.render_dvc`; do not edit by hand.\n"
 LIBRARY_DEPS = ["populora"]
 
 
-def _ref_for(stage: Stage, generations: int):
+ITEM_FIELDS = ("arm", "gen", "prev", "last", "model", "bench", "source")
+
+
+def _ref_for(stage: Stage, params):
+    placeholders = {name: "${item." + name + "}" for name in ITEM_FIELDS}
+    bench_items = list(scope_items("bench", params).values())
+
     def ref(kind: str, key: str, template: str) -> str:
-        if kind == "input" and key in stage.per_generation_inputs:
-            return " ".join(template.format(arm="${item.arm}", gen=gen_label(g)) for g in range(generations))
-        return template.format(arm="${item.arm}", gen="${item.gen}", prev="${item.prev}", last=gen_label(generations - 1))
+        if kind == "input" and (key in stage.per_generation_inputs or key in stage.per_bench_inputs):
+            # expanded lists are literal paths, except the arm of per-generation inputs
+            item = {**placeholders, "last": gen_label(params.dag.generations - 1)}
+            return " ".join(resolve_input(stage, key, item, params.dag.generations, bench_items))
+        return template.format(**placeholders)
 
     return ref
 
 
-def _paths(stage: Stage, generations: int) -> tuple[list[str], list]:
-    ref = _ref_for(stage, generations)
-    deps = []
-    for key, template in stage.inputs.items():
-        deps.extend(ref("input", key, template).split(" "))
-    outs = []
+def render_stage(stage: Stage, params) -> dict:
+    ref = _ref_for(stage, params)
+    deps = [path for key, template in stage.inputs.items() for path in ref("input", key, template).split(" ")]
+    outs, metrics = [], []
     for key, template in stage.outputs.items():
         path = ref("output", key, template)
-        outs.append({path: {"cache": False}} if key in stage.metrics else path)
-    return deps, outs
-
-
-def render_stage(stage: Stage, arms: list[str], generations: int) -> dict:
-    deps, outs = _paths(stage, generations)
+        (metrics if key in stage.metrics else outs).append(path)
     body = {
-        "cmd": stage.argv(_ref_for(stage, generations), arm="${item.arm}", gen="${item.gen}",
-                          log=stage.log_template().format(arm="${item.arm}", gen="${item.gen}")),
+        "cmd": stage.argv(ref, lambda name: "${item." + name + "}", log=stage.log_template().format(
+            **{name: "${item." + name + "}" for name in ITEM_FIELDS})),
         "deps": [f"stages/{stage.module.split('.')[-1]}.py", *LIBRARY_DEPS, *deps],
-        "params": list(stage.params),
-        "outs": [o for o in outs if not isinstance(o, dict)],
     }
-    metrics = [o for o in outs if isinstance(o, dict)]
+    if stage.params:
+        body["params"] = list(stage.params)
+    if outs:
+        body["outs"] = outs
     if metrics:
-        body["metrics"] = metrics
-    if not body["params"]:
-        del body["params"]
+        body["metrics"] = [{path: {"cache": False}} for path in metrics]
     if stage.scope == "global":
-        body["cmd"] = body["cmd"].replace(" --arm ${item.arm}", "")
         return body
-    if stage.scope == "arm":
-        items = {arm: {"arm": arm} for arm in arms}
-    else:
-        items = {
-            f"{arm}-g{gen_label(g)}": {"arm": arm, "gen": gen_label(g), "prev": prev_dir(arm, g)}
-            for arm in arms
-            for g in range(generations)
-        }
-    return {"foreach": items, "do": body}
+    return {"foreach": scope_items(stage.scope, params), "do": body}
 
 
 def render(params_path: str = "params.yaml") -> str:
     params = load_params(params_path)
-    arms, generations = list(params.dag.arms), params.dag.generations
-    document = {"stages": {stage.name: render_stage(stage, arms, generations) for stage in STAGES}}
-    document["plots"] = plots_section(arms)
-    return HEADER + yaml.safe_dump(document, sort_keys=False, width=1000)
+    document = {"stages": {stage.name: render_stage(stage, params) for stage in STAGES}}
+    document["plots"] = plots_section(list(params.dag.arms))
+    return HEADER + yaml.dump(document, Dumper=_NoAliases, sort_keys=False, width=1000)
+
+
+class _NoAliases(yaml.SafeDumper):
+    """Write repeated values out in full: dvc.yaml is read by people, not only by DVC."""
+
+    def ignore_aliases(self, data):
+        return True
 
 
 def plots_section(arms: list[str]) -> list:

@@ -1,0 +1,212 @@
+"""The replacement step of population-based training, as pure functions, plus lineage records.
+
+Within one sub-population (teachers or students, never mixed):
+
+1. rank members by conservative TrueSkill ``mu - 3 sigma`` (ties broken by id);
+2. the ``replace_k`` lowest are replaced; at least one member must survive;
+3. parents come from the *parent pool*: the strongest ``parent_pool`` survivors
+   (default ``min(survivors, max(2, ceil(n / 2)))``), drawn uniformly without replacement;
+4. each child's operator is drawn from ``operator_mix`` (weights need not sum to 1). A
+   crossover needs two distinct parents; when the pool has only one member it falls back to
+   a mutation from the mix (renormalised), or ``fallback_mutation`` if the mix has none;
+5. the child inherits the mean mu of its parents and the initial sigma (fresh uncertainty).
+
+Parents of a crossover are listed strongest first, and ``fitness`` holds their conservative
+ratings, so ``make_child(parents, op, seed, fitness=...)`` knows the fitter one.
+Everything is derived from ``(seed, generation)``: the same inputs give the same plan.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from populora.operators import CROSSOVERS, MUTATIONS
+from populora.ratings import SIGMA0, conservative
+
+
+def rank_members(members: Sequence[Mapping[str, Any]], k_sigma: float = 3.0) -> list[Mapping[str, Any]]:
+    """Members sorted strongest first by ``mu - k_sigma * sigma`` (ties: by id)."""
+    return sorted(members, key=lambda m: (-conservative(m, k_sigma), str(m["id"])))
+
+
+def _validate(members, replace_k, operator_mix, fallback_mutation) -> None:
+    ids = [m["id"] for m in members]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"duplicate member ids: {ids}")
+    if not 0 <= replace_k < len(members):
+        raise ValueError(f"replace_k must be in [0, {len(members) - 1}] for {len(members)} members "
+                         f"(at least one must survive to be a parent), got {replace_k}")
+    known = set(MUTATIONS) | set(CROSSOVERS)
+    unknown = set(operator_mix) - known
+    if unknown:
+        raise ValueError(f"unknown operators {sorted(unknown)} in operator mix; known: {sorted(known)}")
+    if any(w < 0 for w in operator_mix.values()) or sum(operator_mix.values()) <= 0:
+        raise ValueError(f"operator mix weights must be >= 0 with a positive sum, got {dict(operator_mix)}")
+    if fallback_mutation not in MUTATIONS:
+        raise ValueError(f"fallback_mutation must be a mutation, got {fallback_mutation!r}")
+
+
+def _draw(rng: np.random.Generator, mix: Mapping[str, float]) -> str:
+    names = sorted(n for n, w in mix.items() if w > 0)  # sorted: independent of dict order
+    weights = np.array([mix[n] for n in names], dtype=float)
+    return names[int(rng.choice(len(names), p=weights / weights.sum()))]
+
+
+def plan_replacement(
+    members: Sequence[Mapping[str, Any]],
+    *,
+    replace_k: int,
+    operator_mix: Mapping[str, float],
+    seed: int,
+    generation: int,
+    initial_sigma: float = SIGMA0,
+    parent_pool: int | None = None,
+    id_prefix: str = "child",
+    fallback_mutation: str = "gaussian_all",
+    k_sigma: float = 3.0,
+) -> list[dict[str, Any]]:
+    """Plan which members to replace and how to make their children (see module docstring).
+
+    Returns one dict per child: ``child_id`` (``f"{id_prefix}-g{generation:04d}-{i}"``),
+    ``replaces``, ``parents`` (ids, strongest first), ``fitness`` (their conservative
+    ratings), ``operator``, ``seed`` (for ``make_child``), ``generation``, ``inherited_mu``,
+    ``sigma``.
+    """
+    _validate(members, replace_k, operator_mix, fallback_mutation)
+    if replace_k == 0:
+        return []
+    ranked = rank_members(members, k_sigma)
+    n = len(ranked)
+    survivors, victims = ranked[: n - replace_k], ranked[n - replace_k:][::-1]  # weakest first
+    pool_size = parent_pool if parent_pool is not None else max(2, math.ceil(n / 2))
+    pool = survivors[: max(1, min(pool_size, len(survivors)))]
+    mutation_mix = {op: w for op, w in operator_mix.items() if op in MUTATIONS and w > 0}
+    rng = np.random.default_rng([int(seed), int(generation)])
+    plan = []
+    for i, victim in enumerate(victims):
+        operator = _draw(rng, operator_mix)
+        if operator in CROSSOVERS and len(pool) < 2:
+            operator = _draw(rng, mutation_mix) if mutation_mix else fallback_mutation
+        n_parents = 2 if operator in CROSSOVERS else 1
+        picks = sorted(int(j) for j in rng.choice(len(pool), size=n_parents, replace=False))
+        parents = [pool[j] for j in picks]  # pool is ranked, so sorted picks = strongest first
+        plan.append({
+            "child_id": f"{id_prefix}-g{int(generation):04d}-{i}",
+            "replaces": victim["id"],
+            "parents": [p["id"] for p in parents],
+            "fitness": [conservative(p, k_sigma) for p in parents],
+            "operator": operator,
+            "seed": int(rng.integers(0, 2**31 - 1)),
+            "generation": int(generation),
+            "inherited_mu": float(np.mean([float(p["mu"]) for p in parents])),
+            "sigma": float(initial_sigma),
+        })
+    return plan
+
+
+def apply_plan(members: Sequence[Mapping[str, Any]], plan: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """New member list: each replaced member's slot holds its child ``{"id", "mu", "sigma"}``."""
+    by_victim = {p["replaces"]: p for p in plan}
+    out = []
+    for m in members:
+        child = by_victim.get(m["id"])
+        out.append(dict(m) if child is None else
+                   {"id": child["child_id"], "mu": child["inherited_mu"], "sigma": child["sigma"]})
+    return out
+
+
+# ---------------------------------------------------------------- lineage
+
+
+def founder_events(member_ids: Sequence[str], generation: int = 0) -> list[dict[str, Any]]:
+    """Lineage events for the initial members (no parents, operator ``"init"``)."""
+    return [{"child_id": m, "parents": [], "operator": "init", "seed": None, "generation": int(generation),
+             "replaces": None} for m in member_ids]
+
+
+def append_lineage(lineage: Sequence[Mapping[str, Any]], plan: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Return ``lineage`` plus one event per planned child; parents must already be recorded."""
+    known = {e["child_id"] for e in lineage}
+    out = [dict(e) for e in lineage]
+    for entry in plan:
+        missing = [p for p in entry["parents"] if p not in known]
+        if missing:
+            raise ValueError(f"{entry['child_id']}: parents {missing} are not in the lineage")
+        if entry["child_id"] in known:
+            raise ValueError(f"{entry['child_id']} is already in the lineage")
+        out.append({k: entry[k] for k in ("child_id", "parents", "operator", "seed", "generation", "replaces")})
+        known.add(entry["child_id"])
+    return out
+
+
+def _lanes(lineage: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """A child takes the lane of the member it replaces, so each lane is a population slot."""
+    lanes: dict[str, int] = {}
+    for e in lineage:
+        r = e.get("replaces")
+        lanes[e["child_id"]] = lanes[r] if r in lanes else max(lanes.values(), default=-1) + 1
+    return lanes
+
+
+def draw_family_tree(lineage: Sequence[Mapping[str, Any]], out_png: str | Path, title: str | None = None,
+                     last_generation: int | None = None) -> None:
+    """Plot members by birth generation (x) and population slot (y); edges parent -> child.
+
+    Uses matplotlib's object API (no pyplot global state) and writes the PNG atomically.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    if not lineage:
+        raise ValueError("empty lineage")
+    lanes = _lanes(lineage)
+    born = {e["child_id"]: e["generation"] for e in lineage}
+    died = {e["replaces"]: e["generation"] for e in lineage if e.get("replaces")}
+    end = max(born.values()) + 1 if last_generation is None else last_generation
+    operators = sorted({e["operator"] for e in lineage} - {"init"})
+    palette = {op: f"C{i % 10}" for i, op in enumerate(operators)}
+
+    n_lanes = max(lanes.values()) + 1
+    fig = Figure(figsize=(max(6.0, 1.2 * (end + 1)), max(3.0, 0.8 * n_lanes + 1.5)))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for e in lineage:
+        m, x, y = e["child_id"], e["generation"], lanes[e["child_id"]]
+        ax.plot([x, died.get(m, end)], [y, y], color="0.85", lw=3, zorder=1)
+        color = "0.5" if e["operator"] == "init" else palette[e["operator"]]
+        ax.scatter([x], [y], s=60, color=color, zorder=3, edgecolors="black", linewidths=0.5)
+        ax.annotate(m, (x, y), xytext=(4, 6), textcoords="offset points", fontsize=7)
+        for parent in e["parents"]:
+            start = (x - 0.5, lanes[parent])  # a point on the parent's lifeline
+            ax.annotate("", xy=(x, y), xytext=start, zorder=2,
+                        arrowprops={"arrowstyle": "->", "color": palette[e["operator"]], "lw": 1.2})
+            ax.text((start[0] + x) / 2, (start[1] + y) / 2, e["operator"], fontsize=6,
+                    color=palette[e["operator"]], ha="center", va="bottom")
+    for op, color in palette.items():
+        ax.plot([], [], color=color, label=op)
+    if palette:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_xlabel("generation")
+    ax.set_ylabel("population slot")
+    ax.set_yticks(range(n_lanes))
+    ax.set_xlim(-0.8, end + 0.5)
+    ax.set_ylim(-0.7, n_lanes - 0.3)
+    ax.set_title(title or "PopuLoRA family tree")
+    fig.tight_layout()
+
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", dpi=120)
+        os.replace(tmp, out)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
