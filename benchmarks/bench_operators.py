@@ -9,7 +9,6 @@ parameters). Factors are random and B is non-zero, like a trained adapter.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys

@@ -187,8 +187,10 @@ def draw_family_tree(lineage: Sequence[Mapping[str, Any]], out_png: str | Path, 
             start = (x - 0.5, lanes[parent])  # a point on the parent's lifeline
             ax.annotate("", xy=(x, y), xytext=start, zorder=2,
                         arrowprops={"arrowstyle": "->", "color": palette[e["operator"]], "lw": 1.2})
-            ax.text((start[0] + x) / 2, (start[1] + y) / 2, e["operator"], fontsize=6,
-                    color=palette[e["operator"]], ha="center", va="bottom")
+            # label near the child end, so the edges of one event do not share a midpoint
+            ax.text(x - 0.3 * (x - start[0]), y - 0.3 * (y - start[1]), e["operator"], fontsize=6,
+                    color=palette[e["operator"]], ha="center", va="center", zorder=4,
+                    bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8})
     for op, color in palette.items():
         ax.plot([], [], color=color, label=op)
     if palette:

@@ -73,19 +73,21 @@ def run_plans(
     progress = tqdm(total=total_batches, desc=desc, unit="batch", leave=False)
     for step_index in range(n_steps):
         active = [i for i, row in enumerate(rows) if len(row.plan.steps) > step_index and not results[i].truncated]
-        # Similar lengths together: less left padding, same outputs.
-        active.sort(key=lambda i: len("".join(s["text"] for s in results[i].segments)))
+        # Same token budget and similar lengths together: less padding and fewer wasted decode steps.
+        active.sort(key=lambda i: (rows[i].plan.steps[step_index].max_tokens or max_new_tokens,
+                                   len("".join(s["text"] for s in results[i].segments))))
         for start in range(0, len(active), batch_size):
             batch = active[start : start + batch_size]
             steps = [rows[i].plan.steps[step_index] for i in batch]
             texts = ["".join(s["text"] for s in results[i].segments) + step.prefill for i, step in zip(batch, steps)]
             encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
             stops = sorted({step.stop for step in steps if step.stop is not None})
+            budget = min(max_new_tokens, max(step.max_tokens or max_new_tokens for step in steps))
             kwargs = {"adapter_names": [rows[i].adapter or BASE_ADAPTER for i in batch]} if mixed else {}
             torch.manual_seed(seed * 1_000_003 + step_index * 7919 + start)
             output = model.generate(
                 **encoded,
-                max_new_tokens=max_new_tokens,
+                max_new_tokens=budget,
                 do_sample=temperature > 0,
                 temperature=temperature if temperature > 0 else None,
                 top_p=top_p if temperature > 0 else None,
@@ -106,7 +108,7 @@ def run_plans(
                 result.segments.append({"text": step.prefill, "train": False})
                 result.segments.append({"text": piece, "train": True})
                 if step.stop is None:
-                    result.truncated = not hit_eos and len(ids) >= max_new_tokens
+                    result.truncated = not hit_eos and len(ids) >= budget
                 elif missed_stop:
                     result.truncated = True
             progress.update(1)

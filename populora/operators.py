@@ -241,10 +241,10 @@ def layerwise(parents: Sequence[StateDict], gen: torch.Generator, fitness=None) 
     """Each module copies both factors from one uniformly chosen parent (dW stays coherent)."""
 
     def fn(idx, ps):
-        pick = torch.randint(len(ps), (len(idx),), generator=gen, device=ps[0][0].device)
-        A = torch.stack([p[0] for p in ps])[pick, torch.arange(len(idx))]
-        B = torch.stack([p[1] for p in ps])[pick, torch.arange(len(idx))]
-        return A, B
+        device = ps[0][0].device
+        pick = torch.randint(len(ps), (len(idx),), generator=gen, device=device)
+        rows = torch.arange(len(idx), device=device)
+        return torch.stack([p[0] for p in ps])[pick, rows], torch.stack([p[1] for p in ps])[pick, rows]
 
     return _apply(parents, fn)
 

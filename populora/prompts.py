@@ -35,10 +35,15 @@ CODE_REQUIREMENTS = """### Code Requirements:
 
 @dataclass(frozen=True)
 class Step:
-    """Append `prefill` to the text so far, then generate until `stop` (None: until EOS)."""
+    """Append `prefill` to the text so far, then generate until `stop` (None: until EOS), at most
+    `max_tokens` tokens (None: the stage's `max_new_tokens`)."""
 
     prefill: str
     stop: str | None = FENCE
+    max_tokens: int | None = None
+
+
+SHORT_BLOCK_TOKENS = 48  # one code_f input or message: a 135M model rambles on if not cut
 
 
 @dataclass(frozen=True)
@@ -147,10 +152,10 @@ def free_form_plan(prompt: str) -> Plan:
 
 def proposer_steps(task_type: str, n_inputs: int) -> list[Step]:
     if task_type == "code_f":
-        first = [Step(f"{FENCE}input\n")]
-        more = [Step(f"{FENCE}\n{FENCE}input\n") for _ in range(n_inputs - 1)]
-        return first + more + [Step(f"{FENCE}\n{FENCE}message\n")]
-    return [Step(f"{FENCE}python\ndef f("), Step(f"{FENCE}\n{FENCE}input\n")]
+        first = [Step(f"{FENCE}input\n", max_tokens=SHORT_BLOCK_TOKENS)]
+        more = [Step(f"{FENCE}\n{FENCE}input\n", max_tokens=SHORT_BLOCK_TOKENS) for _ in range(n_inputs - 1)]
+        return first + more + [Step(f"{FENCE}\n{FENCE}message\n", max_tokens=SHORT_BLOCK_TOKENS)]
+    return [Step(f"{FENCE}python\ndef f("), Step(f"{FENCE}\n{FENCE}input\n", max_tokens=SHORT_BLOCK_TOKENS)]
 
 
 def solver_steps(task_type: str) -> list[Step]:

@@ -18,10 +18,9 @@ import shutil
 from pathlib import Path
 
 from populora.adapters import read_state_dict, write_adapter
-from populora.evolution import plan_replacements
+from populora.evolution import plan_replacement
 from populora.io import read_json, replace_dir, staging_dir, write_json
 from populora.operators import make_child
-from populora.ratings import conservative
 from populora.state import ADAPTERS, OPTIMIZER, load_state
 from stages._common import derive_seed, setup, stage_parser
 
@@ -48,20 +47,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.arm == "population" and params.evolve.replace > 0 and is_scheduled(args.gen, params.evolve.interval):
         for role in ("teachers", "students"):
             pool = [{"id": slot, **ratings[slot]} for slot in state[role]]
-            plan = plan_replacements(pool, replace_k=params.evolve.replace, operator_mix=params.evolve.operators,
-                                     seed=derive_seed(params.base.seed, "evolve", args.arm, args.gen, role),
-                                     generation=args.gen, sigma0=params.ratings.sigma)
+            plan = plan_replacement(pool, replace_k=params.evolve.replace, operator_mix=params.evolve.operators,
+                                    seed=derive_seed(params.base.seed, "evolve", args.arm, args.gen, role),
+                                    generation=args.gen, initial_sigma=params.ratings.sigma)
             for event in plan:
                 slot = event["replaces"]
                 parents = [read_state_dict(trained / ADAPTERS / p) for p in event["parents"]]
-                fitness = [conservative(ratings[p]) for p in event["parents"]]
-                child = make_child(parents, event["operator"], event["seed"], fitness=fitness)
+                child = make_child(parents, event["operator"], event["seed"], fitness=event["fitness"])
                 shutil.rmtree(tmp / ADAPTERS / slot)
                 write_adapter(tmp / ADAPTERS / slot, child, config_from=trained / ADAPTERS / event["parents"][0])
                 (tmp / OPTIMIZER / f"{slot}.safetensors").unlink(missing_ok=True)
                 ratings[slot] = {"mu": event["inherited_mu"], "sigma": event["sigma"]}
                 child_id = f"{args.arm}/{slot}@g{args.gen + 1:03d}"
-                events.append({"child_id": child_id, "slot": slot, "replaced": members[slot], "role": role,
+                events.append({"child_id": child_id, "slot": slot, "replaces": members[slot], "role": role,
                                "parents": [members[p] for p in event["parents"]], "operator": event["operator"],
                                "seed": event["seed"], "generation": args.gen + 1, "inherited_mu": event["inherited_mu"]})
                 log.info("%s: %s replaced by %s(%s)", role, members[slot], event["operator"], event["parents"])

@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = staging_dir(args.out)
 
     with timed(log, "verifying seed tasks"):
-        seeds = verify_rows(seed_proposals(params.buffer.seeds), **vars(params.verify))
+        seeds = verify_rows(seed_proposals(params.buffer.seeds), **params.verify.model_dump())
     bad = [row["task_id"] for row in seeds if not row["valid"]]
     if bad:
         log.error("seed tasks failed verification: %s", bad)
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratings": {slot: rating_lib.new_rating(env) for slot in slots},
         "lineage": [
             {"child_id": f"{args.arm}/{slot}@g000", "slot": slot, "parents": [], "operator": "init",
-             "seed": seeds_by_slot[slot], "generation": 0}
+             "seed": seeds_by_slot[slot], "generation": 0, "replaces": None}
             for slot in slots
         ],
         "coverage_hashes": [],

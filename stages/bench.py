@@ -1,0 +1,162 @@
+"""Stage bench: one model on one benchmark (EvalPlus for HumanEval+/MBPP+, lm-eval for math).
+
+    python -m stages.bench --params params.yaml --model population-teacher0 --bench humaneval_plus \
+        --base-model results/base_model --model-dir results/models/population-teacher0 \
+        --out results/bench/population-teacher0/humaneval_plus.json \
+        --samples results/bench/population-teacher0/humaneval_plus --log bench.log
+
+`--model-dir` is an export folder (`model.json`, and `adapter/` for members). The model is the
+frozen base plus that adapter, greedy. `bench.limit = N` evaluates the first N problems in file
+order (null: all). Outputs:
+
+* `--out`: `{"model", "benchmark", "n", "metrics", "limit", "wall_s", ...}`; metrics are
+  `pass@1` (= `plus_pass@1`, base and extra tests), `base_pass@1`, `plus_pass@1` for code and
+  `accuracy` for math, all fractions in [0, 1];
+* `--samples`: `samples.jsonl` (one row per problem: model input, generation, sanitized solution or
+  extracted answer, verdict) and `harness/` (evalplus-format samples and eval_results.json, or
+  lm-eval's results.json, per-sample log and the rendered task YAMLs).
+
+Both appear only when the whole benchmark succeeded (staged, then moved into place); a missing
+data file, an adapter that does not load or a harness error exits non-zero with a message that
+names the file or model and the fix, leaving earlier results untouched.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+from populora.bench import BenchError, benchmark_kind, resolve_data_dir
+from populora.io import read_json, replace_dir, staging_dir, write_json, write_jsonl
+from stages._common import setup, stage_parser
+
+
+def adapter_of(model_dir: Path) -> Path | None:
+    """The adapter folder named by an export folder's model.json (None for the bare base)."""
+    description_path = model_dir / "model.json"
+    if not description_path.is_file():
+        raise BenchError(f"{description_path} not found: {model_dir} is not an export folder. "
+                         "Fix: run the export stage for this model first.")
+    adapter = read_json(description_path).get("adapter")
+    if adapter is None:
+        return None
+    folder = model_dir / adapter
+    missing = [name for name in ("adapter_config.json", "adapter_model.safetensors") if not (folder / name).is_file()]
+    if missing:
+        raise BenchError(f"adapter folder {folder} lacks {', '.join(missing)}. "
+                         "Fix: re-run the export stage for this model (its checkpoint may be incomplete).")
+    return folder
+
+
+def load_model(base_model: Path, adapter: Path | None, model_name: str, params):
+    """Tokenizer and model (base, with the member's adapter attached when there is one)."""
+    from populora.model import ModelSetupError, attach_adapters, load_base
+
+    try:
+        tokenizer, model = load_base(base_model, dtype=params.model.dtype, device=params.model.device)
+        if adapter is not None:
+            model = attach_adapters(model, {"member": adapter})
+            model.eval()
+    except (ModelSetupError, OSError, RuntimeError, ValueError, KeyError) as error:
+        raise BenchError(f"model {model_name} did not load (base {base_model}, adapter {adapter}): "
+                         f"{type(error).__name__}: {error}. Fix: re-run the base_model / export stages; an adapter "
+                         "must come from the same base model and LoRA settings.") from error
+    return tokenizer, model
+
+
+def run_code(bench: str, model_name: str, base_model: Path, adapter: Path | None, params, samples: Path, log) -> dict:
+    from populora.bench import CODE_BENCHMARKS
+    from populora.bench import evalplus_eval as ev
+    from populora.bench.codegen import generate_solutions
+
+    dataset = CODE_BENCHMARKS[bench]
+    data_dir = resolve_data_dir(params.bench.data_dir)
+    problems = ev.load_problems(bench, data_dir, params.bench.limit)
+    log.info("%s: %d problems from %s", bench, len(problems), data_dir or "the official evalplus release")
+    expected = ev.expected_outputs(problems, dataset)
+    tokenizer, model = load_model(base_model, adapter, model_name, params)
+    completions = generate_solutions(model, tokenizer, problems, dataset, max_new_tokens=params.bench.max_new_tokens,
+                                     batch_size=params.bench.batch_size)
+    del model  # free memory before the sandboxed checks
+    solutions = {c.task_id: c.solution for c in completions}
+    log.info("scoring %d solutions with evalplus's check_correctness", len(solutions))
+    verdicts = ev.check_solutions(dataset, problems, expected, solutions)
+    scores = ev.pass_at_1(verdicts)
+    rows = [{**c.__dict__, **verdicts[c.task_id], "passed": verdicts[c.task_id]["plus_status"] == "pass"
+             and verdicts[c.task_id]["base_status"] == "pass"} for c in completions]
+    write_jsonl(samples / "samples.jsonl", rows)
+    write_jsonl(samples / "harness" / "samples.jsonl", [{"task_id": c.task_id, "solution": c.solution} for c in completions])
+    write_jsonl(samples / "harness" / "samples.raw.jsonl", [{"task_id": c.task_id, "solution": c.raw} for c in completions])
+    write_json(samples / "harness" / "eval_results.json", ev.eval_results(verdicts, solutions))
+    return {"n": len(rows), "metrics": {"pass@1": scores["plus_pass@1"], **scores},
+            "hit_token_limit": sum(c.hit_token_limit for c in completions), "harness": f"evalplus {version('evalplus')}",
+            "data": str(data_dir) if data_dir else "official"}
+
+
+def run_math(bench: str, model_name: str, base_model: Path, adapter: Path | None, params, samples: Path, log) -> dict:
+    from populora.bench import lmeval_runner as lm
+    from populora.model import pick_device
+
+    data_dir = resolve_data_dir(params.bench.data_dir)
+    log.info("%s through lm-eval (%s, first %s problems)", bench, data_dir or "official data", params.bench.limit or "all")
+    results = lm.evaluate(bench, base_model=base_model, adapter=adapter, data_dir=data_dir, limit=params.bench.limit,
+                          max_new_tokens=params.bench.max_new_tokens, batch_size=params.bench.batch_size,
+                          dtype=params.model.dtype, device=str(pick_device(params.model.device)),
+                          harness_dir=samples / "harness")
+    rows = lm.sample_rows(results, bench)
+    write_jsonl(samples / "samples.jsonl", rows)
+    write_jsonl(samples / "harness" / "lm_eval_samples.jsonl", lm.jsonable(results["samples"][lm.task_name(bench)]))
+    write_json(samples / "harness" / "results.json", lm.jsonable({k: v for k, v in results.items() if k != "samples"}))
+    return {"n": len(rows), "metrics": {"accuracy": lm.accuracy(results, bench)},
+            "harness": f"lm_eval {version('lm_eval')}", "data": str(data_dir) if data_dir else lm.OFFICIAL_MATH_DATA}
+
+
+def run(args, params, log) -> dict:
+    model_dir, base_model = Path(args.model_dir), Path(args.base_model)
+    described = read_json(model_dir / "model.json").get("model") if (model_dir / "model.json").is_file() else None
+    if described is not None and described != args.model:
+        raise BenchError(f"{model_dir}/model.json describes {described!r}, not --model {args.model!r}. "
+                         "Fix: pass the export folder of the model being benchmarked.")
+    adapter = adapter_of(model_dir)
+    kind = benchmark_kind(args.bench)
+    tmp = staging_dir(args.samples)
+    try:
+        runner = run_code if kind == "code" else run_math
+        result = runner(args.bench, args.model, base_model, adapter, params, tmp, log)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    replace_dir(tmp, args.samples)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = stage_parser(__doc__.splitlines()[0], arm=False, gen=False)
+    parser.add_argument("--model", required=True, help="'base' or '<arm>-<slot>'")
+    parser.add_argument("--bench", required=True, help="a benchmark of params.bench.benchmarks")
+    parser.add_argument("--base-model", required=True, help="the base model folder")
+    parser.add_argument("--model-dir", required=True, help="the model's export folder (model.json [+ adapter/])")
+    parser.add_argument("--out", required=True, help="result JSON")
+    parser.add_argument("--samples", required=True, help="folder for per-problem generations and harness outputs")
+    args = parser.parse_args(argv)
+    params, log = setup(args, "bench")
+    log.info("benchmarking %s on %s (limit %s, max_new_tokens %d)", args.model, args.bench, params.bench.limit,
+             params.bench.max_new_tokens)
+    start = time.perf_counter()
+    try:
+        result = run(args, params, log)
+    except BenchError as error:
+        log.error("%s on %s failed: %s", args.model, args.bench, error)
+        return 1
+    result.update(model=args.model, benchmark=args.bench, limit=params.bench.limit,
+                  max_new_tokens=params.bench.max_new_tokens, wall_s=round(time.perf_counter() - start, 1))
+    write_json(args.out, result)
+    log.info("%s on %s: %s over %d problems in %.1f s", args.model, args.bench, result["metrics"], result["n"],
+             result["wall_s"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

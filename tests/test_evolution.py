@@ -1,0 +1,157 @@
+import json
+from collections import Counter
+
+import pytest
+
+from populora.evolution import (
+    _lanes,
+    append_lineage,
+    apply_plan,
+    draw_family_tree,
+    founder_events,
+    plan_replacement,
+    rank_members,
+)
+from populora.operators import CROSSOVERS, MUTATIONS
+from populora.ratings import SIGMA0, conservative
+
+MIX = {"svd_scale_rotate": 1.0, "layerwise": 1.0, "svd_split": 1.0}
+
+
+def members(*rows):
+    return [{"id": i, "mu": mu, "sigma": sigma} for i, mu, sigma in rows]
+
+
+POP = members(("s0", 30.0, 2.0), ("s1", 28.0, 1.0), ("s2", 35.0, 6.0), ("s3", 20.0, 1.0))
+# conservative: s0 24, s1 25, s2 17, s3 17 -> ranking s1, s0, s2, s3 (tie s2/s3 broken by id)
+
+
+def test_rank_by_conservative_rating_not_mu():
+    assert [m["id"] for m in rank_members(POP)] == ["s1", "s0", "s2", "s3"]
+
+
+def test_plan_replaces_weakest_with_children_of_strongest():
+    plan = plan_replacement(POP, replace_k=2, operator_mix=MIX, seed=0, generation=5, id_prefix="student")
+    assert [p["replaces"] for p in plan] == ["s3", "s2"]  # weakest first
+    for p in plan:
+        assert set(p["parents"]) <= {"s1", "s0"}  # pool = 2 strongest survivors
+        assert p["operator"] in MIX
+        assert len(p["parents"]) == (2 if p["operator"] in CROSSOVERS else 1)
+        assert len(set(p["parents"])) == len(p["parents"])
+        assert p["sigma"] == SIGMA0 and p["generation"] == 5
+        mus = {m["id"]: m["mu"] for m in POP}
+        assert p["inherited_mu"] == pytest.approx(sum(mus[q] for q in p["parents"]) / len(p["parents"]))
+        by_id = {m["id"]: m for m in POP}
+        assert p["fitness"] == [conservative(by_id[q]) for q in p["parents"]]
+        assert p["fitness"] == sorted(p["fitness"], reverse=True)  # strongest parent first
+    assert [p["child_id"] for p in plan] == ["student-g0005-0", "student-g0005-1"]
+    json.dumps(plan)
+
+
+def test_plan_is_deterministic_and_seeded():
+    kwargs = {"replace_k": 2, "operator_mix": MIX, "generation": 3}
+    assert plan_replacement(POP, seed=1, **kwargs) == plan_replacement(POP, seed=1, **kwargs)
+    seeds = {p["seed"] for s in range(5) for p in plan_replacement(POP, seed=s, **kwargs)}
+    assert len(seeds) == 10
+    other_gen = plan_replacement(POP, seed=1, **{**kwargs, "generation": 4})
+    assert [p["seed"] for p in other_gen] != [p["seed"] for p in plan_replacement(POP, seed=1, **kwargs)]
+    # member order in the input does not matter
+    assert plan_replacement(POP[::-1], seed=1, **kwargs) == plan_replacement(POP, seed=1, **kwargs)
+
+
+def test_crossover_falls_back_to_mutation_with_one_survivor():
+    two = members(("a", 30.0, 1.0), ("b", 20.0, 1.0))
+    for seed in range(20):
+        plan = plan_replacement(two, replace_k=1, operator_mix={"svd_split": 1.0}, seed=seed, generation=1)
+        assert plan[0]["operator"] == "gaussian_all" and plan[0]["parents"] == ["a"]
+        plan = plan_replacement(two, replace_k=1, operator_mix={"svd_split": 5.0, "mask_components": 1.0},
+                                seed=seed, generation=1)
+        assert plan[0]["operator"] == "mask_components"
+    plan = plan_replacement(two, replace_k=1, operator_mix={"layerwise": 1.0}, seed=0, generation=1,
+                            fallback_mutation="svd_scale_rotate")
+    assert plan[0]["operator"] == "svd_scale_rotate"
+
+
+def test_operator_mix_frequencies():
+    pop = members(*[(f"m{i}", 25.0 + i, 1.0) for i in range(8)])
+    mix = {"gaussian_all": 3.0, "svd_split": 1.0, "dare": 0.0}
+    counts = Counter(
+        p["operator"] for g in range(400)
+        for p in plan_replacement(pop, replace_k=2, operator_mix=mix, seed=0, generation=g)
+    )
+    assert counts["dare"] == 0
+    assert 0.68 < counts["gaussian_all"] / 800 < 0.82  # expected 0.75, sd ~0.015
+
+
+def test_parent_pool_parameter():
+    pop = members(*[(f"m{i}", 25.0 + i, 1.0) for i in range(6)])  # m5 strongest
+    for g in range(30):
+        for p in plan_replacement(pop, replace_k=3, operator_mix={"gaussian_all": 1.0}, seed=0, generation=g,
+                                  parent_pool=1):
+            assert p["parents"] == ["m5"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"replace_k": 4}, "replace_k"),
+        ({"replace_k": -1}, "replace_k"),
+        ({"operator_mix": {"teleport": 1.0}}, "unknown operators"),
+        ({"operator_mix": {"layerwise": 0.0}}, "positive sum"),
+        ({"fallback_mutation": "layerwise"}, "fallback"),
+    ],
+)
+def test_plan_rejects_bad_input(kwargs, match):
+    base = {"replace_k": 1, "operator_mix": MIX, "seed": 0, "generation": 1}
+    with pytest.raises(ValueError, match=match):
+        plan_replacement(POP, **{**base, **kwargs})
+
+
+def test_replace_zero_and_duplicates():
+    assert plan_replacement(POP, replace_k=0, operator_mix=MIX, seed=0, generation=1) == []
+    with pytest.raises(ValueError, match="duplicate"):
+        plan_replacement(POP + POP[:1], replace_k=1, operator_mix=MIX, seed=0, generation=1)
+
+
+def test_apply_plan_swaps_in_children():
+    plan = plan_replacement(POP, replace_k=1, operator_mix=MIX, seed=0, generation=2)
+    new = apply_plan(POP, plan)
+    assert [m["id"] for m in new] == ["s0", "s1", "s2", plan[0]["child_id"]]
+    assert new[3] == {"id": plan[0]["child_id"], "mu": plan[0]["inherited_mu"], "sigma": SIGMA0}
+
+
+def test_registry_names_are_disjoint():
+    assert not set(MUTATIONS) & set(CROSSOVERS)
+
+
+def _three_generations():
+    pop = members(("t0", 25.0, 8.0), ("t1", 26.0, 8.0), ("t2", 24.0, 8.0), ("t3", 27.0, 8.0))
+    lineage = founder_events([m["id"] for m in pop])
+    for g in (2, 4):
+        plan = plan_replacement(pop, replace_k=2, operator_mix=MIX, seed=7, generation=g, id_prefix="teacher")
+        lineage = append_lineage(lineage, plan)
+        pop = apply_plan(pop, plan)
+    return lineage
+
+
+def test_lineage_events_and_lanes():
+    lineage = _three_generations()
+    assert len(lineage) == 8
+    json.dumps(lineage)
+    lanes = _lanes(lineage)
+    assert sorted(set(lanes.values())) == [0, 1, 2, 3]  # children reuse their victim's slot
+    for e in lineage[4:]:
+        assert lanes[e["child_id"]] == lanes[e["replaces"]]
+    with pytest.raises(ValueError, match="not in the lineage"):
+        append_lineage(founder_events(["a"]), [{"child_id": "c", "parents": ["ghost"], "operator": "gaussian_all",
+                                                "seed": 1, "generation": 1, "replaces": "a"}])
+
+
+def test_draw_family_tree_writes_png(tmp_path):
+    out = tmp_path / "plots" / "tree.png"
+    draw_family_tree(_three_generations(), out, title="teachers")
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    assert [p.name for p in out.parent.iterdir()] == ["tree.png"]  # no temp files left
+    with pytest.raises(ValueError):
+        draw_family_tree([], tmp_path / "empty.png")

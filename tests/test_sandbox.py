@@ -1,0 +1,254 @@
+"""Containment tests for populora.sandbox: the hostile suite (tests/hostile_cases.py), then one
+property per test.
+
+    .venv/bin/python -m pytest tests/test_sandbox.py -q
+
+Tests of the root-only layers (jail, uid drop, namespaces) skip when not run as root.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from populora.sandbox import Call, Job, Limits, RunResult, Sandbox, SandboxError, parse_result
+
+sys.path.insert(0, str(Path(__file__).parent))
+from hostile_cases import HOSTILE_CASES  # noqa: E402
+
+ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not ROOT, reason="the jail, uid drop and namespaces need root")
+PORTABLE = {"time", "memory", "recursion", "output", "stdin", "crash"}  # hold without root too
+
+
+@pytest.fixture(scope="module")
+def box():
+    with Sandbox(workers=2, limits=Limits(timeout_s=1.5, memory_mb=256)) as sandbox:
+        yield sandbox
+
+
+def outcome(run: RunResult) -> str:
+    if run.status != "ok":
+        return run.status
+    call = run.calls[0]
+    if call.status == "exception":
+        return f"exception:{call.exc_type}"
+    return f"ok:{call.repr}" if call.status == "ok" else call.status
+
+
+def run_f(box: Sandbox, program: str, arguments: str = "0", **kwargs) -> RunResult:
+    return box.run(Job(program, (Call(f"f({arguments})"),)), **kwargs)
+
+
+def sandbox_processes(box: Sandbox) -> list[int]:
+    """Pids of live processes running under the sandbox's private uids."""
+    uids = {str(uid) for uid in box._uids}
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        uid_line = next((line for line in status.splitlines() if line.startswith("Uid:")), "")
+        if uids & set(uid_line.split()[1:]):
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.fixture(scope="module")
+def hostile_runs(box):
+    """Submit the whole suite at once (the timeouts overlap), each test then reads its result."""
+    return {c.name: box.submit(Job(c.program, (Call(f"f({c.input})"),))) for c in HOSTILE_CASES}
+
+
+@pytest.mark.parametrize("case", HOSTILE_CASES, ids=[c.name for c in HOSTILE_CASES])
+def test_hostile_case(hostile_runs, case):
+    if not ROOT and case.contains not in PORTABLE:
+        pytest.skip("needs the root-only layers")
+    run = hostile_runs[case.name].result()
+    assert outcome(run) in case.expect, (run.detail, run.calls)
+
+
+def test_hostile_suite_is_large_and_covers_every_class():
+    assert len(HOSTILE_CASES) >= 30
+    assert len({c.name for c in HOSTILE_CASES}) == len(HOSTILE_CASES)
+    assert {"time", "memory", "output", "files", "processes", "network", "environment", "crash"} <= {
+        c.contains for c in HOSTILE_CASES}
+
+
+@needs_root
+def test_every_containment_layer_is_active(box):
+    for layer in ("net_namespace", "mount_namespace", "fs_jail", "uid_drop", "ipc_namespace", "seccomp"):
+        assert box.capabilities[layer], layer
+
+
+def test_result_is_the_repr(box):
+    run = run_f(box, "def f(a, b=2):\n    return {'sum': a + b, 'items': [a, b]}", "1, b=3")
+    assert run.ok and run.calls[0].repr == "{'sum': 4, 'items': [1, 3]}"
+
+
+def test_each_call_gets_fresh_globals(box):
+    program = "count = 0\ndef f(a):\n    global count\n    count += 1\n    return count"
+    run = box.run(Job(program, (Call("f(1)"), Call("f(2)"))))
+    assert [c.repr for c in run.calls] == ["1", "1"]
+
+
+def test_exception_is_structured(box):
+    call = run_f(box, "def f(a):\n    return {}[a]", "'k'").calls[0]
+    assert (call.status, call.exc_type, call.exc_message) == ("exception", "KeyError", "'k'")
+
+
+def test_syntax_error_and_missing_entry(box):
+    assert run_f(box, "def f(:\n").status == "syntax"
+    assert run_f(box, "def g(a):\n    return a").calls[0].status == "no_entry"
+
+
+def test_expect_compares_values_in_the_child(box):
+    run = box.run(Job("def f(a):\n    return a", (Call("f(1)", expect="1.0"), Call("f(1)", expect="2"))))
+    assert [c.equal for c in run.calls] == [True, False]
+
+
+def test_roundtrip_flag(box):
+    program = "class A:\n    pass\ndef f(a):\n    return [float('nan'), A(), (1, 'x')][a]"
+    calls = tuple(Call(f"f({i})") for i in range(3))
+    run = box.run(Job(program, calls, roundtrip=True))
+    assert [c.roundtrip for c in run.calls] == [False, False, True]
+
+
+def test_timeout_kills_promptly():
+    with Sandbox(workers=2, limits=Limits(timeout_s=0.5)) as sandbox:
+        start = time.monotonic()
+        run = run_f(sandbox, "def f(a):\n    while True:\n        pass")
+        assert run.status == "timeout" and time.monotonic() - start < 2.5
+
+
+def test_stdout_is_counted_not_kept(box):
+    run = run_f(box, "def f(a):\n    print('x' * 999)\n    return 1")
+    assert run.ok and run.stdout_chars == 1000
+
+
+def test_hash_seed_differs_between_groups(box):
+    program = "def f(a):\n    return hash(a)"
+    assert run_f(box, program, "'abc'", group=0).calls[0].repr != run_f(box, program, "'abc'", group=1).calls[0].repr
+
+
+@needs_root
+def test_no_connection_reaches_a_local_listener(box):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(1.0)
+        port = listener.getsockname()[1]
+        program = ("import socket\ndef f(port):\n    s = socket.socket()\n    s.settimeout(1)\n"
+                   "    s.connect(('127.0.0.1', port))\n    return 'connected'")
+        call = run_f(box, program, str(port)).calls[0]
+        assert call.status == "exception", call
+        with pytest.raises(TimeoutError):
+            listener.accept()
+
+
+@needs_root
+def test_files_outside_the_private_dir_are_untouched(box, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("original")
+    program = (
+        "import os\ndef f(path, sibling):\n    done = []\n"
+        "    for name, act in [('write', lambda: open(path, 'w').write('pwned')), ('delete', lambda: os.remove(path)),\n"
+        "                      ('create', lambda: open(sibling, 'w').write('x')), ('shell', lambda: os.system(f'rm {path}'))]:\n"
+        "        try:\n            act()\n            done.append(name)\n        except OSError:\n            pass\n"
+        "    return done")
+    run = run_f(box, program, f"{str(victim)!r}, {str(tmp_path / 'created')!r}")
+    assert run.ok
+    assert victim.read_text() == "original"
+    assert not (tmp_path / "created").exists()
+    assert sorted(os.listdir(tmp_path)) == ["victim.txt"]
+
+
+@needs_root
+def test_forked_daemon_never_writes(box, tmp_path):
+    target = tmp_path / "daemon_was_here"
+    program = ("import os, time\ndef f(path):\n    if os.fork() == 0:\n        os.setsid()\n        time.sleep(1.5)\n"
+               "        open(path, 'w').write('x')\n        os._exit(0)\n    return 'forked'")
+    run = run_f(box, program, repr(str(target)))
+    assert outcome(run) == "exception:BlockingIOError"
+    time.sleep(2.0)
+    assert not target.exists()
+    assert sandbox_processes(box) == []
+
+
+@needs_root
+def test_no_sandbox_process_outlives_its_check(box):
+    programs = ("import os\ndef f(a):\n    os.fork()", "def f(a):\n    while True:\n        pass",
+                "import os, signal\ndef f(a):\n    os.kill(os.getpid(), signal.SIGSTOP)")
+    box.map([Job(program, (Call("f(0)"),)) for program in programs])
+    assert sandbox_processes(box) == []
+
+
+def test_environment_secret_is_not_readable(monkeypatch):
+    secret = "populora-secret-7f3a9c"
+    monkeypatch.setenv("POPULORA_TEST_SECRET", secret)
+    program = (
+        "import os\ndef f(a):\n    seen = [repr(dict(os.environ))]\n"
+        "    for pid in [os.getppid(), 1] + [p for p in (os.listdir('/proc') if os.path.isdir('/proc') else []) if p.isdigit()]:\n"
+        "        try:\n            seen.append(open(f'/proc/{pid}/environ', errors='replace').read())\n"
+        "        except OSError:\n            pass\n    return '\\n'.join(seen)")
+    with Sandbox(workers=2, limits=Limits(timeout_s=5)) as sandbox:
+        run = run_f(sandbox, program)
+    assert run.ok and secret not in run.calls[0].repr
+    assert "POPULORA_TEST_SECRET" not in run.calls[0].repr
+
+
+def test_monkey_patches_do_not_leak_to_the_next_check(box):
+    patch = ("import builtins, json, os\ndef f(a):\n    builtins.len = lambda x: 42\n    json.MARK = 1\n"
+             "    os.environ['LEAK'] = '1'\n    open('leak', 'w').write('x')\n    return len([])")
+    assert run_f(box, patch, group=0).calls[0].repr == "42"
+    probe = ("import json, os\ndef f(a):\n    return len([1, 2, 3]), hasattr(json, 'MARK'), 'LEAK' in os.environ, "
+             "os.path.exists('leak')")
+    assert run_f(box, probe, group=0).calls[0].repr == "(3, False, False, False)"
+
+
+def test_program_that_kills_its_parent_hurts_nobody(box):
+    zygotes = [z.proc.pid for z in box._zygotes]
+    for body in ("os.kill(os.getppid(), 9)", "os.killpg(os.getpgid(os.getppid()), 9)", "os.kill(-1, 9)",
+                 "os.kill(0, 9)"):
+        run_f(box, f"import os\ndef f(a):\n    {body}\n    return 1")
+    assert [z.proc.pid for z in box._zygotes] == zygotes
+    assert all(z.proc.poll() is None for z in box._zygotes)
+    assert run_f(box, "def f(a):\n    return a", "5").calls[0].repr == "5"
+
+
+def test_a_dead_zygote_is_replaced(box):
+    zygote = box._zygotes[1]
+    os.kill(zygote.proc.pid, 9)
+    zygote.proc.wait()
+    assert run_f(box, "def f(a):\n    return a", "7", group=1).calls[0].repr == "7"
+
+
+def test_malformed_results_are_rejected():
+    with pytest.raises(ValueError):
+        parse_result({"status": "ok", "calls": []}, 1)
+    with pytest.raises(ValueError):
+        parse_result({"status": "ok", "calls": [{"status": "ok", "repr": 5}]}, 1)
+    with pytest.raises(ValueError):
+        parse_result({"status": "pwned"}, 0)
+
+
+def test_many_jobs_in_parallel(box):
+    jobs = [Job("def f(a):\n    return a * 2", (Call(f"f({i})"),)) for i in range(200)]
+    start = time.monotonic()
+    results = box.map(jobs)
+    assert [r.calls[0].repr for r in results] == [str(2 * i) for i in range(200)]
+    assert time.monotonic() - start < 20
+
+
+def test_closed_sandbox_refuses_jobs():
+    sandbox = Sandbox(workers=2)
+    sandbox.close()
+    sandbox.close()
+    with pytest.raises(SandboxError):
+        sandbox.submit(Job("def f(a):\n    return a", (Call("f(1)"),)))
