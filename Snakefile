@@ -60,6 +60,19 @@ def _params_of(stage):
     return snapshot
 
 
+def _command(stage):
+    # Snakemake evaluates `shell:` lazily inside the loop, where `stage` would already be the last
+    # stage; a params function bound to this stage renders the whole command instead.
+    def render(wildcards, input, output):
+        def ref(kind, key, template):
+            value = getattr(input if kind == "input" else output, key)
+            return value if isinstance(value, str) else " ".join(value)
+
+        return stage.argv(ref, lambda name: wildcards[name], log=stage.log_template().format(**wildcards))
+
+    return render
+
+
 for stage in STAGES:
 
     rule:
@@ -71,12 +84,13 @@ for stage in STAGES:
             **_outputs(stage),
         params:
             cfg=_params_of(stage),
+            command=_command(stage),
         log:
             stage.log_template(),
         resources:
             gpu=stage.gpu,
         shell:
-            stage.argv(lambda kind, key, template: "{" + kind + "." + key + "}", lambda name: "{wildcards." + name + "}", log="{log}")
+            "{params.command}"
 
 
 rule all:

@@ -26,6 +26,7 @@ tuple always gives the same child on a given device.
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -348,6 +349,20 @@ CROSSOVERS = {
 }
 # Number of parents each crossover accepts: (min, max); None = no upper bound.
 CROSSOVER_ARITY = {"layerwise": (2, None), "svd_split": (2, 2), "dare": (2, None), "extrapolate": (2, 2)}
+
+
+def operator_defaults() -> dict[str, dict[str, object]]:
+    """Default hyper-parameters of each registered operator, e.g. for params files and docs.
+
+    >>> operator_defaults()["mask_components"]
+    {'rho': 0.3}
+    """
+    out = {}
+    for name, fn in {**MUTATIONS, **CROSSOVERS}.items():
+        params = inspect.signature(fn).parameters.values()
+        out[name] = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty
+                     and p.name != "fitness"}
+    return out
 
 
 def make_child(

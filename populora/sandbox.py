@@ -32,8 +32,9 @@ was actually set up, and the tests assert it):
     EPERM. Its process group is killed after every check, and PR_SET_PDEATHSIG kills it if the
     zygote dies.
   * Network: the zygote lives in an empty network namespace (no interfaces up, not even lo).
-  * Environment: zygotes start with an empty environment; children see PATH and LANG only, and
-    /proc/<pid>/environ of other processes is out of reach (no /proc in the jail, other uids).
+  * Environment: zygotes start with an empty environment; children see PATH, LANG and
+    *_NUM_THREADS=1 (for numeric libraries) only, and /proc/<pid>/environ of other processes is
+    out of reach (no /proc in the jail, other uids).
   * Stdin reads /dev/null. Crashes (segfaults, aborts)                -> status "crash".
   * State between checks: each check is a fresh fork (monkey-patched builtins, module state and
     files die with it; IPC objects cannot be created).
@@ -45,9 +46,13 @@ What is not covered:
   * Kernel exploits, CPU side channels, and resource use below the limits (a check may burn its
     full time and memory budget). Reading the world-readable files inside the jail (the Python
     installation, /usr, /etc) is allowed.
-  * Without root (or without namespaces) the weaker fallbacks apply: a user+network namespace
-    for the network when the kernel allows it, rlimits, seccomp and a private working directory,
-    but no uid drop and no read-only filesystem; `capabilities` says which layers are active.
+  * Without root the layers degrade (`capabilities` says which are active). Where unprivileged
+    user namespaces are allowed, a user namespace owns the network, mount and IPC namespaces and
+    the same jail is built; children then keep the invoking user's uid (capabilities dropped),
+    so the uid separation is gone, but the jail, seccomp (no signals, no ptrace) and the missing
+    /proc still keep them off the user's files and processes. Where they are not allowed, only
+    rlimits, seccomp and a private working directory remain: the program can then read and
+    write whatever the invoking user can.
 
 Zygote and child code live in this one stdlib-only file, which the zygote loads by path; that is
 why it is longer than the other modules.
@@ -65,7 +70,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 HASH_SEEDS = (1, 2)  # group 0, group 1
 _UID_BASE = 1_000_000  # private uids: _UID_BASE + pid * 256 + n, never a real account
@@ -139,7 +144,8 @@ def parse_result(payload: dict, n_calls: int) -> RunResult:
 
 # ----------------------------------------------------------------------------- parent side
 
-_ZYGOTE_MARKER = "# ==== zygote side" + ": the zygote process executes only the code below this line"  # split: unique
+# split in two so that the full marker text occurs exactly once in this file: at the real marker
+_ZYGOTE_MARKER = "# ==== zygote side" + ": the zygote process executes only the code below this line"
 _BOOT = (  # runs the zygote half of this file (padded, so tracebacks keep the file's line numbers)
     "import sys\n"
     "sys.path = [p for p in sys.path if p]\n"
@@ -187,7 +193,7 @@ class _Zygote:
 
     def run(self, job: Job, limits: Limits) -> RunResult:
         request = {"program": job.program, "calls": [[c.expr, c.expect] for c in job.calls], "entry": job.entry,
-                   "roundtrip": job.roundtrip, **asdict(limits)}
+                   "roundtrip": job.roundtrip, **vars(limits)}
         self.proc.stdin.write(json.dumps(request).encode() + b"\n")
         self.proc.stdin.flush()
         payload = self._read_message(time.monotonic() + limits.timeout_s + 30)
@@ -323,9 +329,12 @@ class Sandbox:
 # ==== zygote side: the zygote process executes only the code below this line (see _BOOT) ====
 # It is kept to a few stdlib imports: everything the zygote loads is copied by every fork.
 
+import builtins  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import resource  # noqa: E402
 import select  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
@@ -346,15 +355,16 @@ _JAIL_DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
 # a program importing something else pays for that import itself.
 _PRELOAD = ("bisect", "collections", "copy", "functools", "heapq", "itertools", "math", "operator", "re", "string",
             "typing")
-# seccomp deny-list (EPERM): exec, tracing, keyrings, namespaces, mounts, kernel modules, bpf, System V and
-# POSIX message-queue IPC (objects that would outlive the check) ...
-_SECCOMP_DENY = {
-    "x86_64": (0xC000003E, (59, 322, 101, 250, 248, 249, 272, 308, 165, 166, 155, 161, 321, 323, 298, 310, 311, 246,
-                            320, 175, 313, 176, 167, 168, 169, 163, 425, 426, 427, 428, 429, 430, 431, 432, 442, 29, 64, 68,
-                            240)),
-    "aarch64": (0xC00000B7, (221, 281, 117, 219, 217, 218, 97, 268, 40, 39, 41, 51, 280, 282, 241, 270, 271, 104,
-                             294, 105, 273, 106, 224, 225, 142, 89, 425, 426, 427, 428, 429, 430, 431, 432, 442, 194, 190,
-                             186, 180)),
+# seccomp deny-list (EPERM): exec, tracing, keyrings, namespaces, mounts, kernel modules, bpf, io_uring,
+# System V and POSIX message-queue IPC (objects that would outlive the check), signals to anyone.
+_SECCOMP_DENY = {  # (audit arch, syscall numbers); the last six: kill, tkill, tgkill, rt_(tg)sigqueueinfo,
+    # pidfd_send_signal -- a child never needs to signal anyone (not even itself: abort() still crashes it)
+    "x86_64": (0xC000003E, (59, 322, 101, 250, 248, 249, 272, 308, 165, 166, 155, 161, 321, 323, 298, 310, 311,
+                            246, 320, 175, 313, 176, 167, 168, 169, 163, 425, 426, 427, 428, 429, 430, 431, 432,
+                            442, 29, 64, 68, 240, 62, 200, 234, 129, 297, 424)),
+    "aarch64": (0xC00000B7, (221, 281, 117, 219, 217, 218, 97, 268, 40, 39, 41, 51, 280, 282, 241, 270, 271,
+                             104, 294, 105, 273, 106, 224, 225, 142, 89, 425, 426, 427, 428, 429, 430, 431, 432,
+                             442, 194, 190, 186, 180, 129, 130, 131, 138, 240, 424)),
 }
 _libc = None
 
@@ -467,6 +477,25 @@ def _build_jail(work_mb: int) -> str:
     return "/sbx"
 
 
+def _enter_user_namespace(namespaces: int) -> bool:
+    uid, gid = os.getuid(), os.getgid()
+    if _libc.unshare(_CLONE_NEWUSER | namespaces) != 0:
+        return False
+    for name, text in (("setgroups", "deny"), ("uid_map", f"0 {uid} 1"), ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as handle:
+            handle.write(text)
+    return True
+
+
+def _drop_capabilities() -> None:
+    """capset(all zero): a child that is uid 0 of a user namespace keeps no capabilities in it."""
+    import ctypes
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()
+    if _libc.capset(header, data) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+
+
 def _isolate_zygote(config: dict) -> tuple[dict, str, int | None]:
     """Enter namespaces and the jail; returns (capabilities, work root, uid for children)."""
     caps = {"net_namespace": False, "mount_namespace": False, "fs_jail": False, "uid_drop": False,
@@ -475,13 +504,15 @@ def _isolate_zygote(config: dict) -> tuple[dict, str, int | None]:
         _load_libc()
     except OSError as error:
         caps["error"] = f"no libc: {error}"
+    namespaces = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC
     if _libc is not None and caps["root"]:
-        if _libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC) == 0:
+        if _libc.unshare(namespaces) == 0:
             caps["net_namespace"] = caps["mount_namespace"] = caps["ipc_namespace"] = True
         elif _libc.unshare(_CLONE_NEWNET) == 0:
             caps["net_namespace"] = True
-    elif _libc is not None:
-        caps["net_namespace"] = _libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) == 0
+    elif _libc is not None and _enter_user_namespace(namespaces):
+        # without root: a user namespace owns the others (this user is uid 0 inside, nobody else exists)
+        caps["net_namespace"] = caps["mount_namespace"] = caps["ipc_namespace"] = caps["user_namespace"] = True
     workroot = None
     if caps["mount_namespace"]:
         try:
@@ -507,11 +538,9 @@ def _isolate_zygote(config: dict) -> tuple[dict, str, int | None]:
 
 def zygote_main(config_json: str) -> None:
     """Serve jobs over stdin/stdout (one JSON line each) until stdin closes."""
-    import builtins  # noqa: F401  (kept loaded for the children)
     for name in _PRELOAD:
         __import__(name)
     config = json.loads(config_json)
-    import signal
     # protocol on private fds; fd 0 becomes /dev/null and fd 1 stderr, so neither a stray print
     # nor a child (which inherits sys.stdin) can touch the protocol
     requests, out = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
@@ -521,8 +550,9 @@ def zygote_main(config_json: str) -> None:
     os.dup2(2, 1)
     sys.stdin = open(0, closefd=False)
     sys.argv = ["<program>"]
-    os.environ.clear()  # children inherit exactly this environment
-    os.environ.update({"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+    os.environ.clear()  # children inherit exactly this environment; one thread for numeric libraries,
+    os.environ.update({"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})  # which cannot start threads here
+    os.environ.update({name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # oversize writes fail with EFBIG instead of killing
     os.umask(0o022)
     try:
@@ -581,8 +611,11 @@ def _supervise(request: dict, caps: dict, workroot: str, uid: int | None, devnul
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child never returns from here
-        os.close(read_fd)
-        _child_main(request, caps, uid, write_fd, devnull, workdir)
+        try:
+            os.close(read_fd)
+            _child_main(request, caps, uid, write_fd, devnull, workdir)
+        finally:
+            _exit(70)
     os.close(write_fd)
     try:
         return _collect(pid, read_fd, request)
@@ -698,26 +731,30 @@ class _CountingSink:
         return False
 
 
+_exit = os._exit  # captured before any program runs: a program may replace os._exit in its process
+
+
 def _child_main(request: dict, caps: dict, uid: int | None, write_fd: int, devnull: int, workdir: str) -> None:
     """Lock down this forked child, run the job, write one JSON result to fd 3 and _exit."""
+    result = {"status": "sandbox_error", "detail": "child setup failed"}
     try:
         _lock_down(request, caps, uid, write_fd, devnull, workdir)
+        result = {"status": "crash", "detail": "the program broke the harness"}  # e.g. a signal handler
         sink = _CountingSink()
         sys.stdout = sys.stderr = sink
         result = _execute(request)
         result["stdout_chars"] = sink.chars
-    except BaseException as error:  # setup failed before untrusted code ran
-        result = {"status": "sandbox_error", "detail": f"child setup failed: {error!r}"}
+    except BaseException:
+        pass
     try:
         data = memoryview(json.dumps(result).encode())
         while data:
             data = data[os.write(3, data):]
     finally:
-        os._exit(0)
+        _exit(0)
 
 
 def _lock_down(request: dict, caps: dict, uid: int | None, write_fd: int, devnull: int, workdir: str) -> None:
-    import resource
     os.setpgid(0, 0)  # own process group, killed after the check (setsid would cost ~1 ms: a new autogroup)
     if caps.get("ipc_namespace") and not caps.get("seccomp"):  # else IPC syscalls are denied outright
         _libc_call("unshare", _CLONE_NEWIPC)
@@ -742,6 +779,8 @@ def _lock_down(request: dict, caps: dict, uid: int | None, write_fd: int, devnul
             _libc_call("prctl", option, value, 0, 0, 0)
         if caps.get("seccomp"):
             _install_seccomp()
+        if caps.get("user_namespace"):
+            _drop_capabilities()
     os.chdir(workdir)  # environment, stdin and SIGXFSZ were set up once in the zygote
 
 
@@ -762,13 +801,12 @@ def _execute(request: dict) -> dict:
     for expr, expect in request["calls"]:
         try:
             calls.append(_one_call(code, expr, expect, request["entry"], request["roundtrip"], limit))
-        except _OutOfMemory:
+        except (_OutOfMemory, MemoryError):  # memory is back once the frames have unwound
             return {"status": "memory", "calls": calls, "detail": "MemoryError"}
     return {"status": "ok", "calls": calls}
 
 
 def _one_call(code, expr: str, expect: str | None, entry: str | None, roundtrip: bool, limit: int) -> dict:
-    import builtins
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     try:
         exec(code, namespace)

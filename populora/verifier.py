@@ -19,7 +19,11 @@ for the word "error"). A proposal is valid when, in order:
   * every result's repr evaluates back to an equal value and is an expression a solver could
     write (literals, containers, calls of the program's classes/imports; else `unrepresentable`:
     `nan`, objects compared by identity, `<object at 0x...>` reprs, which AZR accepted silently).
-The static forbidden-name rules are validity rules only; containment is the sandbox's job.
+Forbidden builtins: open, input, eval, exec, compile, breakpoint, globals, exit, quit, help,
+__import__ and __builtins__ (unless the program binds the name itself, e.g. a parameter named
+`input`); forbidden attributes are the introspection routes out (__subclasses__, __globals__,
+f_back, ...). These static rules are validity rules only; containment is the sandbox's job and
+does not rely on them (tests/hostile_cases.py runs escapes that pass them).
 
 Grading. code_o: value equality of the answer and the gold repr (1 == 1.0, dict/set order
 free), by `ast.literal_eval` in this process when both are literals, else in the sandbox.
@@ -29,7 +33,8 @@ sees the gold outputs, and its reprs are compared here. Answers to code_o/code_i
 expressions (no attribute access, no calls of `f` or other functions: `f('x')` is not a
 prediction) -> else `unsafe_answer`.
 
-Verify reasons: VERIFY_REASONS; grade reasons: GRADE_REASONS (null when correct).
+Verify reasons: VERIFY_REASONS; grade reasons: GRADE_REASONS (null when correct). Output rows
+also carry "reason_detail" (human-readable: exception type and message, which input, ...).
 """
 
 from __future__ import annotations
@@ -250,7 +255,10 @@ def static_check(row: dict) -> tuple[str | None, str | None, ast.Module | None]:
 
 # ----------------------------------------------------------------------------- verification
 
-def judge_runs(run_a: RunResult, run_b_reversed: RunResult, names: frozenset[str]) -> tuple[str | None, str | None, list[str]]:
+Outcome = tuple[str | None, str | None, list[str]]  # (reason, detail, outputs)
+
+
+def judge_runs(run_a: RunResult, run_b_reversed: RunResult, names: frozenset[str]) -> Outcome:
     """(reason, detail, outputs) from two executions; run B evaluated the inputs in reverse order."""
     for run in (run_a, run_b_reversed):
         if run.status != "ok":
@@ -278,6 +286,33 @@ def judge_runs(run_a: RunResult, run_b_reversed: RunResult, names: frozenset[str
     return None, None, outputs
 
 
+def _start_verification(row, box: Sandbox, limits: Limits) -> Callable[[], Outcome]:
+    """Static checks now, and both executions submitted now; the thunk waits for the outcome."""
+    if not isinstance(row, dict):
+        return lambda: ("malformed_row", "not a JSON object", [])
+    reason, detail, tree = static_check(row)
+    if reason:
+        return lambda: (reason, detail, [])
+    calls = tuple(Call(call_source(a)) for a in row["inputs"])
+    # two separate processes with different hash seeds; the second evaluates the inputs in reverse
+    run_a = box.submit(Job(row["program"], calls, roundtrip=True, limits=limits), group=0)
+    run_b = box.submit(Job(row["program"], calls[::-1], roundtrip=True, limits=limits), group=1)
+    names = answer_names(tree)
+    return lambda: judge_runs(run_a.result(), run_b.result(), names)
+
+
+def _guarded(step: Callable, failure: Callable[[str], tuple]):
+    """A verifier bug on some odd row becomes that row's `sandbox_error`, never a crashed stage."""
+    try:
+        return step()
+    except Exception as error:  # noqa: BLE001
+        return failure(f"verifier error: {error!r}"[:300])
+
+
+def _verify_failure(detail: str) -> Callable[[], Outcome]:
+    return lambda: ("sandbox_error", detail, [])
+
+
 def verify_rows(rows: Iterable, *, timeout_s: float = 5.0, memory_mb: int = 512, max_output_chars: int = 10_000,
                 workers: int = 2, sandbox: Sandbox | None = None,
                 progress: Callable[[int], None] | None = None) -> list[dict]:
@@ -286,25 +321,10 @@ def verify_rows(rows: Iterable, *, timeout_s: float = 5.0, memory_mb: int = 512,
     limits = Limits(timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=max_output_chars)
     box = sandbox or Sandbox(workers=workers, limits=limits)
     try:
-        pending = []
-        for row in rows:
-            if not isinstance(row, dict):
-                pending.append((("malformed_row", "not a JSON object"), None))
-                continue
-            reason, detail, tree = static_check(row)
-            if reason:
-                pending.append(((reason, detail), None))
-                continue
-            calls = tuple(Call(call_source(a)) for a in row["inputs"])
-            job_a = Job(row["program"], calls, roundtrip=True, limits=limits)
-            job_b = Job(row["program"], calls[::-1], roundtrip=True, limits=limits)
-            pending.append((answer_names(tree), (box.submit(job_a, group=0), box.submit(job_b, group=1))))
+        thunks = [_guarded(lambda row=row: _start_verification(row, box, limits), _verify_failure) for row in rows]
         out = []
-        for row, (info, futures) in zip(rows, pending):
-            if futures is None:
-                reason, detail, outputs = info[0], info[1], []
-            else:
-                reason, detail, outputs = judge_runs(futures[0].result(), futures[1].result(), info)
+        for row, thunk in zip(rows, thunks):
+            reason, detail, outputs = _guarded(thunk, lambda d: _verify_failure(d)())
             base = dict(row) if isinstance(row, dict) else {"row": row}
             out.append({**base, "valid": reason is None, "reason": reason, "outputs": outputs,
                         "reason_detail": detail})
@@ -318,7 +338,7 @@ def verify_rows(rows: Iterable, *, timeout_s: float = 5.0, memory_mb: int = 512,
 
 # ----------------------------------------------------------------------------- grading
 
-Verdict = tuple[bool, "str | None", "str | None"]  # (correct, reason, detail)
+Verdict = tuple[bool, str | None, str | None]  # (correct, reason, detail)
 
 
 def _done(correct: bool, reason: str | None = None, detail: str | None = None) -> Callable[[], Verdict]:
@@ -454,13 +474,14 @@ def grade_rows(tasks: Iterable, answers: Iterable, *, timeout_s: float = 5.0, me
             else:
                 key = (row["task_id"], row["answer"])
                 if key not in thunks:
-                    thunks[key] = grader.start(*index[row["task_id"]], row["answer"])
+                    thunks[key] = _guarded(lambda: grader.start(*index[row["task_id"]], row["answer"]),
+                                           lambda d: _done(False, "sandbox_error", d))
                 plan.append(thunks[key])
         verdicts: dict[int, Verdict] = {}
         out = []
         for row, thunk in zip(answers, plan):
             if id(thunk) not in verdicts:
-                verdicts[id(thunk)] = thunk()
+                verdicts[id(thunk)] = _guarded(thunk, lambda d: (False, "sandbox_error", d))
             verdict = verdicts[id(thunk)]
             base = dict(row) if isinstance(row, dict) else {"row": row}
             out.append({**base, "correct": verdict[0], "reason": verdict[1], "reason_detail": verdict[2]})

@@ -52,14 +52,14 @@ def adapter_of(model_dir: Path) -> Path | None:
 
 def load_model(base_model: Path, adapter: Path | None, model_name: str, params):
     """Tokenizer and model (base, with the member's adapter attached when there is one)."""
-    from populora.model import ModelSetupError, attach_adapters, load_base
+    from populora.model import attach_adapters, load_base
 
     try:
         tokenizer, model = load_base(base_model, dtype=params.model.dtype, device=params.model.device)
         if adapter is not None:
             model = attach_adapters(model, {"member": adapter})
             model.eval()
-    except (ModelSetupError, OSError, RuntimeError, ValueError, KeyError) as error:
+    except Exception as error:  # noqa: BLE001  (safetensors, PEFT and transformers raise many kinds)
         raise BenchError(f"model {model_name} did not load (base {base_model}, adapter {adapter}): "
                          f"{type(error).__name__}: {error}. Fix: re-run the base_model / export stages; an adapter "
                          "must come from the same base model and LoRA settings.") from error

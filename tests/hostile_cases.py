@@ -38,11 +38,14 @@ HOSTILE_CASES: list[HostileCase] = [
          "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass",
          "timeout"),
     case("block_on_own_pipe", "time", "r, w = os.pipe()\nreturn os.read(r, 1)", "timeout", imports="import os"),
-    case("stop_itself", "time", "os.kill(os.getpid(), signal.SIGSTOP)\nreturn 1", "timeout",
-         imports="import os, signal"),
+    case("stop_itself", "time", "os.kill(os.getpid(), signal.SIGSTOP)\nreturn 1", "exception:PermissionError",
+         "timeout", imports="import os, signal"),
     case("hostile_exception_str", "time", "raise E()", "timeout",
          helpers="class E(Exception):\n    def __str__(self):\n        while True:\n            pass\n"),
     case("close_result_pipe_and_spin", "time", "os.close(3)\nwhile True:\n    pass", "timeout", imports="import os"),
+    case("alarm_storm_in_harness", "time", "signal.signal(signal.SIGALRM, h)\n"
+         "signal.setitimer(signal.ITIMER_REAL, 0.00001, 0.00001)\nreturn 1", "crash", "timeout", "exception:E", "ok:1",
+         imports="import signal", helpers="class E(Exception):\n    pass\ndef h(*_):\n    raise E()\n"),
     # ---- memory
     case("huge_list", "memory", "return len([0] * 10**9)", "memory"),
     # bytes(n) is calloc'ed (pages untouched): RLIMIT_AS trips just as fast, without seconds of page faults
@@ -88,7 +91,8 @@ HOSTILE_CASES: list[HostileCase] = [
     # ---- processes: no fork, no threads, no exec, no signalling others
     case("fork", "processes", "return os.fork()", "exception:BlockingIOError", imports="import os"),
     case("fork_daemon", "processes",
-         "if os.fork() == 0:\n    os.setsid()\n    time.sleep(2)\n    open('/tmp/daemon', 'w')\n    os._exit(0)\nreturn 1",
+         "if os.fork() == 0:\n    os.setsid()\n    time.sleep(2)\n    open('/tmp/daemon', 'w')\n    os._exit(0)\n"
+         "return 1",
          "exception:BlockingIOError", imports="import os, time"),
     case("subprocess_run", "processes", "return subprocess.run(['echo', 'hi']).returncode",
          "exception:BlockingIOError", "exception:PermissionError", "exception:OSError", imports="import subprocess"),
@@ -101,7 +105,7 @@ HOSTILE_CASES: list[HostileCase] = [
          "exception:RuntimeError", imports="import threading"),
     case("kill_parent", "processes", "os.kill(os.getppid(), signal.SIGKILL)", "exception:PermissionError",
          imports="import os, signal"),
-    case("kill_everything", "processes", "os.kill(-1, signal.SIGKILL)\nreturn 1", "ok:1",
+    case("kill_everything", "processes", "os.kill(-1, signal.SIGKILL)\nreturn 1", "exception:PermissionError", "ok:1",
          imports="import os, signal"),
     case("kill_init", "processes", "os.kill(1, signal.SIGKILL)", "exception:PermissionError",
          imports="import os, signal"),
@@ -113,19 +117,20 @@ HOSTILE_CASES: list[HostileCase] = [
     case("list_interfaces", "network", "return [name for _, name in socket.if_nameindex() if name != 'lo']", "ok:[]",
          imports="import socket"),
     # ---- environment and other processes' secrets
-    case("read_environment", "environment", "return sorted(os.environ)", "ok:['LANG', 'PATH']",
-         imports="import os"),
+    case("read_environment", "environment", "return sorted(os.environ)",
+         "ok:['LANG', 'MKL_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'PATH']", imports="import os"),
     case("read_proc_environ", "environment", "return open(f'/proc/{os.getppid()}/environ').read()",
          "exception:FileNotFoundError", "exception:PermissionError", imports="import os"),
     # ---- crashes
     case("segfault_ctypes", "crash", "return ctypes.string_at(0)", "crash", imports="import ctypes"),
-    case("segfault_faulthandler", "crash", "faulthandler._sigsegv()", "crash", imports="import faulthandler"),
+    case("segfault_read_null", "crash", "faulthandler._read_null()", "crash", imports="import faulthandler"),
     case("abort", "crash", "os.abort()", "crash", imports="import os"),
     case("hard_exit", "crash", "os._exit(3)", "crash", imports="import os"),
     case("sys_exit", "crash", "sys.exit(0)", "exception:SystemExit", imports="import sys"),
     # ---- evasion of static checks: contained anyway
     case("import_via_builtins_getattr", "evasion",
-         "imp = getattr(__builtins__, '__imp' + 'ort__')\nreturn imp('os').system('touch /tmp/x')", "ok:-1", "ok:32512"),
+         "imp = getattr(__builtins__, '__imp' + 'ort__')\nreturn imp('os').system('touch /tmp/x')",
+         "ok:-1", "ok:32512"),
     case("subclasses_walk_to_os", "evasion",
          "for cls in getattr(object, '__subcl' + 'asses__')():\n"
          "    if cls.__name__ == '_wrap_close':\n"

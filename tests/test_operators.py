@@ -44,7 +44,7 @@ ALL_OPS = sorted(MUTATIONS) + sorted(CROSSOVERS)
 # ---------------------------------------------------------------- linear algebra
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, derandomize=True)
 @given(
     m=st.integers(1, 10), n=st.integers(1, 10), r=st.integers(1, 6), batch=st.integers(1, 3),
     seed=st.integers(0, 10_000),
@@ -266,6 +266,17 @@ def test_make_child_rejects_bad_calls():
         make_child([p1, p3], "layerwise", seed=0)
     with pytest.raises(TypeError):
         make_child([p1], "gaussian_all", seed=0, epsilon=0.1)  # typo'd hyper-parameter
+
+
+def test_operator_defaults_are_accepted():
+    defaults = ops.operator_defaults()
+    assert set(defaults) == set(ALL_OPS)
+    assert defaults["svd_scale_rotate"] == {"eps": 0.1}
+    assert defaults["extrapolate"] == {"eta_low": 1.0, "eta_high": 1.5, "space": "factors"}
+    p1, p2 = random_adapter(1, layers=1), random_adapter(2, layers=1)
+    for op, hyper in defaults.items():  # passing the defaults explicitly changes nothing
+        assert all(torch.equal(a, b) for a, b in zip(child_for(op, [p1, p2], **hyper).values(),
+                                                      child_for(op, [p1, p2]).values()))
 
 
 def test_doctests():

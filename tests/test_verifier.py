@@ -52,9 +52,12 @@ class W:
 def f(a):
     return W(a)"""
 ORDER_DEPENDENT = "import math\ndef f(a):\n    math.calls = getattr(math, 'calls', 0) + 1\n    return math.calls"
-SUBCLASS_WALK = ("def f(a):\n    for c in getattr(object, '__subcl' + 'asses__')():\n"
-                 "        if c.__name__ == '_wrap_close':\n"
-                 "            g = getattr(c.__init__, '__glo' + 'bals__')\n            return g['kill'](g['getppid'](), 9)\n")
+SUBCLASS_WALK = """def f(a):
+    for c in getattr(object, '__subcl' + 'asses__')():
+        if c.__name__ == '_wrap_close':
+            g = getattr(c.__init__, '__glo' + 'bals__')
+            return g['kill'](g['getppid'](), 9)
+"""
 TEN = [str(i) for i in range(10)]
 
 # (task_id, type, program, inputs, expected reason (None = valid), expected outputs or None)
@@ -152,6 +155,16 @@ def test_malformed_rows_get_a_row_each_in_order(box):
     assert [row["reason"] for row in out] == ["malformed_row"] * len(MALFORMED)
     assert [row.get("task_id") for row in out[:-1]] == [row["task_id"] for row in MALFORMED[:-1]]
     assert out[-1]["row"] == "not a row" and out[-1]["valid"] is False
+
+
+def test_a_verifier_bug_on_one_row_spares_the_others(box, monkeypatch):
+    import populora.verifier as verifier
+    real = verifier.static_check
+    monkeypatch.setattr(verifier, "static_check",
+                        lambda row: (_ for _ in ()).throw(RuntimeError("bug")) if row["task_id"] == "x" else real(row))
+    rows = [dict(r, task_id=t) for t, r in (("x", seed_rows()[0]), ("y", seed_rows()[0]))]
+    out = verify_rows(rows, sandbox=box, **LIMITS)
+    assert [(r["valid"], r["reason"]) for r in out] == [(False, "sandbox_error"), (True, None)]
 
 
 def test_identity_seeds_are_valid(box):

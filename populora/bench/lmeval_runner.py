@@ -77,7 +77,9 @@ def evaluate(benchmark: str, *, base_model: str | Path, adapter: str | Path | No
     math_data = math_data_location(benchmark, data_dir)
     with tempfile.TemporaryDirectory(prefix="populora-lm-eval-") as tmp:
         include = render_tasks(Path(tmp) / "tasks", math_data=math_data, max_gen_toks=max_new_tokens)
-        shutil.copytree(include, harness_dir / "tasks", dirs_exist_ok=True)
+        (harness_dir / "tasks").mkdir(parents=True, exist_ok=True)
+        for name in ("_populora_math.yaml", f"{task_name(benchmark)}.yaml", "utils.py"):  # what this run used
+            shutil.copy2(include / name, harness_dir / "tasks" / name)
         manager = TaskManager(include_path=str(include), include_defaults=False)
         try:
             results = lm_eval.simple_evaluate(
@@ -95,13 +97,15 @@ def evaluate(benchmark: str, *, base_model: str | Path, adapter: str | Path | No
 
 def _explain(error: Exception, benchmark: str, base_model, adapter, math_data: str) -> str:
     text = f"{type(error).__name__}: {error}"
-    if adapter is not None and ("adapter" in text.lower() or "peft" in text.lower() or "safetensors" in text.lower()):
+    lowered = text.lower()
+    if adapter is not None and any(word in lowered for word in ("adapter", "peft", "safetensor", "lora")):
         fix = f"the adapter folder {adapter} does not load on {base_model}; re-run the export stage for this model"
-    elif "data_files" in text or "FileNotFound" in text or "doesn't exist" in text:
+    elif any(word in lowered for word in ("data_files", "filenotfound", "doesn't exist", "no such file")):
         fix = f"check the data location {math_data}"
     else:
-        fix = "see the traceback above; the stage log has lm-eval's own messages"
-    return f"lm-eval failed on {benchmark} ({text}). Fix: {fix}."
+        fix = "see the traceback above and lm-eval's messages in the stage log"
+    model = f"{base_model}" + (f" + adapter {adapter}" if adapter is not None else "")
+    return f"lm-eval failed on {benchmark} for {model} ({text}). Fix: {fix}."
 
 
 def sample_rows(results: dict, benchmark: str) -> list[dict]:

@@ -1,0 +1,292 @@
+"""The generated report: benchmark bars per model next to the training dynamics of each arm.
+
+`write_report(results, dynamics, out_dir)` writes `report.md` and PNG figures (matplotlib, Agg):
+
+* `benchmarks.png`   primary score per benchmark and per group average, one bar per model
+                     (population members in blues with their mean marked, baseline orange, base grey);
+* `dynamics.png`     per generation, population vs baseline: solve rate and validity per task
+                     type, mean teacher/student reward, cumulative distinct programs (coverage);
+* `complexity.png`   mean AST depth, cyclomatic complexity, lines and distinct variables of valid
+                     proposed programs, per task type;
+* `ratings.png`      TrueSkill mu +- sigma of every slot, one panel per arm.
+
+`results` are the bench stage's result dicts; `dynamics` maps an arm to its `dynamics.json` rows
+(one flat dict per generation, written by stages/dynamics.py). Either arm may be missing.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on build machines and cluster nodes
+import matplotlib.pyplot as plt  # noqa: E402
+
+from populora.bench import CODE_BENCHMARKS, MATH_BENCHMARKS  # noqa: E402
+from populora.bench.summary import BASE, BASELINE, POPULATION, aggregates, arm_of, best_weakest_members, score_table, summarize  # noqa: E402,E501
+
+ARM_COLORS = {POPULATION: "tab:blue", BASELINE: "tab:orange", BASE: "0.55"}
+TASK_TYPES = ("code_o", "code_i", "code_f")
+TYPE_TITLES = {"code_o": "deduction (code_o)", "code_i": "abduction (code_i)", "code_f": "induction (code_f)"}
+COMPLEXITY = ("ast_depth", "cyclomatic_complexity", "loc", "distinct_variables")
+COMPLEXITY_TITLES = {"ast_depth": "AST depth", "cyclomatic_complexity": "cyclomatic complexity",
+                     "loc": "lines of code", "distinct_variables": "distinct variables"}
+
+
+def arm_from_path(path: str | Path) -> str:
+    """`results/<arm>/dynamics.json` -> `<arm>`."""
+    return Path(path).parent.name
+
+
+def model_order(models: list[str]) -> list[str]:
+    """Population members, then the baseline's, then the base model."""
+    rank = {POPULATION: 0, BASELINE: 1, BASE: 2}
+    return sorted(models, key=lambda m: (rank.get(arm_of(m), 3), m))
+
+
+def model_colors(models: list[str]) -> dict[str, object]:
+    members = [m for m in models if arm_of(m) == POPULATION]
+    blues = plt.get_cmap("Blues")
+    colors = {m: blues(0.45 + 0.45 * i / max(1, len(members) - 1)) for i, m in enumerate(members)}
+    for model in models:
+        colors.setdefault(model, ARM_COLORS.get(arm_of(model), "tab:green"))
+    return colors
+
+
+def _columns(table: dict[str, dict[str, float]]) -> list[str]:
+    """Benchmarks in the canonical order, then the group averages present."""
+    benches = [b for b in (*CODE_BENCHMARKS, *MATH_BENCHMARKS) if any(b in s for s in table.values())]
+    groups = {g for scores in table.values() for g in aggregates(scores)}
+    return benches + [f"avg.{g}" for g in ("code", "math", "overall") if g in groups]
+
+
+def _value(table, model: str, column: str) -> float:
+    if column.startswith("avg."):
+        return aggregates(table[model])[column[4:]]
+    return table[model][column]
+
+
+def plot_benchmarks(table: dict[str, dict[str, float]], path: Path) -> None:
+    models = model_order(list(table))
+    columns = _columns(table)
+    colors = model_colors(models)
+    width = 0.8 / len(models)
+    fig, ax = plt.subplots(figsize=(max(10, 1.1 * len(columns) + 0.25 * len(models) * len(columns) / 3), 5.2))
+    for index, model in enumerate(models):
+        xs = [c + (index - (len(models) - 1) / 2) * width for c in range(len(columns))]
+        ax.bar(xs, [100 * _value(table, model, col) for col in columns], width, label=model, color=colors[model],
+               edgecolor="white", linewidth=0.5)
+    members = [m for m in models if arm_of(m) == POPULATION]
+    if members:
+        means = [100 * sum(_value(table, m, col) for m in members) / len(members) for col in columns]
+        ax.hlines(means, [c - 0.42 for c in range(len(columns))], [c + 0.42 for c in range(len(columns))],
+                  colors="black", linewidth=1.8, zorder=3, label="population mean")
+    ax.set_xticks(range(len(columns)), [c.replace("avg.", "avg ") for c in columns], rotation=30, ha="right")
+    for divider in [len(columns) - sum(c.startswith("avg.") for c in columns) - 0.5]:
+        ax.axvline(divider, color="0.8", linewidth=1)
+    ax.set_ylabel("score (%): code pass@1 (base+plus tests), math accuracy")
+    ax.set_title("Benchmarks per model")
+    ax.set_ylim(0, max(5.0, ax.get_ylim()[1]))
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: never hides a bar
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
+    xs, ys = [], []
+    for index, row in enumerate(rows):
+        value = row.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            xs.append(row.get("generation", index))
+            ys.append(value)
+    return xs, ys
+
+
+def arm_order(arms) -> list[str]:
+    """population first, then baseline, then anything else by name."""
+    rank = {POPULATION: 0, BASELINE: 1}
+    return sorted(arms, key=lambda a: (rank.get(a, 2), a))
+
+
+def _panel(ax, dynamics: dict[str, list[dict]], key: str, title: str) -> None:
+    drawn = False
+    for arm in arm_order(dynamics):
+        rows = dynamics[arm]
+        xs, ys = _series(rows, key)
+        if xs:
+            ax.plot(xs, ys, marker="o", color=ARM_COLORS.get(arm, "tab:green"), label=arm)
+            drawn = True
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("generation", fontsize=9)
+    ax.grid(alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=8)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    else:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="0.5")
+
+
+def plot_dynamics(dynamics: dict[str, list[dict]], path: Path) -> None:
+    panels = [(f"{t}.solve_rate", f"solve rate, {TYPE_TITLES[t]}") for t in TASK_TYPES]
+    panels += [(f"{t}.validity_rate", f"valid proposals, {TYPE_TITLES[t]}") for t in TASK_TYPES]
+    panels += [("teacher_reward_mean", "mean proposer (teacher) reward"), ("student_reward_mean", "mean solver (student) reward"),
+               ("coverage_distinct_programs", "coverage: cumulative distinct programs")]
+    fig, axes = plt.subplots(3, 3, figsize=(13, 10))
+    for ax, (key, title) in zip(axes.flat, panels):
+        _panel(ax, dynamics, key, title)
+    fig.suptitle("Training dynamics: population vs baseline")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_complexity(dynamics: dict[str, list[dict]], path: Path) -> None:
+    fig, axes = plt.subplots(len(COMPLEXITY), len(TASK_TYPES), figsize=(13, 12), squeeze=False)
+    for row, metric in enumerate(COMPLEXITY):
+        for col, task_type in enumerate(TASK_TYPES):
+            _panel(axes[row][col], dynamics, f"{task_type}.program.{metric}", f"{COMPLEXITY_TITLES[metric]}, {task_type}")
+    fig.suptitle("Complexity of valid proposed programs (mean per generation)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def rating_slots(rows: list[dict]) -> list[str]:
+    return sorted({key.split(".")[1] for row in rows for key in row if key.startswith("rating.") and key.endswith(".mu")})
+
+
+def plot_ratings(dynamics: dict[str, list[dict]], path: Path) -> None:
+    arms = arm_order(dynamics) or ["(none)"]
+    fig, axes = plt.subplots(1, len(arms), figsize=(6.5 * len(arms), 4.5), squeeze=False)
+    for ax, arm in zip(axes[0], arms):
+        rows = dynamics.get(arm, [])
+        slots = rating_slots(rows)
+        cmap = plt.get_cmap("tab10")
+        for index, slot in enumerate(slots):
+            xs, mu = _series(rows, f"rating.{slot}.mu")
+            _, sigma = _series(rows, f"rating.{slot}.sigma")
+            if len(sigma) == len(mu):
+                ax.fill_between(xs, [m - s for m, s in zip(mu, sigma)], [m + s for m, s in zip(mu, sigma)],
+                                color=cmap(index % 10), alpha=0.12)
+            ax.plot(xs, mu, marker="o", color=cmap(index % 10), label=slot)
+        ax.set_title(f"TrueSkill mu +- sigma ({arm})", fontsize=10)
+        ax.set_xlabel("generation")
+        ax.grid(alpha=0.3)
+        if slots:
+            ax.legend(fontsize=8)
+            ax.xaxis.get_major_locator().set_params(integer=True)
+        else:
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="0.5")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def benchmark_table(table: dict[str, dict[str, float]], counts: dict[str, int]) -> str:
+    """Markdown: one row per benchmark / average, columns population stats, baseline, base, members."""
+    metrics = summarize([{"model": m, "benchmark": b, "n": counts[b], "metrics": {_metric(b): v}}
+                         for m, scores in table.items() for b, v in scores.items()])
+    members = model_order([m for m in table if m != BASE])
+    stats = [("population.mean", "pop. mean"), ("population.best", "pop. best"), ("population.weakest", "pop. weakest"),
+             ("baseline", "baseline"), ("base", "base")]
+    stats = [(key, label) for key, label in stats if any(k.endswith("." + key) for k in metrics)]
+    header = ["benchmark", "n"] + [label for _, label in stats] + members
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for column in _columns(table):
+        prefix = column if column.startswith("avg.") else f"bench.{column}"
+        n = str(counts[column]) if column in counts else ""
+        cells = [column.replace("avg.", "**avg ") + ("**" if column.startswith("avg.") else ""), n]
+        cells += [_pct(metrics.get(f"{prefix}.{key}")) for key, _ in stats]
+        cells += [_pct(metrics.get(f"{prefix}.member.{m}")) for m in members]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _metric(bench: str) -> str:
+    from populora.bench import primary_metric
+
+    return primary_metric(bench)
+
+
+def claims(metrics: dict[str, float], extremes: tuple[str, str] | None) -> list[str]:
+    """The paper's two claims, checked on this run's numbers (overall aggregate)."""
+    lines = []
+    if extremes:
+        lines.append(f"- Best member by overall aggregate: `{extremes[0]}`; weakest: `{extremes[1]}`.")
+    if "avg.overall.population.mean_minus_baseline" in metrics:
+        for key, what in (("mean", "population mean"), ("weakest", "weakest member")):
+            delta = 100 * metrics[f"avg.overall.population.{key}_minus_baseline"]
+            verdict = "beats" if delta > 0 else ("ties" if delta == 0 else "does not beat")
+            lines.append(f"- The {what} {verdict} the baseline overall ({delta:+.1f} points).")
+    else:
+        lines.append("- Only one arm ran, so population and baseline cannot be compared.")
+    return lines
+
+
+def final_dynamics_table(dynamics: dict[str, list[dict]]) -> str:
+    keys = [f"{t}.solve_rate" for t in TASK_TYPES] + [f"{t}.validity_rate" for t in TASK_TYPES] + [
+        "teacher_reward_mean", "student_reward_mean", "coverage_distinct_programs"] + [
+        f"code_o.program.{m}" for m in COMPLEXITY]
+    arms = arm_order(dynamics)
+    lines = ["| metric (last generation) | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+    for key in keys:
+        cells = []
+        for arm in arms:
+            value = dynamics[arm][-1].get(key) if dynamics[arm] else None
+            cells.append("-" if not isinstance(value, (int, float)) else f"{value:.3g}")
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_report(results: list[dict], dynamics: dict[str, list[dict]], out_dir: str | Path) -> Path:
+    """Write report.md and its figures into `out_dir`; returns the Markdown path."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table, counts = score_table(results)
+    metrics = summarize(results)
+    extremes = best_weakest_members(table)
+    limits = sorted({str(r.get("limit")) for r in results})
+    plot_benchmarks(table, out_dir / "benchmarks.png")
+    sections = [
+        "# PopuLoRA: benchmarks and training dynamics",
+        "",
+        f"Generated by `stages/report.py` from {len(results)} benchmark results of {len(table)} models "
+        f"(bench.limit = {', '.join(limits)}: the first N problems of each benchmark file, in file order).",
+        "Scores are percentages: code = EvalPlus pass@1 on base + extra tests (greedy), math = accuracy "
+        "(greedy, zero-shot, boxed answer); with n problems one problem is worth 100/n points.",
+        "",
+        "## Benchmarks",
+        "",
+        benchmark_table(table, counts),
+        "",
+        "pop. best / pop. weakest: the scores of the member with the best / weakest overall aggregate "
+        "(one member for every row), not the per-row maximum / minimum.",
+        "",
+        *claims(metrics, extremes),
+        "",
+        "![Benchmark scores per model](benchmarks.png)",
+        "",
+        "## Training dynamics",
+        "",
+    ]
+    if dynamics:
+        plot_dynamics(dynamics, out_dir / "dynamics.png")
+        plot_complexity(dynamics, out_dir / "complexity.png")
+        plot_ratings(dynamics, out_dir / "ratings.png")
+        sections += [final_dynamics_table(dynamics), "",
+                     "![Solve rates, validity, rewards and coverage per generation](dynamics.png)", "",
+                     "![Complexity of valid proposed programs](complexity.png)", "",
+                     "![TrueSkill ratings per slot](ratings.png)", ""]
+    else:
+        sections += ["No dynamics files were given, so no training dynamics are shown.", ""]
+    path = out_dir / "report.md"
+    path.write_text("\n".join(sections), encoding="utf-8")
+    return path
