@@ -9,7 +9,9 @@ Workload: simple code_o proposals (one input each), all valid. Three executors, 
   * naive:        one fresh `python -c` subprocess per proposal, no containment, no determinism
                   check (the baseline the target is stated against);
   * naive_x2:     two fresh `python -c` subprocesses per proposal (the same work as the sandbox).
-Prints the median proposals/s of each, checks/s (executions/s) and the speed-up ratios.
+Prints the median proposals/s of each, checks/s (executions/s), the speed-up ratios, and CPU
+milliseconds per proposal (this process plus all descendants), which background load on a shared
+machine distorts less than wall-clock rates.
 """
 
 from __future__ import annotations
@@ -76,6 +78,22 @@ def time_sandbox(rows: list[dict], box: Sandbox) -> float:
     return len(rows) / elapsed
 
 
+def cpu_ms_per_proposal(run) -> float:
+    """CPU time of this process and all its (reaped) descendants per proposal: less sensitive to
+    background load than wall-clock throughput."""
+    before = os.times()
+    n = run()
+    after = os.times()
+    spent = sum(getattr(after, k) - getattr(before, k) for k in ("user", "system", "children_user", "children_system"))
+    return 1000 * spent / n
+
+
+def sandbox_session(rows: list[dict], workers: int) -> int:
+    with Sandbox(workers=workers, limits=Limits()) as box:  # zygotes (and their children) reaped at close
+        time_sandbox(rows, box)
+    return len(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--proposals", type=int, default=300)
@@ -98,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         box.close()
 
+    cpu = {"sandbox": cpu_ms_per_proposal(lambda: sandbox_session(rows, args.workers)),
+           "naive": cpu_ms_per_proposal(lambda: (time_naive(rows, args.workers, runs=1), len(rows))[1]),
+           "naive_x2": cpu_ms_per_proposal(lambda: (time_naive(rows, args.workers, runs=2), len(rows))[1])}
     median = {name: statistics.median(values) for name, values in rates.items()}
     result = {
         "proposals": args.proposals, "repeats": args.repeats, "workers": args.workers, "cpus": os.cpu_count(),
@@ -109,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
                                 "naive_x2": round(2 * median["naive_x2"], 1)},
         "speedup_vs_naive": round(median["sandbox"] / median["naive"], 2),
         "speedup_vs_naive_x2": round(median["sandbox"] / median["naive_x2"], 2),
+        "cpu_ms_per_proposal": {name: round(v, 2) for name, v in cpu.items()},
+        "cpu_cost_ratio_vs_naive": round(cpu["naive"] / cpu["sandbox"], 2),
+        "cpu_cost_ratio_vs_naive_x2": round(cpu["naive_x2"] / cpu["sandbox"], 2),
         "load_average": os.getloadavg(),
     }
     print(f"sandbox startup: {startup_s:.2f} s ({args.workers} workers; layers: "
@@ -119,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
           f"naive {result['median_checks_per_s']['naive']}, naive_x2 {result['median_checks_per_s']['naive_x2']}")
     print(f"speed-up: {result['speedup_vs_naive']}x vs naive (1 run/proposal), "
           f"{result['speedup_vs_naive_x2']}x vs naive_x2 (same work)")
+    print(f"CPU ms per proposal (this process + descendants): " + ", ".join(
+        f"{name} {value:.2f}" for name, value in cpu.items()) + f"; naive costs {result['cpu_cost_ratio_vs_naive']}x "
+          f"(naive_x2 {result['cpu_cost_ratio_vs_naive_x2']}x) the sandbox's CPU per proposal")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return 0

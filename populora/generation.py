@@ -82,7 +82,7 @@ def run_plans(
             texts = ["".join(s["text"] for s in results[i].segments) + step.prefill for i, step in zip(batch, steps)]
             encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
             stops = sorted({step.stop for step in steps if step.stop is not None})
-            budget = min(max_new_tokens, max(step.max_tokens or max_new_tokens for step in steps))
+            budget = max(step.max_tokens or max_new_tokens for step in steps)
             kwargs = {"adapter_names": [rows[i].adapter or BASE_ADAPTER for i in batch]} if mixed else {}
             torch.manual_seed(seed * 1_000_003 + step_index * 7919 + start)
             output = model.generate(

@@ -43,7 +43,8 @@ class Step:
     max_tokens: int | None = None
 
 
-SHORT_BLOCK_TOKENS = 48  # one code_f input or message: a 135M model rambles on if not cut
+SHORT_BLOCK_TOKENS = 48  # one input or message: a 135M model rambles on if not cut
+TOKENS_PER_CODE_F_INPUT = 24
 
 
 @dataclass(frozen=True)
@@ -152,9 +153,12 @@ def free_form_plan(prompt: str) -> Plan:
 
 def proposer_steps(task_type: str, n_inputs: int) -> list[Step]:
     if task_type == "code_f":
-        first = [Step(f"{FENCE}input\n", max_tokens=SHORT_BLOCK_TOKENS)]
-        more = [Step(f"{FENCE}\n{FENCE}input\n", max_tokens=SHORT_BLOCK_TOKENS) for _ in range(n_inputs - 1)]
-        return first + more + [Step(f"{FENCE}\n{FENCE}message\n", max_tokens=SHORT_BLOCK_TOKENS)]
+        # All inputs in one step (the model repeats the ```input block pattern), then the message.
+        # One step per input would re-read the whole prompt ten times: prefill dominates on CPU.
+        return [
+            Step(f"{FENCE}input\n", stop=f"{FENCE}message", max_tokens=n_inputs * TOKENS_PER_CODE_F_INPUT),
+            Step(f"{FENCE}message\n", max_tokens=SHORT_BLOCK_TOKENS),
+        ]
     return [Step(f"{FENCE}python\ndef f("), Step(f"{FENCE}\n{FENCE}input\n", max_tokens=SHORT_BLOCK_TOKENS)]
 
 

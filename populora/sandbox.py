@@ -573,6 +573,8 @@ def zygote_main(config_json: str) -> None:
         result["wall_s"] = round(time.monotonic() - start, 6)
         out.write(json.dumps(result).encode() + b"\n")
         out.flush()
+    if not caps["fs_jail"]:  # a work root on the host file system (the jail's tmpfs dies with the zygote)
+        _remove_tree(workroot)
 
 
 def _remove_tree(path: str) -> None:

@@ -5,6 +5,7 @@
         --out results/bench/population-teacher0/humaneval_plus.json \
         --samples results/bench/population-teacher0/humaneval_plus --log bench.log
 
+`--tasks` (default `workflow/lm_eval_tasks`) holds the lm-eval task templates of the math suite.
 `--model-dir` is an export folder (`model.json`, and `adapter/` for members). The model is the
 frozen base plus that adapter, greedy. `bench.limit = N` evaluates the first N problems in file
 order (null: all). Outputs:
@@ -29,6 +30,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from populora.bench import BenchError, benchmark_kind, resolve_data_dir
+from populora.bench.lmeval_runner import TASKS_DIR
 from populora.io import read_json, replace_dir, staging_dir, write_json, write_jsonl
 from stages._common import setup, stage_parser
 
@@ -95,7 +97,8 @@ def run_code(bench: str, model_name: str, base_model: Path, adapter: Path | None
             "data": str(data_dir) if data_dir else "official"}
 
 
-def run_math(bench: str, model_name: str, base_model: Path, adapter: Path | None, params, samples: Path, log) -> dict:
+def run_math(bench: str, model_name: str, base_model: Path, adapter: Path | None, params, samples: Path, log,
+             tasks_dir: Path) -> dict:
     from populora.bench import lmeval_runner as lm
     from populora.model import pick_device
 
@@ -104,7 +107,7 @@ def run_math(bench: str, model_name: str, base_model: Path, adapter: Path | None
     results = lm.evaluate(bench, base_model=base_model, adapter=adapter, data_dir=data_dir, limit=params.bench.limit,
                           max_new_tokens=params.bench.max_new_tokens, batch_size=params.bench.batch_size,
                           dtype=params.model.dtype, device=str(pick_device(params.model.device)),
-                          harness_dir=samples / "harness")
+                          harness_dir=samples / "harness", tasks_dir=tasks_dir)
     rows = lm.sample_rows(results, bench)
     write_jsonl(samples / "samples.jsonl", rows)
     write_jsonl(samples / "harness" / "lm_eval_samples.jsonl", lm.jsonable(results["samples"][lm.task_name(bench)]))
@@ -115,21 +118,22 @@ def run_math(bench: str, model_name: str, base_model: Path, adapter: Path | None
 
 def run(args, params, log) -> dict:
     model_dir, base_model = Path(args.model_dir), Path(args.base_model)
-    described = read_json(model_dir / "model.json").get("model") if (model_dir / "model.json").is_file() else None
-    if described is not None and described != args.model:
-        raise BenchError(f"{model_dir}/model.json describes {described!r}, not --model {args.model!r}. "
-                         "Fix: pass the export folder of the model being benchmarked.")
     adapter = adapter_of(model_dir)
-    kind = benchmark_kind(args.bench)
+    described = read_json(model_dir / "model.json")
+    if described.get("model") not in (None, args.model):
+        raise BenchError(f"{model_dir}/model.json describes {described['model']!r}, not --model {args.model!r}. "
+                         "Fix: pass the export folder of the model being benchmarked.")
     tmp = staging_dir(args.samples)
     try:
-        runner = run_code if kind == "code" else run_math
-        result = runner(args.bench, args.model, base_model, adapter, params, tmp, log)
+        if benchmark_kind(args.bench) == "code":
+            result = run_code(args.bench, args.model, base_model, adapter, params, tmp, log)
+        else:
+            result = run_math(args.bench, args.model, base_model, adapter, params, tmp, log, Path(args.tasks))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     replace_dir(tmp, args.samples)
-    return result
+    return {**result, "member": described.get("member")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", required=True, help="the model's export folder (model.json [+ adapter/])")
     parser.add_argument("--out", required=True, help="result JSON")
     parser.add_argument("--samples", required=True, help="folder for per-problem generations and harness outputs")
+    parser.add_argument("--tasks", default=str(TASKS_DIR), help="lm-eval task templates (math benchmarks)")
     args = parser.parse_args(argv)
     params, log = setup(args, "bench")
     log.info("benchmarking %s on %s (limit %s, max_new_tokens %d)", args.model, args.bench, params.bench.limit,

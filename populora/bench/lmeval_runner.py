@@ -39,8 +39,11 @@ def task_name(benchmark: str) -> str:
 
 def render_tasks(out_dir: Path, *, math_data: str, max_gen_toks: int, tasks_dir: Path = TASKS_DIR) -> Path:
     """Copy the task folder to `out_dir` with the data location and generation cap filled in."""
+    if not (Path(tasks_dir) / "_populora_math.yaml").is_file():
+        raise BenchError(f"{tasks_dir} holds no lm-eval task templates (_populora_math.yaml). "
+                         "Fix: pass --tasks workflow/lm_eval_tasks (the repository's task folder).")
     out_dir.mkdir(parents=True, exist_ok=True)
-    for source in sorted(tasks_dir.iterdir()):
+    for source in sorted(Path(tasks_dir).iterdir()):
         if source.suffix == ".py":
             shutil.copy2(source, out_dir / source.name)
         elif source.suffix == ".yaml":
@@ -67,16 +70,17 @@ def model_args(base_model: str | Path, adapter: str | Path | None, dtype: str) -
 
 def evaluate(benchmark: str, *, base_model: str | Path, adapter: str | Path | None, data_dir: Path | None,
              limit: int | None, max_new_tokens: int, batch_size: int, dtype: str, device: str,
-             harness_dir: Path) -> dict:
+             harness_dir: Path, tasks_dir: Path = TASKS_DIR) -> dict:
     """Run one math benchmark; returns lm-eval's results dict (with per-sample logs).
 
-    `harness_dir` receives the rendered task YAMLs (what exactly ran)."""
+    `tasks_dir` holds the task templates; `harness_dir` receives the rendered YAMLs (what exactly ran)."""
     import lm_eval
     from lm_eval.tasks import TaskManager
 
     math_data = math_data_location(benchmark, data_dir)
     with tempfile.TemporaryDirectory(prefix="populora-lm-eval-") as tmp:
-        include = render_tasks(Path(tmp) / "tasks", math_data=math_data, max_gen_toks=max_new_tokens)
+        include = render_tasks(Path(tmp) / "tasks", math_data=math_data, max_gen_toks=max_new_tokens,
+                               tasks_dir=Path(tasks_dir))
         (harness_dir / "tasks").mkdir(parents=True, exist_ok=True)
         for name in ("_populora_math.yaml", f"{task_name(benchmark)}.yaml", "utils.py"):  # what this run used
             shutil.copy2(include / name, harness_dir / "tasks" / name)

@@ -25,7 +25,9 @@ matplotlib.use("Agg")  # no display on build machines and cluster nodes
 import matplotlib.pyplot as plt  # noqa: E402
 
 from populora.bench import CODE_BENCHMARKS, MATH_BENCHMARKS  # noqa: E402
-from populora.bench.summary import BASE, BASELINE, POPULATION, aggregates, arm_of, best_weakest_members, score_table, summarize  # noqa: E402,E501
+from populora.bench.summary import (  # noqa: E402
+    BASE, BASELINE, POPULATION, aggregates, arm_of, best_weakest_members, score_table, summarize,
+)
 
 ARM_COLORS = {POPULATION: "tab:blue", BASELINE: "tab:orange", BASE: "0.55"}
 TASK_TYPES = ("code_o", "code_i", "code_f")
@@ -190,10 +192,9 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}"
 
 
-def benchmark_table(table: dict[str, dict[str, float]], counts: dict[str, int]) -> str:
-    """Markdown: one row per benchmark / average, columns population stats, baseline, base, members."""
-    metrics = summarize([{"model": m, "benchmark": b, "n": counts[b], "metrics": {_metric(b): v}}
-                         for m, scores in table.items() for b, v in scores.items()])
+def benchmark_table(table: dict[str, dict[str, float]], counts: dict[str, int], metrics: dict[str, float]) -> str:
+    """Markdown: one row per benchmark / average, columns population stats, baseline, base, members
+    (`metrics` is summarize()'s output for the same results)."""
     members = model_order([m for m in table if m != BASE])
     stats = [("population.mean", "pop. mean"), ("population.best", "pop. best"), ("population.weakest", "pop. weakest"),
              ("baseline", "baseline"), ("base", "base")]
@@ -208,12 +209,6 @@ def benchmark_table(table: dict[str, dict[str, float]], counts: dict[str, int]) 
         cells += [_pct(metrics.get(f"{prefix}.member.{m}")) for m in members]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def _metric(bench: str) -> str:
-    from populora.bench import primary_metric
-
-    return primary_metric(bench)
 
 
 def claims(metrics: dict[str, float], extremes: tuple[str, str] | None) -> list[str]:
@@ -265,7 +260,7 @@ def write_report(results: list[dict], dynamics: dict[str, list[dict]], out_dir: 
         "",
         "## Benchmarks",
         "",
-        benchmark_table(table, counts),
+        benchmark_table(table, counts, metrics),
         "",
         "pop. best / pop. weakest: the scores of the member with the best / weakest overall aggregate "
         "(one member for every row), not the per-row maximum / minimum.",

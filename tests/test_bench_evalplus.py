@@ -1,0 +1,137 @@
+"""HumanEval+ / MBPP+ through evalplus: prompt strings, scorer on canonical solutions, the stage
+on the tiny model, and clear failures for a missing data file or an adapter that does not load."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from populora.bench import BenchError
+from populora.bench import evalplus_eval as ev
+from populora.bench.codegen import INSTRUCTION_PREFIX, RESPONSE_PREFIX, build_prompt, cut_at_stops, stop_strings
+from stages import bench as bench_stage
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH_DATA = Path(os.environ.get("POPULORA_BENCHMARKS") or REPO.parent / "shared" / "benchmarks")
+needs_data = pytest.mark.skipif(not (BENCH_DATA / "evalplus").is_dir(), reason=f"offline benchmark data not at {BENCH_DATA}")
+
+
+def write_params(path: Path, data_dir: Path | str, limit: int = 2) -> Path:
+    path.write_text(
+        "model:\n  device: cpu\n"
+        f"bench:\n  data_dir: {data_dir}\n  limit: {limit}\n  max_new_tokens: 16\n  batch_size: 2\n"
+    )
+    return path
+
+
+def export_folder(path: Path, model: str = "base", adapter: str | None = None) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "model.json").write_text(json.dumps({"model": model, "adapter": adapter}))
+    return path
+
+
+def test_prompt_strings_match_installed_evalplus():
+    from evalplus.codegen import run_codegen
+
+    source = inspect.getsource(run_codegen)
+    assert f'"{INSTRUCTION_PREFIX}"' in source and f'"{RESPONSE_PREFIX}"' in source
+
+
+def test_prompt_prefills_the_code_block(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    prompt = build_prompt("def f(x):\n    '''Return x.'''\n", tokenizer)
+    assert prompt.startswith("<|im_start|>user\n" + INSTRUCTION_PREFIX + "\n```\ndef f(x):")
+    assert prompt.endswith("<|im_start|>assistant\n" + RESPONSE_PREFIX + "\n```python\n")
+    assert "\n```\n" in stop_strings(tokenizer, "humaneval")
+    assert cut_at_stops("def f():\n\treturn 1\n```\nmore", stop_strings(tokenizer, "humaneval")) == "def f():\n    return 1"
+
+
+@needs_data
+def test_scorer_passes_canonical_solutions_and_fails_wrong_ones():
+    problems = ev.load_problems("humaneval_plus", BENCH_DATA, 2)
+    assert list(problems) == ["HumanEval/0", "HumanEval/1"]  # the first two, in file order
+    expected = ev.expected_outputs(problems, "humaneval")
+    canonical = {t: p["prompt"] + p["canonical_solution"] for t, p in problems.items()}
+    wrong = dict(canonical, **{"HumanEval/1": problems["HumanEval/1"]["prompt"] + "    return []\n"})
+    verdicts = ev.check_solutions("humaneval", problems, expected, canonical)
+    assert ev.pass_at_1(verdicts) == {"base_pass@1": 1.0, "plus_pass@1": 1.0}
+    verdicts = ev.check_solutions("humaneval", problems, expected, wrong)
+    assert verdicts["HumanEval/0"]["plus_status"] == "pass" and verdicts["HumanEval/1"]["base_status"] == "fail"
+    assert ev.pass_at_1(verdicts) == {"base_pass@1": 0.5, "plus_pass@1": 0.5}
+
+
+@needs_data
+def test_scorer_on_mbpp_canonical_solutions():
+    problems = ev.load_problems("mbpp_plus", BENCH_DATA, 2)
+    expected = ev.expected_outputs(problems, "mbpp")
+    verdicts = ev.check_solutions("mbpp", problems, expected, {t: p["canonical_solution"] for t, p in problems.items()})
+    assert ev.pass_at_1(verdicts)["plus_pass@1"] == 1.0
+
+
+@needs_data
+def test_bench_stage_humaneval_on_tiny_model(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
+    params = write_params(tmp_path / "params.yaml", BENCH_DATA)
+    out, samples = tmp_path / "bench" / "base" / "humaneval_plus.json", tmp_path / "bench" / "base" / "humaneval_plus"
+    argv = ["--params", str(params), "--model", "base", "--bench", "humaneval_plus", "--base-model", str(tiny_model_dir),
+            "--model-dir", str(export_folder(tmp_path / "models" / "base")), "--out", str(out), "--samples", str(samples)]
+    assert bench_stage.main(argv) == 0
+    result = json.loads(out.read_text())
+    assert result["model"] == "base" and result["benchmark"] == "humaneval_plus" and result["n"] == 2 and result["limit"] == 2
+    assert set(result["metrics"]) == {"pass@1", "base_pass@1", "plus_pass@1"}
+    assert 0.0 <= result["metrics"]["pass@1"] <= result["metrics"]["base_pass@1"] <= 1.0 and result["wall_s"] > 0
+    rows = [json.loads(line) for line in (samples / "samples.jsonl").read_text().splitlines()]
+    assert [r["task_id"] for r in rows] == ["HumanEval/0", "HumanEval/1"]
+    assert all(r["prompt"].endswith("```python\n") and r["base_status"] in ("pass", "fail", "timeout") for r in rows)
+    assert json.loads((samples / "harness" / "eval_results.json").read_text())["eval"].keys() == {"HumanEval/0", "HumanEval/1"}
+
+
+def test_missing_data_file_fails_clearly_and_keeps_old_results(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
+    params = write_params(tmp_path / "params.yaml", tmp_path / "no-such-folder")
+    out, samples = tmp_path / "out.json", tmp_path / "samples"
+    out.write_text('{"old": true}')
+    samples.mkdir()
+    (samples / "samples.jsonl").write_text("old\n")
+    argv = ["--params", str(params), "--model", "base", "--bench", "mbpp_plus", "--base-model", str(tiny_model_dir),
+            "--model-dir", str(export_folder(tmp_path / "models" / "base")), "--out", str(out), "--samples", str(samples),
+            "--log", str(tmp_path / "logs" / "bench.log")]
+    assert bench_stage.main(argv) == 1
+    message = (tmp_path / "logs" / "bench.log").read_text()
+    assert "MbppPlus-v0.2.0.jsonl.gz" in message and "bench.data_dir" in message and "POPULORA_BENCHMARKS" in message
+    assert out.read_text() == '{"old": true}' and (samples / "samples.jsonl").read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no staging folder left
+
+
+def test_missing_data_file_error_names_the_file(tmp_path):
+    with pytest.raises(BenchError, match="HumanEvalPlus-v0.1.10.jsonl.gz"):
+        ev.load_problems("humaneval_plus", tmp_path, 2)
+
+
+@needs_data
+def test_adapter_that_does_not_load_fails_clearly(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
+    params = write_params(tmp_path / "params.yaml", BENCH_DATA)
+    model_dir = export_folder(tmp_path / "models" / "population-teacher0", "population-teacher0", "adapter")
+    (model_dir / "adapter").mkdir()
+    (model_dir / "adapter" / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4}))
+    (model_dir / "adapter" / "adapter_model.safetensors").write_bytes(b"not a safetensors file")
+    argv = ["--params", str(params), "--model", "population-teacher0", "--bench", "humaneval_plus",
+            "--base-model", str(tiny_model_dir), "--model-dir", str(model_dir),
+            "--out", str(tmp_path / "out.json"), "--samples", str(tmp_path / "samples"), "--log", str(tmp_path / "bench.log")]
+    assert bench_stage.main(argv) == 1
+    message = (tmp_path / "bench.log").read_text()
+    assert "population-teacher0 did not load" in message and str(model_dir / "adapter") in message and "export" in message
+    assert not (tmp_path / "out.json").exists() and not (tmp_path / "samples").exists()
+
+
+def test_export_folder_without_adapter_files_fails_clearly(tmp_path):
+    model_dir = export_folder(tmp_path / "m", "population-student0", "adapter")
+    with pytest.raises(BenchError, match="adapter_model.safetensors.*re-run the export stage"):
+        bench_stage.adapter_of(model_dir)
