@@ -49,6 +49,18 @@ def _cut(text: str, stop: str | None) -> tuple[str, bool]:
     return (text, True) if index == -1 else (text[:index], False)
 
 
+def _batches(items: list[int], size: int, key) -> list[tuple[int, list[int]]]:
+    """Consecutive chunks of at most `size` items that share `key` (a step's token budget): a batch
+    decodes until its longest budget, so mixing budgets would waste decode steps."""
+    chunks: list[tuple[int, list[int]]] = []
+    for position, item in enumerate(items):
+        if chunks and len(chunks[-1][1]) < size and key(chunks[-1][1][0]) == key(item):
+            chunks[-1][1].append(item)
+        else:
+            chunks.append((position, [item]))
+    return chunks
+
+
 @torch.no_grad()
 def run_plans(
     model,
@@ -67,17 +79,13 @@ def run_plans(
     n_steps = max((len(row.plan.steps) for row in rows), default=0)
     device = next(model.parameters()).device
     mixed = any(row.adapter is not None for row in rows)
-    total_batches = sum(
-        -(-sum(1 for r in rows if len(r.plan.steps) > k) // batch_size) for k in range(n_steps)
-    )
-    progress = tqdm(total=total_batches, desc=desc, unit="batch", leave=False)
+    progress = tqdm(total=sum(len(row.plan.steps) for row in rows), desc=desc, unit="step", leave=False)
     for step_index in range(n_steps):
         active = [i for i, row in enumerate(rows) if len(row.plan.steps) > step_index and not results[i].truncated]
         # Same token budget and similar lengths together: less padding and fewer wasted decode steps.
         active.sort(key=lambda i: (rows[i].plan.steps[step_index].max_tokens or max_new_tokens,
                                    len("".join(s["text"] for s in results[i].segments))))
-        for start in range(0, len(active), batch_size):
-            batch = active[start : start + batch_size]
+        for start, batch in _batches(active, batch_size, key=lambda i: rows[i].plan.steps[step_index].max_tokens):
             steps = [rows[i].plan.steps[step_index] for i in batch]
             texts = ["".join(s["text"] for s in results[i].segments) + step.prefill for i, step in zip(batch, steps)]
             encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
@@ -111,6 +119,6 @@ def run_plans(
                     result.truncated = not hit_eos and len(ids) >= budget
                 elif missed_stop:
                     result.truncated = True
-            progress.update(1)
+            progress.update(len(batch))
     progress.close()
     return results

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from populora import prompts
 from populora.config import TASK_TYPES
-from populora.tasks import newest_first, sample_code_f_program, sample_references
+from populora.tasks import is_valid_task, newest_first, sample_code_f_program, sample_references
 
 BANNED_FOR_PROMPT = ["logging", "random", "multiprocessing", "subprocess", "threading", "datetime", "time",
                      "hashlib", "os", "sys"]
@@ -49,7 +49,7 @@ def assign_tasks(pairing: dict, tasks: list[dict], buffer: list[dict], *, per_ty
     """students -> type -> tasks. Slot j of a student solves a task of the teacher in that slot,
     preferring that teacher's tasks no student has been given yet; when the teacher has no valid
     task of the type, the slot is filled from the buffer, newest first (AZR's `max_new`)."""
-    valid = [t for t in tasks if t.get("valid")]
+    valid = [t for t in tasks if is_valid_task(t)]
     given: dict[str, int] = {}
     assignment: dict[str, dict[str, list[dict]]] = {}
     for student in pairing["students"]:

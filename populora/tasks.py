@@ -57,6 +57,11 @@ def seed_proposals(kind: str) -> list[dict]:
     return rows
 
 
+def is_valid_task(row: dict) -> bool:
+    """A proposal becomes a task only when it parsed cleanly *and* the verifier accepted it."""
+    return bool(row.get("valid")) and not row.get("parse_reason")
+
+
 BUFFER_FIELDS = ("task_id", "type", "program", "inputs", "outputs", "message", "gen", "origin", "teacher")
 
 
@@ -67,7 +72,7 @@ def buffer_entry(task: dict) -> dict:
 def extend_buffer(buffer: list[dict], valid_tasks: list[dict], max_size: int) -> list[dict]:
     """Append valid tasks; past `max_size` drop the *oldest non-seed* entries (AZR kept the oldest,
     which froze its buffer once full)."""
-    merged = buffer + [buffer_entry(t) for t in valid_tasks if t.get("valid")]
+    merged = buffer + [buffer_entry(t) for t in valid_tasks if is_valid_task(t)]
     overflow = len(merged) - max_size
     if overflow <= 0:
         return merged

@@ -21,7 +21,7 @@ from populora.io import read_json, read_jsonl, replace_dir, staging_dir, write_j
 from populora.program_metrics import normalized_ast_hash, program_metrics
 from populora.ratings import conservative
 from populora.state import ADAPTERS, BUFFER, OPTIMIZER, STATE, load_buffer, load_state
-from populora.tasks import extend_buffer
+from populora.tasks import extend_buffer, is_valid_task
 from stages._common import setup, stage_parser
 
 METRIC_NAMES = ("ast_depth", "cyclomatic_complexity", "loc", "distinct_variables")
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     evolution = read_json(evolved / "evolution.json")
     ratings = read_json(evolved / "ratings.json")
     tasks = read_jsonl(args.tasks)
-    valid = [t for t in tasks if t.get("valid") and not t.get("parse_reason")]
+    valid = [t for t in tasks if is_valid_task(t)]
     seen = set(prev["coverage_hashes"])
     hashes = {normalized_ast_hash(t["program"]) for t in valid if t["type"] != "code_f"}
     coverage = sorted(seen | hashes)
