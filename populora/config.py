@@ -143,6 +143,12 @@ class PairingSection(_Section):
     temperature: float = Field(1.0, gt=0, description="PFSP weighting temperature.")
 
 
+# Names of populora.operators.MUTATIONS and CROSSOVERS (kept here so validating params does not
+# import torch; tests/test_config.py checks the two lists agree).
+KNOWN_OPERATORS = ("svd_scale_rotate", "gaussian_subset", "mask_components", "gaussian_all",
+                   "layerwise", "svd_split", "dare", "extrapolate")
+
+
 class EvolveSection(_Section):
     interval: int = Field(2, ge=1, description="Evolve after every `interval` generations (0-based gen g when (g+1) % interval == 0).")
     replace: int = Field(1, ge=0, description="Members replaced per sub-population per evolution event.")
@@ -156,6 +162,9 @@ class EvolveSection(_Section):
     def _positive_mix(cls, value):
         if not value or any(weight < 0 for weight in value.values()) or sum(value.values()) <= 0:
             raise ValueError("needs at least one operator with a positive weight, and no negative weights")
+        unknown = sorted(set(value) - set(KNOWN_OPERATORS))
+        if unknown:
+            raise ValueError(f"unknown operators {unknown}; choose from {', '.join(KNOWN_OPERATORS)}")
         return value
 
 
@@ -278,15 +287,37 @@ def slots_of_arm(params: Params, arm: str) -> list[str]:
     return list(dict.fromkeys(roles["teachers"] + roles["students"]))
 
 
+def merge(base: dict, overlay: dict) -> dict:
+    """Overlay values onto a params mapping, section by section (lists and scalars are replaced).
+
+    >>> merge({"a": {"x": 1, "y": 2}}, {"a": {"y": 3}})
+    {'a': {'x': 1, 'y': 3}}
+    """
+    merged = dict(base)
+    for key, value in overlay.items():
+        merged[key] = merge(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    path = args[0] if args else "params.yaml"
+    """`python -m populora.config [PARAMS]` validates; `--overlay FILE` prints PARAMS merged with FILE."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Validate params.yaml, or merge an overlay into it.")
+    parser.add_argument("params", nargs="?", default="params.yaml")
+    parser.add_argument("--overlay", help="YAML overlay (e.g. params/gpu-paper.yaml); the merged file goes to stdout")
+    args = parser.parse_args(argv)
     try:
-        load_params(path)
+        if args.overlay:
+            raw = merge(yaml.safe_load(Path(args.params).read_text()), yaml.safe_load(Path(args.overlay).read_text()))
+            parse_params(raw, f"{args.params} + {args.overlay}")
+            print(yaml.safe_dump(raw, sort_keys=False), end="")
+            return 0
+        load_params(args.params)
     except ParamsError as error:
         print(error, file=sys.stderr)
         return 2
-    print(f"{path}: OK")
+    print(f"{args.params}: OK", file=sys.stderr)
     return 0
 
 

@@ -72,44 +72,92 @@ def lora_modules(sd: StateDict) -> list[LoraModule]:
 # ---------------------------------------------------------------- batched linear algebra
 
 
-def factored_svd(B: torch.Tensor, A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """SVD of ``B @ A`` (batched) from thin QRs: returns ``U [.., m, r], S [.., r], V [.., n, r]``.
+@dataclass(frozen=True)
+class LowRankSVD:
+    """``B @ A = (q_b @ u_c) diag(s) (q_a @ v_c)^T`` with orthonormal ``q_*`` and small cores.
 
-    ``B @ A == U diag(S) V^T``, S descending. If ``min(m, n) < r`` the extra columns are zeros.
+    Shapes (batched over leading dims): ``q_b [m, k1]``, ``u_c [k1, r]``, ``s [r]``,
+    ``q_a [n, k2]``, ``v_c [k2, r]``. Operators edit the r x r cores and ``s`` only, so the
+    one full-size product per factor happens in :func:`assemble`.
+    """
+
+    q_b: torch.Tensor
+    u_c: torch.Tensor
+    s: torch.Tensor
+    q_a: torch.Tensor
+    v_c: torch.Tensor
+
+
+def lowrank_svd(B: torch.Tensor, A: torch.Tensor) -> LowRankSVD:
+    """SVD of ``B @ A`` via thin QR of each factor and an SVD of the small core ``R_B R_A^T``.
+
+    S is descending. If ``min(m, n) < r`` the missing singular triplets are zero-padded.
     """
     r = A.shape[-2]
     q_b, r_b = torch.linalg.qr(B)
     q_a, r_a = torch.linalg.qr(A.mT)
     u_c, s, vh_c = torch.linalg.svd(r_b @ r_a.mT, full_matrices=False)
-    u, v = q_b @ u_c, q_a @ vh_c.mT
-    k = s.shape[-1]
-    if k < r:
-        u = torch.nn.functional.pad(u, (0, r - k))
-        v = torch.nn.functional.pad(v, (0, r - k))
-        s = torch.nn.functional.pad(s, (0, r - k))
-    return u, s, v
+    v_c = vh_c.mT
+    if s.shape[-1] < r:
+        pad = r - s.shape[-1]
+        u_c, v_c, s = (torch.nn.functional.pad(x, (0, pad)) for x in (u_c, v_c, s))
+    return LowRankSVD(q_b, u_c, s, q_a, v_c)
+
+
+def factored_svd(B: torch.Tensor, A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Dense-basis form of :func:`lowrank_svd`: ``U [.., m, r], S [.., r], V [.., n, r]``.
+
+    >>> B, A = torch.randn(5, 2, dtype=torch.float64), torch.randn(2, 4, dtype=torch.float64)
+    >>> U, S, V = factored_svd(B, A)
+    >>> torch.allclose(U @ torch.diag(S) @ V.T, B @ A), torch.allclose(S, torch.linalg.svdvals(B @ A)[:2])
+    (True, True)
+    """
+    d = lowrank_svd(B, A)
+    return d.q_b @ d.u_c, d.s, d.q_a @ d.v_c
 
 
 def row_scale(A: torch.Tensor) -> torch.Tensor:
     """RMS row norm of each A in a batch ``[g, r, d_in] -> [g]`` (scale for dead components)."""
-    return A.square().sum(dim=(-2, -1)).div(A.shape[-2]).sqrt()
+    return torch.linalg.vector_norm(A, dim=(-2, -1)) / math.sqrt(A.shape[-2])
+
+
+def balanced_coefficients(S: torch.Tensor, dead_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-component column scales ``(a, b)`` for ``A = (V a)^T``, ``B = U b``.
+
+    Alive components get ``sqrt(S)`` on both sides; dead ones (S ~ 0) get ``dead_scale`` in A
+    and 0 in B: the product is unchanged and the component stays trainable.
+    """
+    root = S.clamp_min(0.0).sqrt()
+    dead = S <= DEAD_RTOL * S.amax(dim=-1, keepdim=True)
+    a = torch.where(dead, dead_scale[..., None].expand_as(S), root)
+    b = torch.where(dead, torch.zeros_like(root), root)
+    return a, b
 
 
 def refactor(U: torch.Tensor, S: torch.Tensor, V: torch.Tensor, dead_scale: torch.Tensor) -> Factors:
-    """Balanced factors ``A = (V sqrt S)^T``, ``B = U sqrt S``; ~0 components stay trainable."""
-    S = S.clamp_min(0.0)
-    root = S.sqrt()
-    B = U * root[..., None, :]
-    A = (V * root[..., None, :]).mT
-    dead = S <= DEAD_RTOL * S.amax(dim=-1, keepdim=True)
-    if bool(dead.any()):  # skip two full-size passes in the usual all-alive case
-        A = torch.where(dead[..., :, None], V.mT * dead_scale[..., None, None], A)
-        B = torch.where(dead[..., None, :], torch.zeros((), device=B.device), B)
-    return A, B
+    """Balanced factors ``A = (V sqrt S)^T``, ``B = U sqrt S`` from dense singular bases."""
+    a, b = balanced_coefficients(S, dead_scale)
+    return (V * a[..., None, :]).mT, U * b[..., None, :]
+
+
+def assemble(terms: Sequence[LowRankSVD], S: torch.Tensor, dead_scale: torch.Tensor) -> Factors:
+    """Factors of ``sum_i U_i diag(S) V_i^T`` where ``U_i = q_b u_c`` etc.; ``terms[i].s`` is unused.
+
+    Each term's cores carry the columns it contributes (others zeroed), so a child mixing two
+    parents' singular triplets costs one small-by-tall product per factor and parent.
+    """
+    a, b = balanced_coefficients(S, dead_scale)
+    first, rest = terms[0], terms[1:]
+    B = first.q_b @ (first.u_c * b[..., None, :])
+    A = first.q_a @ (first.v_c * a[..., None, :])
+    for t in rest:  # fused multiply-add: no extra full-size temporaries
+        B.baddbmm_(t.q_b, t.u_c * b[..., None, :])
+        A.baddbmm_(t.q_a, t.v_c * a[..., None, :])
+    return A.mT, B
 
 
 def keep_zero_modules(old: Factors, new: Factors, zero: torch.Tensor) -> Factors:
-    """Where ``zero[g]`` (the parent's dW is exactly 0), keep the old factors."""
+    """Where ``zero[g]`` (dW is exactly 0: S == 0 only when R_B == 0, i.e. B == 0), keep the old factors."""
     if not bool(zero.any()):
         return new
     return (torch.where(zero[:, None, None], old[0], new[0]), torch.where(zero[:, None, None], old[1], new[1]))
@@ -126,7 +174,7 @@ def factor_noise(x: torch.Tensor, eps: float, gen: torch.Generator) -> torch.Ten
     """``eps * std(x) * N(0, 1)`` per stacked tensor; std falls back to 1/sqrt(last dim) if ~0."""
     std = x.std(dim=(-2, -1), keepdim=True) if x[0].numel() > 1 else torch.zeros_like(x[:, :1, :1])
     std = torch.where(std > 1e-8, std, torch.full_like(std, 1.0 / math.sqrt(x.shape[-1])))
-    return eps * std * torch.randn(x.shape, generator=gen, device=x.device)
+    return torch.randn(x.shape, generator=gen, device=x.device).mul_(eps * std)
 
 
 # ---------------------------------------------------------------- plumbing
@@ -145,7 +193,10 @@ def _check_compatible(parents: Sequence[StateDict]) -> list[LoraModule]:
 
 
 def _apply(parents: Sequence[StateDict], fn: Callable[[list[int], list[Factors]], Factors]) -> StateDict:
-    """Run ``fn(module_indices, [(A, B) per parent])`` on each group of same-shape modules."""
+    """Run ``fn(module_indices, [(A, B) per parent])`` on each group of same-shape modules.
+
+    The stacked fp32 tensors handed to ``fn`` are fresh copies, so ``fn`` may modify them.
+    """
     modules = _check_compatible(parents)
     first = parents[0]
     groups: dict[tuple, list[int]] = {}
@@ -180,12 +231,14 @@ def svd_scale_rotate(sd: StateDict, gen: torch.Generator, eps: float = 0.1) -> S
 
     def fn(idx, parents):
         (A, B), = parents
-        U, S, V = factored_svd(B, A)
-        g, r = S.shape
-        S = S * torch.exp(eps * torch.randn((g, r), generator=gen, device=S.device))
-        U = U @ near_orthogonal(g, r, eps, gen, U.device)
-        V = V @ near_orthogonal(g, r, eps, gen, V.device)
-        return keep_zero_modules((A, B), refactor(U, S, V, row_scale(A)), (B == 0).flatten(1).all(1))
+        d = lowrank_svd(B, A)
+        g, r = d.s.shape
+        S = d.s * torch.exp(eps * torch.randn((g, r), generator=gen, device=A.device))
+        # rotating U = q_b u_c by R is rotating the small core: q_b (u_c R)
+        u_c = d.u_c @ near_orthogonal(g, r, eps, gen, A.device)
+        v_c = d.v_c @ near_orthogonal(g, r, eps, gen, A.device)
+        child = assemble([LowRankSVD(d.q_b, u_c, S, d.q_a, v_c)], S, row_scale(A))
+        return keep_zero_modules((A, B), child, d.s.amax(dim=-1) == 0)
 
     return _apply([sd], fn)
 
@@ -201,7 +254,6 @@ def gaussian_subset(sd: StateDict, gen: torch.Generator, eps: float = 0.1, fract
         sel = chosen[idx].to(A.device)
         if not bool(sel.any()):
             return A, B
-        A, B = A.clone(), B.clone()
         A[sel] += factor_noise(A[sel], eps, gen)
         B[sel] += factor_noise(B[sel], eps, gen)
         return A, B
@@ -213,8 +265,8 @@ def gaussian_all(sd: StateDict, gen: torch.Generator, eps: float = 0.15) -> Stat
     """Add ``eps std(W) N(0,1)`` to every factor of every module."""
 
     def fn(idx, parents):
-        (A, B), = parents
-        return A + factor_noise(A, eps, gen), B + factor_noise(B, eps, gen)
+        (A, B), = parents  # private fp32 copies made by _apply: safe to update in place
+        return A.add_(factor_noise(A, eps, gen)), B.add_(factor_noise(B, eps, gen))
 
     return _apply([sd], fn)
 
@@ -226,11 +278,11 @@ def mask_components(sd: StateDict, gen: torch.Generator, rho: float = 0.3) -> St
 
     def fn(idx, parents):
         (A, B), = parents
-        U, S, V = factored_svd(B, A)
-        g, r = S.shape
-        drop = torch.rand((g, r), generator=gen, device=S.device).argsort(dim=-1)[:, : math.ceil(rho * r)]
-        S = S.scatter(-1, drop, 0.0)
-        return keep_zero_modules((A, B), refactor(U, S, V, row_scale(A)), (B == 0).flatten(1).all(1))
+        d = lowrank_svd(B, A)
+        g, r = d.s.shape
+        drop = torch.rand((g, r), generator=gen, device=A.device).argsort(dim=-1)[:, : math.ceil(rho * r)]
+        S = d.s.scatter(-1, drop, 0.0)
+        return keep_zero_modules((A, B), assemble([d], S, row_scale(A)), d.s.amax(dim=-1) == 0)
 
     return _apply([sd], fn)
 
@@ -260,16 +312,14 @@ def svd_split(parents: Sequence[StateDict], gen: torch.Generator, fitness=None) 
         r = A1.shape[-2]
         if r < 2:
             raise ValueError("svd_split needs LoRA rank >= 2")
-        U1, S1, V1 = factored_svd(B1, A1)
-        U2, S2, V2 = factored_svd(B2, A2)
+        d1, d2 = lowrank_svd(B1, A1), lowrank_svd(B2, A2)
         k = torch.randint(1, r, (len(idx), 1), generator=gen, device=A1.device)
-        first = torch.arange(r, device=A1.device)[None, :] < k
-        U = torch.where(first[:, None, :], U1, U2)
-        V = torch.where(first[:, None, :], V1, V2)
-        S = torch.where(first, S1, S2)
-        child = refactor(U, S, V, 0.5 * (row_scale(A1) + row_scale(A2)))
-        both_zero = (B1 == 0).flatten(1).all(1) & (B2 == 0).flatten(1).all(1)
-        return keep_zero_modules((A1, B1), child, both_zero)
+        first = (torch.arange(r, device=A1.device)[None, :] < k).float()  # [g, r] column owner
+        S = first * d1.s + (1 - first) * d2.s
+        terms = [LowRankSVD(d.q_b, d.u_c * w[:, None, :], S, d.q_a, d.v_c * w[:, None, :])
+                 for d, w in ((d1, first), (d2, 1 - first))]
+        child = assemble(terms, S, 0.5 * (row_scale(A1) + row_scale(A2)))
+        return keep_zero_modules((A1, B1), child, (d1.s.amax(dim=-1) == 0) & (d2.s.amax(dim=-1) == 0))
 
     return _apply(parents, fn)
 
@@ -325,10 +375,10 @@ def extrapolate(
         if space == "factors":
             return Ao + eta * (Af - Ao), Bo + eta * (Bf - Bo)
         r = Af.shape[-2]
-        U, S, V = factored_svd(torch.cat([eta * Bf, (1 - eta) * Bo], -1), torch.cat([Af, Ao], -2))
-        child = refactor(U[..., :r], S[..., :r], V[..., :r], 0.5 * (row_scale(Af) + row_scale(Ao)))
-        both_zero = (Bf == 0).flatten(1).all(1) & (Bo == 0).flatten(1).all(1)
-        return keep_zero_modules((Af, Bf), child, both_zero)
+        d = lowrank_svd(torch.cat([eta * Bf, (1 - eta) * Bo], -1), torch.cat([Af, Ao], -2))
+        top = LowRankSVD(d.q_b, d.u_c[..., :r], d.s[..., :r], d.q_a, d.v_c[..., :r])  # Eckart-Young
+        child = assemble([top], top.s, 0.5 * (row_scale(Af) + row_scale(Ao)))
+        return keep_zero_modules((Af, Bf), child, d.s.amax(dim=-1) == 0)
 
     return _apply(parents, fn)
 

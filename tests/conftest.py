@@ -20,6 +20,9 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_params_dict(tiny_model_dir) -> dict:
-    raw = yaml.safe_load(TINY_PARAMS.read_text())
+    """params.yaml with the tiny overlay applied (DVC needs every section the stages list)."""
+    from populora.config import merge
+
+    raw = merge(yaml.safe_load((REPO / "params.yaml").read_text()), yaml.safe_load(TINY_PARAMS.read_text()))
     raw["model"]["base_model"] = str(tiny_model_dir)
     return raw

@@ -18,7 +18,9 @@ def test_repository_params_are_valid():
 
 
 def test_tiny_params_are_valid():
-    load_params(TINY_PARAMS)
+    from populora.config import merge
+
+    parse_params(merge(yaml.safe_load((REPO / "params.yaml").read_text()), yaml.safe_load(TINY_PARAMS.read_text())))
 
 
 @pytest.mark.parametrize(
@@ -33,6 +35,7 @@ def test_tiny_params_are_valid():
         ({"pairing": {"strategy": "elo"}}, "pairing.strategy", "pfsp"),
         ({"evolve": {"operators": {}}}, "evolve.operators", "positive weight"),
         ({"surprise": 1}, "surprise", "unknown key"),
+        ({"evolve": {"operators": {"teleport": 1.0}}}, "evolve.operators", "unknown operators"),
     ],
 )
 def test_bad_values_name_the_key(raw, key, hint):
@@ -58,8 +61,23 @@ def test_cli_reports_and_exits_nonzero(tmp_path):
     assert result.returncode == 2 and "population.students" in result.stderr
 
 
+def test_overlay_merges_and_validates(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "populora.config", str(REPO / "params.yaml"), "--overlay", str(TINY_PARAMS)],
+                            cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    merged = yaml.safe_load(result.stdout)
+    assert merged["lora"]["rank"] == 4 and merged["ratings"]["mu"] == 25.0
+
+
 def test_arm_slots():
     params = parse_params({"population": {"teachers": 3, "students": 2}})
     assert members_of_arm(params, "population") == {"teachers": ["teacher0", "teacher1", "teacher2"],
                                                      "students": ["student0", "student1"]}
     assert members_of_arm(params, "baseline") == {"teachers": ["solo"], "students": ["solo"]}
+
+
+def test_operator_names_match_the_registry():
+    from populora.config import KNOWN_OPERATORS
+    from populora.operators import CROSSOVERS, MUTATIONS
+
+    assert set(KNOWN_OPERATORS) == set(MUTATIONS) | set(CROSSOVERS)

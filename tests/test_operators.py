@@ -178,6 +178,21 @@ def test_svd_scale_rotate_small_eps_is_small_change():
     assert 0 < change[0.01] < 0.05 < change[0.3]
 
 
+def test_svd_scale_rotate_rotates_bases_and_scales_values():
+    p = random_adapter(17)
+    child = make_child([p], "svd_scale_rotate", seed=0, eps=0.1)
+    for m in lora_modules(p):
+        U, S, V = factored_svd(p[m.b_key][None], p[m.a_key][None])
+        core = (U.mT @ delta(child, m) @ V)[0]  # = R_U diag(S') R_V^T in the parent's bases
+        off = core - torch.diag(torch.diagonal(core))
+        assert off.norm() < 0.5 * core.norm()  # small rotations only
+        # core core^T = R_U S'^2 R_U^T is diagonal iff U was not rotated (same for V)
+        for gram in (core @ core.mT, core.mT @ core):
+            assert (gram - torch.diag(torch.diagonal(gram))).norm() > 1e-3 * gram.norm()
+        ratio = torch.diagonal(core) / S[0]
+        assert torch.all((ratio > 0.5) & (ratio < 2.0)) and not torch.allclose(ratio, torch.ones(RANK))
+
+
 def test_mask_components_drops_rank_but_keeps_factors_trainable():
     p = random_adapter(10)
     rho = 0.3
