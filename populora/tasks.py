@@ -15,12 +15,7 @@ from __future__ import annotations
 
 import random
 
-IDENTITY_PROGRAM = "def f(a):\n    return a"
-IDENTITY_CODE_F_INPUTS = [
-    "'Hello world'", "1", "dict(a=1, b=2)", "(1.1, 1.2, 1.3)", "'[[1, 0, 0], [0, 0, 0], [0, 0, 0]]'",
-    "1001101100010001", "[3, 1, 2]", "'abc'", "True", "None",
-]
-IDENTITY_MESSAGE = "Write a function that returns whatever you input"
+from populora.verifier import IDENTITY_CODE_F_SEED, IDENTITY_SEED
 
 # (program, input for code_o/code_i, ten inputs for code_f, message) -- simple on purpose.
 BUILTIN_SEEDS = [
@@ -44,7 +39,8 @@ BUILTIN_SEEDS = [
 
 def seed_proposals(kind: str) -> list[dict]:
     """Seed rows in the verifier's input format (outputs are computed by verifying them)."""
-    seeds = [(IDENTITY_PROGRAM, "'Hello world'", IDENTITY_CODE_F_INPUTS, IDENTITY_MESSAGE)]
+    seeds = [(IDENTITY_SEED["program"], IDENTITY_SEED["inputs"][0], IDENTITY_CODE_F_SEED["inputs"],
+              IDENTITY_CODE_F_SEED["message"])]
     if kind == "builtin":
         seeds += BUILTIN_SEEDS
     rows = []
