@@ -55,7 +55,7 @@ def test_report_single_arm_without_dynamics(tmp_path):
     text = path.read_text()
     assert _is_real_png(tmp_path / "benchmarks.png")
     assert not (tmp_path / "dynamics.png").exists()
-    assert "Only one arm ran" in text and "No dynamics files" in text
+    assert "Only the baseline arm ran" in text and "No dynamics files" in text
 
 
 def test_report_stage(tmp_path):

@@ -222,7 +222,9 @@ def claims(metrics: dict[str, float], extremes: tuple[str, str] | None) -> list[
             verdict = "beats" if delta > 0 else ("ties" if delta == 0 else "does not beat")
             lines.append(f"- The {what} {verdict} the baseline overall ({delta:+.1f} points).")
     else:
-        lines.append("- Only one arm ran, so population and baseline cannot be compared.")
+        arms = sorted({key.split(".")[2] for key in metrics if key.startswith("avg.overall.")} & {POPULATION, BASELINE})
+        ran = f"only the {arms[0]} arm ran" if arms else "no trained arm ran"
+        lines.append(f"- {ran[0].upper()}{ran[1:]}, so population and baseline cannot be compared.")
     return lines
 
 
