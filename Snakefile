@@ -87,6 +87,7 @@ for stage in STAGES:
             command=_command(stage),
         log:
             stage.log_template(),
+        threads: workflow.cores if stage.gpu else 1  # model stages use every core; others run beside
         resources:
             gpu=stage.gpu,
         shell:

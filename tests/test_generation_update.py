@@ -81,6 +81,18 @@ def test_update_changes_only_the_trained_adapter(tiny_model_dir, tmp_path):
             assert torch.equal(parameter, base_before[key]), f"base weight {name} changed"
     assert (tmp_path / "opt.safetensors").is_file()
 
+    # The update stage trains every adapter of one loaded model in turn: the second one (loaded
+    # as not trainable) must train too, and leave the first one as it now is.
+    a_after = {n: p.detach().clone() for n, p in model.named_parameters() if ".a." in n and "lora_" in n}
+    b_before = {n: p.detach().clone() for n, p in model.named_parameters() if ".b." in n and "lora_" in n}
+    stats = reinforce_steps(accelerator, model, tokenizer, "b", rollouts, steps=1, lr=1e-2, weight_decay=0.0,
+                            micro_batch=2, max_grad_norm=1.0, max_seq_len=64, optimizer_file=None,
+                            optimizer_out=tmp_path / "opt_b.safetensors")
+    now = dict(model.named_parameters())
+    assert stats["optimizer_steps"] == 1
+    assert any(not torch.equal(v, now[n].detach()) for n, v in b_before.items())
+    assert all(torch.equal(v, now[n].detach()) for n, v in a_after.items())
+
 
 def test_saved_adapter_roundtrips(tiny_model_dir, tmp_path):
     adapters = _adapters(tiny_model_dir, tmp_path, names=("a",))
