@@ -21,7 +21,6 @@ except ParamsError as error:
 GENERATIONS = PARAMS.dag.generations
 LAST = gen_label(GENERATIONS - 1)
 ITEMS = {scope: scope_items(scope, PARAMS) for scope in SCOPES}
-BENCH_ITEMS = list(ITEMS["bench"].values())
 
 wildcard_constraints:
     arm="|".join(PARAMS.dag.arms),
@@ -34,7 +33,7 @@ def _inputs(stage):
     def resolve(wildcards):
         key = "-".join(wildcards[name] for name in stage.wildcards)
         item = ITEMS[stage.scope][key]
-        return {k: resolve_input(stage, k, item, GENERATIONS, BENCH_ITEMS) for k in stage.inputs}
+        return {k: resolve_input(stage, k, item, PARAMS) for k in stage.inputs}
 
     return resolve
 
@@ -98,4 +97,5 @@ rule all:
     default_target: True
     input:
         expand("results/{arm}/summary.json", arm=PARAMS.dag.arms),
-        expand("results/models/{model}", model=[item["model"] for item in ITEMS["model"].values()]),
+        "results/metrics.json",
+        "results/report",

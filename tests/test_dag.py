@@ -64,7 +64,7 @@ def test_gpu_stages_declare_a_gpu(snakemake_dry_run):
     for stage in STAGES:
         block = next(b for b in blocks if b.startswith(stage.name + ":"))
         assert f"gpu={stage.gpu}" in block
-    assert {s.name for s in STAGES if s.gpu} == {"propose", "solve", "update"}
+    assert {s.name for s in STAGES if s.gpu} == {"propose", "solve", "update", "bench"}
 
 
 def test_stages_spell_no_paths():

@@ -30,7 +30,9 @@ def project(tmp_path_factory, tiny_params_dict) -> Path:
         src = REPO / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)
     params = dict(tiny_params_dict)
-    params["bench"] = {"benchmarks": [], "limit": 1}
+    # one math benchmark, one problem, short answers: exercises export, bench, summary and report
+    params["bench"] = {**params["bench"], "benchmarks": ["gsm8k"], "limit": 1, "max_new_tokens": 16,
+                       "data_dir": str(REPO.parent / "shared" / "benchmarks")}
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     return root
 
@@ -61,6 +63,9 @@ def test_every_generation_leaves_its_artifacts(finished):
             for slot in slots:
                 assert (checkpoint / "adapters" / slot / "adapter_model.safetensors").is_file()
         assert (finished / arm / "dynamics.json").is_file() and (finished / arm / "family_tree.png").is_file()
+    summary = json.loads((finished / "metrics.json").read_text())
+    assert any(key.startswith("bench.gsm8k.") for key in summary)
+    assert (finished / "report" / "report.md").is_file()
 
 
 def test_metrics_report_what_the_issue_asks(finished):

@@ -47,6 +47,7 @@ class Stage:
     gpu: int = 0  # Snakemake `resources: gpu=...`: stages that run the model
     per_generation_inputs: tuple[str, ...] = ()  # arm-scoped inputs listed once per generation
     per_bench_inputs: tuple[str, ...] = ()  # inputs listed once per (model, benchmark) pair
+    per_arm_inputs: tuple[str, ...] = ()  # inputs listed once per arm
 
     @property
     def wildcards(self) -> tuple[str, ...]:
@@ -141,6 +142,23 @@ STAGES += (
         inputs={"source": "{source}"}, outputs={"out": MODEL_DIR}, directories=("out",),
     ),
     Stage(
+        "bench", "stages.bench", "bench",
+        inputs={"base_model": BASE_MODEL, "model_dir": MODEL_DIR, "tasks": "workflow/lm_eval_tasks"},
+        outputs={"out": f"{RESULTS}/bench/{{model}}/{{bench}}.json", "samples": f"{RESULTS}/bench/{{model}}/{{bench}}"},
+        directories=("samples",), params=("bench", "model.dtype", "model.device"), gpu=1,
+    ),
+    Stage(
+        "bench_summary", "stages.bench_summary", "global",
+        inputs={"results": f"{RESULTS}/bench/{{model}}/{{bench}}.json"}, per_bench_inputs=("results",),
+        outputs={"out": f"{RESULTS}/metrics.json"}, metrics=("out",),
+    ),
+    Stage(
+        "report", "stages.report", "global",
+        inputs={"results": f"{RESULTS}/bench/{{model}}/{{bench}}.json", "dynamics": f"{ARM_DIR}/dynamics.json"},
+        per_bench_inputs=("results",), per_arm_inputs=("dynamics",),
+        outputs={"out": f"{RESULTS}/report"}, directories=("out",),
+    ),
+    Stage(
         "dynamics", "stages.dynamics", "arm",
         inputs={"metrics": f"{GEN_DIR}/metrics.json", "state": LAST_CHECKPOINT},
         outputs={"out": f"{ARM_DIR}/dynamics.json", "summary": f"{ARM_DIR}/summary.json",
@@ -203,12 +221,13 @@ def scope_items(scope: str, params) -> dict[str, dict[str, str]]:
     raise ValueError(f"unknown scope {scope!r}")
 
 
-def resolve_input(stage: Stage, key: str, item: dict[str, str], generations: int,
-                  bench_items: list[dict[str, str]] = ()) -> list[str]:
+def resolve_input(stage: Stage, key: str, item: dict[str, str], params) -> list[str]:
     """Concrete path(s) of one input for one scope item."""
     template = stage.inputs[key]
     if key in stage.per_generation_inputs:
-        return [template.format(**{**item, "gen": gen_label(g)}) for g in range(generations)]
+        return [template.format(**{**item, "gen": gen_label(g)}) for g in range(params.dag.generations)]
     if key in stage.per_bench_inputs:
-        return [template.format(**{**item, **other}) for other in bench_items]
+        return [template.format(**{**item, **other}) for other in scope_items("bench", params).values()]
+    if key in stage.per_arm_inputs:
+        return [template.format(**{**item, "arm": arm}) for arm in params.dag.arms]
     return [template.format(**item)]

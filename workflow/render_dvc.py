@@ -28,13 +28,13 @@ ITEM_FIELDS = ("arm", "gen", "prev", "last", "model", "bench", "source")
 
 def _ref_for(stage: Stage, params):
     placeholders = {name: "${item." + name + "}" for name in ITEM_FIELDS}
-    bench_items = list(scope_items("bench", params).values())
+    expanded = (*stage.per_generation_inputs, *stage.per_bench_inputs, *stage.per_arm_inputs)
 
     def ref(kind: str, key: str, template: str) -> str:
-        if kind == "input" and (key in stage.per_generation_inputs or key in stage.per_bench_inputs):
+        if kind == "input" and key in expanded:
             # expanded lists are literal paths, except the arm of per-generation inputs
             item = {**placeholders, "last": gen_label(params.dag.generations - 1)}
-            return " ".join(resolve_input(stage, key, item, params.dag.generations, bench_items))
+            return " ".join(resolve_input(stage, key, item, params))
         return template.format(**placeholders)
 
     return ref
