@@ -117,7 +117,7 @@ def run_plans(
                 result.segments.append({"text": piece, "train": True})
                 if step.stop is None:
                     result.truncated = not hit_eos and len(ids) >= budget
-                elif missed_stop:
+                elif missed_stop and step.must_stop:
                     result.truncated = True
             progress.update(len(batch))
     progress.close()

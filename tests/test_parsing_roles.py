@@ -107,7 +107,7 @@ def test_proposer_jobs_cover_every_teacher_and_type():
     assert len(jobs) == 2 * 3 * 2
     assert len({meta["task_id"] for meta, _ in jobs}) == len(jobs)
     code_f = [plan for meta, plan in jobs if meta["type"] == "code_f"]
-    assert all(plan.steps[0].stop == "```message" for plan in code_f)
+    assert all(len(plan.steps) == 11 and not plan.steps[-1].must_stop for plan in code_f)
     code_o = next(plan for meta, plan in jobs if meta["type"] == "code_o")
     assert code_o.prompt.startswith("<user>") and "Reference Code Snippets" in code_o.prompt
     assert code_o.steps[0] == prompts.Step("```python\ndef f(")

@@ -4,8 +4,8 @@ The project's task YAMLs (`workflow/lm_eval_tasks/`, documented in its README.md
 into a temporary include folder at run time, because the data location is a parameter:
 `@MATH_DATA@` becomes `<data_dir>/math` (absolute path) or, with `bench.data_dir: null`, the
 official location of the same files (`OFFICIAL_MATH_DATA`, the AZR evaluation data), and
-`max_gen_toks` becomes `bench.max_new_tokens`. Only lm-eval's own tasks are left out of the
-index (`include_defaults=False`), so nothing else is loaded or downloaded.
+`max_gen_toks` becomes `bench.max_new_tokens`. lm-eval's built-in tasks are left out of the
+index (`include_defaults=False`): only these tasks are indexed, nothing else is loaded or downloaded.
 
 The model is `hf` with `pretrained=<base folder>` and `peft=<adapter folder>` (none for the bare
 base model), greedy, chat template applied, `<|im_end|>` among the stop strings. `limit=N` makes
@@ -15,7 +15,6 @@ lm-eval evaluate the first N documents of the test file, in file order.
 from __future__ import annotations
 
 import json
-import logging
 import re
 import shutil
 import tempfile
@@ -23,8 +22,6 @@ from pathlib import Path
 
 from populora.bench import BenchError, data_file
 from populora.bench.math_grading import extract_answer
-
-log = logging.getLogger(__name__)
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "workflow" / "lm_eval_tasks"
 # The files of ../shared/benchmarks/math are the AZR evaluation data; this is where they are
