@@ -23,7 +23,7 @@ def _env():
 
 @pytest.fixture(scope="module")
 def snakemake_dry_run() -> str:
-    result = subprocess.run([f"{BIN}/snakemake", "-n", "-p", "--cores", "1"], cwd=REPO, env=_env(),
+    result = subprocess.run([f"{BIN}/snakemake", "-n", "-p", "--forceall", "--cores", "1"], cwd=REPO, env=_env(),
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout + result.stderr
