@@ -36,7 +36,12 @@ def test_last_boxed(text, expected):
     ("gsm8k", "5 + 7 = 12, and 12 + 3 = 15 apples", "15"),
     ("gsm8k", "The total is 1,000.", "1,000"),
     ("aime24", r"The answer is \boxed{204} (checking: 200 + 4)", "204"),
+    ("aime25", "so the answer is 70.", "70"),
+    ("gsm8k", "The answer is 42 apples.\nDone", "42 apples"),
     ("amc23", "I do not know.", None),
+    # No last-number fallback outside GSM8K: a cut-off derivation's last number is not an answer.
+    ("olympiadbench", "We bound P(x_{1}) + P(x_{2}) + \\cdots + P\\", None),
+    ("math500", r"The answer is within \boxed{}.", ""),
 ])
 def test_extract_answer(benchmark, completion, expected):
     assert extract_answer(completion, benchmark) == expected

@@ -145,7 +145,9 @@ STAGES += (
         "bench", "stages.bench", "bench",
         inputs={"base_model": BASE_MODEL, "model_dir": MODEL_DIR, "tasks": "workflow/lm_eval_tasks"},
         outputs={"out": f"{RESULTS}/bench/{{model}}/{{bench}}.json", "samples": f"{RESULTS}/bench/{{model}}/{{bench}}"},
-        directories=("samples",), params=("bench", "model.dtype", "model.device"), gpu=1,
+        directories=("samples",), gpu=1,
+        # listed one by one: adding a benchmark to bench.benchmarks must not rerun the others
+        params=("bench.data_dir", "bench.limit", "bench.max_new_tokens", "bench.batch_size", "model.dtype", "model.device"),
     ),
     Stage(
         "bench_summary", "stages.bench_summary", "global",

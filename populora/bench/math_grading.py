@@ -14,8 +14,10 @@ Field mapping (as the AZR / Qwen2.5-Math evaluation reads the same files):
 | aime24/aime25 | question or problem           | `answer`                                      |
 | amc23         | question or problem           | `answer` (a float such as 27.0, read as 27)   |
 
-Extraction, in order: the last `\\boxed{...}` / `\\fbox{...}` (brace-matched); "final answer is X";
-GSM8K's `#### X`; the last number in the text (the Qwen2.5-Math harness fallback).
+Extraction, in order: the last `\\boxed{...}` / `\\fbox{...}` (brace-matched); "(final) answer is X";
+for GSM8K only, `#### X` and then the last number in the text (lm-eval's "flexible-extract"). The
+competition sets get no last-number fallback: in a derivation cut off by the token limit the last
+number is an index or an intermediate value, not an answer.
 
 Equivalence, in order: equal after normalisation (LaTeX spacing, `\\dfrac`, `\\left`, units and
 `\\text{}`, `$`, `%`, degrees, thousands separators, `x = ` prefixes); equal as numbers (relative
@@ -91,17 +93,20 @@ def last_boxed(text: str) -> str | None:
 
 
 def extract_answer(text: str, benchmark: str) -> str | None:
-    """The model's final answer in a completion, or None when it gives none."""
+    """The model's final answer in a completion, or None when it states none."""
     boxed = last_boxed(text)
     if boxed is not None:
         return boxed
-    final = re.findall(r"final answer is:?\s*\$?([^\n$]+?)\$?(?:\.\s|\.?$|\n|\. I hope)", text, flags=re.IGNORECASE)
-    if final:
-        return final[-1].strip()
-    if benchmark == "gsm8k":
-        hashes = re.findall(r"####\s*(" + _NUMBER + ")", text)
-        if hashes:
-            return hashes[-1]
+    stated = re.findall(r"answer is:?\s*\$?([^\n$]+?)\$?(?:\.\s|\.?$|\n|\. I hope)", text, flags=re.IGNORECASE)
+    if stated:
+        return stated[-1].strip()
+    if benchmark != "gsm8k":
+        # No number-grabbing for competition math: in a cut-off derivation the last number is an
+        # index or an intermediate value ("P(x_2)" -> 2), which would be scored as an answer.
+        return None
+    hashes = re.findall(r"####\s*(" + _NUMBER + ")", text)
+    if hashes:
+        return hashes[-1]
     numbers = re.findall(_NUMBER, text)
     return numbers[-1].rstrip(".") if numbers else None
 
