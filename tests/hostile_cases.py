@@ -80,7 +80,7 @@ HOSTILE_CASES: list[HostileCase] = [
          "exception:PermissionError"),
     case("delete_system_file", "files", "os.remove('/etc/passwd')", "exception:OSError",
          "exception:PermissionError", imports="import os"),
-    case("write_project_tree", "files", "open('/work/main/pwned', 'w').write('x')",
+    case("write_outside_jail", "files", "open('/root/populora_pwned', 'w').write('x')",
          "exception:FileNotFoundError", "exception:OSError", "exception:PermissionError"),
     case("read_root_home", "files", "return os.listdir('/root')", "ok:[]", "ok:['.pyenv']",
          "exception:PermissionError", "exception:FileNotFoundError", imports="import os"),
