@@ -81,8 +81,14 @@ def proposer_io_prompt(task_type: str, references: list[dict], banned: list[str]
     )
 
 
-def proposer_f_prompt(program: str, n_inputs: int) -> str:
-    """AZR's code_f proposer prompt: inputs for an existing program plus a message."""
+def proposer_f_prompt(program: str, n_inputs: int, known_inputs: list[str] | None = None) -> str:
+    """AZR's code_f proposer prompt: inputs for an existing program plus a message.
+
+    The formatting example shows inputs known to work for *this* program (from its buffer task)
+    instead of AZR's fixed `'John', {'age': 20}`, which small models copy whatever f's arity.
+    """
+    examples = (known_inputs or ["'John', {'age': 20}", "'Sammy', {'age': 37}"])[:2]
+    blocks = "".join(f"```input\n{example}\n```\n" for example in examples)
     return (
         f"## Task: Output {n_inputs} Inputs that can be plugged into the following Code Snippet to produce "
         "diverse Outputs, and give a message related to the given snippet.\n\n"
@@ -91,7 +97,7 @@ def proposer_f_prompt(program: str, n_inputs: int) -> str:
         "- Separate multiple arguments with commas; quote strings\n\n"
         "### Message Requirements:\n- Leave a message (hint, question or instruction) in a ```message block "
         "that helps someone deduce the function from inputs and outputs; do not put the code in it\n\n"
-        "### Formatting:\n```input\n'John', {'age': 20}\n```\n```input\n'Sammy', {'age': 37}\n```\n"
+        f"### Formatting:\n{blocks}"
         "```message\nWrite a function that ...\n```\n\n"
         f"### Code Snippet:\n```python\n{program}\nf(<|YOUR INPUT WILL BE PLUGGED HERE|>)\n```\n"
     )

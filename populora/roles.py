@@ -36,7 +36,7 @@ def proposer_jobs(teachers: list[str], buffer: list[dict], *, per_type: int, ref
                     source = sample_code_f_program(buffer, rng)
                     meta["program"] = source["program"]
                     meta["source_task"] = source["task_id"]
-                    prompt = prompts.proposer_f_prompt(source["program"], n_inputs)
+                    prompt = prompts.proposer_f_prompt(source["program"], n_inputs, source.get("inputs"))
                 else:
                     refs = sample_references(buffer, task_type, references, rng)
                     meta["references"] = [r["task_id"] for r in refs]

@@ -137,3 +137,9 @@ def test_is_valid_task():
     assert is_valid_task({"valid": True, "parse_reason": None})
     assert not is_valid_task({"valid": True, "parse_reason": "no_message"})
     assert not is_valid_task({"valid": False})
+
+
+def test_code_f_prompt_shows_inputs_that_fit_the_program():
+    # AZR's fixed two-argument example was copied by the small model whatever f's arity
+    prompt = prompts.proposer_f_prompt("def f(a):\n    return a", 10, ["3", "[1, 2]"])
+    assert "```input\n3\n```" in prompt and "'John'" not in prompt
