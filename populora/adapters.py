@@ -6,6 +6,7 @@ the evolution operators (which work on its state dict) and PeftModel.from_pretra
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -34,8 +35,19 @@ def create_adapters(model, slots: list[str], out_dir: Path, *, lora_cfg, seeds: 
                     torch.nn.init.normal_(module.lora_B["default"].weight, std=init_std)
         tmp = out_dir / f".{slot}.tmp"
         peft_model.save_pretrained(tmp)
+        normalize_config(tmp)
         shutil.move(str(tmp), str(out_dir / slot))
     peft_model.unload()  # give the caller its plain base model back
+
+
+def normalize_config(folder: str | Path) -> None:
+    """Rewrite adapter_config.json byte-stably: PEFT stores target_modules from a set, so their
+    order follows Python's per-process hash seed and identical adapters would differ on disk."""
+    path = Path(folder) / CONFIG
+    config = json.loads(path.read_text())
+    if isinstance(config.get("target_modules"), list):
+        config["target_modules"] = sorted(config["target_modules"])
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def read_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:

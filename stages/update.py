@@ -17,6 +17,7 @@ from pathlib import Path
 
 from accelerate import Accelerator
 
+from populora.adapters import normalize_config
 from populora.config import slots_of_arm
 from populora.io import read_jsonl, replace_dir, staging_dir, write_json
 from populora.model import attach_adapters, load_base
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         saved = tmp / "_save" / slot if (tmp / "_save" / slot).is_dir() else tmp / "_save"
         (tmp / ADAPTERS).mkdir(exist_ok=True)
         shutil.move(str(saved), str(tmp / ADAPTERS / slot))
+        normalize_config(tmp / ADAPTERS / slot)
         shutil.rmtree(tmp / "_save", ignore_errors=True)
         log.info("%s: %s", slot, {k: v for k, v in stats[slot].items() if k != "losses"})
     write_json(tmp / "update_stats.json", stats)
