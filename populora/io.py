@@ -60,16 +60,6 @@ def read_jsonl(path: str | Path) -> list[dict]:
     return list(iter_jsonl(path))
 
 
-def atomic_copytree(src: str | Path, dst: str | Path) -> None:
-    """Copy a folder so that `dst` appears complete or not at all."""
-    dst = Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dst.parent, prefix=f".{dst.name}."))
-    shutil.rmtree(tmp)
-    shutil.copytree(src, tmp)
-    replace_dir(tmp, dst)
-
-
 def replace_dir(tmp: str | Path, dst: str | Path) -> None:
     """Move a finished temporary folder into place, replacing any old `dst`."""
     dst = Path(dst)

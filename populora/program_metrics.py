@@ -65,8 +65,9 @@ def program_metrics(src: str) -> dict[str, int]:
             "loc": lines_of_code(src), "distinct_variables": distinct_variables(tree)}
 
 
-def _locally_bound(tree: ast.AST) -> set[str]:
-    """Names the program itself binds (not imports): those are free to rename."""
+def bound_names(tree: ast.AST, *, imports: bool = True) -> set[str]:
+    """Every name the code binds anywhere (assignments, parameters, defs, handlers, match
+    captures, and with `imports` the names imports bind)."""
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
@@ -75,8 +76,14 @@ def _locally_bound(tree: ast.AST) -> set[str]:
             names.add(node.arg)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
+        elif imports and isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, ast.ExceptHandler) and node.name:
             names.add(node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            names.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            names.add(node.rest)
     return names
 
 
@@ -122,7 +129,7 @@ class _Normalizer(ast.NodeTransformer):
 
 def normalized_ast_hash(src: str) -> str:
     tree = ast.parse(src)
-    tree = _Normalizer(_locally_bound(tree)).visit(tree)
+    tree = _Normalizer(bound_names(tree, imports=False)).visit(tree)  # own names are free to rename
     return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()[:16]
 
 

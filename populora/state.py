@@ -31,7 +31,3 @@ def load_buffer(folder: str | Path) -> list[dict]:
 def adapter_dirs(folder: str | Path, slots: list[str]) -> dict[str, Path]:
     return {slot: Path(folder) / ADAPTERS / slot for slot in slots}
 
-
-def roles(state: dict) -> tuple[list[str], list[str]]:
-    """(teacher slots, student slots); the baseline's one slot is in both."""
-    return state["teachers"], state["students"]

@@ -42,6 +42,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable
 
+from populora.program_metrics import bound_names
 from populora.sandbox import Call, Job, Limits, RunResult, Sandbox
 
 TASK_TYPES = ("code_o", "code_i", "code_f")
@@ -121,27 +122,6 @@ def seed_rows() -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- static analysis
-
-def bound_names(tree: ast.AST) -> set[str]:
-    """Every name the code binds anywhere (assignments, parameters, defs, imports, handlers, ...)."""
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            names.add(node.id)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
-            names.add(node.name)
-        elif isinstance(node, ast.MatchMapping) and node.rest:
-            names.add(node.rest)
-    return names
-
 
 def forbidden_use(tree: ast.AST, bound: set[str]) -> tuple[str, str] | None:
     """(reason, detail) for the first forbidden import, builtin or attribute in `tree`."""

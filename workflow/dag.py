@@ -66,8 +66,6 @@ class Stage:
         return LOG.format(stage=self.name, key=key)
 
 
-MODEL_PARAMS = ("model", "lora")
-
 STAGES: tuple[Stage, ...] = (
     Stage(
         "base_model", "stages.base_model", "global",
@@ -181,8 +179,6 @@ def prev_dir(arm: str, gen: int) -> str:
     return f"{GEN_DIR}/checkpoint".format(arm=arm, gen=gen_label(gen - 1))
 
 
-def stage_by_name(name: str) -> Stage:
-    return next(stage for stage in STAGES if stage.name == name)
 
 
 def model_names(params) -> list[str]:
