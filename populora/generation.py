@@ -11,6 +11,7 @@ log-probabilities of exactly the tokens the policy sampled, never of scaffold pr
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 
@@ -41,17 +42,29 @@ class GenResult:
         return "".join(s["text"] for s in self.segments[1:])
 
 
-def _cut(text: str, stop: str | None) -> tuple[str, bool]:
-    """Text up to (excluding) the stop string; second value True when the stop was never reached."""
-    if stop is None:
-        return text, False
-    index = text.find(stop)
-    return (text, True) if index == -1 else (text[:index], False)
+def _cut(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
+    """Text up to the earliest stop string, excluding it; second value True when none was reached.
+
+    A stop that starts with a line break keeps that break in the text (it ends the line before it),
+    so the next step's prefill starts on a fresh line.
+    """
+    found = [(index + stop.startswith("\n"), index) for stop in stops if (index := text.find(stop)) != -1]
+    return (text[: min(found, key=lambda f: f[1])[0]], False) if found else (text, bool(stops))
+
+
+@functools.lru_cache(maxsize=4)
+def block_enders(tokenizer) -> list[int]:
+    """Token ids that would leave a fenced block empty as its first token: backticks, line breaks,
+    blank tokens and special tokens (EOS). A `non_empty` step suppresses them at its first position."""
+    texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
+    special = set(tokenizer.all_special_ids)
+    return [i for i, text in enumerate(texts)
+            if i in special or text.lstrip(" \t").startswith(("`", "\n", "\r")) or not text.strip(" \t")]
 
 
 def _batches(items: list[int], size: int, key) -> list[tuple[int, list[int]]]:
-    """Consecutive chunks of at most `size` items that share `key` (a step's token budget): a batch
-    decodes until its longest budget, so mixing budgets would waste decode steps."""
+    """Consecutive chunks of at most `size` items that share `key` (a step's token budget and stop
+    strings): a batch decodes until its longest budget, so mixing budgets would waste decode steps."""
     chunks: list[tuple[int, list[int]]] = []
     for position, item in enumerate(items):
         if chunks and len(chunks[-1][1]) < size and key(chunks[-1][1][0]) == key(item):
@@ -83,15 +96,22 @@ def run_plans(
     for step_index in range(n_steps):
         active = [i for i, row in enumerate(rows) if len(row.plan.steps) > step_index and not results[i].truncated]
         # Same token budget and similar lengths together: less padding and fewer wasted decode steps.
-        active.sort(key=lambda i: (rows[i].plan.steps[step_index].max_tokens or max_new_tokens,
-                                   len("".join(s["text"] for s in results[i].segments))))
-        for start, batch in _batches(active, batch_size, key=lambda i: rows[i].plan.steps[step_index].max_tokens):
+        # Rows share a batch only when they share stop strings too: generate() ends a row at any stop
+        # string of its batch, so a row must not see another row's stops.
+        def batch_key(i: int, step_index: int = step_index) -> tuple:
+            step = rows[i].plan.steps[step_index]
+            return step.max_tokens or max_new_tokens, step.stops, step.non_empty
+
+        active.sort(key=lambda i: (*batch_key(i), len("".join(s["text"] for s in results[i].segments))))
+        for start, batch in _batches(active, batch_size, key=batch_key):
             steps = [rows[i].plan.steps[step_index] for i in batch]
             texts = ["".join(s["text"] for s in results[i].segments) + step.prefill for i, step in zip(batch, steps)]
             encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-            stops = sorted({step.stop for step in steps if step.stop is not None})
+            stops = list(steps[0].stops)
             budget = max(step.max_tokens or max_new_tokens for step in steps)
             kwargs = {"adapter_names": [rows[i].adapter or BASE_ADAPTER for i in batch]} if mixed else {}
+            if steps[0].non_empty:
+                kwargs["begin_suppress_tokens"] = block_enders(tokenizer)
             torch.manual_seed(seed * 1_000_003 + step_index * 7919 + start)
             output = model.generate(
                 **encoded,
@@ -110,12 +130,12 @@ def run_plans(
                 ids = [t for t in token_ids.tolist() if t != tokenizer.pad_token_id]
                 hit_eos = bool(ids) and ids[-1] == tokenizer.eos_token_id
                 text = tokenizer.decode(ids, skip_special_tokens=True)
-                piece, missed_stop = _cut(text, step.stop)
+                piece, missed_stop = _cut(text, step.stops)
                 result = results[row_index]
                 result.tokens_generated += len(ids)
                 result.segments.append({"text": step.prefill, "train": False})
                 result.segments.append({"text": piece, "train": True})
-                if step.stop is None:
+                if not step.stops:
                     result.truncated = not hit_eos and len(ids) >= budget
                 elif missed_stop and step.must_stop:
                     result.truncated = True

@@ -35,14 +35,28 @@ CODE_REQUIREMENTS = """### Code Requirements:
 
 @dataclass(frozen=True)
 class Step:
-    """Append `prefill` to the text so far, then generate until `stop` (None: until EOS), at most
-    `max_tokens` tokens (None: the stage's `max_new_tokens`)."""
+    """Append `prefill` to the text so far, then generate until `stop` (a string or several, the
+    earliest wins; None: until EOS), at most `max_tokens` tokens (None: the stage's `max_new_tokens`)."""
 
     prefill: str
-    stop: str | None = FENCE
+    stop: str | tuple[str, ...] | None = FENCE
     max_tokens: int | None = None
     must_stop: bool = True  # False: running out of tokens before `stop` is not a truncation
+    non_empty: bool = False  # True: the first token may not end the block (no fence, line break, EOS)
 
+    @property
+    def stops(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+
+# Where a scaffolded block ends besides its closing fence. A program ends where top-level code that
+# is not part of it starts (a second `def f(`, a call or print of f, an assert): a 135M model goes on
+# writing "usage examples" until it runs out of tokens, which AZR counts as a format failure. An
+# input is one line: the model writes `f(...)` calls or prose on the lines after a good input.
+PROGRAM_STOPS = (FENCE, "\ndef f(", "\nf(", "\nprint(", "\nassert ")
+INPUT_STOPS = (FENCE, "\n")
 
 SHORT_BLOCK_TOKENS = 32  # one input or message: a 135M model rambles on if not cut; each decode step costs ~0.1 s on CPU
 
@@ -61,7 +75,16 @@ def _reference_block(index: int, ref: dict) -> str:
     )
 
 
-def proposer_io_prompt(task_type: str, references: list[dict], banned: list[str]) -> str:
+# AZR's formatting example. Free-form mode keeps it; scaffolded mode leaves it out, because a small
+# model copies it verbatim (a two-argument signature with a list input, or `[3, 1, 2]` whatever the
+# signature). Measured on SmolLM2-135M, code_o + code_i at generation 0, 24 proposals
+# (benchmarks/bench_proposer_validity.py): 19% valid with it, 58% without (with PROGRAM_STOPS).
+AZR_IO_EXAMPLE = ("def f(name: str, info: dict):\n    # code logic here\n    return result",
+                  "'John', {'age': 20, 'city': 'New York'}")
+
+
+def proposer_io_prompt(task_type: str, references: list[dict], banned: list[str],
+                       example: tuple[str, str] | None = AZR_IO_EXAMPLE) -> str:
     """AZR's code_i / code_o proposer prompt (with AZR's swapped difficulty sentence fixed)."""
     hard = "your input from the output" if task_type == "code_i" else "the output from your input"
     refs = "".join(_reference_block(i, ref) for i, ref in enumerate(references))
@@ -73,9 +96,8 @@ def proposer_io_prompt(task_type: str, references: list[dict], banned: list[str]
         "- Separate multiple arguments with commas; quote strings\n\n"
         "### Formatting:\n- Format your code with:\n```python\ndef f(...):\n    # your code here\n    return ...\n```\n"
         "- Format your input with:\n```input\narg1, arg2, ...\n```\n\n"
-        "### Example Format:\n```python\ndef f(name: str, info: dict):\n    # code logic here\n    return result\n```\n\n"
-        "```input\n'John', {'age': 20, 'city': 'New York'}\n```\n\n"
-        "### Evaluation Criteria:\n- Executability: the code runs without errors\n"
+        + (f"### Example Format:\n```python\n{example[0]}\n```\n\n```input\n{example[1]}\n```\n\n" if example else "")
+        + "### Evaluation Criteria:\n- Executability: the code runs without errors\n"
         f"- Difficulty: predicting {hard} needs reasoning\n- Creativity: differs from the reference snippets\n\n"
         + (f"### Reference Code Snippets:\n{refs}" if refs else "")
     )
@@ -162,11 +184,16 @@ def proposer_steps(task_type: str, n_inputs: int) -> list[Step]:
         # One step per input, so exactly n_inputs blocks come out: given one open block, a 135M
         # model writes one multi-line block and moves on (measured: 0/4 valid code_f at gen 0).
         # The code_f prompt is short (~240 tokens), so re-reading it per step is affordable.
-        first = [Step(f"{FENCE}input\n", max_tokens=SHORT_BLOCK_TOKENS)]
-        more = [Step(f"{FENCE}\n{FENCE}input\n", max_tokens=SHORT_BLOCK_TOKENS) for _ in range(n_inputs - 1)]
+        # Blocks must not be empty: after one empty block the model repeats empty blocks (measured:
+        # 8/8 code_f proposals with an empty message, most with 9 empty inputs, at generation 0).
+        first = [Step(f"{FENCE}input\n", stop=INPUT_STOPS, max_tokens=SHORT_BLOCK_TOKENS, non_empty=True)]
+        more = [Step(f"{FENCE}\n{FENCE}input\n", stop=INPUT_STOPS, max_tokens=SHORT_BLOCK_TOKENS, non_empty=True)
+                for _ in range(n_inputs - 1)]
         # The message is free text: if the model does not close its block, what it wrote is kept.
-        return first + more + [Step(f"{FENCE}\n{FENCE}message\n", max_tokens=SHORT_BLOCK_TOKENS, must_stop=False)]
-    return [Step(f"{FENCE}python\ndef f("), Step(f"{FENCE}\n{FENCE}input\n", max_tokens=SHORT_BLOCK_TOKENS)]
+        return first + more + [Step(f"{FENCE}\n{FENCE}message\n", max_tokens=SHORT_BLOCK_TOKENS, must_stop=False,
+                                    non_empty=True)]
+    return [Step(f"{FENCE}python\ndef f(", stop=PROGRAM_STOPS),
+            Step(f"{FENCE}\n{FENCE}input\n", stop=INPUT_STOPS, max_tokens=SHORT_BLOCK_TOKENS, non_empty=True)]
 
 
 def solver_steps(task_type: str) -> list[Step]:

@@ -40,7 +40,8 @@ def proposer_jobs(teachers: list[str], buffer: list[dict], *, per_type: int, ref
                 else:
                     refs = sample_references(buffer, task_type, references, rng)
                     meta["references"] = [r["task_id"] for r in refs]
-                    prompt = prompts.proposer_io_prompt(task_type, refs, BANNED_FOR_PROMPT)
+                    example = prompts.AZR_IO_EXAMPLE if mode == "free_form" else None
+                    prompt = prompts.proposer_io_prompt(task_type, refs, BANNED_FOR_PROMPT, example)
                 jobs.append((meta, make_plan(prompt, prompts.proposer_steps(task_type, n_inputs), mode, chat, task_type, "propose")))
     return jobs
 

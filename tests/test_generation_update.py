@@ -7,7 +7,7 @@ from accelerate import Accelerator
 
 from populora import prompts
 from populora.adapters import create_adapters, read_state_dict
-from populora.generation import GenRow, run_plans
+from populora.generation import GenRow, _cut, block_enders, run_plans
 from populora.model import attach_adapters, load_base, lora_config
 from populora.update import encode_segments, reinforce_steps
 
@@ -98,3 +98,36 @@ def test_saved_adapter_roundtrips(tiny_model_dir, tmp_path):
     adapters = _adapters(tiny_model_dir, tmp_path, names=("a",))
     state = read_state_dict(adapters["a"])
     assert any("lora_B" in k for k in state) and all(v.dtype == torch.float32 for v in state.values())
+
+
+def test_cut_at_the_earliest_stop_keeping_a_leading_line_break():
+    assert _cut("a\nb```c", (prompts.FENCE,)) == ("a\nb", False)
+    # a stop that starts with a line break ends the line before it; the next prefill starts fresh
+    assert _cut("    return x\ndef f(y):", prompts.PROGRAM_STOPS) == ("    return x\n", False)
+    assert _cut("[1, 2]\n```", prompts.INPUT_STOPS) == ("[1, 2]\n", False)
+    assert _cut("no stop here", (prompts.FENCE,)) == ("no stop here", True)
+    assert _cut("until EOS", ()) == ("until EOS", False)
+
+
+def test_rows_with_different_stops_do_not_stop_each_other(tiny_model_dir):
+    # generate() ends a row at any stop string of its batch: rows must be batched by their stops
+    tokenizer, model = load_base(tiny_model_dir)
+    kwargs = dict(temperature=0, top_p=1.0, max_new_tokens=12, batch_size=8, seed=0)
+    plans = [prompts.Plan("Write a list.", (prompts.Step("```input\n", stop=stop),)) for stop in (prompts.FENCE, "\n")]
+    together = run_plans(model, tokenizer, [GenRow(plan, None) for plan in plans], **kwargs)
+    alone = [run_plans(model, tokenizer, [GenRow(plan, None)], **kwargs)[0] for plan in plans]
+    assert [r.completion for r in together] == [r.completion for r in alone]
+    assert alone[0].completion != alone[1].completion, "the stops should matter for this model's greedy output"
+
+
+def test_non_empty_step_never_opens_with_a_block_ender(tiny_model_dir):
+    tokenizer, model = load_base(tiny_model_dir)
+    enders = set(block_enders(tokenizer))
+    assert tokenizer.eos_token_id in enders
+    assert all(tokenizer.decode([i]).strip(" \t") == "" or tokenizer.decode([i]).lstrip(" \t")[0] in "`\r\n"
+               for i in enders if i not in tokenizer.all_special_ids)
+    plan = prompts.Plan("Give an input.", (prompts.Step("```input\n", stop=prompts.INPUT_STOPS, max_tokens=4, non_empty=True),))
+    results = run_plans(model, tokenizer, [GenRow(plan, None)] * 16, temperature=1.5, top_p=1.0, max_new_tokens=4,
+                        batch_size=16, seed=3)
+    pieces = [r.segments[-1]["text"] for r in results]
+    assert all(piece.strip(" \t") and piece.lstrip(" \t")[0] not in "`\r\n" for piece in pieces), pieces

@@ -110,7 +110,14 @@ def test_proposer_jobs_cover_every_teacher_and_type():
     assert all(len(plan.steps) == 11 and not plan.steps[-1].must_stop for plan in code_f)
     code_o = next(plan for meta, plan in jobs if meta["type"] == "code_o")
     assert code_o.prompt.startswith("<user>") and "Reference Code Snippets" in code_o.prompt
-    assert code_o.steps[0] == prompts.Step("```python\ndef f(")
+    assert code_o.steps[0] == prompts.Step("```python\ndef f(", stop=prompts.PROGRAM_STOPS)
+    assert code_o.steps[1].non_empty and code_o.steps[1].stops == prompts.INPUT_STOPS
+    # scaffolded mode leaves out AZR's formatting example (a 135M model copies it verbatim) ...
+    assert "'John'" not in code_o.prompt and "Example Format" not in code_o.prompt
+    free = proposer_jobs(["t0"], _buffer(), per_type=1, references=2, n_inputs=10, mode="free_form",
+                         chat=chat, rng=random.Random(0), arm="population", gen=3)
+    # ... free-form mode is AZR's format and keeps it
+    assert all("'John', {'age': 20, 'city': 'New York'}" in plan.prompt for meta, plan in free if meta["type"] != "code_f")
 
 
 def test_assignment_prefers_the_paired_teachers_tasks_then_the_buffer():
