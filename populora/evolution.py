@@ -198,6 +198,7 @@ def draw_family_tree(lineage: Sequence[Mapping[str, Any]], out_png: str | Path, 
     ax.set_xlabel("generation")
     ax.set_ylabel("population slot")
     ax.set_yticks(range(n_lanes))
+    ax.set_xticks(range(0, int(end) + 1))  # generations are whole numbers
     ax.set_xlim(-0.8, end + 0.5)
     ax.set_ylim(-0.7, n_lanes - 0.3)
     ax.set_title(title or "PopuLoRA family tree")

@@ -28,8 +28,11 @@ METRIC_NAMES = ("ast_depth", "cyclomatic_complexity", "loc", "distinct_variables
 
 
 def generation_metrics(gen: int, stats: dict, update: dict, ratings: dict, valid: list[dict], coverage: int,
-                       new_programs: int, evolution: list[dict]) -> dict:
-    metrics: dict = {"generation": gen, "coverage_distinct_programs": coverage, "new_distinct_programs": new_programs,
+                       new_programs: int, evolution: list[dict], pairing: dict) -> dict:
+    by_type = stats["by_type"].values()
+    proposals, attempts = sum(r["proposals"] for r in by_type), sum(r["attempts"] for r in by_type)
+    metrics: dict = {"validity_rate": sum(r["valid"] for r in by_type) / proposals if proposals else None,
+                     "solve_rate": sum(r["solved"] for r in by_type) / attempts if attempts else None,"generation": gen, "coverage_distinct_programs": coverage, "new_distinct_programs": new_programs,
                      "teacher_reward_mean": stats["teacher_reward_mean"], "student_reward_mean": stats["student_reward_mean"],
                      "rating_games": stats["games"], "evolution_events": len(evolution)}
     for task_type, row in stats["by_type"].items():
@@ -51,6 +54,10 @@ def generation_metrics(gen: int, stats: dict, update: dict, ratings: dict, valid
     for slot, row in update.items():
         metrics[f"optimizer_steps.{slot}"] = row["optimizer_steps"]
         metrics[f"trained_tokens.{slot}"] = row["trained_tokens"]
+    # PFSP's matchups this generation: task slots each teacher filled for each student
+    for teacher, row in pairing["counts"].items():
+        for student, count in row.items():
+            metrics[f"pairing.{teacher}.{student}"] = count
     return metrics
 
 
@@ -79,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
              "lineage": prev["lineage"] + evolution["events"], "coverage_hashes": coverage}
     write_json(tmp / STATE, state)
     metrics = generation_metrics(args.gen, read_json(args.stats), read_json(evolved / "update_stats.json"), ratings,
-                                 valid, len(coverage), len(hashes - seen), evolution["events"])
+                                 valid, len(coverage), len(hashes - seen), evolution["events"], read_json(args.pairing))
     write_json(args.metrics, metrics)
     replace_dir(tmp, args.out)
     log.info("checkpoint: %d valid tasks added, coverage %d (+%d)", len(valid), len(coverage), len(hashes - seen))

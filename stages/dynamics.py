@@ -18,8 +18,16 @@ from populora.io import read_json, write_json
 from populora.state import load_state
 from stages._common import setup, stage_parser
 
-MEAN_KEYS = ("teacher_reward_mean", "student_reward_mean", "code_o.solve_rate", "code_i.solve_rate", "code_f.solve_rate",
+MEAN_KEYS = ("teacher_reward_mean", "student_reward_mean", "validity_rate", "solve_rate", "code_o.solve_rate", "code_i.solve_rate", "code_f.solve_rate",
              "code_o.validity_rate", "code_i.validity_rate", "code_f.validity_rate")
+
+
+def plot_table(rows: list[dict]) -> list[dict]:
+    """Every row with every key: DVC's plot renderer fails ("argument of type 'NoneType' is not
+    iterable") when rows have different keys. A reason never seen in a generation counted 0 there;
+    any other missing value is null."""
+    keys = sorted({key for row in rows for key in row})
+    return [{key: row.get(key, 0 if ".reason." in key else None) for key in keys} for row in rows]
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -39,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(flag, required=True)
     args = parser.parse_args(argv)
     params, log = setup(args, "dynamics")
-    rows = [read_json(path) for path in args.metrics]
+    rows = plot_table([read_json(path) for path in args.metrics])
     write_json(args.out, rows)
     write_json(args.summary, summarize(rows))
     state = load_state(args.state)

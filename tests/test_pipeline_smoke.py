@@ -72,8 +72,16 @@ def test_every_generation_leaves_its_artifacts(finished):
 def test_metrics_report_what_the_issue_asks(finished):
     metrics = json.loads((finished / "population" / "gen000" / "metrics.json").read_text())
     for key in ("code_o.proposals", "code_o.validity_rate", "code_f.solve_rate", "teacher_reward_mean",
-                "student_reward_mean", "tokens.teacher0/propose", "optimizer_steps.student0", "rating.teacher0.mu"):
+                "student_reward_mean", "tokens.teacher0/propose", "optimizer_steps.student0", "rating.teacher0.mu",
+                "validity_rate", "solve_rate"):
         assert key in metrics, key
+    pairing = json.loads((finished / "population" / "gen000" / "pairing.json").read_text())
+    for teacher, row in pairing["counts"].items():
+        for student, count in row.items():
+            assert metrics[f"pairing.{teacher}.{student}"] == count
+    # the DVC plots table: every row has every key (DVC's renderer fails on ragged rows)
+    rows = json.loads((finished / "population" / "dynamics.json").read_text())
+    assert len({tuple(row) for row in rows}) == 1 and "pairing.teacher0.student0" in rows[0]
     baseline = json.loads((finished / "baseline" / "gen000" / "metrics.json").read_text())
     assert "tokens.solo/propose" in baseline and "tokens.solo/solve" in baseline
 

@@ -1,4 +1,10 @@
-"""DVC plots definitions for the training dynamics (one JSON list per arm, one row per generation)."""
+"""DVC plots definitions for the training dynamics (one JSON list per arm, one row per generation).
+
+Per arm: solve rates, validity, rewards, program complexity, coverage, TrueSkill mu per member
+and PFSP pairing counts per (teacher, student). Across arms: overall validity, solve rate and
+rewards of the population next to the baseline. `python -m workflow.render_dvc` writes them into
+dvc.yaml; `dvc plots show` draws them.
+"""
 
 from __future__ import annotations
 
@@ -14,13 +20,34 @@ SERIES = [
     ("coverage", ["coverage_distinct_programs"], "Cumulative distinct normalised programs"),
 ]
 
+# (plot id, field, title): one line per arm
+COMPARISONS = [
+    ("validity_rate", "validity_rate", "Proposal validity rate, all types"),
+    ("solve_rate", "solve_rate", "Student solve rate, all types"),
+    ("teacher_reward", "teacher_reward_mean", "Mean teacher reward"),
+    ("student_reward", "student_reward_mean", "Mean student reward"),
+]
 
-def PLOTS(arms: list[str]) -> list:
+
+def _linear(title: str, y: dict) -> dict:
+    return {"template": "linear", "x": "generation", "title": title, "y": y}
+
+
+def PLOTS(members: dict[str, dict[str, list[str]]]) -> list:
+    """`members`: arm -> {"teachers": [...], "students": [...]} (populora.config.members_of_arm)."""
     plots = []
     for plot_id, fields, title in SERIES:
-        for arm in arms:
-            plots.append({f"{arm}_{plot_id}": {
-                "template": "linear", "x": "generation", "title": f"{title} ({arm})",
-                "y": {DYNAMICS.format(arm=arm): fields},
-            }})
+        for arm in members:
+            plots.append({f"{arm}_{plot_id}": _linear(f"{title} ({arm})", {DYNAMICS.format(arm=arm): fields})})
+    for arm, roles in members.items():
+        slots = list(dict.fromkeys(roles["teachers"] + roles["students"]))
+        plots.append({f"{arm}_ratings": _linear(f"TrueSkill mu per member ({arm})",
+                                                {DYNAMICS.format(arm=arm): [f"rating.{slot}.mu" for slot in slots]})})
+        pairs = [f"pairing.{t}.{s}" for t in roles["teachers"] for s in roles["students"]]
+        plots.append({f"{arm}_pairing": _linear(f"PFSP pairing: task slots per teacher.student ({arm})",
+                                                {DYNAMICS.format(arm=arm): pairs})})
+    if len(members) > 1:
+        for plot_id, field, title in COMPARISONS:
+            plots.append({f"arms_{plot_id}": _linear(f"{title}: {' vs '.join(members)}",
+                                                     {DYNAMICS.format(arm=arm): [field] for arm in members})})
     return plots

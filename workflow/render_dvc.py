@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from populora.config import load_params
+from populora.config import load_params, members_of_arm
 from workflow.dag import STAGES, Stage, gen_label, resolve_input, scope_items
 
 HEADER = "# GENERATED from workflow/dag.py by `python -m workflow.render_dvc`; do not edit by hand.\n"
@@ -57,7 +57,7 @@ def render_stage(stage: Stage, params) -> dict:
     if outs:
         body["outs"] = outs
     if metrics:
-        body["metrics"] = [{path: {"cache": False}} for path in metrics]
+        body["metrics"] = list(metrics)  # cached by DVC, so experiments (results/ is git-ignored) keep them
     if stage.scope == "global":
         return body
     return {"foreach": scope_items(stage.scope, params), "do": body}
@@ -66,7 +66,7 @@ def render_stage(stage: Stage, params) -> dict:
 def render(params_path: str = "params.yaml") -> str:
     params = load_params(params_path)
     document = {"stages": {stage.name: render_stage(stage, params) for stage in STAGES}}
-    document["plots"] = plots_section(list(params.dag.arms))
+    document["plots"] = plots_section(params)
     return HEADER + yaml.dump(document, Dumper=_NoAliases, sort_keys=False, width=1000)
 
 
@@ -77,10 +77,10 @@ class _NoAliases(yaml.SafeDumper):
         return True
 
 
-def plots_section(arms: list[str]) -> list:
+def plots_section(params) -> list:
     from workflow.plots import PLOTS
 
-    return PLOTS(arms)
+    return PLOTS({arm: members_of_arm(params, arm) for arm in params.dag.arms})
 
 
 def main(argv: list[str] | None = None) -> int:
