@@ -31,8 +31,9 @@ def generation_metrics(gen: int, stats: dict, update: dict, ratings: dict, valid
                        new_programs: int, evolution: list[dict], pairing: dict) -> dict:
     by_type = stats["by_type"].values()
     proposals, attempts = sum(r["proposals"] for r in by_type), sum(r["attempts"] for r in by_type)
-    metrics: dict = {"validity_rate": sum(r["valid"] for r in by_type) / proposals if proposals else None,
-                     "solve_rate": sum(r["solved"] for r in by_type) / attempts if attempts else None,"generation": gen, "coverage_distinct_programs": coverage, "new_distinct_programs": new_programs,
+    metrics: dict = {"generation": gen, "coverage_distinct_programs": coverage, "new_distinct_programs": new_programs,
+                     "validity_rate": sum(r["valid"] for r in by_type) / proposals if proposals else None,
+                     "solve_rate": sum(r["solved"] for r in by_type) / attempts if attempts else None,
                      "teacher_reward_mean": stats["teacher_reward_mean"], "student_reward_mean": stats["student_reward_mean"],
                      "rating_games": stats["games"], "evolution_events": len(evolution)}
     for task_type, row in stats["by_type"].items():

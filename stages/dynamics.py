@@ -18,7 +18,8 @@ from populora.io import read_json, write_json
 from populora.state import load_state
 from stages._common import setup, stage_parser
 
-MEAN_KEYS = ("teacher_reward_mean", "student_reward_mean", "validity_rate", "solve_rate", "code_o.solve_rate", "code_i.solve_rate", "code_f.solve_rate",
+MEAN_KEYS = ("teacher_reward_mean", "student_reward_mean", "validity_rate", "solve_rate",
+             "code_o.solve_rate", "code_i.solve_rate", "code_f.solve_rate",
              "code_o.validity_rate", "code_i.validity_rate", "code_f.validity_rate")
 
 

@@ -30,6 +30,18 @@ def chat_wrapper(tokenizer):
     return chat
 
 
+def proposal_rows(jobs, results, cfg) -> list[dict]:
+    """Parsed proposal rows (verifier input plus provenance and the raw segments), one per job."""
+    rows = []
+    for (meta, _), result in zip(jobs, results):
+        parsed = parse_proposal(result.completion, meta["type"], mode=cfg.mode, n_inputs=cfg.code_f_inputs,
+                                truncated=result.truncated)
+        if meta["type"] == "code_f":
+            parsed["program"] = meta["program"]  # code_f proposals bring inputs + message for a buffer program
+        rows.append({**meta, **parsed, "segments": result.segments, "tokens": result.tokens_generated})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0])
     for flag in ("--base-model", "--state", "--pairing", "--out"):
@@ -49,13 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         results = run_plans(model, tokenizer, [GenRow(plan, meta["teacher"]) for meta, plan in jobs],
                             temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                             batch_size=cfg.batch_size, seed=seed, desc="propose")
-    rows = []
-    for (meta, _), result in zip(jobs, results):
-        parsed = parse_proposal(result.completion, meta["type"], mode=cfg.mode, n_inputs=cfg.code_f_inputs,
-                                truncated=result.truncated)
-        if meta["type"] == "code_f":
-            parsed["program"] = meta["program"]  # code_f proposals bring inputs + message for a buffer program
-        rows.append({**meta, **parsed, "segments": result.segments, "tokens": result.tokens_generated})
+    rows = proposal_rows(jobs, results, cfg)
     write_jsonl(args.out, rows)
     parsed_ok = sum(r["parse_reason"] is None for r in rows)
     log.info("%d/%d proposals parsed; %d tokens generated", parsed_ok, len(rows), sum(r["tokens"] for r in rows))

@@ -8,6 +8,8 @@ dvc.yaml; `dvc plots show` draws them.
 
 from __future__ import annotations
 
+from populora.config import members_of_arm, slots_of_arm
+
 DYNAMICS = "results/{arm}/dynamics.json"
 
 # (plot id, y fields, title)
@@ -33,21 +35,22 @@ def _linear(title: str, y: dict) -> dict:
     return {"template": "linear", "x": "generation", "title": title, "y": y}
 
 
-def PLOTS(members: dict[str, dict[str, list[str]]]) -> list:
-    """`members`: arm -> {"teachers": [...], "students": [...]} (populora.config.members_of_arm)."""
+def PLOTS(params) -> list:
+    """Plot definitions for the arms of validated `params` (populora.config.Params)."""
+    arms = list(params.dag.arms)
     plots = []
     for plot_id, fields, title in SERIES:
-        for arm in members:
+        for arm in arms:
             plots.append({f"{arm}_{plot_id}": _linear(f"{title} ({arm})", {DYNAMICS.format(arm=arm): fields})})
-    for arm, roles in members.items():
-        slots = list(dict.fromkeys(roles["teachers"] + roles["students"]))
-        plots.append({f"{arm}_ratings": _linear(f"TrueSkill mu per member ({arm})",
-                                                {DYNAMICS.format(arm=arm): [f"rating.{slot}.mu" for slot in slots]})})
+    for arm in arms:
+        roles = members_of_arm(params, arm)
+        plots.append({f"{arm}_ratings": _linear(f"TrueSkill mu per member ({arm})", {DYNAMICS.format(arm=arm): [
+            f"rating.{slot}.mu" for slot in slots_of_arm(params, arm)]})})
         pairs = [f"pairing.{t}.{s}" for t in roles["teachers"] for s in roles["students"]]
         plots.append({f"{arm}_pairing": _linear(f"PFSP pairing: task slots per teacher.student ({arm})",
                                                 {DYNAMICS.format(arm=arm): pairs})})
-    if len(members) > 1:
+    if len(arms) > 1:
         for plot_id, field, title in COMPARISONS:
-            plots.append({f"arms_{plot_id}": _linear(f"{title}: {' vs '.join(members)}",
-                                                     {DYNAMICS.format(arm=arm): [field] for arm in members})})
+            plots.append({f"arms_{plot_id}": _linear(f"{title}: {' vs '.join(arms)}",
+                                                     {DYNAMICS.format(arm=arm): [field] for arm in arms})})
     return plots

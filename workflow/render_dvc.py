@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from populora.config import load_params, members_of_arm
+from populora.config import load_params
 from workflow.dag import STAGES, Stage, gen_label, resolve_input, scope_items
 
 HEADER = "# GENERATED from workflow/dag.py by `python -m workflow.render_dvc`; do not edit by hand.\n"
@@ -80,7 +80,7 @@ class _NoAliases(yaml.SafeDumper):
 def plots_section(params) -> list:
     from workflow.plots import PLOTS
 
-    return PLOTS({arm: members_of_arm(params, arm) for arm in params.dag.arms})
+    return PLOTS(params)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -126,6 +126,11 @@ def _panel(ax, dynamics: dict[str, list[dict]], key: str, title: str) -> None:
         if xs:
             ax.plot(xs, ys, marker="o", color=ARM_COLORS.get(arm, "tab:green"), label=arm)
             drawn = True
+    _finish_generation_axes(ax, title, drawn)
+
+
+def _finish_generation_axes(ax, title: str, drawn: bool) -> None:
+    """Title, generation x axis with whole-number ticks, grid, and a legend or a "no data" mark."""
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("generation", fontsize=9)
     ax.grid(alpha=0.3)
@@ -179,14 +184,7 @@ def plot_ratings(dynamics: dict[str, list[dict]], path: Path) -> None:
                 ax.fill_between(xs, [m - s for m, s in zip(mu, sigma)], [m + s for m, s in zip(mu, sigma)],
                                 color=cmap(index % 10), alpha=0.12)
             ax.plot(xs, mu, marker="o", color=cmap(index % 10), label=slot)
-        ax.set_title(f"TrueSkill mu +- sigma ({arm})", fontsize=10)
-        ax.set_xlabel("generation")
-        ax.grid(alpha=0.3)
-        if slots:
-            ax.legend(fontsize=8)
-            ax.xaxis.get_major_locator().set_params(integer=True)
-        else:
-            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="0.5")
+        _finish_generation_axes(ax, f"TrueSkill mu +- sigma ({arm})", bool(slots))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
