@@ -12,7 +12,7 @@ import sys
 sys.path.insert(0, workflow.basedir)
 
 from populora.config import ParamsError, load_params
-from workflow.dag import GPU_THREADS, SCOPES, STAGES, final_targets, gen_label, resolve_input, scope_items
+from workflow.dag import GPU_THREADS, SCOPES, STAGES, collected_paths, final_targets, gen_label, resolve_input, scope_items
 
 try:
     PARAMS = load_params("params.yaml")
@@ -26,7 +26,6 @@ ITEMS = {scope: scope_items(scope, PARAMS) for scope in SCOPES}
 wildcard_constraints:
     arm="|".join(PARAMS.dag.arms),
     gen=r"\d{3}",
-    model="|".join(item["model"] for item in ITEMS["model"].values()),
     bench="|".join(PARAMS.bench.benchmarks),
 
 
@@ -34,7 +33,9 @@ def _inputs(stage):
     def resolve(wildcards):
         key = "-".join(wildcards[name] for name in stage.wildcards)
         item = ITEMS[stage.scope][key]
-        return {k: resolve_input(stage, k, item, PARAMS) for k in stage.inputs}
+        # a folder input (`collects`) waits for every job writing under it; the command gets the folder
+        return {k: collected_paths(stage, k, PARAMS) if k in stage.collects else resolve_input(stage, k, item, PARAMS)
+                for k in stage.inputs}
 
     return resolve
 
@@ -64,7 +65,8 @@ def _command(stage):
     # Snakemake evaluates `shell:` lazily inside the loop, where `stage` would already be the last
     # stage; a params function bound to this stage renders the whole command instead.
     def render(wildcards, input, output):
-        paths = {**{k: getattr(input, k) for k in stage.inputs}, **{k: getattr(output, k) for k in stage.outputs}}
+        paths = {**{k: stage.inputs[k] if k in stage.collects else getattr(input, k) for k in stage.inputs},
+                 **{k: getattr(output, k) for k in stage.outputs}}
         return stage.command(paths, {w: wildcards[w] for w in stage.wildcards},
                              log=stage.log_template().format(**wildcards))
 

@@ -353,6 +353,13 @@ def slots_of_arm(params: Params, arm: str) -> list[str]:
     return list(dict.fromkeys(roles["teachers"] + roles["students"]))
 
 
+def benchmarked_models(params: Params) -> dict[str, list[str]]:
+    """Benchmarked models per result folder of `results/bench`: the bare `base`, and per arm of
+    `dag.arms` its final members (`population-teacher0`, ..., `baseline-solo`)."""
+    return {"base": ["base"], **{arm: [f"{arm}-{slot}" for slot in slots_of_arm(params, arm)]
+                                 for arm in params.dag.arms}}
+
+
 def merge(base: dict, overlay: dict) -> dict:
     """Overlay values onto a params mapping, section by section (lists and scalars are replaced).
 

@@ -1,8 +1,9 @@
 """Stage bench_summary: every benchmark result in one flat DVC metrics file.
 
-    python -m stages.bench_summary --params params.yaml \
-        --results results/bench/base/gsm8k.json results/bench/population-teacher0/gsm8k.json ... \
-        --out results/metrics.json
+    python -m stages.bench_summary --params params.yaml --results results/bench --metrics results/metrics.json
+
+`--results` is the bench stages' folder; the results of `dag.arms`' members and the base model on
+`bench.benchmarks` are read from it (`<base|arm>/<benchmark>/<model>.json`).
 
 Keys are stable across runs (see populora/report/benchmarks.py): a run of one arm describes it under
 arm-independent keys (`bench.<b>.mean|best|weakest`, `.students.*`, `.teachers.*`, `.base`), so
@@ -15,30 +16,31 @@ Wilson interval (`bench.<b>.correct.<model>`, `bench.<b>.ci.<model>.low|high`).
 from __future__ import annotations
 
 from populora.bench import BenchError
-from populora.report.benchmarks import benchmark_metrics, best_weakest_members, score_table
-from populora.io import read_json, write_json
+from populora.config import benchmarked_models
+from populora.report.benchmarks import benchmark_metrics, best_weakest_members, read_results, score_table
+from populora.io import write_json
 from stages._common import setup, stage_parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0], arm=False, gen=False)
-    parser.add_argument("--results", nargs="+", required=True, help="per-(model, benchmark) result JSONs")
-    parser.add_argument("--out", required=True, help="the metrics JSON")
+    parser.add_argument("--results", required=True, help="the bench stages' folder (results/bench)")
+    parser.add_argument("--metrics", required=True, help="the metrics JSON")
     args = parser.parse_args(argv)
     params, log = setup(args, "bench_summary")
     try:
-        results = [read_json(path) for path in args.results]
+        results = read_results(args.results, benchmarked_models(params), params.bench.benchmarks)
         metrics = benchmark_metrics(results)
         table = score_table(results)[0]
         chosen = {role: best_weakest_members(table, role) for role in ("students", "teachers")}
     except (BenchError, OSError, KeyError, ValueError) as error:
         log.error("could not summarise the benchmark results: %s", error)
         return 1
-    write_json(args.out, metrics)
+    write_json(args.metrics, metrics)
     for role, extremes in chosen.items():
         if extremes:
             log.info("population best %s %s, weakest %s (by overall aggregate)", role[:-1], *extremes)
-    log.info("%d metrics from %d results written to %s", len(metrics), len(results), args.out)
+    log.info("%d metrics from %d results written to %s", len(metrics), len(results), args.metrics)
     return 0
 
 

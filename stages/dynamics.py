@@ -2,8 +2,8 @@
 
     python -m stages.dynamics --params params.yaml --arm population \
         --metrics results/population/gen000/metrics.json results/population/gen001/metrics.json \
-        --state results/population/gen001/checkpoint --out results/population/dynamics.json \
-        --summary results/population/summary.json --family-tree results/population/family_tree.png
+        --state results/population/gen001/checkpoint --dynamics results/dynamics/population/dynamics.json \
+        --summary results/dynamics/population/summary.json --family-tree results/dynamics/population/family_tree.png
 
 summary.json holds the last generation's values plus means over generations under stable keys,
 so `dvc metrics diff` compares arms and experiments directly.
@@ -44,12 +44,12 @@ def arm_summary(rows: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0], gen=False)
     parser.add_argument("--metrics", nargs="+", required=True, help="per-generation metrics.json, in order")
-    for flag in ("--state", "--out", "--summary", "--family-tree"):
+    for flag in ("--state", "--dynamics", "--summary", "--family-tree"):
         parser.add_argument(flag, required=True)
     args = parser.parse_args(argv)
     params, log = setup(args, "dynamics")
     rows = plot_table([read_json(path) for path in args.metrics])
-    write_json(args.out, rows)
+    write_json(args.dynamics, rows)
     write_json(args.summary, arm_summary(rows))
     state = load_state(args.state)
     draw_family_tree(state.lineage, args.family_tree)

@@ -1,12 +1,13 @@
-"""Stage export: one benchmarkable model folder per final member (or the bare base model).
+"""Stage export: one benchmarkable model folder per final member of an arm.
 
-    python -m stages.export --params params.yaml --model population-teacher0 --base-model results/base_model \
-        --source results/population/gen002/checkpoint --out results/models/population-teacher0
+    python -m stages.export --params params.yaml --arm population --base-model results/base_model \
+        --checkpoint results/population/gen002/checkpoint --models results/models/population
 
-`model.json` says what the folder holds: the member trained in the slot during the final
-generation (evolution may have replaced it afterwards: the benchmarks never see an untrained
-child), its rating, `adapter`
-(the PEFT folder `adapter/`, or null for the bare base model) and `base_model`: the base's name
+writes `<models>/<slot>/model.json` and `<models>/<slot>/adapter/` for every slot of the arm
+(`teacher0`, ..., `student1`; the baseline's `solo`). `model.json` says what the folder holds: the
+model name (`population-teacher0`), the member trained in the slot during the final generation
+(evolution may have replaced it afterwards: the benchmarks never see an untrained child), its
+rating, `adapter` (the PEFT folder `adapter/`) and `base_model`: the base's name
 (Hugging Face id, or what the embedded/local folder is), its absolute path here and a sha256 of
 its weights. The adapter's own `adapter_config.json` names the real base too (the hub id, else the
 absolute path of the base folder, never the repo-relative `results/base_model`), so
@@ -59,30 +60,33 @@ def point_adapter_at_base(adapter_dir: Path, base: dict) -> None:
     write_json(path, config)  # the same bytes as adapters.normalize_config writes
 
 
+def export_member(checkpoint: Path, state, arm: str, slot: str, base: dict, out: Path) -> dict:
+    """Copy the slot's final trained adapter to `out/adapter` and describe it in `out/model.json`."""
+    # the member trained in the final generation, never a child evolution made after it
+    copy_adapter(trained_adapter_dir(checkpoint, state, slot), out / "adapter")
+    point_adapter_at_base(out / "adapter", base)
+    description = {"model": f"{arm}-{slot}", "arm": arm, "slot": slot, "adapter": "adapter",
+                   "member": state.trained_members[slot], "rating": state.trained_ratings[slot],
+                   "generation": state.generation, "base_model": base}
+    write_json(out / "model.json", description)
+    return description
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = stage_parser(__doc__.splitlines()[0], arm=False, gen=False)
-    parser.add_argument("--model", required=True, help="'base' or '<arm>-<slot>'")
+    parser = stage_parser(__doc__.splitlines()[0], gen=False)
     parser.add_argument("--base-model", required=True, help="the base model folder the adapters were trained on")
-    parser.add_argument("--source", required=True, help="base model folder or the arm's last checkpoint")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--checkpoint", required=True, help="the arm's last checkpoint")
+    parser.add_argument("--models", required=True, help="output folder: one folder per final member")
     args = parser.parse_args(argv)
     params, log = setup(args, "export")
     base = describe_base(args.base_model)
-    tmp = staging_dir(args.out)
-    if args.model == "base":
-        description = {"model": "base", "adapter": None, "member": None, "base_model": base}
-    else:
-        arm, slot = args.model.split("-", 1)
-        state = load_state(args.source)
-        # the member trained in the final generation, never a child evolution made after it
-        copy_adapter(trained_adapter_dir(args.source, state, slot), tmp / "adapter")
-        point_adapter_at_base(tmp / "adapter", base)
-        description = {"model": args.model, "arm": arm, "slot": slot, "adapter": "adapter",
-                       "member": state.trained_members[slot], "rating": state.trained_ratings[slot],
-                       "generation": state.generation, "base_model": base}
-    write_json(tmp / "model.json", description)
-    replace_dir(tmp, args.out)
-    log.info("exported %s (base: %s)", args.model, base["name"])
+    state = load_state(args.checkpoint)
+    tmp = staging_dir(args.models)
+    for slot in state.trained_members:
+        export_member(Path(args.checkpoint), state, args.arm, slot, base, tmp / slot)
+    replace_dir(tmp, args.models)
+    log.info("exported %d members of %s (%s; base: %s)", len(state.trained_members), args.arm,
+             ", ".join(state.trained_members), base["name"])
     return 0
 
 

@@ -94,9 +94,9 @@ def _fake_checkpoint(root: Path) -> Path:
     return ckpt
 
 
-EXPORT = ["-m", "stages.export", "--params", str(REPO / "params.yaml"), "--model", "population-teacher0",
-          "--base-model", "results/base_model", "--source", "results/population/gen001/checkpoint",
-          "--out", "results/models/population-teacher0", "--log", "results/logs/export.log"]
+EXPORT = ["-m", "stages.export", "--params", str(REPO / "params.yaml"), "--arm", "population",
+          "--base-model", "results/base_model", "--checkpoint", "results/population/gen001/checkpoint",
+          "--models", "results/models/population", "--log", "results/logs/export.log"]
 
 # Runs the export stage with os.fsync replaced by a SIGKILL of the process itself at the Nth call:
 # the kill lands after a temp file's bytes are written and before it is renamed into place.
@@ -134,7 +134,7 @@ def test_sigkill_mid_write_then_rerun_equals_an_uninterrupted_run(tmp_path):
         first = _export(tmp_path, kill_at=kill_at)
         assert first.returncode == -9  # SIGKILL
         leftovers = [p.name for p in models.iterdir()]
-        assert leftovers and all(name.startswith(".population-teacher0.") for name in leftovers)  # staging only
+        assert leftovers and all(name.startswith(".population.") for name in leftovers)  # staging only
         again = _export(tmp_path)
         assert again.returncode == 0, again.stderr
         assert _tree(models) == uninterrupted  # no stale staging folder or temp file, the same bytes
@@ -261,10 +261,10 @@ def test_exported_adapter_loads_with_autopeft_from_another_directory(tmp_path, t
                            trained_ratings={"teacher0": rating}))
     relative = json.loads((ckpt / "adapters/teacher0/adapter_config.json").read_text())["base_model_name_or_path"]
     assert not Path(relative).is_absolute()  # the problem being fixed
-    assert export.main(["--params", str(REPO / "params.yaml"), "--model", "population-teacher0",
-                        "--base-model", "results/base_model", "--source", str(ckpt),
-                        "--out", "results/models/population-teacher0"]) == 0
-    out = (project / "results/models/population-teacher0").resolve()
+    assert export.main(["--params", str(REPO / "params.yaml"), "--arm", "population",
+                        "--base-model", "results/base_model", "--checkpoint", str(ckpt),
+                        "--models", "results/models/population"]) == 0
+    out = (project / "results/models/population/teacher0").resolve()
     described = json.loads((out / "model.json").read_text())
     assert described["base_model"]["path"] == str((project / "results/base_model").resolve())
     assert len(described["base_model"]["sha256"]) == 64

@@ -101,15 +101,13 @@ def _params(tmp_path: Path, **cruxeval) -> Path:
 @pytest.mark.parametrize("bench,prompt", [("cruxeval_o", "project"), ("cruxeval_i", "official")])
 def test_bench_stage_on_the_tiny_model(tmp_path, tiny_model_dir, monkeypatch, bench, prompt):
     monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
-    model_dir = tmp_path / "models" / "base"
-    model_dir.mkdir(parents=True)
-    (model_dir / "model.json").write_text(json.dumps({"model": "base", "adapter": None}))
-    out, samples = tmp_path / "out.json", tmp_path / "samples"
-    argv = ["--params", str(_params(tmp_path, prompt=prompt)), "--model", "base", "--bench", bench,
-            "--base-model", str(tiny_model_dir), "--model-dir", str(model_dir), "--out", str(out),
-            "--samples", str(samples), "--log", str(tmp_path / "bench.log")]
+    folder = tmp_path / "bench" / "base" / bench
+    argv = ["--params", str(_params(tmp_path, prompt=prompt)), "--bench", bench, "--base-model", str(tiny_model_dir),
+            "--results", str(folder), "--log", str(tmp_path / "bench.log")]
     assert bench_stage.main(argv) == 0
-    result = json.loads(out.read_text())
+    assert sorted(path.name for path in folder.iterdir()) == ["base", "base.json"]
+    result = json.loads((folder / "base.json").read_text())
+    samples = folder / "base"
     n = 3 if bench == "cruxeval_o" else 2  # bench.limits overrides bench.limit (1)
     assert result["n"] == n and result["limit"] == n and result["prompt"] == prompt and result["max_new_tokens"] == 8
     assert list(result["per_problem"]) == [f"sample_{i}" for i in range(n)]
@@ -156,22 +154,50 @@ def test_missing_data_fails_when_params_load_naming_file_and_fix(tmp_path, monke
     assert parse_params({"bench": {"benchmarks": ["cruxeval_o"], "data_dir": None}}).bench.data_dir is None
 
 
-@needs_data
-def test_bench_stage_samples_through_a_members_adapter(tmp_path, tiny_model_dir, monkeypatch):
-    """An exported member (PEFT folder) is benchmarked through the stacked-adapter sampler."""
+def _export_members(tmp_path: Path, tiny_model_dir: Path, seeds: dict[str, int]) -> Path:
+    """An arm's export folder as stages/export.py writes it: <slot>/model.json + <slot>/adapter/."""
     from populora.adapters import create_adapters
     from populora.model import load_base, lora_config
 
-    monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
-    model_dir = tmp_path / "models" / "population-student0"
-    model_dir.mkdir(parents=True)
+    models = tmp_path / "models" / "population"
     _, base = load_base(tiny_model_dir, device="cpu")
-    create_adapters(base, ["adapter"], model_dir, lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"]),
-                    seeds={"adapter": 0}, init_std=0.05)  # noise: the adapter changes the answers
-    (model_dir / "model.json").write_text(json.dumps({"model": "population-student0", "adapter": "adapter"}))
-    out = tmp_path / "out.json"
-    argv = ["--params", str(_params(tmp_path, prompt="project")), "--model", "population-student0",
-            "--bench", "cruxeval_o", "--base-model", str(tiny_model_dir), "--model-dir", str(model_dir),
-            "--out", str(out), "--samples", str(tmp_path / "samples"), "--log", str(tmp_path / "bench.log")]
-    assert bench_stage.main(argv) == 0
-    assert json.loads(out.read_text())["n"] == 3
+    for slot, seed in seeds.items():
+        create_adapters(base, ["adapter"], models / slot, lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"]),
+                        seeds={"adapter": seed}, init_std=0.5)  # noise: the adapter changes the answers
+        (models / slot / "model.json").write_text(json.dumps({"model": f"population-{slot}", "adapter": "adapter",
+                                                              "member": f"population/{slot}@g000"}))
+    return models
+
+
+@needs_data
+def test_every_member_in_one_pass_answers_as_when_benchmarked_alone(tmp_path, tiny_model_dir, monkeypatch):
+    """Members of an arm share one generation pass (stacked adapters, rows select theirs): each
+    member's answers are exactly those it gives benchmarked alone, and they differ between members."""
+    monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
+    params = _params(tmp_path, prompt="project")
+    both = _export_members(tmp_path / "both", tiny_model_dir, {"student0": 1, "student1": 2})
+    argv = ["--params", str(params), "--arm", "population", "--bench", "cruxeval_o", "--base-model",
+            str(tiny_model_dir), "--log", str(tmp_path / "bench.log")]
+    assert bench_stage.main([*argv, "--models", str(both), "--results", str(tmp_path / "together")]) == 0
+    completions = {}
+    for slot, seed in {"student0": 1, "student1": 2}.items():
+        alone = _export_members(tmp_path / slot, tiny_model_dir, {slot: seed})
+        assert bench_stage.main([*argv, "--models", str(alone), "--results", str(tmp_path / f"alone-{slot}")]) == 0
+        model = f"population-{slot}"
+        together = json.loads((tmp_path / "together" / f"{model}.json").read_text())
+        single = json.loads((tmp_path / f"alone-{slot}" / f"{model}.json").read_text())
+        assert together["n"] == single["n"] == 3 and together["member"] == f"population/{slot}@g000"
+        assert together["per_problem"] == single["per_problem"] and together["models_in_pass"] == 2
+        read = lambda folder: [json.loads(line)["completion"] for line in (folder / model / "samples.jsonl").read_text().splitlines()]  # noqa: E731
+        assert read(tmp_path / "together") == read(tmp_path / f"alone-{slot}")
+        completions[slot] = read(tmp_path / "together")
+    assert completions["student0"] != completions["student1"]
+
+
+def test_an_empty_export_folder_fails_naming_the_fix(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
+    (tmp_path / "empty").mkdir()
+    argv = ["--params", str(_params(tmp_path, prompt="project")), "--arm", "population", "--bench", "cruxeval_o",
+            "--base-model", str(tiny_model_dir), "--models", str(tmp_path / "empty"), "--results", str(tmp_path / "r")]
+    assert bench_stage.main(argv) == 1
+    assert not (tmp_path / "r").exists()

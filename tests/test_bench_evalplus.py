@@ -28,7 +28,8 @@ def write_params(path: Path, data_dir: Path | str, limit: int = 2) -> Path:
     return path
 
 
-def export_folder(path: Path, model: str = "base", adapter: str | None = None) -> Path:
+def export_folder(path: Path, model: str, adapter: str | None = "adapter") -> Path:
+    """One member's folder of an arm's export (`<models>/<slot>/model.json`)."""
     path.mkdir(parents=True, exist_ok=True)
     (path / "model.json").write_text(json.dumps({"model": model, "adapter": adapter}))
     return path
@@ -81,9 +82,10 @@ def test_scorer_on_mbpp_canonical_solutions():
 def test_bench_stage_humaneval_on_tiny_model(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
     params = write_params(tmp_path / "params.yaml", BENCH_DATA)
-    out, samples = tmp_path / "bench" / "base" / "humaneval_plus.json", tmp_path / "bench" / "base" / "humaneval_plus"
-    argv = ["--params", str(params), "--model", "base", "--bench", "humaneval_plus", "--base-model", str(tiny_model_dir),
-            "--model-dir", str(export_folder(tmp_path / "models" / "base")), "--out", str(out), "--samples", str(samples)]
+    folder = tmp_path / "bench" / "base" / "humaneval_plus"
+    out, samples = folder / "base.json", folder / "base"
+    argv = ["--params", str(params), "--bench", "humaneval_plus", "--base-model", str(tiny_model_dir),
+            "--results", str(folder)]
     assert bench_stage.main(argv) == 0
     result = json.loads(out.read_text())
     assert result["model"] == "base" and result["benchmark"] == "humaneval_plus" and result["n"] == 2 and result["limit"] == 2
@@ -111,13 +113,13 @@ def test_missing_data_folder_fails_at_params_load_and_keeps_old_results(tmp_path
     """A missing data folder fails when params load (before any stage works), naming the file and the fix."""
     monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
     params = write_params(tmp_path / "params.yaml", tmp_path / "no-such-folder")
-    out, samples = tmp_path / "out.json", tmp_path / "samples"
+    folder = tmp_path / "results"
+    out, samples = folder / "base.json", folder / "base"
+    samples.mkdir(parents=True)
     out.write_text('{"old": true}')
-    samples.mkdir()
     (samples / "samples.jsonl").write_text("old\n")
-    argv = ["--params", str(params), "--model", "base", "--bench", "mbpp_plus", "--base-model", str(tiny_model_dir),
-            "--model-dir", str(export_folder(tmp_path / "models" / "base")), "--out", str(out), "--samples", str(samples),
-            "--log", str(tmp_path / "logs" / "bench.log")]
+    argv = ["--params", str(params), "--bench", "mbpp_plus", "--base-model", str(tiny_model_dir),
+            "--results", str(folder), "--log", str(tmp_path / "logs" / "bench.log")]
     with pytest.raises(SystemExit) as exit_info:
         bench_stage.main(argv)
     assert exit_info.value.code == 2
@@ -137,20 +139,22 @@ def test_missing_data_file_error_names_the_file(tmp_path):
 def test_adapter_that_does_not_load_fails_clearly(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
     params = write_params(tmp_path / "params.yaml", BENCH_DATA)
-    model_dir = export_folder(tmp_path / "models" / "population-teacher0", "population-teacher0", "adapter")
+    model_dir = export_folder(tmp_path / "models" / "teacher0", "population-teacher0")
     (model_dir / "adapter").mkdir()
     (model_dir / "adapter" / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4}))
     (model_dir / "adapter" / "adapter_model.safetensors").write_bytes(b"not a safetensors file")
-    argv = ["--params", str(params), "--model", "population-teacher0", "--bench", "humaneval_plus",
-            "--base-model", str(tiny_model_dir), "--model-dir", str(model_dir),
-            "--out", str(tmp_path / "out.json"), "--samples", str(tmp_path / "samples"), "--log", str(tmp_path / "bench.log")]
+    argv = ["--params", str(params), "--arm", "population", "--bench", "humaneval_plus",
+            "--base-model", str(tiny_model_dir), "--models", str(tmp_path / "models"),
+            "--results", str(tmp_path / "results"), "--log", str(tmp_path / "bench.log")]
     assert bench_stage.main(argv) == 1
     message = (tmp_path / "bench.log").read_text()
-    assert "population-teacher0 did not load" in message and str(model_dir / "adapter") in message and "export" in message
-    assert not (tmp_path / "out.json").exists() and not (tmp_path / "samples").exists()
+    assert "population-teacher0 did not load" in message and str(model_dir / "adapter") in message
+    assert "export" in message and not (tmp_path / "results").exists()
 
 
 def test_export_folder_without_adapter_files_fails_clearly(tmp_path):
+    from populora.bench.runners import adapter_of
+
     model_dir = export_folder(tmp_path / "m", "population-student0", "adapter")
     with pytest.raises(BenchError, match="adapter_model.safetensors.*re-run the export stage"):
-        bench_stage.adapter_of(model_dir)
+        adapter_of(model_dir)

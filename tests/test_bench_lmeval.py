@@ -94,15 +94,16 @@ def test_bench_stage_gsm8k_on_tiny_model_with_adapter(tmp_path, tiny_model_dir, 
     from populora.model import load_base, lora_config
 
     monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
-    model_dir = tmp_path / "models" / "population-teacher0"
+    model_dir = tmp_path / "models" / "population" / "teacher0"
     _, model = load_base(tiny_model_dir, device="cpu")
     get_peft_model(model, lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"])).save_pretrained(model_dir / "adapter")
     (model_dir / "model.json").write_text(json.dumps({"model": "population-teacher0", "adapter": "adapter"}))
     params = tmp_path / "params.yaml"
     params.write_text(f"model:\n  device: cpu\nbench:\n  data_dir: {BENCH_DATA}\n  limit: 2\n  max_new_tokens: 16\n  batch_size: 2\n")
-    out, samples = tmp_path / "bench" / "gsm8k.json", tmp_path / "bench" / "gsm8k"
-    argv = ["--params", str(params), "--model", "population-teacher0", "--bench", "gsm8k", "--base-model", str(tiny_model_dir),
-            "--model-dir", str(model_dir), "--out", str(out), "--samples", str(samples), "--log", str(tmp_path / "bench.log")]
+    folder = tmp_path / "bench" / "population" / "gsm8k"
+    out, samples = folder / "population-teacher0.json", folder / "population-teacher0"
+    argv = ["--params", str(params), "--arm", "population", "--bench", "gsm8k", "--base-model", str(tiny_model_dir),
+            "--models", str(model_dir.parent), "--results", str(folder), "--log", str(tmp_path / "bench.log")]
     assert bench_stage.main(argv) == 0
     result = json.loads(out.read_text())
     assert result["benchmark"] == "gsm8k" and result["n"] == 2 and set(result["metrics"]) == {"accuracy"}

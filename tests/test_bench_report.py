@@ -7,11 +7,11 @@ import json
 import matplotlib.image as mpimg
 
 from populora.report.benchmarks import difference_verdict
-from populora.report.dynamics import _panel, arm_from_path
+from populora.report.dynamics import _panel
 from populora.report.markdown import write_report
 from populora.report.panels import sample_size_keys
 from stages import report as report_stage
-from tests.test_bench_summary import SCORES, synthetic_results
+from tests.test_bench_summary import SCORES, SCORES_PARAMS, synthetic_results, write_results
 
 
 def synthetic_dynamics(arm: str, generations: int = 4) -> list[dict]:
@@ -92,19 +92,15 @@ def test_report_single_arm_without_dynamics(tmp_path):
 
 
 def test_report_stage(tmp_path):
-    paths = []
-    for result in synthetic_results():
-        path = tmp_path / "bench" / result["model"] / f"{result['benchmark']}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result))
-        paths.append(str(path))
-    dyn = tmp_path / "results" / "population" / "dynamics.json"
-    dyn.parent.mkdir(parents=True)
-    dyn.write_text(json.dumps(synthetic_dynamics("population")))
-    assert arm_from_path(dyn) == "population"
+    write_results(tmp_path / "bench", synthetic_results())
+    for arm in ("population", "baseline"):
+        dyn = tmp_path / "dynamics" / arm / "dynamics.json"
+        dyn.parent.mkdir(parents=True)
+        dyn.write_text(json.dumps(synthetic_dynamics(arm)))
     params = tmp_path / "params.yaml"
-    params.write_text("{}\n")
+    params.write_text(SCORES_PARAMS)
     out = tmp_path / "report"
-    assert report_stage.main(["--params", str(params), "--results", *paths, "--dynamics", str(dyn), "--out", str(out)]) == 0
+    assert report_stage.main(["--params", str(params), "--results", str(tmp_path / "bench"),
+                              "--dynamics", str(tmp_path / "dynamics"), "--report", str(out)]) == 0
     assert (out / "report.md").is_file() and _is_real_png(out / "dynamics.png")
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".report")]  # no staging folder left

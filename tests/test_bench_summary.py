@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from populora.bench import BenchError
 from populora.bench.stats import paired_bootstrap, wilson_interval
-from populora.report.benchmarks import benchmark_metrics, best_weakest_members, role_of, score_table
+from populora.report.benchmarks import arm_of, benchmark_metrics, best_weakest_members, role_of, score_table
 from stages import bench_summary
 
 N = 10
@@ -35,6 +36,19 @@ def synthetic_results(scores: dict = SCORES, n: int = N) -> list[dict]:
             results.append({"model": model, "benchmark": bench, "n": n, "limit": n, "metrics": metric, "wall_s": 1.0,
                             "correct": correct, "per_problem": {f"p{i}": int(i < correct) for i in range(n)}})
     return results
+
+
+# params matching SCORES: one teacher, two students, the four benchmarks
+SCORES_PARAMS = ("population:\n  teachers: 1\n  students: 2\n"
+                 "bench:\n  benchmarks: [humaneval_plus, mbpp_plus, gsm8k, cruxeval_o]\n")
+
+
+def write_results(bench_dir: Path, results: list[dict]) -> None:
+    """Lay results out as the bench stages write them: <base|arm>/<benchmark>/<model>.json."""
+    for result in results:
+        path = bench_dir / arm_of(result["model"]) / result["benchmark"] / f"{result['model']}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result))
 
 
 def test_roles_of_model_names():
@@ -159,14 +173,28 @@ def test_refuses_incomplete_duplicate_or_unpaired_results():
 
 
 def test_bench_summary_stage(tmp_path):
-    paths = []
-    for result in synthetic_results():
-        path = tmp_path / "bench" / result["model"] / f"{result['benchmark']}.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result))
-        paths.append(str(path))
+    write_results(tmp_path / "bench", synthetic_results())
+    # an earlier run's arm folder the params do not ask for is ignored
+    write_results(tmp_path / "bench", [{**synthetic_results()[0], "model": "population-teacher7"}])
     out = tmp_path / "metrics.json"
     params = tmp_path / "params.yaml"
-    params.write_text("{}\n")
-    assert bench_summary.main(["--params", str(params), "--results", *paths, "--out", str(out)]) == 0
+    params.write_text(SCORES_PARAMS)
+    assert bench_summary.main(["--params", str(params), "--results", str(tmp_path / "bench"), "--metrics", str(out)]) == 0
     assert json.loads(out.read_text()) == benchmark_metrics(synthetic_results())
+    # one arm asked for: its results only, under the arm-independent keys
+    params.write_text(SCORES_PARAMS + "dag:\n  arms: [baseline]\n")
+    assert bench_summary.main(["--params", str(params), "--results", str(tmp_path / "bench"), "--metrics", str(out)]) == 0
+    one_arm = json.loads(out.read_text())
+    assert one_arm["bench.gsm8k.mean"] == 0.1 and "bench.gsm8k.member.population-student0" not in one_arm
+
+
+def test_a_missing_result_fails_naming_the_file(tmp_path):
+    write_results(tmp_path / "bench", synthetic_results()[1:])
+    params = tmp_path / "params.yaml"
+    params.write_text(SCORES_PARAMS)
+    log = tmp_path / "summary.log"
+    assert bench_summary.main(["--params", str(params), "--results", str(tmp_path / "bench"),
+                               "--metrics", str(tmp_path / "metrics.json"), "--log", str(log)]) == 1
+    first = synthetic_results()[0]
+    assert f"{first['benchmark']}/{first['model']}.json" in log.read_text() and "Fix:" in log.read_text()
+    assert not (tmp_path / "metrics.json").exists()

@@ -64,7 +64,7 @@ def test_gpu_stages_declare_a_gpu(snakemake_dry_run):
     for stage in STAGES:
         block = next(b for b in blocks if b.startswith(stage.name + ":"))
         assert f"gpu={stage.gpu}" in block
-    assert {s.name for s in STAGES if s.gpu} == {"propose", "solve", "update", "bench"}
+    assert {s.name for s in STAGES if s.gpu} == {"propose", "solve", "update", "bench_base", "bench"}
 
 
 def test_stages_spell_no_paths():
@@ -78,7 +78,8 @@ def test_stages_spell_no_paths():
 
 # The verifier contract allows extra options with defaults: sandbox overrides of params' `verify`.
 OPTIONAL_FLAGS = {"verify": {"--timeout", "--memory-mb", "--max-output-chars", "--workers"},
-                  "grade": {"--timeout", "--memory-mb", "--max-output-chars", "--workers"}}
+                  "grade": {"--timeout", "--memory-mb", "--max-output-chars", "--workers"},
+                  "bench_base": {"--arm", "--models"}}  # the same stage module benchmarks an arm's members
 
 
 def _parser_of(module: str):
@@ -121,13 +122,29 @@ def test_stage_flags_equal_its_declared_inputs_and_outputs(stage):
 
 def test_stages_are_declared_in_data_flow_order():
     produced: set[str] = set()
+    declared: set[str] = set()
     templates = {template for stage in STAGES for template in stage.outputs.values()}
     for stage in STAGES:
         for key, template in stage.inputs.items():
-            if template in templates or template in ("{prev}", "{source}"):
-                derived = template in ("{prev}", "{source}")
-                assert derived or template in produced, f"{stage.name} reads {key} before a stage writes it"
+            if key in stage.collects:
+                assert set(stage.collects[key]) <= declared, f"{stage.name} collects {key} before its writers"
+            elif template in templates:
+                assert template in produced, f"{stage.name} reads {key} before a stage writes it"
         produced.update(stage.outputs.values())
+        declared.add(stage.name)
+
+
+def test_a_collected_folder_holds_outputs_of_the_stages_it_names():
+    from workflow.dag import collected_paths, stage_named
+    from populora.config import load_params
+
+    params = load_params(REPO / "params.yaml")
+    for stage in STAGES:
+        for key, writers in stage.collects.items():
+            paths = collected_paths(stage, key, params)
+            assert paths and all(path.startswith(stage.inputs[key] + "/") for path in paths), stage.name
+            for writer in map(stage_named, writers):  # every named stage writes under the folder
+                assert any(t.startswith(stage.inputs[key] + "/") for t in writer.outputs.values()), (stage.name, writer)
 
 
 def test_rule_all_spells_no_path():

@@ -1,6 +1,7 @@
 """DVC reruns only what changed: code deps from the import graph, params a stage reads, bytecode
-ignored; a DAG shape change through `dvc exp run -S` fails before any work, naming the fix; a
-fresh checkout answers `dvc status` and a dry run."""
+ignored; arms, benchmarks and population size are DVC matrix axes read at run time; a change of
+the rendered generations through `dvc exp run -S` fails before any work, naming the fix; a fresh
+checkout answers `dvc status` and a dry run."""
 
 from __future__ import annotations
 
@@ -91,12 +92,18 @@ def _params_read(module: str) -> set[str]:
         if section == "yaml":
             continue
         reads.add(section if key in (None, "model_dump") else f"{section}.{key}")
-    if re.search(r"\b(members_of_arm|slots_of_arm)\(params\b", text):
+    if re.search(r"\b(members_of_arm|slots_of_arm|benchmarked_models)\(params\b", text):
         reads.add("population")  # slot names per role come from population.teachers/students
+    if re.search(r"\bbenchmarked_models\(params\b", text):
+        reads.add("dag.arms")  # the base model and the members of every arm
     reads.update(re.findall(r"load_params\([^)]*\)\.(\w+)", text))
     if "bench.limit_of" in reads:  # BenchSection.limit_of reads both keys
         reads = (reads - {"bench.limit_of"}) | {"bench.limit", "bench.limits"}
     return reads
+
+
+# library modules a stage hands the whole `params` to (they read it for the stage)
+PARAMS_HELPERS = {"stages.bench": ("populora.bench.runners",)}
 
 
 @pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
@@ -105,6 +112,8 @@ def test_a_stage_tracks_exactly_the_params_it_reads(stage):
         reads = _params_read("stages.verify")  # grade takes its sandbox settings through verify's helpers
     else:
         reads = _params_read(stage.module)
+    for helper in PARAMS_HELPERS.get(stage.module, ()):
+        reads |= _params_read(helper)
 
     def covered(key, by):
         return any(key == other or key.startswith(other + ".") for other in by)
@@ -159,30 +168,43 @@ def test_plain_dry_run_on_a_fresh_checkout(project, tmp_path):
     _run(clone, f"{BIN}/dvc", "repro", "--dry")
 
 
-@pytest.mark.parametrize("setting", ["dag.arms=[baseline]", "population.teachers=3", "dag.generations=2",
-                                     "bench.benchmarks=[gsm8k]"])
-def test_shape_change_through_exp_run_fails_before_any_work_with_the_fix(project, setting):
-    result = _run(project, f"{BIN}/dvc", "exp", "run", "-S", setting, check=False)
+def test_generations_change_through_exp_run_fails_before_any_work_with_the_fix(project):
+    result = _run(project, f"{BIN}/dvc", "exp", "run", "-S", "dag.generations=2", check=False)
     try:
         assert result.returncode != 0
         output = result.stdout + result.stderr
         assert "DAG shape" in output and "Fix: python -m workflow.render_dvc" in output, output[-3000:]
+        assert "generations in dvc.yaml: 3; the params ask for 2" in output, output[-3000:]
         assert not (project / "results" / "base_model").exists()  # nothing ran past the guard
     finally:
         _run(project, "git", "checkout", "--", "params.yaml")
 
 
-def test_after_the_fix_the_new_shape_runs(project):
+def _dry_run_with(project: Path, **changes) -> str:
+    """`dvc repro --dry` after editing params.yaml as `dvc exp run -S` does (no re-render)."""
     params = yaml.safe_load((project / "params.yaml").read_text())
-    params["dag"]["arms"] = ["baseline"]
+    for dotted, value in changes.items():
+        section, key = dotted.split("__")
+        params[section][key] = value
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     try:
-        _run(project, f"{BIN}/python", "-m", "workflow.render_dvc")
-        dry = _run(project, f"{BIN}/dvc", "repro", "--dry", "--force-downstream").stdout
-        assert "--arm baseline" in dry and "--arm population" not in dry
-        assert "python -m workflow.render_dvc --check" in dry  # the guard still runs first
+        _run(project, f"{BIN}/python", "-m", "workflow.render_dvc", "--check", "--shape-only")  # the guard passes
+        return _run(project, f"{BIN}/dvc", "repro", "--dry", "--force-downstream").stdout
     finally:
-        _run(project, "git", "checkout", "--", "params.yaml", "dvc.yaml")
+        _run(project, "git", "checkout", "--", "params.yaml")
+
+
+def test_arms_are_read_by_dvc_at_run_time(project):
+    dry = _dry_run_with(project, dag__arms=["baseline"])
+    assert "--arm baseline" in dry and "--arm population" not in dry
+    assert "python -m workflow.render_dvc --check" in dry  # the guard still runs first
+    assert "--results results/bench/baseline/cruxeval_o" in dry and "results/bench/base/cruxeval_o" in dry
+
+
+def test_benchmarks_and_population_size_are_read_by_dvc_at_run_time(project):
+    dry = _dry_run_with(project, bench__benchmarks=["gsm8k"], population__teachers=3)
+    assert "--bench gsm8k" in dry and "--bench cruxeval_o" not in dry
+    assert "Running stage 'bench@population-gsm8k'" in dry
 
 
 def test_a_param_that_does_not_shape_the_dag_passes_the_guard(project):

@@ -63,7 +63,11 @@ def test_every_generation_leaves_its_artifacts(finished):
             slots = ["solo"] if arm == "baseline" else ["teacher0", "teacher1", "student0", "student1"]
             for slot in slots:
                 assert (checkpoint / "adapters" / slot / "adapter_model.safetensors").is_file()
-        assert (finished / arm / "dynamics.json").is_file() and (finished / arm / "family_tree.png").is_file()
+        assert (finished / "dynamics" / arm / "dynamics.json").is_file()
+        assert (finished / "dynamics" / arm / "family_tree.png").is_file()
+        for slot in slots:  # every final member exported and benchmarked
+            assert (finished / "models" / arm / slot / "model.json").is_file()
+            assert (finished / "bench" / arm / "gsm8k" / f"{arm}-{slot}.json").is_file()
     summary = json.loads((finished / "metrics.json").read_text())
     assert any(key.startswith("bench.gsm8k.") for key in summary)
     assert (finished / "report" / "report.md").is_file()
@@ -80,7 +84,7 @@ def test_metrics_report_what_the_issue_asks(finished):
         for student, count in row.items():
             assert metrics[f"pairing.{teacher}.{student}"] == count
     # the DVC plots table: every row has every key (DVC's renderer fails on ragged rows)
-    rows = json.loads((finished / "population" / "dynamics.json").read_text())
+    rows = json.loads((finished / "dynamics" / "population" / "dynamics.json").read_text())
     assert len({tuple(row) for row in rows}) == 1 and "pairing.teacher0.student0" in rows[0]
     baseline = json.loads((finished / "baseline" / "gen000" / "metrics.json").read_text())
     assert "tokens.solo/propose" in baseline and "tokens.solo/solve" in baseline
@@ -98,10 +102,10 @@ def test_benchmarks_see_trained_members_never_a_fresh_child(finished):
     replaced = {e["slot"]: e for e in state["lineage"] if e["operator"] != "init"}
     assert replaced  # evolution ran after the final generation (so an extended run continues the same way) ...
     for slot, event in replaced.items():
-        exported = json.loads((finished / "models" / f"population-{slot}" / "model.json").read_text())
+        exported = json.loads((finished / "models" / "population" / slot / "model.json").read_text())
         assert exported["member"] == event["replaces"] != event["child_id"]  # ... but what is benchmarked was trained
         trained = finished / "population" / "gen001" / "trained" / "adapters" / slot / "adapter_model.safetensors"
-        adapter = finished / "models" / f"population-{slot}" / "adapter" / "adapter_model.safetensors"
+        adapter = finished / "models" / "population" / slot / "adapter" / "adapter_model.safetensors"
         assert adapter.read_bytes() == trained.read_bytes()
 
 
@@ -151,7 +155,7 @@ def test_interrupted_run_resumes_to_the_same_artifacts(finished, project, tmp_pa
     for name in ("Snakefile", "workflow", "profiles", "params.yaml"):
         src = project / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, other / name)
-    target = "results/population/dynamics.json"
+    target = "results/dynamics/population/dynamics.json"
     first = _snakemake(other, "results/population/gen001/rollouts.jsonl")  # stops mid-generation 1
     assert first.returncode == 0, first.stderr[-2000:]
     env = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHONPATH": str(REPO)}
@@ -191,4 +195,4 @@ def test_one_teacher_one_student_runs_end_to_end(tmp_path_factory, tiny_params_d
     evolution = json.loads((root / "results/population/gen000/evolved/evolution.json").read_text())
     assert evolution["scheduled"] and evolution["events"] == []
     assert [r["slot"] for r in evolution["rankings"]["teachers"]] == ["teacher0"]
-    assert (root / "results/models/population-student0/model.json").is_file()
+    assert (root / "results/models/population/student0/model.json").is_file()

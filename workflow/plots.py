@@ -12,7 +12,7 @@ from __future__ import annotations
 from populora.config import members_of_arm, slots_of_arm
 from populora.report.panels import COMPARISONS, PANELS
 
-DYNAMICS = "results/{arm}/dynamics.json"
+DYNAMICS = "results/dynamics/{arm}/dynamics.json"
 
 # The panels are shared with the report's PNG figure (populora/report/panels.py): one list.
 SERIES = [(panel.id, list(panel.fields), panel.title) for panel in PANELS]

@@ -3,36 +3,33 @@
     python -m workflow.render_dvc            # write dvc.yaml
     python -m workflow.render_dvc --check    # exit 1 when dvc.yaml differs from what would be written
 
-Per-arm stages become `foreach` stages keyed by arm (`init@population`), per-generation stages
-are keyed by arm and generation (`propose@population-001`), per-model ones by model. The generated
-commands are the same strings the Snakefile runs.
+Scoped stages become DVC `matrix` stages: per arm over `${dag.arms}` (`init@population`), per
+generation over the arms and the rendered generations (`propose@population-gen1`: DVC names a
+matrix item that is a mapping by its key and index), per benchmark over `${bench.benchmarks}`
+(`bench_base@cruxeval_o`, `bench@population-cruxeval_o`). The generated commands are the same
+strings the Snakefile runs. Stages that read a whole results folder (`bench_summary`, `report`)
+depend on that folder, so DVC runs every stage writing under it first.
 
 What DVC reruns. Each stage depends on exactly the code it runs: its stage module and every local
 module it imports, transitively, read from the import graph (`workflow.dag.code_deps`), not a
 hand-kept list and not the whole `populora/` folder; on the params keys it reads (declared per
-stage in workflow/dag.py, checked against the stage code by tests/test_dag.py); and on its inputs.
+stage in workflow/dag.py, checked against the stage code by tests/test_dvc_shape.py); and on its inputs.
 Bytecode is in .dvcignore.
 
-The DAG shape, and why dvc.yaml is a rendered snapshot guarded by a first stage. The shape depends
-on `dag.generations`, `dag.arms`, `population.teachers/students` and `bench.benchmarks`. DVC's
-templating cannot derive it from params.yaml: it has no arithmetic (generation g starts from
-g-1's checkpoint; `gen` keys are zero-padded), no filter or concatenation of lists (an arm's
-benchmarked members are `teacher0..`/`student0..` or `solo`, and the fan-in stages
-`bench_summary`/`report` take one command-line list of every (model, benchmark) result file of
-the selected arms), and `vars` cannot be interpolated. A `foreach: ${dag.arms}` would therefore
-expand the per-arm stages while the fan-in commands still listed the old arms' files, so
-`dag.arms` could only become native if the fan-in stages took folders instead of file lists (a
-change of their command lines, owned by the benchmark stages). So dvc.yaml is rendered for the
-params it was rendered from, and its first stage, `dag_shape` (always run; every other stage is
-downstream of it through `base_model`), re-renders in memory and fails before any other work when
-the result differs from dvc.yaml, naming the stages that would be added or dropped and the fix:
+The DAG shape. Arms, benchmarks and the population size are read by DVC itself at run time, so
+`dvc exp run -S 'dag.arms=[baseline]'`, `-S population.teachers=4` or `-S 'bench.benchmarks=[...]'`
+run as they are. The number of generations is not: DVC's templating has no arithmetic (generation
+g starts from g-1's checkpoint) and cannot build a range from a number, so the generations are
+rendered. The first stage, `dag_shape` (always run; every other stage is downstream of it through
+`base_model`), re-renders the stages in memory and fails before any other work when they differ
+from dvc.yaml, with the fix:
 
-    dvc exp run -S dag.arms=[baseline]    ->  ERROR ... dvc.yaml has the DAG shape of other params
+    dvc exp run -S dag.generations=5      ->  ERROR ... dvc.yaml has the DAG shape of other params
     python -m workflow.render_dvc         # params.yaml already holds the -S values
-    dvc exp run -n baseline               # now the baseline-only DAG
+    dvc exp run                           # now five generations
 
-`-S` of a key that does not shape the DAG (`reward.teacher_mode`, `update.learning_rate`, ...)
-runs directly and reruns only the stages that read it.
+The `plots` section is rendered for the arms and slots of the params it was rendered from (a
+one-arm experiment of a two-arm dvc.yaml has no data for the other arm's plots).
 """
 
 from __future__ import annotations
@@ -45,21 +42,28 @@ import yaml
 
 from populora.config import ParamsError, load_params
 from populora.io import write_json
-from workflow.dag import BASE_MODEL, RESULTS, STAGES, Stage, code_deps, gen_label, resolve_input, scope_items
+from workflow.dag import BASE_MODEL, RESULTS, SCOPES, STAGES, Stage, code_deps, gen_label, prev_dir, resolve_input
 
 HEADER = "# GENERATED from workflow/dag.py by `python -m workflow.render_dvc`; do not edit by hand.\n"
 GUARD = "dag_shape"
 GUARD_STAMP = f"{RESULTS}/.dag_shape.ok"  # constant content: base_model depends on it only for the order
-GUARD_CMD = f"python -m workflow.render_dvc --check --params params.yaml --out dvc.yaml --stamp {GUARD_STAMP}"
+GUARD_CMD = (f"python -m workflow.render_dvc --check --shape-only --params params.yaml --out dvc.yaml "
+             f"--stamp {GUARD_STAMP}")
+
+# DVC interpolation of each path field; `last` (the final generation) is rendered
+ITEM = {"arm": "${item.arm}", "gen": "${item.gen.id}", "prev": "${item.gen.prev}", "bench": "${item.bench}"}
 
 
-ITEM_FIELDS = ("arm", "gen", "prev", "last", "model", "bench", "source")
+def matrix(scope: str, params) -> dict:
+    """The DVC matrix of a scope: arms and benchmarks come from params.yaml when DVC runs."""
+    generations = [{"id": gen_label(g), "prev": prev_dir(g)} for g in range(params.dag.generations)]
+    axes = {"arm": "${dag.arms}", "gen": generations, "bench": "${bench.benchmarks}"}
+    return {name: axes[name] for name in SCOPES[scope]}
 
 
 def render_stage(stage: Stage, params) -> dict:
-    item = {name: "${item." + name + "}" for name in ITEM_FIELDS}
-    fan_in_item = {**item, "last": gen_label(params.dag.generations - 1)}
-    paths = {key: resolve_input(stage, key, fan_in_item, params) if key in stage.fan_in else template.format(**item)
+    item = {**ITEM, "last": gen_label(params.dag.generations - 1)}
+    paths = {key: resolve_input(stage, key, item, params) if key in stage.fan_in else template.format(**item)
              for key, template in {**stage.inputs, **stage.outputs}.items()}
     deps = [path for key in stage.inputs for path in ([paths[key]] if isinstance(paths[key], str) else paths[key])]
     outs = [paths[key] for key in stage.outputs if key not in stage.metrics]
@@ -76,7 +80,7 @@ def render_stage(stage: Stage, params) -> dict:
         body["metrics"] = list(metrics)  # cached by DVC, so experiments (results/ is git-ignored) keep them
     if stage.scope == "global":
         return body
-    return {"foreach": scope_items(stage.scope, params), "do": body}
+    return {"matrix": matrix(stage.scope, params), **body}
 
 
 def render(params_path: str = "params.yaml") -> str:
@@ -100,33 +104,31 @@ def plots_section(params) -> list:
     return PLOTS(params)
 
 
-def stage_names(text: str) -> set[str]:
-    """Every stage name a dvc.yaml text expands to (`propose@population-001`, ...)."""
-    stages = (yaml.safe_load(text) or {}).get("stages", {})
-    names = set()
-    for name, body in stages.items():
-        keys = body.get("foreach") if isinstance(body, dict) else None
-        names.update(f"{name}@{key}" for key in keys) if isinstance(keys, dict) else names.add(name)
-    return names
+def stages_of(text: str) -> dict:
+    """The `stages` section of a dvc.yaml text (what DVC runs; the plots are a view)."""
+    try:
+        return (yaml.safe_load(text) or {}).get("stages", {})
+    except yaml.YAMLError:
+        return {}
+
+
+def generations_of(stages: dict) -> list[str]:
+    gens = ((stages.get("propose") or {}).get("matrix") or {}).get("gen") or []
+    return [g.get("id") for g in gens if isinstance(g, dict)]
 
 
 def stale_message(path: Path, current: str, wanted: str) -> str:
-    old, new = stage_names(current), stage_names(wanted)
-    added, dropped = sorted(new - old), sorted(old - new)
-
-    def show(names):
-        return ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
-
-    if added or dropped:
+    old, new = stages_of(current), stages_of(wanted)
+    if generations_of(old) != generations_of(new):
         what = "has the DAG shape of other params"
-        detail = "".join([f"\n  stages the params ask for, missing from {path}: {show(added)}" if added else "",
-                          f"\n  stages in {path} the params no longer have: {show(dropped)}" if dropped else ""])
+        detail = (f"\n  generations in {path}: {len(generations_of(old))}; the params ask for "
+                  f"{len(generations_of(new))}")
     else:
-        what, detail = "is out of date with workflow/dag.py", ""
-    return (f"{path} {what} (dag.generations, dag.arms, population.teachers/students and bench.benchmarks "
-            f"shape it; dvc exp run -S cannot re-render it).{detail}\n"
-            f"Fix: python -m workflow.render_dvc (params.yaml already holds any -S values), then run the "
-            f"same dvc command again without -S for those keys; commit dvc.yaml first for --queue/--temp runs.")
+        changed = sorted(name for name in set(old) | set(new) if old.get(name) != new.get(name))
+        what, detail = "is out of date with workflow/dag.py", f"\n  stages that differ: {', '.join(changed)}"
+    return (f"{path} {what} (dag.generations is rendered into it; dvc exp run -S cannot re-render it)."
+            f"{detail}\nFix: python -m workflow.render_dvc (params.yaml already holds any -S values), then run "
+            f"the same dvc command again without -S for those keys; commit dvc.yaml first for --queue/--temp runs.")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--out", default="dvc.yaml")
     parser.add_argument("--check", action="store_true", help="exit 1 when --out is not up to date")
+    parser.add_argument("--shape-only", action="store_true", help="with --check: compare the stages, not the plots")
     parser.add_argument("--stamp", help="with --check: write this marker file when --out is up to date")
     args = parser.parse_args(argv)
     try:
@@ -144,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     path = Path(args.out)
     if args.check:
         current = path.read_text() if path.is_file() else ""
-        if current != text:
+        stale = stages_of(current) != stages_of(text) if args.shape_only else current != text
+        if stale:
             print(stale_message(path, current, text), file=sys.stderr)
             return 1
         if args.stamp:

@@ -71,6 +71,22 @@ ROLES = ("students", "teachers")
 GROUPS = ("code", "math", "cruxeval", "overall")
 
 
+def read_results(bench_dir: str | Path, models: dict[str, list[str]], benchmarks) -> list[dict]:
+    """The result of every model on every benchmark: `<bench_dir>/<folder>/<benchmark>/<model>.json`
+    for `models` = folder -> model names (`populora.config.benchmarked_models`). Folders of arms
+    not asked for (an earlier run's) are ignored; a missing result fails, naming the files."""
+    from populora.io import read_json
+
+    paths = [Path(bench_dir) / folder / bench / f"{model}.json"
+             for folder, names in models.items() for bench in benchmarks for model in names]
+    missing = [str(path) for path in paths if not path.is_file()]
+    if missing:
+        raise BenchError(f"{len(missing)} benchmark result(s) missing: {', '.join(missing[:4])}"
+                         f"{' ...' if len(missing) > 4 else ''}. Fix: run the bench stages first "
+                         "(snakemake or dvc repro reach them through this stage).")
+    return [read_json(path) for path in paths]
+
+
 def arm_of(model: str) -> str:
     return BASE if model == BASE else model.split("-", 1)[0]
 

@@ -31,11 +31,6 @@ COMPLEXITY_TITLES = {"ast_depth": "AST depth", "cyclomatic_complexity": "cycloma
                      "loc": "lines of code", "distinct_variables": "distinct variables"}
 
 
-def arm_from_path(path: str | Path) -> str:
-    """`results/<arm>/dynamics.json` -> `<arm>`."""
-    return Path(path).parent.name
-
-
 def _series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
     xs, ys = [], []
     for index, row in enumerate(rows):

@@ -1,0 +1,234 @@
+"""Run one benchmark for a list of models: the bare base, or every final member of an arm.
+
+`run_benchmark(bench, models, ...)` returns one result per model (see stages/bench.py for the
+fields) and writes each model's per-problem samples and harness files under `<out>/<model>/`.
+Code benchmarks go through EvalPlus and math through lm-eval, one model at a time (PEFT attaches
+the member's adapter); CRUXEval generates for every model in one pass with stacked adapters
+(`populora.multilora`: each row of a batch runs through its model's adapter, the base-model rows
+through none), then grades every answer in the verifier's sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+
+from populora.bench import BenchError, benchmark_kind, resolve_data_dir
+from populora.bench.stats import wilson_interval
+from populora.io import read_json, write_json, write_jsonl
+
+BASE = "base"
+
+
+@dataclass(frozen=True)
+class BenchModel:
+    """One benchmarked model: `base`, or `<arm>-<slot>` with its exported adapter folder."""
+
+    name: str
+    adapter: Path | None = None
+    member: str | None = None  # the lineage id of the member (None for the base)
+
+    @property
+    def adapters(self) -> dict[str, Path]:
+        return {self.name: self.adapter} if self.adapter is not None else {}
+
+
+def base_model_entry() -> BenchModel:
+    return BenchModel(BASE)
+
+
+def exported_models(models_dir: Path) -> list[BenchModel]:
+    """The members an export folder holds (`<slot>/model.json` + `<slot>/adapter/`), by slot name."""
+    folders = sorted(path.parent for path in Path(models_dir).glob("*/model.json"))
+    if not folders:
+        raise BenchError(f"{models_dir} holds no exported member (<slot>/model.json). "
+                         "Fix: run the export stage of this arm first.")
+    models = []
+    for folder in folders:
+        described = read_json(folder / "model.json")
+        models.append(BenchModel(described["model"], adapter_of(folder), described.get("member")))
+    return models
+
+
+def adapter_of(model_dir: Path) -> Path:
+    """The adapter folder named by an export folder's model.json."""
+    description_path = model_dir / "model.json"
+    if not description_path.is_file():
+        raise BenchError(f"{description_path} not found: {model_dir} is not an export folder. "
+                         "Fix: run the export stage for this model first.")
+    adapter = read_json(description_path).get("adapter")
+    if adapter is None:
+        raise BenchError(f"{description_path} names no adapter. Fix: re-run the export stage of this arm.")
+    folder = model_dir / adapter
+    missing = [name for name in ("adapter_config.json", "adapter_model.safetensors") if not (folder / name).is_file()]
+    if missing:
+        raise BenchError(f"adapter folder {folder} lacks {', '.join(missing)}. "
+                         "Fix: re-run the export stage for this model (its checkpoint may be incomplete).")
+    return folder
+
+
+def load_model(base_model: Path, adapters: dict[str, Path], params, *, sampler: bool = False):
+    """Tokenizer and model: the base, with `adapters` (name -> PEFT folder) attached when there are
+    any. `sampler`: stacked factors for `populora.generation.run_plans` (every adapter at once,
+    rows pick theirs), else through PEFT (one adapter)."""
+    from populora.model import attach_adapters, load_base
+    from populora.multilora import attach_multilora
+
+    try:
+        tokenizer, model = load_base(base_model, dtype=params.model.dtype, device=params.model.device)
+        if adapters and sampler:
+            model = attach_multilora(model, adapters)
+        elif adapters:
+            (folder,) = adapters.values()  # PEFT path: one model at a time
+            model = attach_adapters(model, {"member": folder})
+        model.eval()
+    except Exception as error:  # noqa: BLE001  (safetensors, PEFT and transformers raise many kinds)
+        raise BenchError(f"model {', '.join(adapters) or 'base'} did not load (base {base_model}, adapters "
+                         f"{', '.join(map(str, adapters.values())) or 'none'}): "
+                         f"{type(error).__name__}: {error}. Fix: re-run the base_model / export stages; an adapter "
+                         "must come from the same base model and LoRA settings.") from error
+    return tokenizer, model
+
+
+def run_code(bench: str, model: BenchModel, base_model: Path, params, samples: Path, log) -> dict:
+    """EvalPlus (HumanEval+ / MBPP+) of one model; samples and evalplus's own files under `samples`."""
+    from populora.bench import CODE_BENCHMARKS
+    from populora.bench import evalplus_eval as ev
+    from populora.bench.codegen import generate_solutions
+
+    dataset = CODE_BENCHMARKS[bench]
+    data_dir = resolve_data_dir(params.bench.data_dir)
+    problems = ev.load_problems(bench, data_dir, params.bench.limit_of(bench))
+    log.info("%s: %d problems from %s", bench, len(problems), data_dir or "the official evalplus release")
+    expected = ev.expected_outputs(problems, dataset)
+    tokenizer, lm = load_model(base_model, model.adapters, params)
+    completions = generate_solutions(lm, tokenizer, problems, dataset, max_new_tokens=params.bench.max_new_tokens,
+                                     batch_size=params.bench.batch_size)
+    del lm  # free memory before the sandboxed checks
+    solutions = {c.task_id: c.solution for c in completions}
+    log.info("scoring %d solutions with evalplus's check_correctness", len(solutions))
+    verdicts = ev.check_solutions(dataset, problems, expected, solutions)
+    scores = ev.pass_at_1(verdicts)
+    rows = [{**c.__dict__, **{k: v for k, v in verdicts[c.task_id].items() if not k.endswith("_fail_tests")}, "passed": verdicts[c.task_id]["plus_status"] == "pass"
+             and verdicts[c.task_id]["base_status"] == "pass"} for c in completions]
+    write_jsonl(samples / "samples.jsonl", rows)
+    write_jsonl(samples / "harness" / "samples.jsonl", [{"task_id": c.task_id, "solution": c.solution} for c in completions])
+    write_jsonl(samples / "harness" / "samples.raw.jsonl", [{"task_id": c.task_id, "solution": c.raw} for c in completions])
+    harness_samples = samples / "harness" / "samples.jsonl"  # evalplus's results file name follows its samples file
+    # written as evalplus writes it (json.dump, inputs may hold inf/nan); `samples` is a staging folder
+    ev.results_path(harness_samples).write_text(json.dumps(
+        ev.eval_results(verdicts, solutions, ev.dataset_hash(bench, data_dir, params.bench.limit_of(bench)))))
+    return {"n": len(rows), "per_problem": {row["task_id"]: int(row["passed"]) for row in rows},
+            "metrics": {"pass@1": scores["plus_pass@1"], **scores},
+            "hit_token_limit": sum(c.hit_token_limit for c in completions), "harness": f"evalplus {version('evalplus')}",
+            "data": str(data_dir) if data_dir else "official"}
+
+
+def run_math(bench: str, model: BenchModel, base_model: Path, params, samples: Path, log, tasks_dir: Path) -> dict:
+    """The lm-eval math task of one model; samples and lm-eval's own files under `samples`."""
+    from populora.bench import lmeval_runner as lm
+    from populora.model import pick_device
+
+    data_dir = resolve_data_dir(params.bench.data_dir)
+    limit = params.bench.limit_of(bench)
+    log.info("%s through lm-eval (%s, first %s problems)", bench, data_dir or "official data", limit or "all")
+    results = lm.evaluate(bench, base_model=base_model, adapter=model.adapter, data_dir=data_dir, limit=limit,
+                          max_new_tokens=params.bench.max_new_tokens, batch_size=params.bench.batch_size,
+                          dtype=params.model.dtype, device=str(pick_device(params.model.device)),
+                          harness_dir=samples / "harness", tasks_dir=tasks_dir)
+    rows = lm.sample_rows(results, bench)
+    write_jsonl(samples / "samples.jsonl", rows)
+    write_jsonl(samples / "harness" / "lm_eval_samples.jsonl", lm.jsonable(results["samples"][lm.task_name(bench)]))
+    write_json(samples / "harness" / "results.json", lm.jsonable({k: v for k, v in results.items() if k != "samples"}))
+    return {"n": len(rows), "per_problem": {str(row["doc_id"]): int(row["correct"]) for row in rows},
+            "metrics": {"accuracy": lm.accuracy(results, bench)}, "stderr": {"accuracy": lm.stderr(results, bench)},
+            "harness": f"lm_eval {version('lm_eval')}", "data": str(data_dir) if data_dir else lm.OFFICIAL_MATH_DATA}
+
+
+def run_cruxeval(bench: str, models: list[BenchModel], base_model: Path, params, out: Path, log) -> dict[str, dict]:
+    """CRUXEval-O/-I of every model in one generation pass (rows select their model's adapter)."""
+    from populora.bench import cruxeval as cx
+    from populora.generation import GenRow, run_plans
+    from populora.prompts import chat_wrapper
+    from populora.verifier import grade_rows
+
+    task_type, cfg = cx.BENCHMARKS[bench], params.bench.cruxeval
+    data_dir = resolve_data_dir(params.bench.data_dir)
+    scored, pool = cx.split(cx.load_rows(data_dir), params.bench.limit_of(bench))
+    tasks = [cx.task_row(row, task_type) for row in scored]
+    pool_tasks = [cx.task_row(row, task_type) for row in pool]
+    log.info("%s: %d problems (%s) from %s, %s prompt, %d model(s) in one pass", bench, len(tasks), task_type,
+             data_dir or cx.OFFICIAL_URL, cfg.prompt, len(models))
+    adapters = {name: path for model in models for name, path in model.adapters.items()}
+    tokenizer, lm = load_model(base_model, adapters, params, sampler=True)
+    built = cx.plans(tasks, pool_tasks, prompt=cfg.prompt, mode=params.solve.mode, worked_examples=cfg.worked_examples,
+                     chat=chat_wrapper(tokenizer))
+    start = time.perf_counter()
+    rows = [GenRow(plan, model.name if model.adapter is not None else None) for model in models for plan, _ in built]
+    outputs = run_plans(lm, tokenizer, rows, temperature=0.0, top_p=1.0, max_new_tokens=cfg.max_new_tokens,
+                        batch_size=params.bench.batch_size, seed=0, desc=bench)
+    generation_s = time.perf_counter() - start
+    del lm
+    all_tasks = tasks * len(models)
+    answers = []
+    for task, output in zip(all_tasks, outputs):
+        answer, reason = cx.extract(output.completion, task_type, prompt=cfg.prompt, mode=params.solve.mode,
+                                    truncated=output.truncated)
+        answers.append({"task_id": task["task_id"], "answer": answer, "parse_reason": reason})
+    log.info("grading %d answers in the verifier's sandbox", len(answers))
+    graded = grade_rows(all_tasks, answers, params.verify)
+    results = {}
+    for index, model in enumerate(models):
+        part = slice(index * len(tasks), (index + 1) * len(tasks))
+        samples = [{"task_id": t["task_id"], "type": task_type, "program": t["program"], "input": t["inputs"][0],
+                    "gold_output": t["outputs"][0], "examples": examples, "completion": o.completion,
+                    "truncated": o.truncated, "tokens": o.tokens_generated, "answer": g["answer"],
+                    "parse_reason": g["parse_reason"], "correct": bool(g["correct"]), "reason": g["reason"]}
+                   for t, (_, examples), o, g in zip(tasks, built, outputs[part], graded[part])]
+        write_jsonl(out / model.name / "samples.jsonl", samples)
+        correct = sum(row["correct"] for row in samples)
+        results[model.name] = {
+            "n": len(samples), "per_problem": {row["task_id"]: int(row["correct"]) for row in samples},
+            "metrics": {"pass@1": correct / len(samples) if samples else 0.0}, "prompt": cfg.prompt,
+            "mode": params.solve.mode if cfg.prompt == "project" else "official",
+            "worked_examples": cfg.worked_examples if cfg.prompt == "project" else 2,
+            "generation_s": round(generation_s, 1), "models_in_pass": len(models),
+            "s_per_problem": round(generation_s / max(1, len(rows)), 2),
+            "tokens": sum(row["tokens"] for row in samples), "harness": "populora.verifier",
+            "data": str(data_dir) if data_dir else cx.OFFICIAL_URL}
+    return results
+
+
+def with_uncertainty(result: dict, bench: str) -> dict:
+    """Add `correct` (from the per-problem verdicts) and the 95% Wilson interval of the primary score."""
+    from populora.bench import primary_metric
+
+    correct = sum(result["per_problem"].values())
+    n = result["n"]
+    score = result["metrics"][primary_metric(bench)]
+    if n and abs(correct / n - score) > 1e-9:
+        raise BenchError(f"{bench}: {correct}/{n} problems correct but the harness reports {score}. "
+                         "Fix: report this as a bug (per-problem verdicts and the score disagree).")
+    low, high = wilson_interval(correct, n)
+    return {**result, "correct": correct, "interval": {"method": "wilson", "level": 0.95, "low": low, "high": high}}
+
+
+def run_benchmark(bench: str, models: list[BenchModel], base_model: Path, params, out: Path, log,
+                  tasks_dir: Path) -> dict[str, dict]:
+    """Every model's result on `bench` (with `correct` and its Wilson interval); samples under `out/<model>/`."""
+    kind = benchmark_kind(bench)
+    if kind == "cruxeval":
+        results = run_cruxeval(bench, models, base_model, params, out, log)
+    else:
+        results = {}
+        for model in models:
+            start = time.perf_counter()
+            if kind == "code":
+                results[model.name] = run_code(bench, model, base_model, params, out / model.name, log)
+            else:
+                results[model.name] = run_math(bench, model, base_model, params, out / model.name, log, tasks_dir)
+            results[model.name]["model_s"] = round(time.perf_counter() - start, 1)
+    return {model.name: {**with_uncertainty(results[model.name], bench), "member": model.member} for model in models}
