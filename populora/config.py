@@ -205,6 +205,10 @@ class CruxevalSection(_Section):
 
 class BenchSection(_Section):
     benchmarks: tuple[Literal[BENCHMARKS], ...] = Field(BENCHMARKS, description="Benchmarks to run for every model.")
+    roles: tuple[Literal["students", "teachers"], ...] = Field(
+        ("students", "teachers"), min_length=1,
+        description="Which final members of an arm are benchmarked (the baseline's one adapter is both); "
+        "the base model always is.")
     data_dir: str | None = Field(
         "../shared/benchmarks",
         description="Offline benchmark folder (evalplus/, math/, cruxeval/); the POPULORA_BENCHMARKS environment "
@@ -217,7 +221,7 @@ class BenchSection(_Section):
     )
     cruxeval: CruxevalSection = CruxevalSection()
     max_new_tokens: int = Field(96, ge=16, description="Generation cap per benchmark answer.")
-    batch_size: int = Field(8, ge=1, description="Prompts per generate call.")
+    batch_size: int = Field(16, ge=1, description="Prompts per generate call.")
 
     @field_validator("limits")
     @classmethod
@@ -353,10 +357,16 @@ def slots_of_arm(params: Params, arm: str) -> list[str]:
     return list(dict.fromkeys(roles["teachers"] + roles["students"]))
 
 
+def benchmarked_slots(params: Params, arm: str) -> list[str]:
+    """The slots of an arm whose final members are benchmarked: those of the roles in `bench.roles`."""
+    roles = members_of_arm(params, arm)
+    return list(dict.fromkeys(slot for role in params.bench.roles for slot in roles[role]))
+
+
 def benchmarked_models(params: Params) -> dict[str, list[str]]:
     """Benchmarked models per result folder of `results/bench`: the bare `base`, and per arm of
-    `dag.arms` its final members (`population-teacher0`, ..., `baseline-solo`)."""
-    return {"base": ["base"], **{arm: [f"{arm}-{slot}" for slot in slots_of_arm(params, arm)]
+    `dag.arms` its final members of `bench.roles` (`population-student0`, ..., `baseline-solo`)."""
+    return {"base": ["base"], **{arm: [f"{arm}-{slot}" for slot in benchmarked_slots(params, arm)]
                                  for arm in params.dag.arms}}
 
 

@@ -11,7 +11,8 @@ EvalPlus for HumanEval+/MBPP+, lm-eval for the math suite (`--tasks`, default
 sandboxed verifier (populora/bench/cruxeval.py; every member in one generation pass). `--models`
 is an export folder (`<slot>/model.json` + `<slot>/adapter/`); each model is the frozen base plus
 that adapter, greedy. `bench.limits[<bench>]`, else `bench.limit`, = N evaluates the first N
-problems in file order (null: all). `--results` gets, per model (`base`, `population-teacher0`, ...):
+problems in file order (null: all). Only the members of the roles in `bench.roles` are benchmarked (default: students and teachers).
+`--results` gets, per model (`base`, `population-teacher0`, ...):
 
 * `<model>.json`: `{"model", "benchmark", "n", "correct", "interval", "per_problem", "metrics",
   "limit", "wall_s", ...}`; metrics are `pass@1` (= `plus_pass@1`, base and extra tests),
@@ -39,6 +40,7 @@ from pathlib import Path
 from populora.bench import BenchError, benchmark_kind
 from populora.bench.lmeval_runner import TASKS_DIR
 from populora.bench.runners import base_model_entry, exported_models, run_benchmark
+from populora.config import benchmarked_slots
 from populora.io import replace_dir, staging_dir, write_json
 from stages._common import setup, stage_parser
 
@@ -58,7 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     tmp = staging_dir(args.results)
     try:
-        models = exported_models(Path(args.models)) if args.models else [base_model_entry()]
+        if args.models:  # the arm's members of the roles in bench.roles
+            wanted = {f"{args.arm}-{slot}" for slot in benchmarked_slots(params, args.arm)}
+            models = [model for model in exported_models(Path(args.models)) if model.name in wanted]
+        else:
+            models = [base_model_entry()]
         log.info("benchmarking %s on %s (limit %s, max_new_tokens %d)", ", ".join(m.name for m in models),
                  args.bench, limit, cap)
         results = run_benchmark(args.bench, models, Path(args.base_model), params, tmp, log, Path(args.tasks))

@@ -201,3 +201,19 @@ def test_an_empty_export_folder_fails_naming_the_fix(tmp_path, tiny_model_dir, m
             "--base-model", str(tiny_model_dir), "--models", str(tmp_path / "empty"), "--results", str(tmp_path / "r")]
     assert bench_stage.main(argv) == 1
     assert not (tmp_path / "r").exists()
+
+
+@needs_data
+def test_only_the_members_of_bench_roles_are_benchmarked(tmp_path, tiny_model_dir, monkeypatch):
+    from populora.config import benchmarked_models, load_params
+
+    monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
+    params = _params(tmp_path, prompt="project")
+    params.write_text(params.read_text() + "  roles: [students]\npopulation:\n  teachers: 1\n  students: 1\n")
+    models = _export_members(tmp_path, tiny_model_dir, {"teacher0": 1, "student0": 2})
+    argv = ["--params", str(params), "--arm", "population", "--bench", "cruxeval_o", "--base-model",
+            str(tiny_model_dir), "--models", str(models), "--results", str(tmp_path / "r")]
+    assert bench_stage.main(argv) == 0
+    assert sorted(p.name for p in (tmp_path / "r").glob("*.json")) == ["population-student0.json"]
+    assert benchmarked_models(load_params(params)) == {"base": ["base"], "population": ["population-student0"],
+                                                       "baseline": ["baseline-solo"]}

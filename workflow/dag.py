@@ -192,18 +192,19 @@ STAGES += (
     Stage(
         "bench", "stages.bench", "arm_bench",
         inputs={"base_model": BASE_MODEL, "models": f"{MODELS_DIR}/{{arm}}", "tasks": LM_EVAL_TASKS},
-        outputs={"results": f"{BENCH_DIR}/{{arm}}/{{bench}}"}, directories=("results",), gpu=1, params=BENCH_PARAMS,
+        outputs={"results": f"{BENCH_DIR}/{{arm}}/{{bench}}"}, directories=("results",), gpu=1,
+        params=(*BENCH_PARAMS, "bench.roles", "population"),  # which members: their roles and slots
     ),
     Stage(
         "bench_summary", "stages.bench_summary", "global", local=True,
         inputs={"results": BENCH_DIR}, collects={"results": ("bench_base", "bench")},
-        outputs={"metrics": f"{RESULTS}/metrics.json"}, metrics=("metrics",), params=("dag.arms", "bench.benchmarks", "population"),
+        outputs={"metrics": f"{RESULTS}/metrics.json"}, metrics=("metrics",), params=("dag.arms", "bench.benchmarks", "bench.roles", "population"),
     ),
     Stage(
         "report", "stages.report", "global", local=True,
         inputs={"results": BENCH_DIR, "dynamics": DYNAMICS_DIR},
         collects={"results": ("bench_base", "bench"), "dynamics": ("dynamics",)},
-        outputs={"report": f"{RESULTS}/report"}, directories=("report",), params=("dag.arms", "bench.benchmarks", "population"),
+        outputs={"report": f"{RESULTS}/report"}, directories=("report",), params=("dag.arms", "bench.benchmarks", "bench.roles", "population"),
     ),
 )
 
