@@ -1,7 +1,8 @@
 """Shared plumbing for stage command lines: arguments, params, logging, seeds, checkpoints.
 
 Every stage is `python -m stages.<name> --params params.yaml [--arm A --gen G] --<input> PATH ...
---out PATH --log PATH`; paths always arrive as arguments (see workflow/dag.py).
+--<output> PATH --log PATH`, each flag named after what it holds (`--proposals`, `--trained`);
+paths always arrive as arguments (see workflow/dag.py).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ plus this generation's metrics.
         --ratings results/population/gen000/ratings.json \
         --tasks results/population/gen000/tasks.jsonl --stats results/population/gen000/reward_stats.json \
         --pairing results/population/gen000/pairing.json --isolation results/population/gen000/isolation.json \
-        --out results/population/gen000/checkpoint --metrics results/population/gen000/metrics.json
+        --checkpoint results/population/gen000/checkpoint --metrics results/population/gen000/metrics.json
 
 The checkpoint holds adapters (the trained ones, hard-linked, and evolution's children; a
 replaced member's trained adapter stays under replaced/ for the benchmarks),
@@ -29,7 +29,7 @@ from stages._common import derive_seed, setup, stage_parser
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0])
-    for flag in ("--state", "--trained", "--evolved", "--ratings", "--tasks", "--stats", "--pairing", "--isolation", "--out",
+    for flag in ("--state", "--trained", "--evolved", "--ratings", "--tasks", "--stats", "--pairing", "--isolation", "--checkpoint",
                  "--metrics"):
         parser.add_argument(flag, required=True)
     args = parser.parse_args(argv)
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         tasks, prev.coverage_hashes, prev.matched_coverage_hashes, per_adapter=params.propose.per_type * 2,
         seed=derive_seed(params.base.seed, "coverage", args.arm, args.gen))
 
-    tmp = staging_dir(args.out)
+    tmp = staging_dir(args.checkpoint)
     children = {event["slot"] for event in evolution["events"]}
     for slot in prev.slots:
         source = evolved / ADAPTERS / slot if slot in children else trained / ADAPTERS / slot
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                **gm.pairing_metrics(read_json(args.pairing)), **gm.evolution_metrics(evolution),
                **gm.isolation_metrics(read_json(args.isolation))}
     write_json(args.metrics, metrics)
-    replace_dir(tmp, args.out)
+    replace_dir(tmp, args.checkpoint)
     log.info("checkpoint: %d valid tasks added; coverage %d (+%d), matched %d (+%d)",
              sum(is_valid_task(t) for t in tasks), len(coverage), coverage_metrics["coverage.new_programs"],
              len(matched), coverage_metrics["coverage.matched.new_programs"])

@@ -2,7 +2,7 @@
 
     python -m stages.evolve --params params.yaml --arm population --gen 1 --state results/population/gen000/checkpoint \
         --trained results/population/gen001/trained --ratings results/population/gen001/ratings.json \
-        --stats results/population/gen001/reward_stats.json --out results/population/gen001/evolved
+        --stats results/population/gen001/reward_stats.json --evolved results/population/gen001/evolved
 
 Runs after generation g when (g + 1) % evolve.interval == 0, in the population arm only (the
 baseline has one adapter), whatever the run's length: the final checkpoint may hold children, but
@@ -36,7 +36,7 @@ def is_scheduled(gen: int, interval: int) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0])
-    for flag in ("--state", "--trained", "--ratings", "--stats", "--out"):
+    for flag in ("--state", "--trained", "--ratings", "--stats", "--evolved"):
         parser.add_argument(flag, required=True)
     args = parser.parse_args(argv)
     params, log = setup(args, "evolve")
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             operator_mix=params.evolve.operators, teacher_mode=params.reward.teacher_mode,
             fitness_mode=params.evolve.fitness, seed_of=lambda role: derive_seed(params.base.seed, "evolve", args.arm, args.gen, role),
         )
-    tmp = staging_dir(args.out)
+    tmp = staging_dir(args.evolved)
     (tmp / ADAPTERS).mkdir()
     for event in result["events"]:
         parents = [read_state_dict(trained / slot) for slot in event["parent_slots"]]
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(tmp / "ratings.json", result["ratings"])
     write_json(tmp / "evolution.json", {"scheduled": scheduled, **{k: result[k] for k in
                                         ("events", "rankings", "members", "reward_records")}})
-    replace_dir(tmp, args.out)
+    replace_dir(tmp, args.evolved)
     log.info("%d evolution events", len(result["events"]))
     return 0
 

@@ -1,7 +1,7 @@
 """Stage init: generation-zero state of one arm: fresh adapters, ratings, the verified seed buffer.
 
     python -m stages.init --params params.yaml --arm population --base-model results/base_model \
-        --out results/population/init
+        --checkpoint results/population/init
 
 Population arm: `population.teachers` teacher slots and `population.students` student slots.
 Baseline arm: one slot, `solo`, that both proposes and solves (AZR-style self-play).
@@ -24,12 +24,12 @@ from stages._common import derive_seed, setup, stage_parser, timed
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0], gen=False)
     parser.add_argument("--base-model", required=True)
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--checkpoint", required=True)
     args = parser.parse_args(argv)
     params, log = setup(args, "init")
     roles = members_of_arm(params, args.arm)
     slots = slots_of_arm(params, args.arm)
-    tmp = staging_dir(args.out)
+    tmp = staging_dir(args.checkpoint)
 
     with timed(log, "verifying seed tasks"):
         try:
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         coverage_hashes=seed_programs, matched_coverage_hashes=seed_programs,
     )
     save_state(tmp, state)
-    replace_dir(tmp, args.out)
+    replace_dir(tmp, args.checkpoint)
     log.info("arm %s: slots %s, %d seed tasks", args.arm, slots, len(seeds))
     return 0
 

@@ -1,7 +1,7 @@
 """Stage pair: match teachers with students for this generation (TrueSkill PFSP or round robin).
 
     python -m stages.pair --params params.yaml --arm population --gen 0 \
-        --state results/population/init --out results/population/gen000/pairing.json
+        --state results/population/init --pairing results/population/gen000/pairing.json
 
 Each student gets `solve.tasks_per_type` slots per task type; a slot names the teacher whose
 task it solves. PFSP favours matchups with student win probability near 0.5; every student
@@ -20,7 +20,7 @@ from stages._common import derive_seed, setup, stage_parser
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0])
     parser.add_argument("--state", required=True)
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--pairing", required=True)
     args = parser.parse_args(argv)
     params, log = setup(args, "pair")
     state = load_state(args.state)
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         pairing = round_robin_pairing(state.teachers, state.students, slots_per_student=slots)
-    write_json(args.out, pairing)
+    write_json(args.pairing, pairing)
     log.info("pairing counts %s", pairing["counts"])
     return 0
 

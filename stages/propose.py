@@ -2,7 +2,7 @@
 
     python -m stages.propose --params params.yaml --arm population --gen 0 --base-model results/base_model \
         --state results/population/init --pairing results/population/gen000/pairing.json \
-        --out results/population/gen000/proposals.jsonl
+        --proposals results/population/gen000/proposals.jsonl
 
 Output rows are verifier input rows (task_id, type, program, inputs, message) plus provenance,
 the raw completion segments (for the update) and `parse_reason` (None when parsing succeeded).
@@ -25,7 +25,7 @@ from stages._common import derive_seed, setup, stage_parser, timed
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0])
-    for flag in ("--base-model", "--state", "--pairing", "--out"):
+    for flag in ("--base-model", "--state", "--pairing", "--proposals"):
         parser.add_argument(flag, required=True)
     args = parser.parse_args(argv)
     params, log = setup(args, "propose")
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = proposal_rows(jobs, results, mode=cfg.mode, n_inputs=cfg.code_f_inputs)
     if cfg.reject_duplicates:
         rows = mark_duplicates(rows, buffer)
-    write_jsonl(args.out, rows)
+    write_jsonl(args.proposals, rows)
     parsed_ok = sum(r["parse_reason"] is None for r in rows)
     log.info("%d/%d proposals parsed; %d tokens generated", parsed_ok, len(rows), sum(r["tokens"] for r in rows))
     return 0

@@ -2,7 +2,7 @@
 
     python -m stages.reward --params params.yaml --arm population --gen 0 --state results/population/init \
         --tasks results/population/gen000/tasks.jsonl --graded results/population/gen000/graded.jsonl \
-        --pairing results/population/gen000/pairing.json --out results/population/gen000/rollouts.jsonl \
+        --pairing results/population/gen000/pairing.json --rollouts results/population/gen000/rollouts.jsonl \
         --ratings results/population/gen000/ratings.json --stats results/population/gen000/reward_stats.json
 
 Definitions (rewards, games, advantages) are in `populora.rollouts`. Only attempts on this
@@ -20,7 +20,7 @@ from stages._common import setup, stage_parser
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0])
-    for flag in ("--state", "--tasks", "--graded", "--pairing", "--out", "--ratings", "--stats"):
+    for flag in ("--state", "--tasks", "--graded", "--pairing", "--rollouts", "--ratings", "--stats"):
         parser.add_argument(flag, required=True)
     args = parser.parse_args(argv)
     params, log = setup(args, "reward")
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     stats["pairing_counts"] = pairing["counts"]
     programs = {t["task_id"]: t.get("program") for t in [*load_buffer(args.state), *tasks]}
     stats["same_program_example_answers"], stats["same_program_example_correct"] = same_program_examples(graded, programs)
-    write_jsonl(args.out, rollouts)
+    write_jsonl(args.rollouts, rollouts)
     write_json(args.ratings, ratings)
     write_json(args.stats, stats)
     log.info("validity %s; solve %s; teacher reward %s; student reward %s; games per teacher %s",

@@ -2,7 +2,7 @@
 
     python -m stages.solve --params params.yaml --arm population --gen 0 --base-model results/base_model \
         --state results/population/init --pairing results/population/gen000/pairing.json \
-        --tasks results/population/gen000/tasks.jsonl --out results/population/gen000/answers.jsonl \
+        --tasks results/population/gen000/tasks.jsonl --answers results/population/gen000/answers.jsonl \
         --solve-tasks results/population/gen000/solve_tasks.jsonl
 
 `--solve-tasks` receives every task a student was given (this generation's valid proposals and
@@ -28,7 +28,7 @@ TASK_FIELDS = ("task_id", "type", "program", "inputs", "outputs", "message", "te
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0])
-    for flag in ("--base-model", "--state", "--pairing", "--tasks", "--out", "--solve-tasks"):
+    for flag in ("--base-model", "--state", "--pairing", "--tasks", "--answers", "--solve-tasks"):
         parser.add_argument(flag, required=True)
     args = parser.parse_args(argv)
     params, log = setup(args, "solve")
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                      "tokens": result.tokens_generated})
     used = {t["task_id"]: t for by_type in assignment.values() for tasks in by_type.values() for t in tasks}
     write_jsonl(args.solve_tasks, [{**{k: t.get(k) for k in TASK_FIELDS}, "valid": True} for t in used.values()])
-    write_jsonl(args.out, rows)
+    write_jsonl(args.answers, rows)
     log.info("%d answers (%d parsed) on %d tasks; %d tokens", len(rows), sum(r["answer"] is not None for r in rows),
              len(used), sum(r["tokens"] for r in rows))
     return 0

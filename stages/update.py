@@ -2,7 +2,7 @@
 
     python -m stages.update --params params.yaml --arm population --gen 0 --base-model results/base_model \
         --state results/population/init --rollouts results/population/gen000/rollouts.jsonl \
-        --out results/population/gen000/trained
+        --trained results/population/gen000/trained
 
 Writes trained/adapters/<slot>/, trained/optimizer/<slot>.safetensors and trained/update_stats.json.
 The base model's weights are frozen; each adapter is trained on its own forward passes (PEFT
@@ -28,7 +28,7 @@ from stages._common import derive_seed, setup, stage_parser, timed
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0])
-    for flag in ("--base-model", "--state", "--rollouts", "--out"):
+    for flag in ("--base-model", "--state", "--rollouts", "--trained"):
         parser.add_argument(flag, required=True)
     args = parser.parse_args(argv)
     params, log = setup(args, "update")
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer.padding_side = "right"
     model = attach_adapters(model, {s: str(p) for s, p in adapter_dirs(args.state, slots).items()}, trainable=slots[0])
     model = accelerator.prepare_model(model)
-    tmp = staging_dir(args.out)
+    tmp = staging_dir(args.trained)
     stats = {}
     for slot in slots:
         with timed(log, f"update {slot} on {len(by_adapter[slot])} rollouts"):
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp / "_save", ignore_errors=True)
         log.info("%s: %s", slot, {k: v for k, v in stats[slot].items() if k != "losses"})
     write_json(tmp / "update_stats.json", stats)
-    replace_dir(tmp, args.out)
+    replace_dir(tmp, args.trained)
     return 0
 
 

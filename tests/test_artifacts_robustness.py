@@ -64,7 +64,7 @@ def test_a_stage_traceback_lands_in_its_log_file(tmp_path):
     log = tmp_path / "logs" / "pair.log"
     result = subprocess.run(
         [sys.executable, "-m", "stages.pair", "--params", str(REPO / "params.yaml"), "--arm", "population",
-         "--gen", "0", "--state", str(broken), "--out", str(tmp_path / "pairing.json"), "--log", str(log)],
+         "--gen", "0", "--state", str(broken), "--pairing", str(tmp_path / "pairing.json"), "--log", str(log)],
         cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
     assert result.returncode != 0
     text = log.read_text()

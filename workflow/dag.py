@@ -96,22 +96,22 @@ class Stage:
 STAGES: tuple[Stage, ...] = (
     Stage(
         "base_model", "stages.base_model", "global",
-        outputs={"out": BASE_MODEL}, directories=("out",), params=("model.base_model",),
+        outputs={"base_model": BASE_MODEL}, directories=("base_model",), params=("model.base_model",),
     ),
     Stage(
         "init", "stages.init", "arm",
-        inputs={"base_model": BASE_MODEL}, outputs={"out": INIT_DIR}, directories=("out",),
+        inputs={"base_model": BASE_MODEL}, outputs={"checkpoint": INIT_DIR}, directories=("checkpoint",),
         params=("base.seed", "model.dtype", "lora", "population", "ratings", "verify", "buffer.seeds"),
     ),
     Stage(
         "pair", "stages.pair", "gen", local=True,
-        inputs={"state": PREV}, outputs={"out": f"{GEN_DIR}/pairing.json"},
+        inputs={"state": PREV}, outputs={"pairing": f"{GEN_DIR}/pairing.json"},
         params=("base.seed", "pairing", "ratings.beta", "solve.tasks_per_type"),
     ),
     Stage(
         "propose", "stages.propose", "gen",
         inputs={"base_model": BASE_MODEL, "state": PREV, "pairing": f"{GEN_DIR}/pairing.json"},
-        outputs={"out": f"{GEN_DIR}/proposals.jsonl"},
+        outputs={"proposals": f"{GEN_DIR}/proposals.jsonl"},
         params=("base.seed", "model.dtype", "model.device", "propose"), gpu=1,
     ),
     Stage(
@@ -123,7 +123,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "solve", "stages.solve", "gen",
         inputs={"base_model": BASE_MODEL, "state": PREV, "pairing": f"{GEN_DIR}/pairing.json", "tasks": f"{GEN_DIR}/tasks.jsonl"},
-        outputs={"out": f"{GEN_DIR}/answers.jsonl", "solve_tasks": f"{GEN_DIR}/solve_tasks.jsonl"},
+        outputs={"answers": f"{GEN_DIR}/answers.jsonl", "solve_tasks": f"{GEN_DIR}/solve_tasks.jsonl"},
         params=("base.seed", "model.dtype", "model.device", "solve"), gpu=1,
     ),
     Stage(
@@ -134,20 +134,20 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "reward", "stages.reward", "gen", local=True,
         inputs={"state": PREV, "tasks": f"{GEN_DIR}/tasks.jsonl", "graded": f"{GEN_DIR}/graded.jsonl", "pairing": f"{GEN_DIR}/pairing.json"},
-        outputs={"out": f"{GEN_DIR}/rollouts.jsonl", "ratings": f"{GEN_DIR}/ratings.json", "stats": f"{GEN_DIR}/reward_stats.json"},
+        outputs={"rollouts": f"{GEN_DIR}/rollouts.jsonl", "ratings": f"{GEN_DIR}/ratings.json", "stats": f"{GEN_DIR}/reward_stats.json"},
         params=("reward", "ratings"),
     ),
     Stage(
         "update", "stages.update", "gen",
         inputs={"base_model": BASE_MODEL, "state": PREV, "rollouts": f"{GEN_DIR}/rollouts.jsonl"},
-        outputs={"out": f"{GEN_DIR}/trained"}, directories=("out",),
+        outputs={"trained": f"{GEN_DIR}/trained"}, directories=("trained",),
         params=("base.seed", "model.dtype", "model.device", "population", "update"), gpu=1,
     ),
     Stage(
         "evolve", "stages.evolve", "gen", local=True,
         inputs={"state": PREV, "trained": f"{GEN_DIR}/trained", "ratings": f"{GEN_DIR}/ratings.json",
                 "stats": f"{GEN_DIR}/reward_stats.json"},
-        outputs={"out": f"{GEN_DIR}/evolved"}, directories=("out",),
+        outputs={"evolved": f"{GEN_DIR}/evolved"}, directories=("evolved",),
         params=("base.seed", "evolve", "reward.teacher_mode"),
     ),
     Stage(
@@ -156,8 +156,8 @@ STAGES: tuple[Stage, ...] = (
                 "ratings": f"{GEN_DIR}/ratings.json", "tasks": f"{GEN_DIR}/tasks.jsonl",
                 "stats": f"{GEN_DIR}/reward_stats.json", "pairing": f"{GEN_DIR}/pairing.json",
                 "isolation": f"{GEN_DIR}/isolation.json"},
-        outputs={"out": f"{GEN_DIR}/checkpoint", "metrics": f"{GEN_DIR}/metrics.json"},
-        directories=("out",), metrics=("metrics",), params=("base.seed", "buffer.max_size", "propose.per_type"),
+        outputs={"checkpoint": f"{GEN_DIR}/checkpoint", "metrics": f"{GEN_DIR}/metrics.json"},
+        directories=("checkpoint",), metrics=("metrics",), params=("base.seed", "buffer.max_size", "propose.per_type"),
     ),
 )
 

@@ -70,7 +70,7 @@ def render_stage(stage: Stage, params) -> dict:
     metrics = [paths[key] for key in stage.outputs if key in stage.metrics]
     body = {
         "cmd": stage.command(paths, {w: item[w] for w in stage.wildcards}, log=stage.log_template().format(**item)),
-        "deps": [*code_deps(stage.module), *deps, *([GUARD_STAMP] if stage.outputs.get("out") == BASE_MODEL else [])],
+        "deps": [*code_deps(stage.module), *deps, *([GUARD_STAMP] if stage.outputs.get("base_model") == BASE_MODEL else [])],
     }
     if stage.params:
         body["params"] = list(stage.params)
