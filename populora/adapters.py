@@ -69,3 +69,18 @@ def copy_adapter(src: str | Path, dst: str | Path) -> None:
     dst.mkdir(parents=True, exist_ok=True)
     for name in (WEIGHTS, CONFIG):
         shutil.copy(Path(src) / name, dst / name)
+
+
+def save_trained_adapter(peft_model, slot: str, dst: str | Path) -> None:
+    """Save one adapter of a (possibly multi-adapter) PeftModel as a plain PEFT folder at `dst`
+    (`adapter_model.safetensors` + normalised `adapter_config.json`). PEFT writes a non-default
+    adapter into a subfolder named after it; this puts either layout at `dst`."""
+    dst = Path(dst)
+    scratch = dst.parent / f".{dst.name}.save"
+    shutil.rmtree(scratch, ignore_errors=True)
+    peft_model.save_pretrained(scratch, selected_adapters=[slot])
+    saved = scratch / slot if (scratch / slot).is_dir() else scratch
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(saved), str(dst))
+    normalize_config(dst)
+    shutil.rmtree(scratch, ignore_errors=True)

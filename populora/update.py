@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch.utils.checkpoint import checkpoint
 
 from populora.generation import process_logits
@@ -250,27 +250,31 @@ def set_gradient_checkpointing(model, enabled: bool) -> None:
         base.gradient_checkpointing_disable()
 
 
-def reinforce_steps(accelerator, model, tokenizer, adapter: str, rollouts: list[dict], *, steps: int, lr: float,
-                    weight_decay: float, micro_batch: int, max_grad_norm: float, max_seq_len: int,
-                    optimizer_file: Path | None, optimizer_out: Path, max_tokens_per_micro_batch: int | None = None,
-                    gradient_checkpointing: bool = False) -> dict:
-    """Run `steps` full-batch REINFORCE steps for `adapter`; returns statistics for the metrics."""
+def reinforce_steps(accelerator, model, tokenizer, adapter: str, rollouts: list[dict], config, *,
+                    optimizer_file: Path | None, optimizer_out: Path) -> dict:
+    """Run `config.steps` full-batch REINFORCE steps for `adapter`; returns statistics for the metrics.
+
+    `config` is the `update` section of params (`populora.config.UpdateSection`): learning rate,
+    weight decay, steps, micro-batch and its token budget, clipping, sequence cap, checkpointing.
+    """
+    steps, max_grad_norm = config.steps, config.max_grad_norm
     unwrapped = accelerator.unwrap_model(model)
     unwrapped.set_adapter(adapter)
     params = trainable_state(unwrapped, adapter)
     for name, parameter in unwrapped.named_parameters():
         parameter.requires_grad_(name in params)
-    set_gradient_checkpointing(unwrapped, gradient_checkpointing)
-    optimizer, names = make_optimizer(params, lr=lr, weight_decay=weight_decay, state_file=optimizer_file)
+    set_gradient_checkpointing(unwrapped, config.gradient_checkpointing)
+    optimizer, names = make_optimizer(params, lr=config.learning_rate, weight_decay=config.weight_decay,
+                                      state_file=optimizer_file)
     optimizer = accelerator.prepare_optimizer(optimizer)
     useful = [r for r in rollouts if r.get("advantage")]  # None or 0.0: no gradient
     sequences, truncated = [], 0
     for index, rollout in enumerate(useful):
-        built, cut = rollout_sequences(rollout["segments"], index, max_seq_len)
+        built, cut = rollout_sequences(rollout["segments"], index, config.max_seq_len)
         sequences.extend(built)
         truncated += cut
     advantages = [float(r["advantage"]) for r in useful]
-    batches = plan_micro_batches([len(s.ids) for s in sequences], micro_batch, max_tokens_per_micro_batch)
+    batches = plan_micro_batches([len(s.ids) for s in sequences], config.micro_batch, config.max_tokens_per_micro_batch)
     weights = token_weights(sequences, advantages)
     offsets = [0]
     for s in sequences:

@@ -11,13 +11,12 @@ refuses mixed-adapter batches in training mode).
 
 from __future__ import annotations
 
-import shutil
 from collections import defaultdict
 from pathlib import Path
 
 from accelerate import Accelerator
 
-from populora.adapters import normalize_config
+from populora.adapters import save_trained_adapter
 from populora.config import slots_of_arm
 from populora.io import read_jsonl, replace_dir, staging_dir, write_json
 from populora.model import attach_adapters, load_base
@@ -32,7 +31,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(flag, required=True)
     args = parser.parse_args(argv)
     params, log = setup(args, "update")
-    cfg = params.update
     slots = slots_of_arm(params, args.arm)
     by_adapter: dict[str, list[dict]] = defaultdict(list)
     for rollout in read_jsonl(args.rollouts):
@@ -51,19 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     for slot in slots:
         with timed(log, f"update {slot} on {len(by_adapter[slot])} rollouts"):
             stats[slot] = reinforce_steps(
-                accelerator, model, tokenizer, slot, by_adapter[slot], steps=cfg.steps, lr=cfg.learning_rate,
-                weight_decay=cfg.weight_decay, micro_batch=cfg.micro_batch, max_grad_norm=cfg.max_grad_norm,
-                max_seq_len=cfg.max_seq_len, optimizer_file=Path(args.state) / OPTIMIZER / f"{slot}.safetensors",
+                accelerator, model, tokenizer, slot, by_adapter[slot], params.update,
+                optimizer_file=Path(args.state) / OPTIMIZER / f"{slot}.safetensors",
                 optimizer_out=tmp / OPTIMIZER / f"{slot}.safetensors",
-                max_tokens_per_micro_batch=cfg.max_tokens_per_micro_batch, gradient_checkpointing=cfg.gradient_checkpointing,
             )
-        unwrapped = accelerator.unwrap_model(model)
-        unwrapped.save_pretrained(tmp / "_save", selected_adapters=[slot])
-        saved = tmp / "_save" / slot if (tmp / "_save" / slot).is_dir() else tmp / "_save"
-        (tmp / ADAPTERS).mkdir(exist_ok=True)
-        shutil.move(str(saved), str(tmp / ADAPTERS / slot))
-        normalize_config(tmp / ADAPTERS / slot)
-        shutil.rmtree(tmp / "_save", ignore_errors=True)
+        save_trained_adapter(accelerator.unwrap_model(model), slot, tmp / ADAPTERS / slot)
         log.info("%s: %s", slot, {k: v for k, v in stats[slot].items() if k != "losses"})
     write_json(tmp / "update_stats.json", stats)
     replace_dir(tmp, args.trained)

@@ -11,6 +11,7 @@ from accelerate import Accelerator
 
 from populora import prompts
 from populora.adapters import create_adapters
+from populora.config import UpdateSection
 from populora.generation import GenRow, run_plans
 from populora.model import attach_adapters, load_base, lora_config
 from populora.multilora import attach_multilora
@@ -48,10 +49,9 @@ def test_generation_and_update_on_cuda(tiny_model_dir, tmp_path):
                 if row.adapter == "a"]
     accelerator = Accelerator()
     model = accelerator.prepare_model(model)
-    stats = reinforce_steps(accelerator, model, tokenizer, "a", rollouts, steps=1, lr=1e-2, weight_decay=0.0,
-                            micro_batch=2, max_grad_norm=1.0, max_seq_len=2048, optimizer_file=None,
-                            optimizer_out=tmp_path / "opt.safetensors", max_tokens_per_micro_batch=1024,
-                            gradient_checkpointing=True)
+    stats = reinforce_steps(accelerator, model, tokenizer, "a", rollouts, UpdateSection(
+        steps=1, learning_rate=1e-2, micro_batch=2, max_seq_len=2048, max_tokens_per_micro_batch=1024, gradient_checkpointing=True),
+        optimizer_file=None, optimizer_out=tmp_path / "opt.safetensors")
     assert stats["optimizer_steps"] == 1 and all(torch.isfinite(torch.tensor(stats["losses"])))
     # bf16, KV-cache decode vs one full forward: close, not bit-equal
     assert stats["sampler_logprob_mean_abs_diff"] < 0.05, stats

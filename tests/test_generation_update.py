@@ -8,6 +8,7 @@ from accelerate import Accelerator
 
 from populora import prompts
 from populora.adapters import create_adapters, read_state_dict
+from populora.config import UpdateSection
 from populora.generation import GenRow, _cut, block_enders, process_logits, run_plans, sample_batch
 from populora.model import attach_adapters, load_base, lora_config
 from populora.multilora import attach_multilora
@@ -137,9 +138,9 @@ def test_update_reports_on_policy_scores_and_trains_only_its_adapter(tiny_model_
     model = attach_adapters(model, adapters, trainable="a")
     lora_before = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
     accelerator = Accelerator(cpu=True)
-    stats = reinforce_steps(accelerator, model, tokenizer, "a", rollouts, steps=2, lr=1e-2, weight_decay=0.0,
-                            micro_batch=2, max_grad_norm=1.0, max_seq_len=4096, optimizer_file=None,
-                            optimizer_out=tmp_path / "opt.safetensors", max_tokens_per_micro_batch=256)
+    stats = reinforce_steps(accelerator, model, tokenizer, "a", rollouts, UpdateSection(
+        steps=2, learning_rate=1e-2, micro_batch=2, max_seq_len=4096, max_tokens_per_micro_batch=256),
+        optimizer_file=None, optimizer_out=tmp_path / "opt.safetensors")
     assert stats["optimizer_steps"] == 2
     assert stats["rollouts_with_signal"] == len([r for r in rollouts if r["advantage"]])
     assert stats["sampler_logprob_max_abs_diff"] < 1e-4, stats
@@ -159,9 +160,9 @@ def test_update_reports_on_policy_scores_and_trains_only_its_adapter(tiny_model_
     # as not trainable) must train too, and leave the first one as it now is.
     a_after = {n: p.detach().clone() for n, p in model.named_parameters() if ".a." in n and "lora_" in n}
     b_before = {n: p.detach().clone() for n, p in model.named_parameters() if ".b." in n and "lora_" in n}
-    stats = reinforce_steps(accelerator, model, tokenizer, "b", rollouts, steps=1, lr=1e-2, weight_decay=0.0,
-                            micro_batch=2, max_grad_norm=1.0, max_seq_len=4096, optimizer_file=None,
-                            optimizer_out=tmp_path / "opt_b.safetensors")
+    stats = reinforce_steps(accelerator, model, tokenizer, "b", rollouts, UpdateSection(
+        steps=1, learning_rate=1e-2, micro_batch=2, max_seq_len=4096, max_tokens_per_micro_batch=None),
+        optimizer_file=None, optimizer_out=tmp_path / "opt_b.safetensors")
     now = dict(model.named_parameters())
     assert stats["optimizer_steps"] == 1
     assert stats["sampler_logprob_max_abs_diff"] > 1e-3, "a's rollouts scored under b are off-policy"
