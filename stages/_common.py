@@ -33,8 +33,9 @@ def stage_parser(description: str, *, arm: bool = True, gen: bool = True) -> arg
     return parser
 
 
-def setup(args: argparse.Namespace, stage: str) -> tuple[Params, logging.Logger]:
-    """Configure logging (stderr + --log file) and load params, failing fast with a clear message."""
+def configure_logging(args: argparse.Namespace, stage: str) -> logging.Logger:
+    """The stage's logger: stderr plus the --log file, lines tagged with the stage (and arm, gen);
+    an uncaught exception's traceback goes through it too."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if args.log:
         Path(args.log).parent.mkdir(parents=True, exist_ok=True)
@@ -45,6 +46,12 @@ def setup(args: argparse.Namespace, stage: str) -> tuple[Params, logging.Logger]
         format=f"%(asctime)s {stage}{' ' + where if where else ''} %(levelname)s %(message)s",
     )
     _log_uncaught(logging.getLogger(stage))
+    return logging.getLogger(stage)
+
+
+def setup(args: argparse.Namespace, stage: str) -> tuple[Params, logging.Logger]:
+    """Configure logging (stderr + --log file) and load params, failing fast with a clear message."""
+    configure_logging(args, stage)
     if stage in GPU_STAGES:
         claim_gpu(logging.getLogger(stage))
     try:

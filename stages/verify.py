@@ -24,12 +24,12 @@ import logging
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 
-from populora.config import VerifySection
+from populora.config import ParamsError, VerifySection, load_params
 from populora.io import write_json, write_jsonl
 from populora.sandbox import Sandbox
 from populora.verifier import IsolationError, isolation_report, open_sandbox, verify_config, verify_rows
+from stages._common import configure_logging
 
 REFUSED = 3  # exit code: a sandbox layer is missing and verify.require_isolation is true
 LIMIT_FLAGS = {"timeout": "timeout_s", "memory_mb": "memory_mb", "max_output_chars": "max_output_chars",
@@ -49,20 +49,16 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
 
 
 def setup(args: argparse.Namespace, stage: str) -> tuple[VerifySection, logging.Logger]:
-    """Logging to stderr (+ --log) and the `verify` config section (params, then flag overrides)."""
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    if args.log:
-        Path(args.log).parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(args.log, mode="w"))
-    where = " ".join(f"{k}={getattr(args, k)}" for k in ("arm", "gen") if getattr(args, k) is not None)
-    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True,
-                        format=f"%(asctime)s {stage}{' ' + where if where else ''} %(levelname)s %(message)s")
-    config = None
-    if args.params:
-        from populora.config import load_params
-        config = load_params(args.params).verify
+    """The stage's logger (as every stage's) and the `verify` config section (params, then flag
+    overrides); --params is optional here, so this stage runs on its own too."""
+    log = configure_logging(args, stage)
     overrides = {key: getattr(args, flag) for flag, key in LIMIT_FLAGS.items() if getattr(args, flag) is not None}
-    return verify_config(config, **overrides), logging.getLogger(stage)
+    try:
+        config = load_params(args.params).verify if args.params else None
+        return verify_config(config, **overrides), log
+    except (ParamsError, ValueError) as error:  # a bad params file or override: named, exit 2
+        log.error("%s", error)
+        raise SystemExit(2) from None
 
 
 def start_sandbox(config: VerifySection, log: logging.Logger) -> Sandbox | None:
