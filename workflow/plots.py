@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from populora.config import members_of_arm, slots_of_arm
 from populora.report.panels import COMPARISONS, PANELS
+from workflow.dag import stage_named
 
-DYNAMICS = "results/dynamics/{arm}/dynamics.json"
+DYNAMICS = stage_named("dynamics").outputs["dynamics"]  # the per-arm plots table, spelled once in workflow/dag.py
 
 # The panels are shared with the report's PNG figure (populora/report/panels.py): one list.
 SERIES = [(panel.id, list(panel.fields), panel.title) for panel in PANELS]
