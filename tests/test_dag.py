@@ -150,3 +150,18 @@ def test_a_collected_folder_holds_outputs_of_the_stages_it_names():
 def test_rule_all_spells_no_path():
     snakefile = (REPO / "Snakefile").read_text()
     assert "results/" not in re.sub(r'"""[\s\S]*?"""', "", snakefile)
+
+
+def test_generation_ids_reach_dvc_as_strings(tmp_path):
+    """DVC reads dvc.yaml as YAML 1.2, where a bare 008 is the integer 8 (generation 8 would run
+    as `--gen 8` on `results/<arm>/gen8/`): every generation id must be a string there."""
+    import yaml
+    from ruamel.yaml import YAML
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["dag"]["generations"] = 12
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    assert render_dvc.main(["--params", str(tmp_path / "params.yaml"), "--out", str(tmp_path / "dvc.yaml")]) == 0
+    stages = YAML(typ="safe", pure=True).load((tmp_path / "dvc.yaml").read_text())["stages"]
+    ids = [item["id"] for item in stages["propose"]["matrix"]["gen"]]
+    assert ids == [f"{g:03d}" for g in range(12)]

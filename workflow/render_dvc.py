@@ -98,6 +98,16 @@ class _NoAliases(yaml.SafeDumper):
         return True
 
 
+def _quoted_digits(dumper: yaml.SafeDumper, value: str):
+    # PyYAML writes the string "008" bare (no YAML 1.1 int looks like it), and DVC's YAML 1.2
+    # parser reads a bare 008 as the integer 8: generation ids stay quoted
+    style = "'" if value.isdigit() else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_NoAliases.add_representer(str, _quoted_digits)
+
+
 def plots_section(params) -> list:
     from workflow.plots import PLOTS
 
