@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
           f"naive {result['median_checks_per_s']['naive']}, naive_x2 {result['median_checks_per_s']['naive_x2']}")
     print(f"speed-up: {result['speedup_vs_naive']}x vs naive (1 run/proposal), "
           f"{result['speedup_vs_naive_x2']}x vs naive_x2 (same work)")
-    print(f"CPU ms per proposal (this process + descendants): " + ", ".join(
+    print("CPU ms per proposal (this process + descendants): " + ", ".join(
         f"{name} {value:.2f}" for name, value in cpu.items()) + f"; naive costs {result['cpu_cost_ratio_vs_naive']}x "
           f"(naive_x2 {result['cpu_cost_ratio_vs_naive_x2']}x) the sandbox's CPU per proposal")
     if args.json:

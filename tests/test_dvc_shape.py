@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from workflow import render_dvc
 from workflow.dag import STAGES, code_deps
 
 BIN = str(Path(sys.executable).parent)

@@ -9,8 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from stages import _common
 from tests.conftest import REPO
 from workflow.dag import GPU_THREADS, STAGES
