@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from populora.paths import project_path
+
 # Benchmark name (params.bench.benchmarks) -> evalplus dataset name.
 CODE_BENCHMARKS = {"humaneval_plus": "humaneval", "mbpp_plus": "mbpp"}
 MATH_BENCHMARKS = ("gsm8k", "math500", "minerva_math", "olympiadbench", "aime24", "aime25", "amc23")
@@ -32,9 +34,10 @@ DATA_ENV = "POPULORA_BENCHMARKS"
 def resolve_data_dir(configured: str | None) -> Path | None:
     """The benchmark folder: $POPULORA_BENCHMARKS if set and non-empty, else `bench.data_dir`;
     None means the official downloads. Relative paths are taken from the working directory
-    (stages run from the repository root)."""
+    (stages run from the repository root), or, inside a DVC queue's temporary workspace, from
+    the project that queued the experiment (`populora.paths.project_path`)."""
     chosen = os.environ.get(DATA_ENV) or configured
-    return Path(chosen).resolve() if chosen else None
+    return project_path(chosen) if chosen else None
 
 
 def relative_data_file(bench: str) -> str:

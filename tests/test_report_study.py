@@ -4,6 +4,7 @@ spread across seeds, paired-by-seed intervals; slow: a real DVC queue of two see
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -96,7 +97,9 @@ def test_study_of_a_queue_of_two_seeds(tmp_path, tiny_params_dict):
     params = dict(tiny_params_dict)
     params["dag"] = {**params["dag"], "generations": 1, "arms": ["baseline"]}
     params["bench"] = {**params["bench"], "benchmarks": ["cruxeval_o"], "limit": 1, "limits": {"cruxeval_o": 2},
-                       "max_new_tokens": 16, "data_dir": str(REPO.parent / "shared" / "benchmarks")}
+                       "max_new_tokens": 16,
+                       # relative, as in the default params: the queue runs in .dvc/tmp/exps/<tmp>/
+                       "data_dir": os.path.relpath(REPO.parent / "shared" / "benchmarks", root)}
     new_dvc_project(root, params)
     for seed in (0, 1):
         _run(root, f"{BIN}/dvc", "exp", "run", "--queue", "-n", f"seed{seed}", "-S", f"base.seed={seed}")

@@ -1,0 +1,37 @@
+"""Where relative paths in params.yaml are taken from: the project, also inside a DVC queue.
+
+Stages run from the project root, so `bench.data_dir: ../shared/benchmarks` normally means
+"beside the project". `dvc exp run --queue` + `dvc queue start` (and `dvc exp run --temp`) run
+an experiment in a temporary copy, `<project>/.dvc/tmp/exps/<tmpdir>/`, where that relative path
+would point into `.dvc/tmp/exps/`; a path that does not exist from there is taken from the
+project that queued the experiment instead.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_DVC_TEMP_WORKSPACE = (".dvc", "tmp", "exps")
+
+
+def queued_from(cwd: str | Path) -> Path | None:
+    """The project a DVC temporary experiment workspace belongs to, or None for a normal folder."""
+    parts = Path(cwd).resolve().parts
+    for start in range(len(parts) - len(_DVC_TEMP_WORKSPACE)):
+        if parts[start:start + len(_DVC_TEMP_WORKSPACE)] == _DVC_TEMP_WORKSPACE:
+            return Path(*parts[:start])
+    return None
+
+
+def project_path(value: str | os.PathLike) -> Path:
+    """`value` as an absolute path: relative to the working directory (the project root), or,
+    when it does not exist there and this runs in a DVC temporary workspace, to the project
+    the experiment was queued from."""
+    path = Path(value)
+    if path.is_absolute() or path.exists():
+        return path.resolve()
+    origin = queued_from(Path.cwd())
+    if origin is not None and (origin / path).exists():
+        return (origin / path).resolve()
+    return path.resolve()
