@@ -8,7 +8,8 @@
 
 EvalPlus for HumanEval+/MBPP+, lm-eval for the math suite (`--tasks`, default
 `workflow/lm_eval_tasks`, holds its task templates), CRUXEval-O / -I graded by the project's
-sandboxed verifier (populora/bench/cruxeval.py; every member in one generation pass). `--models`
+sandboxed verifier (populora/bench/cruxeval.py). The members of an arm share one generation pass
+on every benchmark (stacked adapters, each row through its member's). `--models`
 is an export folder (`<slot>/model.json` + `<slot>/adapter/`); each model is the frozen base plus
 that adapter, greedy. `bench.limits[<bench>]`, else `bench.limit`, = N evaluates the first N
 problems in file order (null: all). Only the members of the roles in `bench.roles` are benchmarked (default: students and teachers).

@@ -13,6 +13,7 @@ from populora.bench import cruxeval as cx
 from populora.config import ParamsError, parse_params
 from populora.verifier import grade_rows
 from stages import bench as bench_stage
+from tests.tiny_model import export_members
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DATA = Path(os.environ.get("POPULORA_BENCHMARKS") or REPO.parent / "shared" / "benchmarks")
@@ -154,34 +155,19 @@ def test_missing_data_fails_when_params_load_naming_file_and_fix(tmp_path, monke
     assert parse_params({"bench": {"benchmarks": ["cruxeval_o"], "data_dir": None}}).bench.data_dir is None
 
 
-def _export_members(tmp_path: Path, tiny_model_dir: Path, seeds: dict[str, int]) -> Path:
-    """An arm's export folder as stages/export.py writes it: <slot>/model.json + <slot>/adapter/."""
-    from populora.adapters import create_adapters
-    from populora.model import load_base, lora_config
-
-    models = tmp_path / "models" / "population"
-    _, base = load_base(tiny_model_dir, device="cpu")
-    for slot, seed in seeds.items():
-        create_adapters(base, ["adapter"], models / slot, lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"]),
-                        seeds={"adapter": seed}, init_std=0.5)  # noise: the adapter changes the answers
-        (models / slot / "model.json").write_text(json.dumps({"model": f"population-{slot}", "adapter": "adapter",
-                                                              "member": f"population/{slot}@g000"}))
-    return models
-
-
 @needs_data
 def test_every_member_in_one_pass_answers_as_when_benchmarked_alone(tmp_path, tiny_model_dir, monkeypatch):
     """Members of an arm share one generation pass (stacked adapters, rows select theirs): each
     member's answers are exactly those it gives benchmarked alone, and they differ between members."""
     monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
     params = _params(tmp_path, prompt="project")
-    both = _export_members(tmp_path / "both", tiny_model_dir, {"student0": 1, "student1": 2})
+    both = export_members(tmp_path / "both", tiny_model_dir, {"student0": 1, "student1": 2})
     argv = ["--params", str(params), "--arm", "population", "--bench", "cruxeval_o", "--base-model",
             str(tiny_model_dir), "--log", str(tmp_path / "bench.log")]
     assert bench_stage.main([*argv, "--models", str(both), "--results", str(tmp_path / "together")]) == 0
     completions = {}
     for slot, seed in {"student0": 1, "student1": 2}.items():
-        alone = _export_members(tmp_path / slot, tiny_model_dir, {slot: seed})
+        alone = export_members(tmp_path / slot, tiny_model_dir, {slot: seed})
         assert bench_stage.main([*argv, "--models", str(alone), "--results", str(tmp_path / f"alone-{slot}")]) == 0
         model = f"population-{slot}"
         together = json.loads((tmp_path / "together" / f"{model}.json").read_text())
@@ -210,7 +196,7 @@ def test_only_the_members_of_bench_roles_are_benchmarked(tmp_path, tiny_model_di
     monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
     params = _params(tmp_path, prompt="project")
     params.write_text(params.read_text() + "  roles: [students]\npopulation:\n  teachers: 1\n  students: 1\n")
-    models = _export_members(tmp_path, tiny_model_dir, {"teacher0": 1, "student0": 2})
+    models = export_members(tmp_path, tiny_model_dir, {"teacher0": 1, "student0": 2})
     argv = ["--params", str(params), "--arm", "population", "--bench", "cruxeval_o", "--base-model",
             str(tiny_model_dir), "--models", str(models), "--results", str(tmp_path / "r")]
     assert bench_stage.main(argv) == 0

@@ -61,3 +61,19 @@ def tiny_model_dir(out_dir: str | Path, *, seed: int = 0) -> Path:
     tokenizer.save_pretrained(out_dir)
     (out_dir / "populora_source.json").write_text(json.dumps({"source": "tiny-random", "seed": seed}) + "\n")
     return out_dir
+
+
+def export_members(tmp_path: Path, tiny_model_dir: Path, seeds: dict[str, int]) -> Path:
+    """An arm's export folder as stages/export.py writes it: <slot>/model.json + <slot>/adapter/,
+    each adapter random noise (seeded), so members answer differently from the base and each other."""
+    from populora.adapters import create_adapters
+    from populora.model import load_base, lora_config
+
+    models = tmp_path / "models" / "population"
+    _, base = load_base(tiny_model_dir, device="cpu")
+    for slot, seed in seeds.items():
+        create_adapters(base, ["adapter"], models / slot, lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"]),
+                        seeds={"adapter": seed}, init_std=0.5)  # noise: the adapter changes the answers
+        (models / slot / "model.json").write_text(json.dumps({"model": f"population-{slot}", "adapter": "adapter",
+                                                              "member": f"population/{slot}@g000"}))
+    return models

@@ -66,8 +66,12 @@ def cut_at_stops(text: str, stops: list[str]) -> str:
 
 @torch.no_grad()
 def greedy_generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch_size: int,
-                    stops: list[str], desc: str = "generate") -> list[tuple[str, int, bool]]:
-    """(text cut at the first stop, new tokens, hit the token limit) per prompt, in order."""
+                    stops: list[str], desc: str = "generate",
+                    adapter_names: list[str | None] | None = None) -> list[tuple[str, int, bool]]:
+    """(text cut at the first stop, new tokens, hit the token limit) per prompt, in order.
+
+    `adapter_names` (one per prompt) routes each row through its adapter on a stacked multi-LoRA
+    model (`populora.multilora`), so several models' prompts share the batches."""
     device = next(model.parameters()).device
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths share a batch
     results: list[tuple[str, int, bool] | None] = [None] * len(prompts)
@@ -77,9 +81,10 @@ def greedy_generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int
             # The chat template already holds every special token the model expects.
             encoded = tokenizer([prompts[i] for i in batch], return_tensors="pt", padding=True,
                                 add_special_tokens=False).to(device)
+            routing = {} if adapter_names is None else {"adapter_names": [adapter_names[i] for i in batch]}
             output = model.generate(
                 **encoded, max_new_tokens=max_new_tokens, do_sample=False, temperature=None, top_p=None,
-                top_k=None, stop_strings=stops, tokenizer=tokenizer, pad_token_id=tokenizer.pad_token_id,
+                top_k=None, stop_strings=stops, tokenizer=tokenizer, pad_token_id=tokenizer.pad_token_id, **routing,
             )
             for index, token_ids in zip(batch, output[:, encoded["input_ids"].shape[1]:]):
                 ids = [t for t in token_ids.tolist() if t != tokenizer.pad_token_id]
@@ -93,17 +98,31 @@ def greedy_generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int
 def generate_solutions(model, tokenizer, problems: dict[str, dict], dataset: str, *, max_new_tokens: int,
                        batch_size: int) -> list[Completion]:
     """One greedy, sanitized solution per problem (in the order of `problems`)."""
+    return generate_member_solutions(model, tokenizer, problems, dataset, [None], max_new_tokens=max_new_tokens,
+                                     batch_size=batch_size)[None]
+
+
+def generate_member_solutions(model, tokenizer, problems: dict[str, dict], dataset: str,
+                              adapter_names: list[str | None], *, max_new_tokens: int,
+                              batch_size: int) -> dict[str | None, list[Completion]]:
+    """`generate_solutions` for several adapters of a stacked multi-LoRA model in one pass (every
+    problem once per adapter, sharing batches); [None] is the model as it is."""
     from evalplus.sanitize import sanitize
 
     stops = stop_strings(tokenizer, dataset)
     task_ids = list(problems)
     prompts = [build_prompt(problems[t]["prompt"], tokenizer) for t in task_ids]
-    outputs = greedy_generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                              stops=stops, desc=f"codegen {dataset}")
-    completions = []
-    for task_id, prompt, (text, n_tokens, hit_limit) in zip(task_ids, prompts, outputs):
-        # evalplus.codegen: a chat model's output is the solution; a base model continues the prompt.
-        raw = problems[task_id]["prompt"].strip() + "\n" + text if is_direct_completion(tokenizer) else text
-        solution = sanitize(raw, entrypoint=problems[task_id]["entry_point"])
-        completions.append(Completion(task_id, prompt, raw, solution, n_tokens, hit_limit))
-    return completions
+    routing = None if adapter_names == [None] else [name for name in adapter_names for _ in prompts]
+    outputs = greedy_generate(model, tokenizer, prompts * len(adapter_names), max_new_tokens=max_new_tokens,
+                              batch_size=batch_size, stops=stops, desc=f"codegen {dataset}", adapter_names=routing)
+    per_adapter = {}
+    for index, name in enumerate(adapter_names):
+        completions = []
+        part = outputs[index * len(prompts):(index + 1) * len(prompts)]
+        for task_id, prompt, (text, n_tokens, hit_limit) in zip(task_ids, prompts, part):
+            # evalplus.codegen: a chat model's output is the solution; a base model continues the prompt.
+            raw = problems[task_id]["prompt"].strip() + "\n" + text if is_direct_completion(tokenizer) else text
+            solution = sanitize(raw, entrypoint=problems[task_id]["entry_point"])
+            completions.append(Completion(task_id, prompt, raw, solution, n_tokens, hit_limit))
+        per_adapter[name] = completions
+    return per_adapter

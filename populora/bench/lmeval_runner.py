@@ -9,8 +9,12 @@ data location goes through lm-eval's own mechanism, the task metadata: `TaskMana
 `max_gen_toks` comes from `bench.max_new_tokens` through `gen_kwargs`. lm-eval's built-in tasks
 are left out of the index (`include_defaults=False`): nothing else is loaded or downloaded.
 
-The model is `hf` with `pretrained=<base folder>` and `peft=<adapter folder>` (none for the bare
-base model), greedy, chat template applied, `<|im_end|>` among the stop strings. `limit=N` makes
+The bare base model is `hf` with `pretrained=<base folder>`, greedy, chat template applied,
+`<|im_end|>` among the stop strings. The members of an arm (`evaluate_members`) go through the
+same HF backend on a model holding every member's adapter stacked (`populora.multilora`):
+lm-eval runs once per member, but the first run generates the answers of all members in one
+pass (each row through its member's adapter) and the others take theirs from it, so prompts,
+post-processing, filters and metrics are lm-eval's own for every member. `limit=N` makes
 lm-eval evaluate the first N documents of the test file, in file order.
 """
 
@@ -70,11 +74,7 @@ def evaluate(benchmark: str, *, base_model: str | Path, adapter: str | Path | No
     tasks_dir = check_tasks_dir(Path(tasks_dir))
     metadata = task_metadata(benchmark, data_dir)
     gen_kwargs = {"max_gen_toks": max_new_tokens}
-    (harness_dir / "tasks").mkdir(parents=True, exist_ok=True)
-    for name in ("_populora_math.yaml", f"{task_name(benchmark)}.yaml", "utils.py"):  # what this run used
-        shutil.copy2(tasks_dir / name, harness_dir / "tasks" / name)
-    (harness_dir / "tasks" / "lm_eval_args.json").write_text(json.dumps(
-        {"include_path": str(tasks_dir), "metadata": metadata, "gen_kwargs": gen_kwargs}, indent=1, sort_keys=True))
+    _record_task_files(tasks_dir, Path(harness_dir), benchmark, metadata, gen_kwargs)
     manager = TaskManager(include_path=str(tasks_dir), include_defaults=False, metadata=metadata)
     try:
         results = lm_eval.simple_evaluate(
@@ -88,6 +88,86 @@ def evaluate(benchmark: str, *, base_model: str | Path, adapter: str | Path | No
     if results is None:
         raise BenchError(f"lm-eval returned no results for {benchmark}")
     return results
+
+
+def _members_lm_class():
+    """`MembersHFLM`, defined on first use (importing lm-eval's HF backend takes seconds)."""
+    from lm_eval.models.huggingface import HFLM
+
+    class MembersHFLM(HFLM):
+        """lm-eval's HF model over a stacked multi-LoRA model: set `member`, then evaluate. A batch
+        is generated for every member at once (the batch repeated per member, rows routed to their
+        adapters) the first time any member asks for it; the other members' rows wait in `_pending`."""
+
+        def __init__(self, multilora, tokenizer, members: list[str | None], batch_size: int):
+            super().__init__(pretrained=multilora.model, tokenizer=tokenizer, batch_size=batch_size)
+            self.multilora, self.members, self.member = multilora, list(members), members[0]
+            self._pending: dict[tuple, dict] = {}
+
+        def _model_generate(self, context, max_length, stop, **generation_kwargs):
+            key = (tuple(context.shape), context.cpu().numpy().tobytes(), max_length, tuple(stop))
+            if key not in self._pending:
+                rows, copies = context.shape[0], len(self.members)
+                mask = generation_kwargs.pop("attention_mask", None)
+                if mask is not None:
+                    generation_kwargs["attention_mask"] = mask.repeat(copies, 1)
+                with self.multilora.select([name for name in self.members for _ in range(rows)]):
+                    output = super()._model_generate(context.repeat(copies, 1), max_length, stop, **generation_kwargs)
+                self._pending[key] = {name: output[i * rows:(i + 1) * rows] for i, name in enumerate(self.members)}
+            waiting = self._pending[key]
+            output = waiting.pop(self.member)
+            if not waiting:
+                del self._pending[key]
+            return output
+
+    return MembersHFLM
+
+
+def evaluate_members(benchmark: str, *, multilora, tokenizer, members: dict[str, Path], base_model: str | Path,
+                     adapters: dict[str, Path], data_dir: Path | None, limit: int | None, max_new_tokens: int,
+                     batch_size: int, tasks_dir: Path = TASKS_DIR) -> dict[str, dict]:
+    """Run one math benchmark for every member (name -> harness folder) of a stacked multi-LoRA
+    model, generating for all of them in one pass; lm-eval's results dict per member, whose
+    `config.model_args` names the base and the member's adapter as for the `hf` model."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    tasks_dir = check_tasks_dir(Path(tasks_dir))
+    metadata = task_metadata(benchmark, data_dir)
+    gen_kwargs = {"max_gen_toks": max_new_tokens}
+    for harness_dir in members.values():
+        _record_task_files(tasks_dir, Path(harness_dir), benchmark, metadata, gen_kwargs)
+    manager = TaskManager(include_path=str(tasks_dir), include_defaults=False, metadata=metadata)
+    lm = _members_lm_class()(multilora, tokenizer, list(members), batch_size)
+    results = {}
+    for name in members:
+        lm.member = name
+        try:
+            result = lm_eval.simple_evaluate(
+                model=lm, tasks=[task_name(benchmark)], limit=limit, apply_chat_template=True, log_samples=True,
+                task_manager=manager, gen_kwargs=gen_kwargs, random_seed=0, numpy_random_seed=0,
+                torch_random_seed=0, fewshot_random_seed=0,
+            )
+        except Exception as error:  # noqa: BLE001  (re-raised with the context a user needs)
+            raise BenchError(_explain(error, benchmark, "the stacked members' model", name,
+                                      metadata["data_dir"])) from error
+        if result is None:
+            raise BenchError(f"lm-eval returned no results for {benchmark} ({name})")
+        result["config"]["model_args"] = {**model_args(base_model, adapters[name], str(multilora.model.dtype).removeprefix("torch.")),
+                                          "stacked_with": list(members)}
+        results[name] = result
+    if lm._pending:  # every member asks for the same batches; anything left means they did not
+        raise BenchError(f"{benchmark}: lm-eval asked the members for different batches; report this as a bug")
+    return results
+
+
+def _record_task_files(tasks_dir: Path, harness_dir: Path, benchmark: str, metadata: dict, gen_kwargs: dict) -> None:
+    """Copy the task files a run used, and the arguments given to lm-eval, into `harness_dir/tasks`."""
+    (harness_dir / "tasks").mkdir(parents=True, exist_ok=True)
+    for name in ("_populora_math.yaml", f"{task_name(benchmark)}.yaml", "utils.py"):
+        shutil.copy2(tasks_dir / name, harness_dir / "tasks" / name)
+    (harness_dir / "tasks" / "lm_eval_args.json").write_text(json.dumps(
+        {"include_path": str(tasks_dir), "metadata": metadata, "gen_kwargs": gen_kwargs}, indent=1, sort_keys=True))
 
 
 def _explain(error: Exception, benchmark: str, base_model, adapter, math_data: str) -> str:

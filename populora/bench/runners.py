@@ -2,10 +2,11 @@
 
 `run_benchmark(bench, models, ...)` returns one result per model (see stages/bench.py for the
 fields) and writes each model's per-problem samples and harness files under `<out>/<model>/`.
-Code benchmarks go through EvalPlus and math through lm-eval, one model at a time (PEFT attaches
-the member's adapter); CRUXEval generates for every model in one pass with stacked adapters
+Every benchmark generates for all of its models in one pass with stacked adapters
 (`populora.multilora`: each row of a batch runs through its model's adapter, the base-model rows
-through none), then grades every answer in the verifier's sandbox.
+through none): EvalPlus prompts and scoring for code, lm-eval's HF backend for math (lm-eval runs
+once per member, the generation is shared; see `lmeval_runner.evaluate_members`), and CRUXEval,
+graded in the verifier's sandbox.
 """
 
 from __future__ import annotations
@@ -70,20 +71,16 @@ def adapter_of(model_dir: Path) -> Path:
     return folder
 
 
-def load_model(base_model: Path, adapters: dict[str, Path], params, *, sampler: bool = False):
-    """Tokenizer and model: the base, with `adapters` (name -> PEFT folder) attached when there are
-    any. `sampler`: stacked factors for `populora.generation.run_plans` (every adapter at once,
-    rows pick theirs), else through PEFT (one adapter)."""
-    from populora.model import attach_adapters, load_base
+def load_model(base_model: Path, adapters: dict[str, Path], params):
+    """Tokenizer and model: the base, with `adapters` (name -> PEFT folder) stacked on it when there
+    are any (`populora.multilora`: every adapter at once, rows pick theirs)."""
+    from populora.model import load_base
     from populora.multilora import attach_multilora
 
     try:
         tokenizer, model = load_base(base_model, dtype=params.model.dtype, device=params.model.device)
-        if adapters and sampler:
+        if adapters:
             model = attach_multilora(model, adapters)
-        elif adapters:
-            (folder,) = adapters.values()  # PEFT path: one model at a time
-            model = attach_adapters(model, {"member": folder})
         model.eval()
     except Exception as error:  # noqa: BLE001  (safetensors, PEFT and transformers raise many kinds)
         raise BenchError(f"model {', '.join(adapters) or 'base'} did not load (base {base_model}, adapters "
@@ -93,59 +90,97 @@ def load_model(base_model: Path, adapters: dict[str, Path], params, *, sampler: 
     return tokenizer, model
 
 
-def run_code(bench: str, model: BenchModel, base_model: Path, params, samples: Path, log) -> dict:
-    """EvalPlus (HumanEval+ / MBPP+) of one model; samples and evalplus's own files under `samples`."""
+def run_code(bench: str, models: list[BenchModel], base_model: Path, params, out: Path, log) -> dict[str, dict]:
+    """EvalPlus (HumanEval+ / MBPP+) of every model, generated in one pass with stacked adapters;
+    each model's samples and evalplus's own files under `out/<model>/`."""
     from populora.bench import CODE_BENCHMARKS
     from populora.bench import evalplus_eval as ev
-    from populora.bench.codegen import generate_solutions
+    from populora.bench.codegen import generate_member_solutions
 
     dataset = CODE_BENCHMARKS[bench]
     data_dir = resolve_data_dir(params.bench.data_dir)
     problems = ev.load_problems(bench, data_dir, params.bench.limit_of(bench))
-    log.info("%s: %d problems from %s", bench, len(problems), data_dir or "the official evalplus release")
+    log.info("%s: %d problems from %s, %d model(s) in one pass", bench, len(problems),
+             data_dir or "the official evalplus release", len(models))
     expected = ev.expected_outputs(problems, dataset)
-    tokenizer, lm = load_model(base_model, model.adapters, params)
-    completions = generate_solutions(lm, tokenizer, problems, dataset, max_new_tokens=params.bench.max_new_tokens,
-                                     batch_size=params.bench.batch_size)
+    adapters = {name: path for model in models for name, path in model.adapters.items()}
+    tokenizer, lm = load_model(base_model, adapters, params)
+    names = [model.name if model.adapter is not None else None for model in models]
+    start = time.perf_counter()
+    generated = generate_member_solutions(lm, tokenizer, problems, dataset, names if adapters else [None],
+                                          max_new_tokens=params.bench.max_new_tokens,
+                                          batch_size=params.bench.batch_size)
+    generation_s = time.perf_counter() - start
     del lm  # free memory before the sandboxed checks
-    solutions = {c.task_id: c.solution for c in completions}
-    log.info("scoring %d solutions with evalplus's check_correctness", len(solutions))
-    verdicts = ev.check_solutions(dataset, problems, expected, solutions)
-    scores = ev.pass_at_1(verdicts)
-    rows = [{**c.__dict__, **{k: v for k, v in verdicts[c.task_id].items() if not k.endswith("_fail_tests")}, "passed": verdicts[c.task_id]["plus_status"] == "pass"
-             and verdicts[c.task_id]["base_status"] == "pass"} for c in completions]
-    write_jsonl(samples / "samples.jsonl", rows)
-    write_jsonl(samples / "harness" / "samples.jsonl", [{"task_id": c.task_id, "solution": c.solution} for c in completions])
-    write_jsonl(samples / "harness" / "samples.raw.jsonl", [{"task_id": c.task_id, "solution": c.raw} for c in completions])
-    harness_samples = samples / "harness" / "samples.jsonl"  # evalplus's results file name follows its samples file
-    # written as evalplus writes it (json.dump, inputs may hold inf/nan); `samples` is a staging folder
-    ev.results_path(harness_samples).write_text(json.dumps(
-        ev.eval_results(verdicts, solutions, ev.dataset_hash(bench, data_dir, params.bench.limit_of(bench)))))
-    return {"n": len(rows), "per_problem": {row["task_id"]: int(row["passed"]) for row in rows},
+    results = {}
+    for model, name in zip(models, names):
+        completions = generated[name if adapters else None]
+        samples = out / model.name
+        solutions = {c.task_id: c.solution for c in completions}
+        log.info("%s: scoring %d solutions with evalplus's check_correctness", model.name, len(solutions))
+        verdicts = ev.check_solutions(dataset, problems, expected, solutions)
+        scores = ev.pass_at_1(verdicts)
+        rows = [{**c.__dict__, **{k: v for k, v in verdicts[c.task_id].items() if not k.endswith("_fail_tests")},
+                 "passed": verdicts[c.task_id]["plus_status"] == "pass" and verdicts[c.task_id]["base_status"] == "pass"}
+                for c in completions]
+        write_jsonl(samples / "samples.jsonl", rows)
+        write_jsonl(samples / "harness" / "samples.jsonl", [{"task_id": c.task_id, "solution": c.solution} for c in completions])
+        write_jsonl(samples / "harness" / "samples.raw.jsonl", [{"task_id": c.task_id, "solution": c.raw} for c in completions])
+        harness_samples = samples / "harness" / "samples.jsonl"  # evalplus's results file name follows its samples file
+        # written as evalplus writes it (json.dump, inputs may hold inf/nan); `out` is a staging folder
+        ev.results_path(harness_samples).write_text(json.dumps(
+            ev.eval_results(verdicts, solutions, ev.dataset_hash(bench, data_dir, params.bench.limit_of(bench)))))
+        results[model.name] = {
+            "n": len(rows), "per_problem": {row["task_id"]: int(row["passed"]) for row in rows},
             "metrics": {"pass@1": scores["plus_pass@1"], **scores},
             "hit_token_limit": sum(c.hit_token_limit for c in completions), "harness": f"evalplus {version('evalplus')}",
+            "generation_s": round(generation_s, 1), "models_in_pass": len(models),
             "data": str(data_dir) if data_dir else "official"}
+    return results
 
 
-def run_math(bench: str, model: BenchModel, base_model: Path, params, samples: Path, log, tasks_dir: Path) -> dict:
-    """The lm-eval math task of one model; samples and lm-eval's own files under `samples`."""
+def run_math(bench: str, models: list[BenchModel], base_model: Path, params, out: Path, log,
+             tasks_dir: Path) -> dict[str, dict]:
+    """The lm-eval math task of every model; samples and lm-eval's own files under `out/<model>/`.
+    The bare base runs as lm-eval's `hf` model; members share one generation pass (stacked adapters)."""
     from populora.bench import lmeval_runner as lm
     from populora.model import pick_device
 
     data_dir = resolve_data_dir(params.bench.data_dir)
     limit = params.bench.limit_of(bench)
-    log.info("%s through lm-eval (%s, first %s problems)", bench, data_dir or "official data", limit or "all")
-    results = lm.evaluate(bench, base_model=base_model, adapter=model.adapter, data_dir=data_dir, limit=limit,
-                          max_new_tokens=params.bench.max_new_tokens, batch_size=params.bench.batch_size,
-                          dtype=params.model.dtype, device=str(pick_device(params.model.device)),
-                          harness_dir=samples / "harness", tasks_dir=tasks_dir)
-    rows = lm.sample_rows(results, bench)
-    write_jsonl(samples / "samples.jsonl", rows)
-    write_jsonl(samples / "harness" / "lm_eval_samples.jsonl", lm.jsonable(results["samples"][lm.task_name(bench)]))
-    write_json(samples / "harness" / "results.json", lm.jsonable({k: v for k, v in results.items() if k != "samples"}))
-    return {"n": len(rows), "per_problem": {str(row["doc_id"]): int(row["correct"]) for row in rows},
-            "metrics": {"accuracy": lm.accuracy(results, bench)}, "stderr": {"accuracy": lm.stderr(results, bench)},
-            "harness": f"lm_eval {version('lm_eval')}", "data": str(data_dir) if data_dir else lm.OFFICIAL_MATH_DATA}
+    log.info("%s through lm-eval (%s, first %s problems), %d model(s)", bench, data_dir or "official data",
+             limit or "all", len(models))
+    members = [model for model in models if model.adapter is not None]
+    runs, start = {}, time.perf_counter()
+    for model in models:
+        if model.adapter is None:
+            runs[model.name] = lm.evaluate(
+                bench, base_model=base_model, adapter=None, data_dir=data_dir, limit=limit,
+                max_new_tokens=params.bench.max_new_tokens, batch_size=params.bench.batch_size,
+                dtype=params.model.dtype, device=str(pick_device(params.model.device)),
+                harness_dir=out / model.name / "harness", tasks_dir=tasks_dir)
+    if members:
+        tokenizer, multilora = load_model(base_model, {m.name: m.adapter for m in members}, params)
+        runs.update(lm.evaluate_members(
+            bench, multilora=multilora, tokenizer=tokenizer, members={m.name: out / m.name / "harness" for m in members},
+            base_model=base_model, adapters={m.name: m.adapter for m in members}, data_dir=data_dir, limit=limit, max_new_tokens=params.bench.max_new_tokens,
+            batch_size=params.bench.batch_size, tasks_dir=tasks_dir))
+        del multilora
+    generation_s = time.perf_counter() - start
+    results = {}
+    for model in models:
+        run, samples = runs[model.name], out / model.name
+        rows = lm.sample_rows(run, bench)
+        write_jsonl(samples / "samples.jsonl", rows)
+        write_jsonl(samples / "harness" / "lm_eval_samples.jsonl", lm.jsonable(run["samples"][lm.task_name(bench)]))
+        write_json(samples / "harness" / "results.json", lm.jsonable({k: v for k, v in run.items() if k != "samples"}))
+        results[model.name] = {
+            "n": len(rows), "per_problem": {str(row["doc_id"]): int(row["correct"]) for row in rows},
+            "metrics": {"accuracy": lm.accuracy(run, bench)}, "stderr": {"accuracy": lm.stderr(run, bench)},
+            "harness": f"lm_eval {version('lm_eval')}", "generation_s": round(generation_s, 1),
+            "models_in_pass": len(members) if model.adapter is not None else 1,
+            "data": str(data_dir) if data_dir else lm.OFFICIAL_MATH_DATA}
+    return results
 
 
 def run_cruxeval(bench: str, models: list[BenchModel], base_model: Path, params, out: Path, log) -> dict[str, dict]:
@@ -163,7 +198,7 @@ def run_cruxeval(bench: str, models: list[BenchModel], base_model: Path, params,
     log.info("%s: %d problems (%s) from %s, %s prompt, %d model(s) in one pass", bench, len(tasks), task_type,
              data_dir or cx.OFFICIAL_URL, cfg.prompt, len(models))
     adapters = {name: path for model in models for name, path in model.adapters.items()}
-    tokenizer, lm = load_model(base_model, adapters, params, sampler=True)
+    tokenizer, lm = load_model(base_model, adapters, params)
     built = cx.plans(tasks, pool_tasks, prompt=cfg.prompt, mode=params.solve.mode, worked_examples=cfg.worked_examples,
                      chat=chat_wrapper(tokenizer))
     start = time.perf_counter()
@@ -222,13 +257,8 @@ def run_benchmark(bench: str, models: list[BenchModel], base_model: Path, params
     kind = benchmark_kind(bench)
     if kind == "cruxeval":
         results = run_cruxeval(bench, models, base_model, params, out, log)
+    elif kind == "code":
+        results = run_code(bench, models, base_model, params, out, log)
     else:
-        results = {}
-        for model in models:
-            start = time.perf_counter()
-            if kind == "code":
-                results[model.name] = run_code(bench, model, base_model, params, out / model.name, log)
-            else:
-                results[model.name] = run_math(bench, model, base_model, params, out / model.name, log, tasks_dir)
-            results[model.name]["model_s"] = round(time.perf_counter() - start, 1)
+        results = run_math(bench, models, base_model, params, out, log, tasks_dir)
     return {model.name: {**with_uncertainty(results[model.name], bench), "member": model.member} for model in models}
