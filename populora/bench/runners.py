@@ -107,14 +107,14 @@ def run_code(bench: str, models: list[BenchModel], base_model: Path, params, out
     tokenizer, lm = load_model(base_model, adapters, params)
     names = [model.name if model.adapter is not None else None for model in models]
     start = time.perf_counter()
-    generated = generate_member_solutions(lm, tokenizer, problems, dataset, names if adapters else [None],
+    generated = generate_member_solutions(lm, tokenizer, problems, dataset, names,
                                           max_new_tokens=params.bench.max_new_tokens,
                                           batch_size=params.bench.batch_size)
     generation_s = time.perf_counter() - start
     del lm  # free memory before the sandboxed checks
     results = {}
     for model, name in zip(models, names):
-        completions = generated[name if adapters else None]
+        completions = generated[name]
         samples = out / model.name
         solutions = {c.task_id: c.solution for c in completions}
         log.info("%s: scoring %d solutions with evalplus's check_correctness", model.name, len(solutions))
@@ -163,10 +163,10 @@ def run_math(bench: str, models: list[BenchModel], base_model: Path, params, out
         tokenizer, multilora = load_model(base_model, {m.name: m.adapter for m in members}, params)
         runs.update(lm.evaluate_members(
             bench, multilora=multilora, tokenizer=tokenizer, members={m.name: out / m.name / "harness" for m in members},
-            base_model=base_model, adapters={m.name: m.adapter for m in members}, data_dir=data_dir, limit=limit, max_new_tokens=params.bench.max_new_tokens,
-            batch_size=params.bench.batch_size, tasks_dir=tasks_dir))
+            base_model=base_model, adapters={m.name: m.adapter for m in members}, data_dir=data_dir, limit=limit,
+            max_new_tokens=params.bench.max_new_tokens, batch_size=params.bench.batch_size, tasks_dir=tasks_dir))
         del multilora
-    generation_s = time.perf_counter() - start
+    run_s = time.perf_counter() - start  # the lm-eval runs whole, generation included
     results = {}
     for model in models:
         run, samples = runs[model.name], out / model.name
@@ -177,7 +177,7 @@ def run_math(bench: str, models: list[BenchModel], base_model: Path, params, out
         results[model.name] = {
             "n": len(rows), "per_problem": {str(row["doc_id"]): int(row["correct"]) for row in rows},
             "metrics": {"accuracy": lm.accuracy(run, bench)}, "stderr": {"accuracy": lm.stderr(run, bench)},
-            "harness": f"lm_eval {version('lm_eval')}", "generation_s": round(generation_s, 1),
+            "harness": f"lm_eval {version('lm_eval')}", "run_s": round(run_s, 1),
             "models_in_pass": len(members) if model.adapter is not None else 1,
             "data": str(data_dir) if data_dir else lm.OFFICIAL_MATH_DATA}
     return results
