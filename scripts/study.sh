@@ -38,7 +38,7 @@ control_flags() {
   printf '%s\n' "${flags[@]}"
 }
 
-source=${STUDY_SOURCE:-$(cat "$here"/study/runs/*/run.json 2>/dev/null | sed -n 's/.*"source_commit": "\([0-9a-f]*\)".*/\1/p' | head -1)}
+source=${STUDY_SOURCE:-$(cat "$here"/study/runs/*/run.json 2>/dev/null | sed -n 's/.*"source_commit": "\([0-9a-f]*\)".*/\1/p' | head -1 || true)}
 source=${source:-$(git -C "$here" rev-parse HEAD)}
 if [ ! -d "$clone/.git" ]; then
   git clone -q "$here" "$clone"
