@@ -47,6 +47,21 @@ class ModelSection(_Section):
     device: str = Field("auto", description="'auto' (cuda when present), 'cpu' or 'cuda'.")
 
 
+class GenerationSection(_Section):
+    engine: Literal["hf", "vllm"] = Field(
+        "hf", description="What samples propose, solve and the CRUXEval/EvalPlus/LiveCodeBench passes: hf = the "
+        "project's stacked-LoRA decode loop (the CPU default and the reference), vllm = vLLM with every adapter a "
+        "LoRARequest (paged KV cache, continuous batching, prefix caching; install with scripts/setup_vllm_env.sh). "
+        "Math benchmarks then use lm-eval's own vllm model.")
+    memory_fraction: float = Field(
+        0.15, gt=0, le=1, description="vllm: gpu_memory_utilization, the share of the GPU's memory (of host memory "
+        "on CPU, where the default 0.92 fails) vLLM reserves for weights and KV cache.")
+    max_loras: int | None = Field(
+        None, ge=1, description="vllm: adapters resident in one batch; null = every adapter of the pass (members).")
+    max_num_seqs: int = Field(256, ge=1, description="vllm: sequences scheduled at once (continuous batching).")
+    enforce_eager: bool = Field(True, description="vllm: skip graph capture / compilation (true on CPU and in tests).")
+
+
 class LoraSection(_Section):
     rank: int = Field(8, ge=1, le=512, description="LoRA rank r, shared by every member (operators keep it).")
     alpha: float = Field(16.0, gt=0, description="LoRA alpha (scaling = alpha / rank).")
@@ -376,6 +391,7 @@ class Params(_Section):
     base: BaseSection = BaseSection()
     model: ModelSection = ModelSection()
     lora: LoraSection = LoraSection()
+    generation: GenerationSection = GenerationSection()
     population: PopulationSection = PopulationSection()
     dag: DagSection = DagSection()
     propose: ProposeSection = ProposeSection()

