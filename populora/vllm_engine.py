@@ -77,7 +77,6 @@ class VllmEngine:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
         from vllm.lora.request import LoRARequest
-
         from vllm.platforms import current_platform
 
         slots = max_loras or len(adapters)
