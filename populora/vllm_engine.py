@@ -68,6 +68,15 @@ def cut_at_stop(tokenizer, ids: list[int], eos: set[int], stops: tuple[str, ...]
     return ids, False
 
 
+def lmeval_vllm_args(params) -> dict:
+    """Engine settings for lm-eval's `vllm` model (math benchmarks), from the same params as ours."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    cfg = params.generation
+    return {"gpu_memory_utilization": cfg.memory_fraction, "enforce_eager": cfg.enforce_eager,
+            "max_num_seqs": cfg.max_num_seqs, "max_lora_rank": supported_rank(params.lora.rank),
+            "seed": params.base.seed}
+
+
 class VllmEngine:
     """A vLLM `LLM` over the base model folder with `adapters` (name -> PEFT folder) as LoRA requests."""
 
@@ -132,7 +141,7 @@ class VllmEngine:
                         suppress_first: list[int] | None, temperature: float, top_p: float, seed: int,
                         adapters: list[str | None]) -> list[Sampled]:
         """`populora.generation.sample_batch`'s contract on vLLM (see the module docstring)."""
-        seeds = [seed * 1_000_003 + row for row in range(len(contexts))]
+        seeds = [(seed * 1_000_003 + row) % 2**62 for row in range(len(contexts))]  # vLLM's seeds are int64
         rows = [Sampled([], [], False) for _ in contexts]
         ended = [False] * len(contexts)
         if suppress_first:  # the first token alone, drawn from the allowed ids
@@ -147,7 +156,7 @@ class VllmEngine:
                 break
             self._extend(rows, ended, open_rows, contexts, adapters, budget, [
                 self._params(max_tokens=budget - len(rows[r].ids), temperature=temperature, top_p=top_p,
-                             seed=seeds[r] + 7919 * round_, stops=stops) for r in open_rows], stops)
+                             seed=(seeds[r] + 7919 * round_) % 2**62, stops=stops) for r in open_rows], stops)
         return rows
 
     def _extend(self, rows: list[Sampled], ended: list[bool], which, contexts, adapters, budget: int, params,

@@ -7,3 +7,8 @@ bash scripts/setup_env.sh
 export PATH="$PWD/.venv/bin:$PATH" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 .venv/bin/ruff check .          # the lint rules of pyproject.toml ([tool.ruff.lint])
 .venv/bin/python -m pytest "$@"
+# the vLLM lane: its own environment (.venv-vllm), the tests marked `vllm` (the vllm engine against hf,
+# one tiny pipeline run with engine: vllm); POPULORA_SKIP_VLLM_LANE=1 leaves it out (a quick local run)
+if [ "${POPULORA_SKIP_VLLM_LANE:-0}" != 1 ]; then
+  bash scripts/run_vllm_tests.sh -q
+fi

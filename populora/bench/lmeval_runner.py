@@ -54,17 +54,27 @@ def check_tasks_dir(tasks_dir: Path) -> Path:
     return Path(tasks_dir)
 
 
-def model_args(base_model: str | Path, adapter: str | Path | None, dtype: str) -> dict:
+def model_args(base_model: str | Path, adapter: str | Path | None, dtype: str, vllm: dict | None = None) -> dict:
+    """lm-eval's model arguments: its `hf` model (adapter as `peft`), or with `vllm` (engine
+    settings: gpu_memory_utilization, enforce_eager, max_lora_rank, ...) its `vllm` model (adapter
+    as `lora_local_path`, served as a LoRARequest)."""
     args = {"pretrained": str(base_model), "dtype": dtype}
-    if adapter is not None:
+    if vllm is not None:
+        args.update(vllm)
+        if adapter is not None:
+            args["lora_local_path"] = str(adapter)
+        else:
+            args.pop("max_lora_rank", None)
+    elif adapter is not None:
         args["peft"] = str(adapter)
     return args
 
 
 def evaluate(benchmark: str, *, base_model: str | Path, adapter: str | Path | None, data_dir: Path | None,
              limit: int | None, max_new_tokens: int, batch_size: int, dtype: str, device: str,
-             harness_dir: Path, tasks_dir: Path = TASKS_DIR) -> dict:
-    """Run one math benchmark; returns lm-eval's results dict (with per-sample logs).
+             harness_dir: Path, tasks_dir: Path = TASKS_DIR, vllm: dict | None = None) -> dict:
+    """Run one math benchmark; returns lm-eval's results dict (with per-sample logs). With `vllm`
+    (engine settings, see `model_args`) lm-eval's own `vllm` model generates.
 
     `tasks_dir` holds the task files; `harness_dir/tasks` receives copies of those that ran and the
     metadata and generation arguments passed to lm-eval (`lm_eval_args.json`)."""
@@ -78,8 +88,9 @@ def evaluate(benchmark: str, *, base_model: str | Path, adapter: str | Path | No
     manager = TaskManager(include_path=str(tasks_dir), include_defaults=False, metadata=metadata)
     try:
         results = lm_eval.simple_evaluate(
-            model="hf", model_args=model_args(base_model, adapter, dtype), tasks=[task_name(benchmark)],
-            limit=limit, batch_size=batch_size, device=device, apply_chat_template=True, log_samples=True,
+            model="hf" if vllm is None else "vllm", model_args=model_args(base_model, adapter, dtype, vllm),
+            tasks=[task_name(benchmark)], limit=limit, batch_size=batch_size,
+            device=device, apply_chat_template=True, log_samples=True,
             task_manager=manager, gen_kwargs=gen_kwargs, random_seed=0, numpy_random_seed=0, torch_random_seed=0,
             fewshot_random_seed=0,
         )
@@ -216,3 +227,9 @@ def stderr(results: dict, benchmark: str) -> float | None:
 def jsonable(value):
     """lm-eval's results hold numpy scalars, functions and NaN stderrs: a JSON-safe copy (NaN -> null)."""
     return json.loads(json.dumps(value, default=str), parse_constant=lambda _: None)
+
+
+def evaluate_jsonable(benchmark: str, **kwargs) -> dict:
+    """`evaluate` in a worker process (the `vllm` engine: one process per model): its result comes
+    back pickled, so as its JSON-safe copy (lm-eval's own holds local functions)."""
+    return jsonable(evaluate(benchmark, **kwargs))

@@ -149,8 +149,26 @@ def run_math(bench: str, models: list[BenchModel], base_model: Path, params, out
              limit or "all", len(models))
     members = [model for model in models if model.adapter is not None]
     runs, start = {}, time.perf_counter()
+    if params.generation.engine == "vllm":
+        # lm-eval's own vllm model, one engine per model, each in a process of its own: an engine's
+        # memory (weights, KV cache reservation) is only given back when its process ends
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        from populora.vllm_engine import lmeval_vllm_args
+
+        for model in models:
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                runs[model.name] = pool.submit(
+                    lm.evaluate_jsonable, bench, base_model=base_model, adapter=model.adapter, data_dir=data_dir,
+                    limit=limit,
+                    max_new_tokens=params.bench.max_new_tokens, batch_size=params.bench.batch_size,
+                    dtype=params.model.dtype, device=str(pick_device(params.model.device)),
+                    harness_dir=out / model.name / "harness", tasks_dir=tasks_dir,
+                    vllm=lmeval_vllm_args(params)).result()
+        members = []
     for model in models:
-        if model.adapter is None:
+        if model.adapter is None and model.name not in runs:
             runs[model.name] = lm.evaluate(
                 bench, base_model=base_model, adapter=None, data_dir=data_dir, limit=limit,
                 max_new_tokens=params.bench.max_new_tokens, batch_size=params.bench.batch_size,

@@ -1,0 +1,91 @@
+"""One tiny pipeline run end to end with `generation.engine: vllm` (Snakemake, real stages, the vLLM
+CPU build): propose and solve through vLLM with every member a LoRARequest, the update on the
+recorded segments (its measured gap to the sampler's scores stays small), then CRUXEval and
+HumanEval+ through our engine and GSM8K through lm-eval's own `vllm` model.
+
+Runs in the vLLM lane (`bash scripts/run_vllm_tests.sh`); skipped where vLLM is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+if os.environ.get("POPULORA_REQUIRE_VLLM") != "1":
+    pytest.importorskip("vllm", reason="vLLM is not installed here: run `bash scripts/run_vllm_tests.sh`")
+BIN = str(Path(sys.executable).parent)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, tiny_params_dict) -> Path:
+    from tests.tiny_model import tiny_model_dir
+
+    root = tmp_path_factory.mktemp("vllm-project")
+    for name in ("Snakefile", "workflow", "profiles"):
+        src = REPO / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)
+    params = json.loads(json.dumps(tiny_params_dict))
+    params["model"]["base_model"] = str(tiny_model_dir(root / "tiny", hidden_size=64, heads=2))  # head size 32
+    params["generation"] = {**params["generation"], "engine": "vllm", "memory_fraction": 0.1}
+    params["dag"] = {**params["dag"], "generations": 1, "arms": ["population"]}
+    params["bench"] = {**params["bench"], "benchmarks": ["cruxeval_o", "humaneval_plus", "gsm8k"], "limit": 2,
+                       "max_new_tokens": 16, "data_dir": str(REPO.parent / "shared" / "benchmarks")}
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    env = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHONPATH": str(REPO)}
+    result = subprocess.run([f"{BIN}/snakemake", "--cores", "2", "--resources", "gpu=1"], cwd=root, env=env,
+                            capture_output=True, text=True, timeout=3000)
+    assert result.returncode == 0, result.stderr[-6000:]
+    return root / "results"
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_rollouts_come_from_vllm_and_score_as_the_update_scores(finished):
+    """Every answer vLLM sampled carries its tokens' scores; the update's own scoring
+    (`populora.update.rollout_sequences` + `selected_logprobs`, the student's adapter) agrees.
+    (The tiny random model's students solve nothing, so no advantage is non-zero and the update
+    itself takes no step here: its gap statistic is computed from the same two functions.)"""
+    import torch
+
+    from populora.model import attach_adapters, load_base
+    from populora.state import adapter_dirs
+    from populora.update import rollout_sequences, selected_logprobs
+
+    for arm in ("population",):
+        answers = _jsonl(finished / arm / "gen000" / "answers.jsonl")
+        assert answers and all(any(s["train"] for s in row["segments"]) for row in answers)
+        stats = json.loads((finished / arm / "gen000" / "trained" / "update_stats.json").read_text())
+        assert sum(s["rollouts"] for s in stats.values()) >= len(answers)
+        gaps = []
+        for student in sorted({row["student"] for row in answers}):
+            tokenizer, base = load_base(finished / "base_model", device="cpu")
+            model = attach_adapters(base, {student: adapter_dirs(finished / arm / "init", [student])[student]},
+                                    trainable=student)
+            for index, row in enumerate(r for r in answers if r["student"] == student):
+                sequences, _ = rollout_sequences(row["segments"], index, max_len=1024)
+                with torch.no_grad():
+                    ours = selected_logprobs(model, sequences, tokenizer.pad_token_id, torch.device("cpu")).tolist()
+                recorded = [x for s in sequences for x in s.sampler_logprobs]
+                assert len(recorded) == len(ours) and None not in recorded
+                gaps += [abs(a - b) for a, b in zip(ours, recorded)]
+        assert gaps and max(gaps) < 2e-2 and sum(gaps) / len(gaps) < 1e-3, (arm, max(gaps), sum(gaps) / len(gaps))
+
+
+def test_benchmarks_ran_through_the_vllm_engine(finished):
+    metrics = json.loads((finished / "metrics.json").read_text())
+    for bench in ("cruxeval_o", "humaneval_plus", "gsm8k"):
+        assert any(key.startswith(f"bench.{bench}.") for key in metrics), bench
+    lmeval = next((finished / "bench" / "base" / "gsm8k").glob("**/results.json"))
+    assert json.loads(lmeval.read_text())["config"]["model"] == "vllm"
