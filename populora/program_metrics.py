@@ -139,8 +139,3 @@ def coverage(seen: Iterable[str], new_hashes: Iterable[str]) -> tuple[frozenset[
     after = before | frozenset(new_hashes)
     return after, len(after) - len(before)
 
-
-def complexity_cell(metrics: dict[str, int], widths: dict[str, int] | None = None) -> tuple[int, ...]:
-    """The cell of a coarse complexity grid a program falls in (an alternative coverage measure)."""
-    widths = widths or {"ast_depth": 2, "cyclomatic_complexity": 2, "loc": 5, "distinct_variables": 2}
-    return tuple(metrics[key] // width for key, width in widths.items())

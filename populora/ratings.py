@@ -89,10 +89,6 @@ def to_dict(rating: trueskill.Rating) -> dict[str, float]:
     return {"mu": float(rating.mu), "sigma": float(rating.sigma)}
 
 
-def from_dict(d: Mapping[str, float], env: RatingEnv | Mapping[str, float] | None = None) -> trueskill.Rating:
-    return as_env(env).make().create_rating(float(d["mu"]), float(d["sigma"]))
-
-
 def _mu_sigma(r: Mapping[str, float] | trueskill.Rating) -> tuple[float, float]:
     if isinstance(r, trueskill.Rating):
         return float(r.mu), float(r.sigma)
@@ -269,16 +265,3 @@ def round_robin_pairing(teachers: Sequence[str], students: Sequence[str], *, slo
         counts[t][students[extra % len(students)]] += 1
     return {"scheme": "round_robin", "teachers": list(teachers), "students": list(students), "counts": counts,
             "slots_per_student": int(slots_per_student)}
-
-
-def matched_pairs(pairing: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Flatten a pairing to ``[{"teacher", "student", "slots"}]`` for pairs with slots > 0.
-
-    Order follows the pairing's teacher, then student, order.
-    """
-    return [
-        {"teacher": t, "student": s, "slots": n}
-        for t in pairing["teachers"]
-        for s in pairing["students"]
-        if (n := pairing["counts"][t][s]) > 0
-    ]

@@ -17,7 +17,6 @@ import random
 from collections.abc import Iterable
 from functools import lru_cache
 
-from populora.config import TASK_TYPES
 from populora.program_metrics import normalized_ast_hash
 
 # The code_f shape, defined once: a code_f task carries `propose.code_f_inputs` inputs (AZR: 10),
@@ -45,11 +44,6 @@ IDENTITY_CODE_F_SEED = {  # AZR's six inputs, plus four to reach 10 (5 shown, 5 
     "message": "Write a function that returns whatever you input",
 }
 
-
-def seed_rows() -> list[dict]:
-    """The identity seeds as verifier input rows (code_o, code_i, code_f)."""
-    return [{"task_id": f"seed-identity-{t}", "type": t, **(IDENTITY_CODE_F_SEED if t == "code_f" else IDENTITY_SEED)}
-            for t in TASK_TYPES]
 
 # (program, input for code_o/code_i, ten inputs for code_f, message) -- simple on purpose.
 BUILTIN_SEEDS = [

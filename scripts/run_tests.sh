@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: install (if needed), lint (ruff), then run every test (unit tests on a tiny random model,
-# the hostile-code suite, and the Snakemake smoke test of the whole DAG on tiny params).
+# the hostile-code suite, the Snakemake smoke test of the whole DAG on tiny params), then the vLLM lane
+# (scripts/run_vllm_tests.sh: the vllm engine on CPU in .venv-vllm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh

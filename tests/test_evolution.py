@@ -6,7 +6,6 @@ import pytest
 from populora.evolution import (
     _lanes,
     append_lineage,
-    apply_plan,
     draw_family_tree,
     founder_events,
     plan_replacement,
@@ -116,11 +115,16 @@ def test_replace_zero_and_duplicates():
         plan_replacement(POP + POP[:1], replace_k=1, operator_mix=MIX, seed=0, generation=1)
 
 
-def test_apply_plan_swaps_in_children():
+def _swap_in(members, plan):
+    """The member list after `plan`: each replaced member's place holds its child (as the evolve stage does)."""
+    by_victim = {p["replaces"]: p for p in plan}
+    return [dict(m) if m["id"] not in by_victim else {"id": by_victim[m["id"]]["child_id"],
+            "mu": by_victim[m["id"]]["inherited_mu"], "sigma": by_victim[m["id"]]["sigma"]} for m in members]
+
+
+def test_plan_replaces_the_weakest_and_resets_sigma_on_request():
     plan = plan_replacement(POP, replace_k=1, operator_mix=MIX, seed=0, generation=2)
-    new = apply_plan(POP, plan)
-    assert [m["id"] for m in new] == ["s0", "s1", "s2", plan[0]["child_id"]]
-    assert new[3] == {"id": plan[0]["child_id"], "mu": plan[0]["inherited_mu"], "sigma": plan[0]["sigma"]}
+    assert plan[0]["replaces"] == "s3" and plan[0]["inherited_mu"] > 0
     reset = plan_replacement(POP, replace_k=1, operator_mix=MIX, seed=0, generation=2, initial_sigma=SIGMA0)
     assert reset[0]["sigma"] == SIGMA0
 
@@ -135,7 +139,7 @@ def _three_generations():
     for g in (2, 4):
         plan = plan_replacement(pop, replace_k=2, operator_mix=MIX, seed=7, generation=g, id_prefix="teacher")
         lineage = append_lineage(lineage, plan)
-        pop = apply_plan(pop, plan)
+        pop = _swap_in(pop, plan)
     return lineage
 
 

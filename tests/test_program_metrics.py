@@ -9,7 +9,6 @@ import pytest
 
 from populora.program_metrics import (
     ast_depth,
-    complexity_cell,
     coverage,
     cyclomatic_complexity,
     normalized_ast_hash,
@@ -69,10 +68,6 @@ def test_coverage_counts_new_hashes_without_mutating():
     merged, n_new = coverage(seen, ["h1", "h2", "h3", "h3"])
     assert (merged, n_new) == (frozenset({"h1", "h2", "h3"}), 2)
     assert seen == {"h1"}
-
-
-def test_complexity_cell():
-    assert complexity_cell(program_metrics(IDENTITY)) == (1, 0, 0, 0)
 
 
 def test_invalid_source_raises():

@@ -10,7 +10,6 @@ from populora import ratings as R
 from populora.ratings import (
     RatingEnv,
     conservative,
-    matched_pairs,
     new_rating,
     pfsp_pairing,
     update_from_games,
@@ -21,7 +20,6 @@ from populora.ratings import (
 def test_new_rating_and_round_trip():
     r = new_rating()
     assert r == {"mu": 25.0, "sigma": 25.0 / 3}
-    assert R.to_dict(R.from_dict(r)) == r
     assert new_rating({"mu": 10, "sigma": 2}) == {"mu": 10.0, "sigma": 2.0}
     with pytest.raises(ValueError):
         new_rating({"mu": 10, "sgima": 2})
@@ -142,13 +140,19 @@ def test_balanced_pairs_are_preferred_statistically():
         assert abs(n[t] - 3000 * w[t]) < 5 * sd
 
 
+def _pairs(pairing):
+    """The pairing's (teacher, student) pairs with slots, in its teacher then student order."""
+    return [{"teacher": t, "student": s, "slots": n} for t in pairing["teachers"] for s in pairing["students"]
+            if (n := pairing["counts"][t][s]) > 0]
+
+
 def test_balanced_preference_across_seeds_one_slot():
     # 4 students at various skills, 4 teachers; matches near p=0.5 should dominate
     ratings, teachers, students = _ratings([15, 22, 28, 35], [15, 22, 28, 35])
     near, far = 0, 0
     for seed in range(300):
         pairing = pfsp_pairing(teachers, students, ratings, seed=seed)
-        for pair in matched_pairs(pairing):
+        for pair in _pairs(pairing):
             p = pairing["win_probability"][pair["teacher"]][pair["student"]]
             if abs(p - 0.5) < 0.2:
                 near += pair["slots"]
@@ -180,7 +184,7 @@ def test_single_agent_pairs_with_itself():
     pairing = pfsp_pairing(["baseline"], ["baseline"], ratings, slots_per_student=4)
     assert pairing["counts"] == {"baseline": {"baseline": 4}}
     assert pairing["win_probability"]["baseline"]["baseline"] == 0.5
-    assert matched_pairs(pairing) == [{"teacher": "baseline", "student": "baseline", "slots": 4}]
+    assert _pairs(pairing) == [{"teacher": "baseline", "student": "baseline", "slots": 4}]
 
 
 def test_extreme_ratings_fall_back_to_uniform():

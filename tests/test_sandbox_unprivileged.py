@@ -207,7 +207,7 @@ def test_verify_stage_as_ordinary_user(user, setup):
     folder, python, env = setup
     if not userns_allowed(user, folder):
         pytest.skip("unprivileged user namespaces are not allowed here")
-    from populora.tasks import seed_rows
+    from tests.seed_tasks import seed_rows
     proposals = folder / "proposals.jsonl"
     proposals.write_text("".join(json.dumps(row) + "\n" for row in seed_rows()))
     entry = pwd.getpwnam(user)

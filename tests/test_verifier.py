@@ -16,7 +16,7 @@ import pytest
 
 from populora.config import VerifySection, load_params
 from populora.sandbox import LAYERS, SKIP_ENV, Sandbox
-from populora.tasks import IDENTITY_CODE_F_SEED, IDENTITY_SEED, seed_rows
+from populora.tasks import IDENTITY_CODE_F_SEED, IDENTITY_SEED
 from populora.verifier import (
     GRADE_REASONS,
     GRADERS,
@@ -27,6 +27,7 @@ from populora.verifier import (
     verify_config,
     verify_rows,
 )
+from tests.seed_tasks import seed_rows
 
 REPO = Path(__file__).resolve().parents[1]
 ROOT = os.geteuid() == 0  # every sandbox layer is on only as root (tests/test_sandbox.py checks them)
