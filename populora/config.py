@@ -242,6 +242,10 @@ class UpdateSection(_Section):
     shuffle_advantages: bool = Field(
         False, description="The null control: shuffle advantages within each TRR++ group (adapter, role, type) "
         "before the update: same data and update sizes, no learning signal.")
+    importance_cap: float | None = Field(
+        None, gt=0, description="Truncated importance sampling (verl's and TRL's TIS): each trained token's weight "
+        "times min(exp(update logprob - sampler logprob), cap), for when the sampler's scores differ from the "
+        "update's (another engine, bf16 sampling). null: off (the hf engine's scores equal the update's).")
     processes: int = Field(
         1, ge=1, le=64, description="Processes per update job (one GPU each): one adapter's micro-batches are split "
         "over them and their gradients summed (data parallel, through `accelerate launch`); 1 = one process.")

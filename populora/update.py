@@ -308,6 +308,15 @@ def sum_gradients(parameters: list[torch.nn.Parameter]) -> None:
         offset += parameter.numel()
 
 
+def importance_weights(logprobs: torch.Tensor, recorded: list[float | None], cap: float) -> torch.Tensor:
+    """Truncated importance sampling: min(pi_update / pi_sampler, cap) per token, no gradient through
+    it; tokens without a recorded sampler score weigh 1 (verl's and TRL's TIS correction)."""
+    sampler = torch.tensor([x if x is not None else float("nan") for x in recorded], device=logprobs.device,
+                           dtype=torch.float32)
+    ratio = torch.exp(logprobs.detach().float() - sampler).clamp(max=cap)
+    return torch.where(torch.isnan(sampler), torch.ones_like(ratio), ratio)
+
+
 def reinforce_steps(accelerator, model, tokenizer, adapter: str, rollouts: list[dict], config, *,
                     optimizer_file: Path | None, optimizer_out: Path | None) -> dict:
     """Run `config.steps` full-batch REINFORCE steps for `adapter` (per role with `role_steps: per_role`);
@@ -356,6 +365,9 @@ def reinforce_steps(accelerator, model, tokenizer, adapter: str, rollouts: list[
                     logprobs = selected_logprobs(unwrapped, chunk, tokenizer.pad_token_id, accelerator.device)
                 weight = torch.tensor([w for i in batch for w in weights[offsets[i]:offsets[i + 1]]],
                                       device=logprobs.device, dtype=torch.float32)
+                if config.importance_cap is not None:
+                    weight = weight * importance_weights(logprobs, [x for s in chunk for x in s.sampler_logprobs],
+                                                         config.importance_cap)
                 loss = -(weight * logprobs.float()).sum()
                 accelerator.backward(loss)
                 total += loss.item()

@@ -314,3 +314,12 @@ def test_non_empty_step_never_opens_with_a_block_ender(tiny_model_dir):
     assert all(piece.strip(" \t") and piece.lstrip(" \t")[0] not in "`\r\n" for piece in pieces), pieces
     assert all(r.segments[-1]["sampling"]["suppress_first"] == sorted(enders) for r in results)
     assert all(r.segments[-1]["ids"][0] not in enders for r in results)
+
+
+def test_importance_weights_truncate_and_skip_unrecorded():
+    from populora.update import importance_weights
+
+    logprobs = torch.tensor([-1.0, -1.0, -0.5, -2.0])
+    weights = importance_weights(logprobs, [-1.0, -2.0, None, -1.0], cap=2.0)
+    assert weights.tolist() == pytest.approx([1.0, 2.0, 1.0, float(torch.exp(torch.tensor(-1.0)))])
+    assert not weights.requires_grad
