@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from populora.paths import project_path
+from populora.paths import BASE_SOURCE, project_path
 
 EMBEDDED_MODEL = "smollm2"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -100,7 +100,7 @@ def materialize_base_model(base_model: str, out_dir: str | Path) -> None:
             ) from error
         model.save_pretrained(out_dir, safe_serialization=True)
         tokenizer.save_pretrained(out_dir)
-    (out_dir / "populora_source.json").write_text(json.dumps(describe_source(base_model), indent=2) + "\n")
+    (out_dir / BASE_SOURCE).write_text(json.dumps(describe_source(base_model), indent=2) + "\n")
 
 
 def pick_device(requested: str = "auto") -> torch.device:

@@ -5,6 +5,14 @@ Stages run from the project root, so `bench.data_dir: ../shared/benchmarks` norm
 an experiment in a temporary copy, `<project>/.dvc/tmp/exps/<tmpdir>/`, where that relative path
 would point into `.dvc/tmp/exps/`; a path that does not exist from there is taken from the
 project that queued the experiment instead.
+
+Also the names of the files a model folder holds besides the model itself, spelled once here for
+their writers and readers (here, not in populora.model: this module is light, so the export stage
+names them without depending on the model code):
+
+    <base_model>/populora_source.json   BASE_SOURCE: where the base came from (`populora.model.describe_source`)
+    <models>/<slot>/model.json          MODEL_DESCRIPTION: an exported member (`stages.export`), read by the
+                                        bench stage (`populora.bench.runners`)
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ import os
 from pathlib import Path
 
 _DVC_TEMP_WORKSPACE = (".dvc", "tmp", "exps")
+BASE_SOURCE = "populora_source.json"
+MODEL_DESCRIPTION = "model.json"
 
 
 def queued_from(cwd: str | Path) -> Path | None:

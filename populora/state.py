@@ -10,6 +10,14 @@
 
 `results/<arm>/init` and `results/<arm>/genNNN/checkpoint` share this layout. Stages read and
 write `state.json` only through `State`, so its keys are spelled once, here.
+
+A generation's other folders reuse these names and add their own, also spelled once, here:
+
+    <trained>/adapters/<slot>/, <trained>/optimizer/<slot>.safetensors   what `stages.update` trained
+    <trained>/update_stats.json     UPDATE_STATS: every trained adapter's update statistics
+    <evolved>/adapters/<slot>/      a child evolution made (`stages.evolve`)
+    <evolved>/ratings.json          RATINGS: the ratings after evolution
+    <evolved>/evolution.json        EVOLUTION: events, rankings, members, reward records
 """
 
 from __future__ import annotations
@@ -24,6 +32,9 @@ REPLACED = "replaced"
 BUFFER = "buffer.jsonl"
 ADAPTERS = "adapters"
 OPTIMIZER = "optimizer"
+UPDATE_STATS = "update_stats.json"
+RATINGS = "ratings.json"
+EVOLUTION = "evolution.json"
 
 
 @dataclass(frozen=True)

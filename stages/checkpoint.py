@@ -32,7 +32,18 @@ from populora.io import (
     write_json,
     write_jsonl,
 )
-from populora.state import ADAPTERS, BUFFER, OPTIMIZER, REPLACED, load_buffer, load_state, save_state
+from populora.state import (
+    ADAPTERS,
+    BUFFER,
+    EVOLUTION,
+    OPTIMIZER,
+    RATINGS,
+    REPLACED,
+    UPDATE_STATS,
+    load_buffer,
+    load_state,
+    save_state,
+)
 from populora.tasks import extend_buffer, is_valid_task
 from stages._common import derive_seed, setup, stage_parser
 
@@ -46,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     params, log = setup(args, "checkpoint")
     prev = load_state(args.state)
     trained, evolved = Path(args.trained), Path(args.evolved)
-    evolution = read_json(evolved / "evolution.json")
-    ratings = read_json(evolved / "ratings.json")
+    evolution = read_json(evolved / EVOLUTION)
+    ratings = read_json(evolved / RATINGS)
     stats = read_json(args.stats)
     tasks = read_jsonl(args.tasks)
     coverage, matched, coverage_metrics = gm.coverage_update(
@@ -72,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                         trained_members=prev.members, trained_ratings=read_json(args.ratings))
     save_state(tmp, state)
     metrics = {"generation": args.gen, **gm.rate_metrics(stats), **gm.complexity_metrics(tasks), **coverage_metrics,
-               **gm.rating_metrics(ratings), **gm.compute_metrics(stats, read_json(trained / "update_stats.json")),
+               **gm.rating_metrics(ratings), **gm.compute_metrics(stats, read_json(trained / UPDATE_STATS)),
                **gm.distance_metrics({slot: delta_norm(read_state_dict(tmp / ADAPTERS / slot)) for slot in prev.slots}),
                **gm.pairing_metrics(read_json(args.pairing)), **gm.evolution_metrics(evolution),
                **gm.isolation_metrics(read_json(args.isolation))}

@@ -26,7 +26,7 @@ from populora.adapters import read_state_dict, write_adapter
 from populora.evolution import accumulate_rewards, plan_generation_replacement
 from populora.io import read_json, replace_dir, staging_dir, write_json
 from populora.operators import make_child
-from populora.state import ADAPTERS, load_state
+from populora.state import ADAPTERS, EVOLUTION, RATINGS, load_state
 from stages._common import derive_seed, setup, stage_parser
 
 
@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     for role, ranking in result["rankings"].items():
         log.info("%s ranked by %s: %s", role, ranking[0]["by"] if ranking else "-",
                  [(r["slot"], round(r["fitness"], 3)) for r in ranking])
-    write_json(tmp / "ratings.json", result["ratings"])
-    write_json(tmp / "evolution.json", {"scheduled": scheduled, **{k: result[k] for k in
+    write_json(tmp / RATINGS, result["ratings"])
+    write_json(tmp / EVOLUTION, {"scheduled": scheduled, **{k: result[k] for k in
                                         ("events", "rankings", "members", "reward_records")}})
     replace_dir(tmp, args.evolved)
     log.info("%d evolution events", len(result["events"]))

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from populora.adapters import CONFIG, copy_adapter
 from populora.io import read_json, replace_dir, staging_dir, write_json
+from populora.paths import BASE_SOURCE, MODEL_DESCRIPTION
 from populora.state import load_state, trained_adapter_dir
 from stages._common import setup, stage_parser
 
@@ -40,7 +41,7 @@ def weights_sha256(folder: str | Path) -> str:
 def describe_base(base_dir: str | Path) -> dict:
     """Name, absolute path and content hash of a base model folder made by the base_model stage."""
     base_dir = Path(base_dir).resolve()
-    source_file = base_dir / "populora_source.json"
+    source_file = base_dir / BASE_SOURCE
     source = read_json(source_file) if source_file.is_file() else {}
     if source.get("source") == "hub":
         name = source["id"]
@@ -68,7 +69,7 @@ def export_member(checkpoint: Path, state, arm: str, slot: str, base: dict, out:
     description = {"model": f"{arm}-{slot}", "arm": arm, "slot": slot, "adapter": "adapter",
                    "member": state.trained_members[slot], "rating": state.trained_ratings[slot],
                    "generation": state.generation, "base_model": base}
-    write_json(out / "model.json", description)
+    write_json(out / MODEL_DESCRIPTION, description)
     return description
 
 

@@ -9,7 +9,7 @@ code_i, a program for code_f; null when the student's output was malformed). Out
 answer row plus "correct", "reason" (null when correct, else populora.verifier.GRADE_REASONS) and
 "reason_detail". Task rows are verify output rows; invalid ones are ignored. The sandbox settings
 (CPU-time limit and wall-clock backstop), the isolation requirement (verify.required_layers; exit
-code 3 when refused) and the log of its layers are as for stages.verify.
+code 3 when refused) and the log of its layers are as for stages.verify (both through stages/_sandbox.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections import Counter
 
 from populora.io import write_jsonl
 from populora.verifier import grade_rows
-from stages.verify import REFUSED, add_common_args, progress_bar, read_rows, setup, start_sandbox
+from stages._sandbox import REFUSED, add_common_args, progress_bar, read_rows, setup, start_sandbox
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,7 @@ from pathlib import Path
 from populora.bench import BenchError
 from populora.config import benchmarked_models
 from populora.io import read_json, replace_dir, staging_dir
+from populora.report import DYNAMICS_TABLE
 from populora.report.benchmarks import read_results
 from populora.report.markdown import write_report
 from stages._common import setup, stage_parser
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     params, log = setup(args, "report")
     try:
         results = read_results(args.results, benchmarked_models(params), params.bench.benchmarks)
-        dynamics = {arm: read_json(Path(args.dynamics) / arm / "dynamics.json")
+        dynamics = {arm: read_json(Path(args.dynamics) / arm / DYNAMICS_TABLE)
                     for arm in params.dag.arms} if args.dynamics else {}
     except (BenchError, OSError, ValueError) as error:
         log.error("could not read the report inputs: %s", error)

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from populora.config import update_part_slots
 from populora.io import read_jsonl, replace_dir, staging_dir, write_json
-from populora.state import ADAPTERS, OPTIMIZER, adapter_dirs
+from populora.state import ADAPTERS, OPTIMIZER, UPDATE_STATS, adapter_dirs
 from stages._common import _CLAIMED, claim_gpu, derive_seed, setup, stage_parser, timed
 
 LAUNCHED = "LOCAL_RANK"  # set by torchrun / accelerate launch in each process it starts
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     slots = update_part_slots(params, args.arm, args.part)
     if not slots:
         tmp = staging_dir(args.trained)
-        write_json(tmp / "update_stats.json", {})
+        write_json(tmp / UPDATE_STATS, {})
         replace_dir(tmp, args.trained)
         log.info("update job %d of %d: %s has no adapter for it; empty part written", args.part,
                  params.dag.update_jobs, args.arm)
@@ -137,7 +137,7 @@ def train(args, params, log, slots: list[str]) -> int:
             save_trained_adapter(model, slot, tmp / ADAPTERS / slot)
         log.info("%s: %s", slot, {k: v for k, v in stats[slot].items() if k != "losses"})
     if main_process:
-        write_json(tmp / "update_stats.json", stats)
+        write_json(tmp / UPDATE_STATS, stats)
         replace_dir(tmp, args.trained)
     accelerator.wait_for_everyone()
     accelerator.end_training()  # the process group, when there is one

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from populora.config import slots_of_arm, update_part_slots
 from populora.io import link_or_copy, link_tree, read_json, replace_dir, staging_dir, write_json
-from populora.state import ADAPTERS, OPTIMIZER
+from populora.state import ADAPTERS, OPTIMIZER, UPDATE_STATS
 from stages._common import setup, stage_parser
 
 
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     for part in range(min(jobs, len(slots_of_arm(params, args.arm)))):
         folder = parts / str(part)
         slots = update_part_slots(params, args.arm, part)
-        part_stats = read_json(folder / "update_stats.json") if (folder / "update_stats.json").is_file() else {}
+        part_stats = read_json(folder / UPDATE_STATS) if (folder / UPDATE_STATS).is_file() else {}
         for slot in slots:
             adapter = folder / ADAPTERS / slot
             if slot not in part_stats or not (adapter / "adapter_model.safetensors").is_file():
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             if moments.is_file():
                 link_or_copy(moments, tmp / OPTIMIZER / moments.name)
             stats[slot] = part_stats[slot]
-    write_json(tmp / "update_stats.json", stats)
+    write_json(tmp / UPDATE_STATS, stats)
     replace_dir(tmp, args.trained)
     log.info("gathered %d adapters from %d update jobs", len(stats), min(jobs, len(stats)))
     return 0

@@ -105,19 +105,16 @@ def _params_read(module: str) -> set[str]:
     return reads
 
 
-# library modules a stage hands the whole `params` to (they read it for the stage)
-PARAMS_HELPERS = {"stages.bench": ("populora.bench.runners",)}
+# modules a stage hands the whole `params` (or its path) to (they read it for the stage)
+PARAMS_HELPERS = {"stages.bench": ("populora.bench.runners",),
+                  "stages.verify": ("stages._sandbox",), "stages.grade": ("stages._sandbox",)}
 # keys a stage's module reads only on a path the stage never takes (bench_base: no members to select)
-UNUSED_PATHS = {"bench_base": {"bench.roles", "population"},
-                "grade": {"propose.code_f_inputs"}}  # verify's code_f count: grade splits what a task carries
+UNUSED_PATHS = {"bench_base": {"bench.roles", "population"}}
 
 
 @pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
 def test_a_stage_tracks_exactly_the_params_it_reads(stage):
-    if stage.module == "stages.grade":
-        reads = _params_read("stages.verify")  # grade takes its sandbox settings through verify's helpers
-    else:
-        reads = _params_read(stage.module)
+    reads = _params_read(stage.module)
     for helper in PARAMS_HELPERS.get(stage.module, ()):
         reads |= _params_read(helper)
     reads -= UNUSED_PATHS.get(stage.name, set())

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from populora.report import DYNAMICS_TABLE
+
 RESULTS = "results"
 BASE_MODEL = f"{RESULTS}/base_model"
 ARM_DIR = f"{RESULTS}/{{arm}}"
@@ -206,7 +208,7 @@ STAGES += (
     Stage(
         "dynamics", "stages.dynamics", "arm", local=True,
         inputs={"metrics": f"{GEN_DIR}/metrics.json", "state": LAST_CHECKPOINT},
-        outputs={"dynamics": f"{DYNAMICS_DIR}/{{arm}}/dynamics.json", "summary": f"{DYNAMICS_DIR}/{{arm}}/summary.json",
+        outputs={"dynamics": f"{DYNAMICS_DIR}/{{arm}}/{DYNAMICS_TABLE}", "summary": f"{DYNAMICS_DIR}/{{arm}}/summary.json",
                  "family_tree": f"{DYNAMICS_DIR}/{{arm}}/family_tree.png"},
         metrics=("summary",), fan_in={"metrics": "gen"},
     ),

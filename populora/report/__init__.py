@@ -9,3 +9,7 @@
 * `study`       `python -m populora.report.study --out DIR`: mean and spread across seeds of DVC
                 experiments, per arm and ablation, from `dvc exp show --json`.
 """
+
+# one arm's training dynamics, one row per generation: <dynamics>/<arm>/dynamics.json, written by
+# the dynamics stage (its path set in workflow/dag.py), read by the report stage
+DYNAMICS_TABLE = "dynamics.json"
