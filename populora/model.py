@@ -175,23 +175,3 @@ def attach_adapters(model, adapters: dict[str, str | Path], *, trainable: str | 
         parameter.requires_grad_(trainable is not None and f".{trainable}." in param_name and "lora_" in param_name)
     return peft_model
 
-
-def load_sampler(model_dir: str | Path, adapters: dict[str, str | Path], params):
-    """(tokenizer, sampler) for `populora.generation.run_plans` with `params.generation.engine`:
-    `hf` loads the base and stacks `adapters` (name -> PEFT folder) on it (`populora.multilora`);
-    `vllm` starts a `populora.vllm_engine.VllmEngine` with each adapter a LoRARequest."""
-    if params.generation.engine == "vllm":
-        from populora.vllm_engine import VllmEngine
-
-        cfg = params.generation
-        engine = VllmEngine(model_dir, adapters, dtype=params.model.dtype, lora_rank=params.lora.rank,
-                            memory_fraction=cfg.memory_fraction, max_loras=cfg.max_loras,
-                            max_num_seqs=cfg.max_num_seqs, enforce_eager=cfg.enforce_eager, seed=params.base.seed)
-        return engine.tokenizer, engine
-    from populora.multilora import attach_multilora
-
-    tokenizer, model = load_base(model_dir, dtype=params.model.dtype, device=params.model.device)
-    if adapters:
-        model = attach_multilora(model, {name: str(path) for name, path in adapters.items()})
-    model.eval()
-    return tokenizer, model

@@ -73,8 +73,7 @@ def lmeval_vllm_args(params) -> dict:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     cfg = params.generation
     return {"gpu_memory_utilization": cfg.memory_fraction, "enforce_eager": cfg.enforce_eager,
-            "max_num_seqs": cfg.max_num_seqs, "max_lora_rank": supported_rank(params.lora.rank),
-            "seed": params.base.seed}
+            "max_num_seqs": cfg.max_num_seqs, "max_lora_rank": supported_rank(params.lora.rank)}
 
 
 class VllmEngine:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import random
 
+from populora.engines import load_sampler
 from populora.generation import GenRow, run_plans
 from populora.io import write_jsonl
-from populora.model import load_sampler
 from populora.prompts import chat_wrapper
 from populora.roles import proposal_rows, proposer_jobs
 from populora.state import adapter_dirs, load_buffer, load_state

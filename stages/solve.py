@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import random
 
+from populora.engines import load_sampler
 from populora.generation import GenRow, run_plans
 from populora.io import read_json, read_jsonl, write_jsonl
-from populora.model import load_sampler
 from populora.parsing import parse_answer
 from populora.prompts import chat_wrapper
 from populora.roles import assign_tasks, solver_jobs

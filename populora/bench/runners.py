@@ -20,6 +20,7 @@ from pathlib import Path
 from populora.bench import LIVECODEBENCH_BENCHMARKS, BenchError, benchmark_kind, resolve_data_dir
 from populora.bench.stats import wilson_interval
 from populora.io import read_json, write_json, write_jsonl
+from populora.paths import MODEL_DESCRIPTION
 
 BASE = "base"
 
@@ -43,20 +44,20 @@ def base_model_entry() -> BenchModel:
 
 def exported_models(models_dir: Path) -> list[BenchModel]:
     """The members an export folder holds (`<slot>/model.json` + `<slot>/adapter/`), by slot name."""
-    folders = sorted(path.parent for path in Path(models_dir).glob("*/model.json"))
+    folders = sorted(path.parent for path in Path(models_dir).glob(f"*/{MODEL_DESCRIPTION}"))
     if not folders:
         raise BenchError(f"{models_dir} holds no exported member (<slot>/model.json). "
                          "Fix: run the export stage of this arm first.")
     models = []
     for folder in folders:
-        described = read_json(folder / "model.json")
+        described = read_json(folder / MODEL_DESCRIPTION)
         models.append(BenchModel(described["model"], adapter_of(folder), described.get("member")))
     return models
 
 
 def adapter_of(model_dir: Path) -> Path:
     """The adapter folder named by an export folder's model.json."""
-    description_path = model_dir / "model.json"
+    description_path = model_dir / MODEL_DESCRIPTION
     if not description_path.is_file():
         raise BenchError(f"{description_path} not found: {model_dir} is not an export folder. "
                          "Fix: run the export stage for this model first.")
@@ -75,7 +76,7 @@ def load_model(base_model: Path, adapters: dict[str, Path], params):
     """Tokenizer and sampler of `generation.engine` (`populora.model.load_sampler`): the base with
     `adapters` (name -> PEFT folder) stacked on it (hf) or served as LoRA requests (vllm); every
     adapter at once, rows pick theirs."""
-    from populora.model import load_sampler
+    from populora.engines import load_sampler
 
     try:
         tokenizer, model = load_sampler(base_model, adapters, params)
