@@ -88,7 +88,12 @@ class VllmEngine:
         from vllm.platforms import current_platform
 
         slots = max_loras or len(adapters)
+        platform_args = {}
         if current_platform.is_cpu():
+            # vLLM's CPU runner cannot rewind a seeded request's generator after a partial (chunked)
+            # prefill ("CPU Generator does not use offset"): every request here is seeded, so prompts
+            # are prefilled whole on CPU
+            platform_args["enable_chunked_prefill"] = False
             # vLLM's CPU LoRA ops pick each row's factors as `weights[index]` and a row without adapter
             # has index -1: Python indexing gives it the LAST slot's adapter (vllm/lora/ops/torch_ops,
             # bgmv_shrink). One slot more than adapters, never filled, keeps those rows on the base.
@@ -98,7 +103,7 @@ class VllmEngine:
         self.llm = LLM(model=str(base_model), tokenizer=str(base_model), dtype=dtype, seed=seed,
                        gpu_memory_utilization=memory_fraction, enforce_eager=enforce_eager, max_num_seqs=max_num_seqs,
                        max_model_len=max_model_len, enable_prefix_caching=True, logprobs_mode="processed_logprobs",
-                       max_logprobs=0, **lora)
+                       max_logprobs=0, **lora, **platform_args)
         self.tokenizer = self.llm.get_tokenizer()
         self.requests = {name: LoRARequest(name, index + 1, str(path))
                          for index, (name, path) in enumerate(adapters.items())}
