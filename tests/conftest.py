@@ -15,6 +15,17 @@ os.environ.setdefault("POPULORA_BENCHMARKS", str(REPO.parent / "shared" / "bench
 TINY_PARAMS = REPO / "tests" / "fixtures" / "params.tiny.yaml"
 
 
+def copy_snakemake_entry(root: Path) -> Path:
+    """A scratch Snakemake project: the Snakefile, workflow/ and profiles/ copied into `root`
+    (stages run from the checkout through PYTHONPATH); params.yaml is the caller's."""
+    import shutil
+
+    for name in ("Snakefile", "workflow", "profiles"):
+        src = REPO / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)
+    return root
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     from tests.tiny_model import tiny_model_dir as build

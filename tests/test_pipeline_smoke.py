@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, copy_snakemake_entry
 
 pytestmark = pytest.mark.slow
 BIN = str(Path(sys.executable).parent)
@@ -26,9 +26,7 @@ BIN = str(Path(sys.executable).parent)
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, tiny_params_dict) -> Path:
     root = tmp_path_factory.mktemp("project")
-    for name in ("Snakefile", "workflow", "profiles"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)
+    copy_snakemake_entry(root)
     params = dict(tiny_params_dict)
     # one math benchmark, one problem, short answers: exercises export, bench, summary and report
     params["bench"] = {**params["bench"], "benchmarks": ["gsm8k"], "limit": 1, "max_new_tokens": 16,
@@ -180,9 +178,7 @@ def test_interrupted_run_resumes_to_the_same_artifacts(finished, project, tmp_pa
 def test_one_teacher_one_student_runs_end_to_end(tmp_path_factory, tiny_params_dict):
     """1T-1S, the paper's central ablation: evolution is scheduled but a sub-population of one is never replaced."""
     root = tmp_path_factory.mktemp("one_one")
-    for name in ("Snakefile", "workflow", "profiles"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)
+    copy_snakemake_entry(root)
     params = dict(tiny_params_dict)
     params["population"] = {"teachers": 1, "students": 1}
     params["dag"] = {**params["dag"], "generations": 1, "arms": ["population"]}

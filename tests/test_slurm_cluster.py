@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, copy_snakemake_entry
 
 pytestmark = pytest.mark.slow
 BIN = str(Path(sys.executable).parent)
@@ -44,9 +43,7 @@ def cluster(tmp_path_factory):
 
 
 def _project(root: Path, params: dict) -> Path:
-    for name in ("Snakefile", "workflow", "profiles"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)
+    copy_snakemake_entry(root)
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     return root
 

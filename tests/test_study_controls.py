@@ -72,17 +72,14 @@ def test_controls_run_end_to_end(tmp_path_factory, tiny_params_dict):
     says it shuffled; the accounting keys are in every generation's metrics and sum to the run's
     totals; the per-role baseline took `steps` per role."""
     import json
-    import shutil
 
     import yaml
 
-    from tests.conftest import REPO
+    from tests.conftest import copy_snakemake_entry
     from tests.test_pipeline_smoke import _snakemake
 
     root = tmp_path_factory.mktemp("controls")
-    for name in ("Snakefile", "workflow", "profiles"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)
+    copy_snakemake_entry(root)
     params = dict(tiny_params_dict)
     params["dag"] = {**params["dag"], "generations": 2}
     params["evolve"] = {**params["evolve"], "interval": 1, "replace": 0}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, copy_snakemake_entry
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 if os.environ.get("POPULORA_REQUIRE_VLLM") != "1":
@@ -31,9 +30,7 @@ def finished(tmp_path_factory, tiny_params_dict) -> Path:
     from tests.tiny_model import tiny_model_dir
 
     root = tmp_path_factory.mktemp("vllm-project")
-    for name in ("Snakefile", "workflow", "profiles"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)
+    copy_snakemake_entry(root)
     params = json.loads(json.dumps(tiny_params_dict))
     params["model"]["base_model"] = str(tiny_model_dir(root / "tiny", hidden_size=64, heads=2))  # head size 32
     params["generation"] = {**params["generation"], "engine": "vllm", "memory_fraction": 0.1}
