@@ -487,14 +487,11 @@ def load_params(path: str | Path = "params.yaml") -> Params:
 
 
 def members_of_arm(params: Params, arm: str) -> dict[str, list[str]]:
-    """Slot names per role. Slots are stable names (adapter folders, benchmark stages); the member
-    occupying a slot can change when evolution replaces it (lineage records who is where)."""
-    if arm == "baseline":
-        return {"teachers": ["solo"], "students": ["solo"]}
-    return {
-        "teachers": [f"teacher{i}" for i in range(params.population.teachers)],
-        "students": [f"student{i}" for i in range(params.population.students)],
-    }
+    """Slot names per role (`populora.refs.arm_slots`). Slots are stable names (adapter folders, benchmark
+    stages); the member occupying a slot can change when evolution replaces it (lineage records who is where)."""
+    from populora.refs import arm_slots
+
+    return arm_slots(arm, params.population.teachers, params.population.students)
 
 
 def slots_of_arm(params: Params, arm: str) -> list[str]:
@@ -508,17 +505,21 @@ def update_part_slots(params: Params, arm: str, part: int) -> list[str]:
     return slots_of_arm(params, arm)[part :: params.dag.update_jobs]
 
 
-def benchmarked_slots(params: Params, arm: str) -> list[str]:
-    """The slots of an arm whose final members are benchmarked: those of the roles in `bench.roles`."""
-    roles = members_of_arm(params, arm)
-    return list(dict.fromkeys(slot for role in params.bench.roles for slot in roles[role]))
+def benchmarked_refs(params: Params, arm: str) -> list:
+    """The `populora.refs.ModelRef`s of an arm whose final members are benchmarked: the slots of the
+    roles in `bench.roles`, each once (the baseline's solo adapter plays both roles)."""
+    from populora.refs import arm_refs
+
+    refs = arm_refs(arm, params.population.teachers, params.population.students)
+    return list(dict.fromkeys(ref for role in params.bench.roles for ref in refs[role]))
 
 
-def benchmarked_models(params: Params) -> dict[str, list[str]]:
-    """Benchmarked models per result folder of `results/bench`: the bare `base`, and per arm of
-    `dag.arms` its final members of `bench.roles` (`population-student0`, ..., `baseline-solo`)."""
-    return {"base": ["base"], **{arm: [f"{arm}-{slot}" for slot in benchmarked_slots(params, arm)]
-                                 for arm in params.dag.arms}}
+def benchmarked_models(params: Params) -> dict[str, list]:
+    """Benchmarked models (`ModelRef`s) per result folder of `results/bench`: the bare base under `base`,
+    and per arm of `dag.arms` its final members of `bench.roles` (`population-student0`, ..., `baseline-solo`)."""
+    from populora.refs import BASE_REF
+
+    return {"base": [BASE_REF], **{arm: benchmarked_refs(params, arm) for arm in params.dag.arms}}
 
 
 def merge(base: dict, overlay: dict) -> dict:

@@ -25,15 +25,11 @@ Everything is derived from ``(seed, generation)``: the same inputs give the same
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from populora.io import file_mode
 from populora.operators import CROSSOVERS, MUTATIONS
 from populora.ratings import conservative
 
@@ -265,73 +261,3 @@ def plan_generation_replacement(
         members[event["slot"]] = event["child_id"]
     return {"rankings": rankings, "events": events, "members": members, "ratings": new_ratings,
             "reward_records": records}
-
-
-def _lanes(lineage: Sequence[Mapping[str, Any]]) -> dict[str, int]:
-    """A child takes the lane of the member it replaces, so each lane is a population slot."""
-    lanes: dict[str, int] = {}
-    for e in lineage:
-        r = e.get("replaces")
-        lanes[e["child_id"]] = lanes[r] if r in lanes else max(lanes.values(), default=-1) + 1
-    return lanes
-
-
-def draw_family_tree(lineage: Sequence[Mapping[str, Any]], out_png: str | Path, title: str | None = None,
-                     last_generation: int | None = None) -> None:
-    """Plot members by birth generation (x) and population slot (y); edges parent -> child.
-
-    Uses matplotlib's object API (no pyplot global state) and writes the PNG atomically.
-    """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    if not lineage:
-        raise ValueError("empty lineage")
-    lanes = _lanes(lineage)
-    born = {e["child_id"]: e["generation"] for e in lineage}
-    died = {e["replaces"]: e["generation"] for e in lineage if e.get("replaces")}
-    end = max(born.values()) + 1 if last_generation is None else last_generation
-    operators = sorted({e["operator"] for e in lineage} - {"init"})
-    palette = {op: f"C{i % 10}" for i, op in enumerate(operators)}
-
-    n_lanes = max(lanes.values()) + 1
-    fig = Figure(figsize=(max(6.0, 1.2 * (end + 1)), max(3.0, 0.8 * n_lanes + 1.5)))
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    for e in lineage:
-        m, x, y = e["child_id"], e["generation"], lanes[e["child_id"]]
-        ax.plot([x, died.get(m, end)], [y, y], color="0.85", lw=3, zorder=1)
-        color = "0.5" if e["operator"] == "init" else palette[e["operator"]]
-        ax.scatter([x], [y], s=60, color=color, zorder=3, edgecolors="black", linewidths=0.5)
-        ax.annotate(m, (x, y), xytext=(4, 6), textcoords="offset points", fontsize=7)
-        for parent in e["parents"]:
-            start = (x - 0.5, lanes[parent])  # a point on the parent's lifeline
-            ax.annotate("", xy=(x, y), xytext=start, zorder=2,
-                        arrowprops={"arrowstyle": "->", "color": palette[e["operator"]], "lw": 1.2})
-            # label near the child end, so the edges of one event do not share a midpoint
-            ax.text(x - 0.3 * (x - start[0]), y - 0.3 * (y - start[1]), e["operator"], fontsize=6,
-                    color=palette[e["operator"]], ha="center", va="center", zorder=4,
-                    bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8})
-    for op, color in palette.items():
-        ax.plot([], [], color=color, label=op)
-    if palette:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.set_xlabel("generation")
-    ax.set_ylabel("population slot")
-    ax.set_yticks(range(n_lanes))
-    ax.set_xticks(range(0, int(end) + 1))  # generations are whole numbers
-    ax.set_xlim(-0.8, end + 0.5)
-    ax.set_ylim(-0.7, n_lanes - 0.3)
-    ax.set_title(title or "PopuLoRA family tree")
-    fig.tight_layout()
-
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=120)
-        os.chmod(tmp, file_mode())  # mkstemp makes it owner-only; artifacts follow the umask
-        os.replace(tmp, out)
-    finally:
-        Path(tmp).unlink(missing_ok=True)

@@ -81,14 +81,15 @@ def _remove_stale(parent: Path, name: str) -> None:
                 stale.unlink(missing_ok=True)
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
+def _atomic_write(path: Path, fill) -> None:
+    """`fill(handle)` writes the content into a binary temp file beside `path`, which is then renamed over it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(path.parent, path.name)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            fill(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, file_mode())
@@ -96,6 +97,16 @@ def _atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    _atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def write_figure(path: str | Path, fig, dpi: int = 110) -> None:
+    """Save a matplotlib figure atomically, in the format its suffix names (`.png`)."""
+    path = Path(path)
+    _atomic_write(path, lambda handle: fig.savefig(handle, format=path.suffix.lstrip(".") or "png", dpi=dpi))
 
 
 def write_text(path: str | Path, text: str) -> None:

@@ -72,6 +72,15 @@ class State:
         """Every adapter slot, teachers first (the baseline's `solo` once)."""
         return list(dict.fromkeys(self.teachers + self.students))
 
+    def ref(self, slot: str):
+        """The `populora.refs.ModelRef` of a slot: its arm and the role it plays (solo when both)."""
+        from populora.refs import SOLO, STUDENT, TEACHER, ModelRef
+
+        teaches, studies = slot in self.teachers, slot in self.students
+        if not (teaches or studies):
+            raise KeyError(f"{self.arm} has no slot {slot!r} (slots: {', '.join(self.slots)})")
+        return ModelRef(self.arm, slot, SOLO if teaches and studies else TEACHER if teaches else STUDENT)
+
     def evolve(self, **changes) -> State:
         return replace(self, **changes)
 

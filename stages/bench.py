@@ -16,7 +16,7 @@ that adapter, greedy. `bench.limits[<bench>]`, else `bench.limit`, = N evaluates
 problems in file order (null: all). Only the members of the roles in `bench.roles` are benchmarked (default: students and teachers).
 `--results` gets, per model (`base`, `population-teacher0`, ...):
 
-* `<model>.json`: `{"model", "benchmark", "n", "correct", "interval", "per_problem", "metrics",
+* `<model>.json`: `{"model", "arm", "slot", "role", "benchmark", "n", "correct", "interval", "per_problem", "metrics",
   "limit", "wall_s", ...}`; metrics are `pass@1` (= `plus_pass@1`, base and extra tests),
   `base_pass@1`, `plus_pass@1` for HumanEval+/MBPP+, `accuracy` for math and `pass@1` for CRUXEval and
   LiveCodeBench, all fractions in [0, 1]; `correct` counts the problems solved (the primary metric's numerator),
@@ -42,7 +42,7 @@ from pathlib import Path
 from populora.bench import BenchError, benchmark_kind
 from populora.bench.lmeval_runner import TASKS_DIR
 from populora.bench.runners import base_model_entry, exported_models, run_benchmark
-from populora.config import benchmarked_slots
+from populora.config import benchmarked_refs
 from populora.io import replace_dir, staging_dir, write_json
 from stages._common import setup, stage_parser
 
@@ -63,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     tmp = staging_dir(args.results)
     try:
         if args.models:  # the arm's members of the roles in bench.roles
-            wanted = {f"{args.arm}-{slot}" for slot in benchmarked_slots(params, args.arm)}
-            models = [model for model in exported_models(Path(args.models)) if model.name in wanted]
+            wanted = set(benchmarked_refs(params, args.arm))
+            models = [model for model in exported_models(Path(args.models)) if model.ref in wanted]
         else:
             models = [base_model_entry()]
         log.info("benchmarking %s on %s (limit %s, max_new_tokens %d)", ", ".join(m.name for m in models),

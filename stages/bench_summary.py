@@ -5,7 +5,7 @@
 `--results` is the bench stages' folder; the results of `dag.arms`' members and the base model on
 `bench.benchmarks` are read from it (`<base|arm>/<benchmark>/<model>.json`).
 
-Keys are stable across runs (see populora/report/benchmarks.py): a run of one arm describes it under
+Keys are stable across runs (see populora/report/metrics.py): a run of one arm describes it under
 arm-independent keys (`bench.<b>.mean|best|weakest`, `.students.*`, `.teachers.*`, `.base`), so
 `dvc metrics diff baseline population` shows per-benchmark deltas between two one-arm experiments;
 a run of both arms has the side-by-side keys (`bench.<b>.population.*`, `bench.<b>.baseline`) and
@@ -18,7 +18,7 @@ from __future__ import annotations
 from populora.bench import BenchError
 from populora.config import benchmarked_models
 from populora.io import write_json
-from populora.report.benchmarks import benchmark_metrics, best_weakest_members, read_results, score_table
+from populora.report.metrics import benchmark_metrics, best_weakest_members, read_results, refs_of, score_table
 from stages._common import setup, stage_parser
 
 
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         results = read_results(args.results, benchmarked_models(params), params.bench.benchmarks)
         metrics = benchmark_metrics(results)
         table = score_table(results)[0]
-        chosen = {role: best_weakest_members(table, role) for role in ("students", "teachers")}
+        chosen = {role: best_weakest_members(table, refs_of(results), role) for role in ("students", "teachers")}
     except (BenchError, OSError, KeyError, ValueError) as error:
         log.error("could not summarise the benchmark results: %s", error)
         return 1

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from statistics import mean
 
-from populora.evolution import draw_family_tree
 from populora.io import read_json, write_json
+from populora.report.figures import draw_family_tree
 from populora.state import load_state
 from stages._common import setup, stage_parser
 

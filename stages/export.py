@@ -5,7 +5,7 @@
 
 writes `<models>/<slot>/model.json` and `<models>/<slot>/adapter/` for every slot of the arm
 (`teacher0`, ..., `student1`; the baseline's `solo`). `model.json` says what the folder holds: the
-model name (`population-teacher0`), the member trained in the slot during the final generation
+model (`populora.refs.ModelRef`: its name `population-teacher0`, arm, slot and role), the member trained in the slot during the final generation
 (evolution may have replaced it afterwards: the benchmarks never see an untrained child), its
 rating, `adapter` (the PEFT folder `adapter/`) and `base_model`: the base's name
 (Hugging Face id, or what the embedded/local folder is), its absolute path here and a sha256 of
@@ -61,12 +61,12 @@ def point_adapter_at_base(adapter_dir: Path, base: dict) -> None:
     write_json(path, config)  # the same bytes as adapters.normalize_config writes
 
 
-def export_member(checkpoint: Path, state, arm: str, slot: str, base: dict, out: Path) -> dict:
+def export_member(checkpoint: Path, state, slot: str, base: dict, out: Path) -> dict:
     """Copy the slot's final trained adapter to `out/adapter` and describe it in `out/model.json`."""
     # the member trained in the final generation, never a child evolution made after it
     copy_adapter(trained_adapter_dir(checkpoint, state, slot), out / "adapter")
     point_adapter_at_base(out / "adapter", base)
-    description = {"model": f"{arm}-{slot}", "arm": arm, "slot": slot, "adapter": "adapter",
+    description = {**state.ref(slot).fields(), "adapter": "adapter",
                    "member": state.trained_members[slot], "rating": state.trained_ratings[slot],
                    "generation": state.generation, "base_model": base}
     write_json(out / MODEL_DESCRIPTION, description)
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     state = load_state(args.checkpoint)
     tmp = staging_dir(args.models)
     for slot in state.trained_members:
-        export_member(Path(args.checkpoint), state, args.arm, slot, base, tmp / slot)
+        export_member(Path(args.checkpoint), state, slot, base, tmp / slot)
     replace_dir(tmp, args.models)
     log.info("exported %d members of %s (%s; base: %s)", len(state.trained_members), args.arm,
              ", ".join(state.trained_members), base["name"])

@@ -1,12 +1,14 @@
 """Stage report: the Markdown report with figures (benchmarks next to the training dynamics).
 
-    python -m stages.report --params params.yaml --results results/bench --dynamics results/dynamics \
-        --report results/report
+    python -m stages.report --params params.yaml --results results/bench --metrics results/metrics.json \
+        --dynamics results/dynamics --report results/report
 
 Writes `report.md`, `benchmarks.png`, and (with dynamics) `dynamics.png`, `complexity.png`,
 `ratings.png` into `--report` (see populora/report/): the benchmark results of `dag.arms`' members
-and the base model on `bench.benchmarks` (`--results`, as bench_summary reads them) and each arm's
-`<dynamics>/<arm>/dynamics.json`. The folder is built aside and moved into place at the end.
+and the base model on `bench.benchmarks` (`--results`, as bench_summary reads them; the figure and
+the score table), the statistics bench_summary computed from them (`--metrics`, never computed
+again here) and each arm's `<dynamics>/<arm>/dynamics.json`. The folder is built aside and moved
+into place at the end.
 """
 
 from __future__ import annotations
@@ -18,20 +20,22 @@ from populora.bench import BenchError
 from populora.config import benchmarked_models
 from populora.io import read_json, replace_dir, staging_dir
 from populora.report import DYNAMICS_TABLE
-from populora.report.benchmarks import read_results
 from populora.report.markdown import write_report
+from populora.report.metrics import read_results
 from stages._common import setup, stage_parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0], arm=False, gen=False)
     parser.add_argument("--results", required=True, help="the bench stages' folder (results/bench)")
+    parser.add_argument("--metrics", required=True, help="bench_summary's metrics JSON (results/metrics.json)")
     parser.add_argument("--dynamics", help="the dynamics stages' folder (results/dynamics); left out: no dynamics")
     parser.add_argument("--report", required=True, help="report folder")
     args = parser.parse_args(argv)
     params, log = setup(args, "report")
     try:
         results = read_results(args.results, benchmarked_models(params), params.bench.benchmarks)
+        metrics = read_json(args.metrics)
         dynamics = {arm: read_json(Path(args.dynamics) / arm / DYNAMICS_TABLE)
                     for arm in params.dag.arms} if args.dynamics else {}
     except (BenchError, OSError, ValueError) as error:
@@ -39,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     tmp = staging_dir(args.report)
     try:
-        path = write_report(results, dynamics, tmp)
+        path = write_report(results, metrics, dynamics, tmp)
     except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(error, BenchError):

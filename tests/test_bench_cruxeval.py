@@ -204,5 +204,7 @@ def test_only_the_members_of_bench_roles_are_benchmarked(tmp_path, tiny_model_di
             str(tiny_model_dir), "--models", str(models), "--results", str(tmp_path / "r")]
     assert bench_stage.main(argv) == 0
     assert sorted(p.name for p in (tmp_path / "r").glob("*.json")) == ["population-student0.json"]
-    assert benchmarked_models(load_params(params)) == {"base": ["base"], "population": ["population-student0"],
-                                                       "baseline": ["baseline-solo"]}
+    names = {folder: [ref.name for ref in refs] for folder, refs in benchmarked_models(load_params(params)).items()}
+    assert names == {"base": ["base"], "population": ["population-student0"], "baseline": ["baseline-solo"]}
+    result = json.loads((tmp_path / "r" / "population-student0.json").read_text())
+    assert (result["arm"], result["slot"], result["role"]) == ("population", "student0", "student")

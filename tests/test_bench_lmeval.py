@@ -11,6 +11,7 @@ import yaml
 
 from populora.bench import MATH_BENCHMARKS, BenchError
 from populora.bench import lmeval_runner as lm
+from populora.refs import TEACHER, ModelRef
 from stages import bench as bench_stage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,7 +99,7 @@ def test_bench_stage_gsm8k_on_tiny_model_with_adapter(tmp_path, tiny_model_dir, 
     model_dir = tmp_path / "models" / "population" / "teacher0"
     _, model = load_base(tiny_model_dir, device="cpu")
     get_peft_model(model, lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"])).save_pretrained(model_dir / "adapter")
-    (model_dir / "model.json").write_text(json.dumps({"model": "population-teacher0", "adapter": "adapter"}))
+    (model_dir / "model.json").write_text(json.dumps({**ModelRef("population", "teacher0", TEACHER).fields(), "adapter": "adapter"}))
     params = tmp_path / "params.yaml"
     params.write_text(f"model:\n  device: cpu\nbench:\n  data_dir: {BENCH_DATA}\n  limit: 2\n  max_new_tokens: 16\n  batch_size: 2\n")
     folder = tmp_path / "bench" / "population" / "gsm8k"

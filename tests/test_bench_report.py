@@ -7,10 +7,11 @@ import json
 import matplotlib.image as mpimg
 import pytest
 
-from populora.report.benchmarks import difference_verdict
 from populora.report.dynamics import _panel
 from populora.report.markdown import write_report
+from populora.report.metrics import benchmark_metrics
 from populora.report.panels import sample_size_keys
+from populora.report.tables import difference_verdict
 from stages import report as report_stage
 from tests.test_bench_summary import SCORES, SCORES_PARAMS, synthetic_results, write_results
 
@@ -49,7 +50,8 @@ def _is_real_png(path) -> bool:
 @pytest.mark.slow  # subprocesses / whole harness runs: CI's full lane, not the fast one
 def test_report_renders_figures_and_markdown(tmp_path):
     dynamics = {"population": synthetic_dynamics("population"), "baseline": synthetic_dynamics("baseline")}
-    path = write_report(synthetic_results(), dynamics, tmp_path)
+    results = synthetic_results()
+    path = write_report(results, benchmark_metrics(results), dynamics, tmp_path)
     text = path.read_text()
     for figure in ("benchmarks.png", "dynamics.png", "complexity.png", "ratings.png"):
         assert _is_real_png(tmp_path / figure), figure
@@ -86,7 +88,8 @@ def test_dynamics_points_carry_their_sample_sizes():
 
 def test_report_single_arm_without_dynamics(tmp_path):
     only_baseline = {k: v for k, v in SCORES.items() if not k.startswith("population")}
-    path = write_report(synthetic_results(only_baseline), {}, tmp_path)
+    results = synthetic_results(only_baseline)
+    path = write_report(results, benchmark_metrics(results), {}, tmp_path)
     text = path.read_text()
     assert _is_real_png(tmp_path / "benchmarks.png")
     assert not (tmp_path / "dynamics.png").exists()
@@ -101,8 +104,11 @@ def test_report_stage(tmp_path):
         dyn.write_text(json.dumps(synthetic_dynamics(arm)))
     params = tmp_path / "params.yaml"
     params.write_text(SCORES_PARAMS)
-    out = tmp_path / "report"
-    assert report_stage.main(["--params", str(params), "--results", str(tmp_path / "bench"),
+    out, metrics = tmp_path / "report", tmp_path / "metrics.json"
+    # the report reads bench_summary's metrics instead of computing them again: a marked value shows
+    metrics.write_text(json.dumps({**benchmark_metrics(synthetic_results()), "bench.cruxeval_o.population.mean": 0.777}))
+    assert report_stage.main(["--params", str(params), "--results", str(tmp_path / "bench"), "--metrics", str(metrics),
                               "--dynamics", str(tmp_path / "dynamics"), "--report", str(out)]) == 0
     assert (out / "report.md").is_file() and _is_real_png(out / "dynamics.png")
+    assert "| cruxeval_o | 10 | 77.7 |" in (out / "report.md").read_text()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".report")]  # no staging folder left

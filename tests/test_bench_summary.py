@@ -9,7 +9,8 @@ import pytest
 
 from populora.bench import BenchError
 from populora.bench.stats import paired_bootstrap, wilson_interval
-from populora.report.benchmarks import arm_of, benchmark_metrics, best_weakest_members, role_of, score_table
+from populora.refs import BASE_REF, SOLO, STUDENT, TEACHER, ModelRef
+from populora.report.metrics import benchmark_metrics, best_weakest_members, refs_of, role_members, score_table
 from stages import bench_summary
 
 N = 10
@@ -25,6 +26,10 @@ SCORES = {
 }
 
 
+REFS = {ref.name: ref for ref in (BASE_REF, ModelRef("baseline", SOLO, SOLO), *(
+    ModelRef("population", f"{role}{i}", role) for role in (TEACHER, STUDENT) for i in range(8)))}
+
+
 def synthetic_results(scores: dict = SCORES, n: int = N) -> list[dict]:
     """Results as stages/bench.py writes them: problem i is solved when i < score * n."""
     results = []
@@ -33,7 +38,7 @@ def synthetic_results(scores: dict = SCORES, n: int = N) -> list[dict]:
             correct = round(value * n)
             metric = {"pass@1": value, "base_pass@1": value, "plus_pass@1": value} if bench not in (
                 "gsm8k", "math500") else {"accuracy": value}
-            results.append({"model": model, "benchmark": bench, "n": n, "limit": n, "metrics": metric, "wall_s": 1.0,
+            results.append({**REFS[model].fields(), "benchmark": bench, "n": n, "limit": n, "metrics": metric, "wall_s": 1.0,
                             "correct": correct, "per_problem": {f"p{i}": int(i < correct) for i in range(n)}})
     return results
 
@@ -46,14 +51,18 @@ SCORES_PARAMS = ("population:\n  teachers: 1\n  students: 2\n"
 def write_results(bench_dir: Path, results: list[dict]) -> None:
     """Lay results out as the bench stages write them: <base|arm>/<benchmark>/<model>.json."""
     for result in results:
-        path = bench_dir / arm_of(result["model"]) / result["benchmark"] / f"{result['model']}.json"
+        path = bench_dir / result["arm"] / result["benchmark"] / f"{result['model']}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result))
 
 
-def test_roles_of_model_names():
-    assert [role_of(m) for m in ("base", "baseline-solo", "population-teacher3", "population-student0")] == [
+def test_roles_come_from_the_results_refs():
+    refs = refs_of(synthetic_results())
+    assert [refs[m].role for m in ("base", "baseline-solo", "population-teacher0", "population-student0")] == [
         None, "solo", "teacher", "student"]
+    assert role_members(refs.values(), "baseline") == {"students": ["baseline-solo"], "teachers": ["baseline-solo"]}
+    assert role_members(refs.values(), "population") == {
+        "students": ["population-student0", "population-student1"], "teachers": ["population-teacher0"]}
 
 
 def test_headline_is_students_and_teachers_are_separate():
@@ -69,7 +78,9 @@ def test_headline_is_students_and_teachers_are_separate():
     assert metrics["bench.humaneval_plus.base"] == 0.1
     assert metrics["bench.humaneval_plus.member.population-teacher0"] == 0.9
     assert metrics["bench.cruxeval_o.n"] == N
-    assert best_weakest_members(score_table(synthetic_results())[0]) == ("population-student0", "population-student1")
+    results = synthetic_results()
+    assert best_weakest_members(score_table(results)[0], refs_of(results)) == ("population-student0",
+                                                                            "population-student1")
     # with both arms there is no arm-independent key: it could describe either arm
     assert "bench.gsm8k.mean" not in metrics and "bench.gsm8k.students.mean" not in metrics
 

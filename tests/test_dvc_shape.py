@@ -91,11 +91,11 @@ def _params_read(module: str) -> set[str]:
         if section == "yaml":
             continue
         reads.add(section if key in (None, "model_dump") else f"{section}.{key}")
-    if re.search(r"\b(members_of_arm|slots_of_arm|update_part_slots|benchmarked_slots|benchmarked_models)\(params\b", text):
+    if re.search(r"\b(members_of_arm|slots_of_arm|update_part_slots|benchmarked_refs|benchmarked_models)\(params\b", text):
         reads.add("population")  # slot names per role come from population.teachers/students
     if re.search(r"\bupdate_part_slots\(params\b", text):
         reads.add("dag.update_jobs")  # which of the arm's adapters an update job trains
-    if re.search(r"\b(benchmarked_slots|benchmarked_models)\(params\b", text):
+    if re.search(r"\b(benchmarked_refs|benchmarked_models)\(params\b", text):
         reads.add("bench.roles")  # the roles whose members are benchmarked
     if re.search(r"\bbenchmarked_models\(params\b", text):
         reads.add("dag.arms")  # the base model and the members of every arm

@@ -3,16 +3,10 @@ from collections import Counter
 
 import pytest
 
-from populora.evolution import (
-    _lanes,
-    append_lineage,
-    draw_family_tree,
-    founder_events,
-    plan_replacement,
-    rank_members,
-)
+from populora.evolution import append_lineage, founder_events, plan_replacement, rank_members
 from populora.operators import CROSSOVERS, MUTATIONS
 from populora.ratings import SIGMA0, conservative
+from populora.report.figures import _lanes, draw_family_tree
 
 MIX = {"svd_scale_rotate": 1.0, "layerwise": 1.0, "svd_split": 1.0}
 

@@ -70,12 +70,14 @@ def export_members(tmp_path: Path, tiny_model_dir: Path, seeds: dict[str, int]) 
     each adapter random noise (seeded), so members answer differently from the base and each other."""
     from populora.adapters import create_adapters
     from populora.model import load_base, lora_config
+    from populora.refs import STUDENT, TEACHER, ModelRef
 
     models = tmp_path / "models" / "population"
     _, base = load_base(tiny_model_dir, device="cpu")
     for slot, seed in seeds.items():
         create_adapters(base, ["adapter"], models / slot, lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"]),
                         seeds={"adapter": seed}, init_std=0.5)  # noise: the adapter changes the answers
-        (models / slot / "model.json").write_text(json.dumps({"model": f"population-{slot}", "adapter": "adapter",
+        ref = ModelRef("population", slot, STUDENT if slot.startswith(STUDENT) else TEACHER)
+        (models / slot / "model.json").write_text(json.dumps({**ref.fields(), "adapter": "adapter",
                                                               "member": f"population/{slot}@g000"}))
     return models

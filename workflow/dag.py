@@ -236,7 +236,7 @@ STAGES += (
     ),
     Stage(
         "report", "stages.report", "global", local=True,
-        inputs={"results": BENCH_DIR, "dynamics": DYNAMICS_DIR},
+        inputs={"results": BENCH_DIR, "metrics": f"{RESULTS}/metrics.json", "dynamics": DYNAMICS_DIR},
         collects={"results": ("bench_base", "bench"), "dynamics": ("dynamics",)},
         outputs={"report": f"{RESULTS}/report"}, directories=("report",), params=("dag.arms", "bench.benchmarks", "bench.roles", "population"),
     ),

@@ -21,17 +21,20 @@ from populora.bench import LIVECODEBENCH_BENCHMARKS, BenchError, benchmark_kind,
 from populora.bench.stats import wilson_interval
 from populora.io import read_json, write_json, write_jsonl
 from populora.paths import MODEL_DESCRIPTION
-
-BASE = "base"
+from populora.refs import BASE_REF, ModelRef
 
 
 @dataclass(frozen=True)
 class BenchModel:
-    """One benchmarked model: `base`, or `<arm>-<slot>` with its exported adapter folder."""
+    """One benchmarked model: the base, or an arm's slot (`ref`) with its exported adapter folder."""
 
-    name: str
+    ref: ModelRef
     adapter: Path | None = None
     member: str | None = None  # the lineage id of the member (None for the base)
+
+    @property
+    def name(self) -> str:
+        return self.ref.name
 
     @property
     def adapters(self) -> dict[str, Path]:
@@ -39,7 +42,7 @@ class BenchModel:
 
 
 def base_model_entry() -> BenchModel:
-    return BenchModel(BASE)
+    return BenchModel(BASE_REF)
 
 
 def exported_models(models_dir: Path) -> list[BenchModel]:
@@ -51,7 +54,11 @@ def exported_models(models_dir: Path) -> list[BenchModel]:
     models = []
     for folder in folders:
         described = read_json(folder / MODEL_DESCRIPTION)
-        models.append(BenchModel(described["model"], adapter_of(folder), described.get("member")))
+        try:
+            ref = ModelRef.from_fields(described)
+        except (KeyError, ValueError) as error:
+            raise BenchError(f"{folder / MODEL_DESCRIPTION}: {error}") from None
+        models.append(BenchModel(ref, adapter_of(folder), described.get("member")))
     return models
 
 
@@ -332,4 +339,5 @@ def run_benchmark(bench: str, models: list[BenchModel], base_model: Path, params
         results = run_code(bench, models, base_model, params, out, log)
     else:
         results = run_math(bench, models, base_model, params, out, log, tasks_dir)
-    return {model.name: {**with_uncertainty(results[model.name], bench), "member": model.member} for model in models}
+    return {model.name: {**with_uncertainty(results[model.name], bench), **model.ref.fields(), "member": model.member}
+            for model in models}

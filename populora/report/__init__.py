@@ -2,12 +2,16 @@
 
 * `panels`      the one list of training-dynamics panels, shared by the DVC plots (workflow/plots.py)
                 and the PNG figures;
-* `benchmarks`  the flat `results/metrics.json` (`benchmark_metrics`: roles, arm-independent keys,
-                Wilson intervals, paired-bootstrap differences), the benchmark figure and tables;
+* `metrics`     the flat `results/metrics.json` (`benchmark_metrics`: roles, arm-independent keys,
+                Wilson intervals, paired-bootstrap differences): metric maths only;
+* `figures`     the benchmark figure and the family tree (atomic PNG writes);
+* `tables`      the report's benchmark tables and claims, read from the metrics;
 * `dynamics`    the training-dynamics figures (n per point, Wilson bands on rates);
 * `markdown`    `write_report`: `report.md` with all figures;
 * `study`       `python -m populora.report.study --out DIR`: mean and spread across seeds of DVC
-                experiments, per arm and ablation, from `dvc exp show --json`.
+                experiments, per arm and ablation, from `dvc exp show --json`;
+* `study_runs`  `python -m populora.report.study_runs study/runs --out study`: the CPU study's
+                table and figure from the committed runs (scripts/study.sh).
 """
 
 # one arm's training dynamics, one row per generation: <dynamics>/<arm>/dynamics.json, written by

@@ -23,7 +23,9 @@ matplotlib.use("Agg")  # no display on build machines and cluster nodes
 import matplotlib.pyplot as plt  # noqa: E402
 
 from populora.bench.stats import wilson_interval  # noqa: E402
-from populora.report.benchmarks import ARM_COLORS, BASELINE, POPULATION  # noqa: E402
+from populora.io import write_figure  # noqa: E402
+from populora.report.figures import ARM_COLORS  # noqa: E402
+from populora.report.metrics import BASELINE, POPULATION  # noqa: E402
 from populora.report.panels import PANELS, TASK_TYPES, sample_size_keys  # noqa: E402
 
 COMPLEXITY = ("ast_depth", "cyclomatic_complexity", "loc", "distinct_variables")
@@ -107,7 +109,7 @@ def plot_dynamics(dynamics: dict[str, list[dict]], path: Path) -> None:
         ax.axis("off")
     fig.suptitle("Training dynamics: population vs baseline (bands: 95% Wilson; n per point)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_figure(path, fig, dpi=110)
     plt.close(fig)
 
 
@@ -118,7 +120,7 @@ def plot_complexity(dynamics: dict[str, list[dict]], path: Path) -> None:
             _panel(axes[row][col], dynamics, f"{task_type}.program.{metric}", f"{COMPLEXITY_TITLES[metric]}, {task_type}")
     fig.suptitle("Complexity of valid proposed programs (mean per generation)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_figure(path, fig, dpi=110)
     plt.close(fig)
 
 
@@ -142,7 +144,7 @@ def plot_ratings(dynamics: dict[str, list[dict]], path: Path) -> None:
             ax.plot(xs, mu, marker="o", color=cmap(index % 10), label=slot)
         _finish_generation_axes(ax, f"TrueSkill mu +- sigma ({arm})", bool(slots))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_figure(path, fig, dpi=110)
     plt.close(fig)
 
 

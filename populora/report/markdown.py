@@ -1,8 +1,10 @@
 """The generated report: `write_report(results, dynamics, out_dir)` writes `report.md` with the
-benchmark figure and tables (populora/report/benchmarks.py) next to the training dynamics
-(populora/report/dynamics.py).
+benchmark figure (populora/report/figures.py) and tables (populora/report/tables.py) next to the
+training dynamics (populora/report/dynamics.py).
 
-`results` are the bench stage's result dicts; `dynamics` maps an arm to its `dynamics.json` rows.
+`results` are the bench stage's result dicts, `metrics` the bench_summary stage's
+`results/metrics.json` computed from them (`populora.report.metrics.benchmark_metrics`; read, not
+recomputed); `dynamics` maps an arm to its `dynamics.json` rows.
 The headline population statistics are over students (the solvers): teachers are never trained to
 solve, so mixing them in would measure the proposer role's drift on a solving benchmark. Teachers
 are shown separately. Every paired difference whose 95% interval covers 0 is reported as
@@ -13,32 +15,26 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from populora.report.benchmarks import (
-    HEADLINE_NOTE,
-    benchmark_metrics,
-    benchmark_table,
-    best_weakest_members,
-    claims,
-    differences_table,
-    plot_benchmarks,
-    result_intervals,
-    score_table,
-)
+from populora.io import write_text
 from populora.report.dynamics import final_dynamics_table, plot_complexity, plot_dynamics, plot_ratings
+from populora.report.figures import plot_benchmarks
+from populora.report.metrics import best_weakest_members, refs_of, result_intervals, score_table
+from populora.report.tables import HEADLINE_NOTE, benchmark_table, claims, differences_table
 
 
-def write_report(results: list[dict], dynamics: dict[str, list[dict]], out_dir: str | Path) -> Path:
+def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[str, list[dict]],
+                 out_dir: str | Path) -> Path:
     """Write report.md and its figures into `out_dir`; returns the Markdown path."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     table, counts = score_table(results)
-    metrics = benchmark_metrics(results)
-    extremes = best_weakest_members(table)
+    refs = refs_of(results)
+    extremes = best_weakest_members(table, refs)
     caps = sorted({str(r.get("max_new_tokens")) for r in results})
     extremes_note = ("pop. best / weakest student: the scores of the student with the best / weakest overall "
                      "aggregate (one student for every row), not the per-row maximum / minimum. Member columns: "
                      "score [95% Wilson interval]." if extremes else "")
-    plot_benchmarks(table, out_dir / "benchmarks.png", result_intervals(results))
+    plot_benchmarks(table, refs, out_dir / "benchmarks.png", result_intervals(results))
     differences = differences_table(metrics)
     sections = [
         "# PopuLoRA: benchmarks and training dynamics",
@@ -54,7 +50,7 @@ def write_report(results: list[dict], dynamics: dict[str, list[dict]], out_dir: 
         "",
         "## Benchmarks",
         "",
-        benchmark_table(table, counts, metrics),
+        benchmark_table(table, counts, metrics, refs),
         "",
         extremes_note,
         "",
@@ -80,5 +76,5 @@ def write_report(results: list[dict], dynamics: dict[str, list[dict]], out_dir: 
     else:
         sections += ["No dynamics files were given, so no training dynamics are shown.", ""]
     path = out_dir / "report.md"
-    path.write_text("\n".join(sections), encoding="utf-8")
+    write_text(path, "\n".join(sections))
     return path

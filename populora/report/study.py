@@ -7,7 +7,7 @@ intervals between the arms, from `dvc exp show --json` (never by re-reading resu
 
 Experiments are grouped by the arms they ran (`dag.arms`) and by their ablation: every parameter
 that differs between the experiments, except `base.seed` and `dag.arms` (`default` when none does).
-For every headline key of `results/metrics.json` (populora/report/benchmarks.py: `bench.<b>.mean`,
+For every headline key of `results/metrics.json` (populora/report/metrics.py: `bench.<b>.mean`,
 `.best`, `.weakest`, `.teachers.mean`, `.base`, side-by-side `.population.*` / `.baseline`, paired
 `.diff.*.delta`, and the `avg.<group>.*` aggregates) a group gets n (seeds), mean, standard
 deviation, min and max across seeds.

@@ -33,6 +33,7 @@ from statistics import mean, stdev
 import numpy as np
 import yaml
 
+from populora.refs import arm_refs
 from populora.report.study import t_interval
 
 BENCHES = ("cruxeval_o", "cruxeval_i")
@@ -66,7 +67,9 @@ def load_run(folder: Path) -> dict:
         if base.is_file():
             verdicts.setdefault(bench, {})["base"] = json.loads(base.read_text())["per_problem"]
     models = sorted(m for m in verdicts.get(BENCHES[0], {}) if m != "base")
-    students = [m for m in models if m.split("-", 1)[1].startswith(("student", "solo"))]
+    # the roles as the run's own params assigned them (runs of older code record no role in their results)
+    refs = arm_refs(arm, params["population"]["teachers"], params["population"]["students"])["students"]
+    students = [m for m in models if m in {ref.name for ref in refs}]
     return {"name": folder.name, "control": run["control"], "seed": run["seed"], "wall_s": run.get("wall_s"), "arm": arm,
             "models": models, "students": students, "verdicts": verdicts, "diagnostics": diagnostics, "summary": summary,
             "generations": params["dag"]["generations"]}
