@@ -39,9 +39,10 @@ import shutil
 import time
 from pathlib import Path
 
-from populora.bench import BenchError, benchmark_kind
+from populora.bench import BenchError
 from populora.bench.lmeval_runner import TASKS_DIR
 from populora.bench.runners import base_model_entry, exported_models, run_benchmark
+from populora.bench.settings import settings_for
 from populora.config import benchmarked_refs
 from populora.io import replace_dir, staging_dir, write_json
 from stages._common import setup, stage_parser
@@ -57,8 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default=str(TASKS_DIR), help="lm-eval task templates (math benchmarks)")
     args = parser.parse_args(argv)
     params, log = setup(args, "bench")
-    limit = params.bench.limit_of(args.bench)
-    cap = params.bench.cruxeval.max_new_tokens if benchmark_kind(args.bench) == "cruxeval" else params.bench.max_new_tokens
+    settings = settings_for(params, args.bench, tasks_dir=args.tasks)
     start = time.perf_counter()
     tmp = staging_dir(args.results)
     try:
@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             models = [base_model_entry()]
         log.info("benchmarking %s on %s (limit %s, max_new_tokens %d)", ", ".join(m.name for m in models),
-                 args.bench, limit, cap)
-        results = run_benchmark(args.bench, models, Path(args.base_model), params, tmp, log, Path(args.tasks))
+                 args.bench, settings.limit, settings.max_new_tokens)
+        results = run_benchmark(settings, models, Path(args.base_model), tmp, log)
     except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(error, BenchError):
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         raise
     wall_s = round(time.perf_counter() - start, 1)
     for name, result in results.items():
-        result.update(model=name, benchmark=args.bench, limit=limit, max_new_tokens=cap, wall_s=wall_s)
+        result.update(benchmark=args.bench, limit=settings.limit, max_new_tokens=settings.max_new_tokens, wall_s=wall_s)
         write_json(tmp / f"{name}.json", result)
         log.info("%s on %s: %s, %d/%d correct (95%% Wilson %.3f-%.3f)", name, args.bench, result["metrics"],
                  result["correct"], result["n"], result["interval"]["low"], result["interval"]["high"])

@@ -106,7 +106,7 @@ def _params_read(module: str) -> set[str]:
 
 
 # modules a stage hands the whole `params` (or its path) to (they read it for the stage)
-PARAMS_HELPERS = {"stages.bench": ("populora.bench.runners", "populora.engines", "populora.vllm_engine"),
+PARAMS_HELPERS = {"stages.bench": ("populora.bench.settings", "populora.engines", "populora.vllm_engine"),
                   "stages.propose": ("populora.engines",), "stages.solve": ("populora.engines",),
                   "stages.verify": ("stages._sandbox",), "stages.grade": ("stages._sandbox",)}
 # keys a stage's module reads only on a path the stage never takes (bench_base: no members to select)

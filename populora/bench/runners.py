@@ -1,6 +1,6 @@
 """Run one benchmark for a list of models: the bare base, or every final member of an arm.
 
-`run_benchmark(bench, models, ...)` returns one result per model (see stages/bench.py for the
+`run_benchmark(settings, models, ...)` (settings: `populora.bench.settings.settings_for`) returns one result per model (see stages/bench.py for the
 fields) and writes each model's per-problem samples and harness files under `<out>/<model>/`.
 Every benchmark generates for all of its models in one pass with stacked adapters
 (`populora.multilora`: each row of a batch runs through its model's adapter, the base-model rows
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
-from populora.bench import LIVECODEBENCH_BENCHMARKS, BenchError, benchmark_kind, resolve_data_dir
+from populora.bench import BenchError
+from populora.bench.settings import BenchSettings
 from populora.bench.stats import wilson_interval
 from populora.io import read_json, write_json, write_jsonl
 from populora.paths import MODEL_DESCRIPTION
@@ -79,42 +80,27 @@ def adapter_of(model_dir: Path) -> Path:
     return folder
 
 
-def load_model(base_model: Path, adapters: dict[str, Path], params):
-    """Tokenizer and sampler of `generation.engine` (`populora.model.load_sampler`): the base with
-    `adapters` (name -> PEFT folder) stacked on it (hf) or served as LoRA requests (vllm); every
-    adapter at once, rows pick theirs."""
-    from populora.engines import load_sampler
-
-    try:
-        tokenizer, model = load_sampler(base_model, adapters, params)
-    except Exception as error:  # noqa: BLE001  (safetensors, PEFT and transformers raise many kinds)
-        raise BenchError(f"model {', '.join(adapters) or 'base'} did not load (base {base_model}, adapters "
-                         f"{', '.join(map(str, adapters.values())) or 'none'}): "
-                         f"{type(error).__name__}: {error}. Fix: re-run the base_model / export stages; an adapter "
-                         "must come from the same base model and LoRA settings.") from error
-    return tokenizer, model
-
-
-def run_code(bench: str, models: list[BenchModel], base_model: Path, params, out: Path, log) -> dict[str, dict]:
+def run_code(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log) -> dict[str, dict]:
     """EvalPlus (HumanEval+ / MBPP+) of every model, generated in one pass with stacked adapters;
     each model's samples and evalplus's own files under `out/<model>/`."""
     from populora.bench import CODE_BENCHMARKS
     from populora.bench import evalplus_eval as ev
     from populora.bench.codegen import generate_member_solutions
 
+    bench = settings.benchmark
     dataset = CODE_BENCHMARKS[bench]
-    data_dir = resolve_data_dir(params.bench.data_dir)
-    problems = ev.load_problems(bench, data_dir, params.bench.limit_of(bench))
+    data_dir = settings.data_dir
+    problems = ev.load_problems(bench, data_dir, settings.limit)
     log.info("%s: %d problems from %s, %d model(s) in one pass", bench, len(problems),
              data_dir or "the official evalplus release", len(models))
     expected = ev.expected_outputs(problems, dataset)
     adapters = {name: path for model in models for name, path in model.adapters.items()}
-    tokenizer, lm = load_model(base_model, adapters, params)
+    tokenizer, lm = settings.load_model(base_model, adapters)
     names = [model.name if model.adapter is not None else None for model in models]
     start = time.perf_counter()
     generated = generate_member_solutions(lm, tokenizer, problems, dataset, names,
-                                          max_new_tokens=params.bench.max_new_tokens,
-                                          batch_size=params.bench.batch_size)
+                                          max_new_tokens=settings.max_new_tokens,
+                                          batch_size=settings.batch_size)
     generation_s = time.perf_counter() - start
     del lm  # free memory before the sandboxed checks
     results = {}
@@ -134,7 +120,7 @@ def run_code(bench: str, models: list[BenchModel], base_model: Path, params, out
         harness_samples = samples / "harness" / "samples.jsonl"  # evalplus's results file name follows its samples file
         # written as evalplus writes it (json.dump, inputs may hold inf/nan); `out` is a staging folder
         ev.results_path(harness_samples).write_text(json.dumps(
-            ev.eval_results(verdicts, solutions, ev.dataset_hash(bench, data_dir, params.bench.limit_of(bench)))))
+            ev.eval_results(verdicts, solutions, ev.dataset_hash(bench, data_dir, settings.limit))))
         results[model.name] = {
             "n": len(rows), "per_problem": {row["task_id"]: int(row["passed"]) for row in rows},
             "metrics": {"pass@1": scores["plus_pass@1"], **scores},
@@ -144,50 +130,48 @@ def run_code(bench: str, models: list[BenchModel], base_model: Path, params, out
     return results
 
 
-def run_math(bench: str, models: list[BenchModel], base_model: Path, params, out: Path, log,
-             tasks_dir: Path) -> dict[str, dict]:
+def run_math(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log) -> dict[str, dict]:
     """The lm-eval math task of every model; samples and lm-eval's own files under `out/<model>/`.
     The bare base runs as lm-eval's `hf` model; members share one generation pass (stacked adapters)."""
     from populora.bench import lmeval_runner as lm
-    from populora.model import pick_device
 
-    data_dir = resolve_data_dir(params.bench.data_dir)
-    limit = params.bench.limit_of(bench)
+    bench = settings.benchmark
+    data_dir = settings.data_dir
+    limit = settings.limit
     log.info("%s through lm-eval (%s, first %s problems), %d model(s)", bench, data_dir or "official data",
              limit or "all", len(models))
     members = [model for model in models if model.adapter is not None]
     runs, start = {}, time.perf_counter()
-    if params.generation.engine == "vllm":
+    if settings.engine == "vllm":
         # lm-eval's own vllm model, one engine per model, each in a process of its own: an engine's
         # memory (weights, KV cache reservation) is only given back when its process ends
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        from populora.vllm_engine import lmeval_vllm_args
 
         for model in models:
             with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
                 runs[model.name] = pool.submit(
                     lm.evaluate_jsonable, bench, base_model=base_model, adapter=model.adapter, data_dir=data_dir,
                     limit=limit,
-                    max_new_tokens=params.bench.max_new_tokens, batch_size=params.bench.batch_size,
-                    dtype=params.model.dtype, device=str(pick_device(params.model.device)),
-                    harness_dir=out / model.name / "harness", tasks_dir=tasks_dir,
-                    vllm=lmeval_vllm_args(params)).result()
+                    max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
+                    dtype=settings.dtype, device=settings.device,
+                    harness_dir=out / model.name / "harness", tasks_dir=settings.tasks_dir,
+                    vllm=settings.lmeval_vllm_args()).result()
         members = []
     for model in models:
         if model.adapter is None and model.name not in runs:
             runs[model.name] = lm.evaluate(
                 bench, base_model=base_model, adapter=None, data_dir=data_dir, limit=limit,
-                max_new_tokens=params.bench.max_new_tokens, batch_size=params.bench.batch_size,
-                dtype=params.model.dtype, device=str(pick_device(params.model.device)),
-                harness_dir=out / model.name / "harness", tasks_dir=tasks_dir)
+                max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
+                dtype=settings.dtype, device=settings.device,
+                harness_dir=out / model.name / "harness", tasks_dir=settings.tasks_dir)
     if members:
-        tokenizer, multilora = load_model(base_model, {m.name: m.adapter for m in members}, params)
+        tokenizer, multilora = settings.load_model(base_model, {m.name: m.adapter for m in members})
         runs.update(lm.evaluate_members(
             bench, multilora=multilora, tokenizer=tokenizer, members={m.name: out / m.name / "harness" for m in members},
             base_model=base_model, adapters={m.name: m.adapter for m in members}, data_dir=data_dir, limit=limit,
-            max_new_tokens=params.bench.max_new_tokens, batch_size=params.bench.batch_size, tasks_dir=tasks_dir))
+            max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size, tasks_dir=settings.tasks_dir))
         del multilora
     run_s = time.perf_counter() - start  # the lm-eval runs whole, generation included
     results = {}
@@ -206,7 +190,7 @@ def run_math(bench: str, models: list[BenchModel], base_model: Path, params, out
     return results
 
 
-def run_cruxeval(bench: str, models: list[BenchModel], base_model: Path, params, out: Path, log) -> dict[str, dict]:
+def run_cruxeval(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log) -> dict[str, dict]:
     """CRUXEval-O/-I of every model in one generation pass (rows select their model's adapter)."""
     from populora.bench import cruxeval as cx
     from populora.bench.diagnostics import answer_diagnostics
@@ -214,31 +198,32 @@ def run_cruxeval(bench: str, models: list[BenchModel], base_model: Path, params,
     from populora.prompts import chat_wrapper
     from populora.verifier import grade_rows
 
-    task_type, cfg = cx.BENCHMARKS[bench], params.bench.cruxeval
-    data_dir = resolve_data_dir(params.bench.data_dir)
-    scored, pool = cx.split(cx.load_rows(data_dir), params.bench.limit_of(bench))
+    bench = settings.benchmark
+    task_type, cfg = cx.BENCHMARKS[bench], settings.cruxeval
+    data_dir = settings.data_dir
+    scored, pool = cx.split(cx.load_rows(data_dir), settings.limit)
     tasks = [cx.task_row(row, task_type) for row in scored]
     pool_tasks = [cx.task_row(row, task_type) for row in pool]
     log.info("%s: %d problems (%s) from %s, %s prompt, %d model(s) in one pass", bench, len(tasks), task_type,
              data_dir or cx.OFFICIAL_URL, cfg.prompt, len(models))
     adapters = {name: path for model in models for name, path in model.adapters.items()}
-    tokenizer, lm = load_model(base_model, adapters, params)
-    built = cx.plans(tasks, pool_tasks, prompt=cfg.prompt, mode=params.solve.mode, worked_examples=cfg.worked_examples,
+    tokenizer, lm = settings.load_model(base_model, adapters)
+    built = cx.plans(tasks, pool_tasks, prompt=cfg.prompt, mode=settings.solve_mode, worked_examples=cfg.worked_examples,
                      chat=chat_wrapper(tokenizer))
     start = time.perf_counter()
     rows = [GenRow(plan, model.name if model.adapter is not None else None) for model in models for plan, _ in built]
-    outputs = run_plans(lm, tokenizer, rows, temperature=0.0, top_p=1.0, max_new_tokens=cfg.max_new_tokens,
-                        batch_size=params.bench.batch_size, seed=0, desc=bench)
+    outputs = run_plans(lm, tokenizer, rows, temperature=0.0, top_p=1.0, max_new_tokens=settings.max_new_tokens,
+                        batch_size=settings.batch_size, seed=0, desc=bench)
     generation_s = time.perf_counter() - start
     del lm
     all_tasks = tasks * len(models)
     answers = []
     for task, output in zip(all_tasks, outputs):
-        answer, reason = cx.extract(output.completion, task_type, prompt=cfg.prompt, mode=params.solve.mode,
+        answer, reason = cx.extract(output.completion, task_type, prompt=cfg.prompt, mode=settings.solve_mode,
                                     truncated=output.truncated)
         answers.append({"task_id": task["task_id"], "answer": answer, "parse_reason": reason})
     log.info("grading %d answers in the verifier's sandbox", len(answers))
-    graded = grade_rows(all_tasks, answers, params.verify)
+    graded = grade_rows(all_tasks, answers, settings.verify)
     results = {}
     for index, model in enumerate(models):
         part = slice(index * len(tasks), (index + 1) * len(tasks))
@@ -250,10 +235,10 @@ def run_cruxeval(bench: str, models: list[BenchModel], base_model: Path, params,
         write_jsonl(out / model.name / "samples.jsonl", samples)
         correct = sum(row["correct"] for row in samples)
         results[model.name] = {
-            "diagnostics": answer_diagnostics(samples), "max_new_tokens": cfg.max_new_tokens,
+            "diagnostics": answer_diagnostics(samples), "max_new_tokens": settings.max_new_tokens,
             "n": len(samples), "per_problem": {row["task_id"]: int(row["correct"]) for row in samples},
             "metrics": {"pass@1": correct / len(samples) if samples else 0.0}, "prompt": cfg.prompt,
-            "mode": params.solve.mode if cfg.prompt == "project" else "official",
+            "mode": settings.solve_mode if cfg.prompt == "project" else "official",
             "worked_examples": cfg.worked_examples if cfg.prompt == "project" else 2,
             "generation_s": round(generation_s, 1), "models_in_pass": len(models),
             "s_per_problem": round(generation_s / max(1, len(rows)), 2),
@@ -262,7 +247,7 @@ def run_cruxeval(bench: str, models: list[BenchModel], base_model: Path, params,
     return results
 
 
-def run_livecodebench(bench: str, models: list[BenchModel], base_model: Path, params, out: Path, log) -> dict[str, dict]:
+def run_livecodebench(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log) -> dict[str, dict]:
     """LiveCodeBench of every model in one greedy generation pass (rows select their model's adapter),
     every test case of every solution run in the verifier's sandbox (populora/bench/livecodebench*.py)."""
     from collections import Counter
@@ -272,22 +257,23 @@ def run_livecodebench(bench: str, models: list[BenchModel], base_model: Path, pa
     from populora.generation import GenRow, run_plans
     from populora.prompts import Plan, Step
 
-    cfg = params.bench.livecodebench
-    problems, source = lcb.load_problems(resolve_data_dir(params.bench.data_dir), cfg, params.bench.limit_of(bench))
+    bench = settings.benchmark
+    cfg = settings.livecodebench
+    problems, source = lcb.load_problems(settings.data_dir, cfg, settings.limit)
     log.info("%s: %d problems of %s (contests %s to %s) from %s, %d model(s) in one pass", bench, len(problems),
              cfg.release, cfg.start_date or "the first", cfg.end_date or "the last", source, len(models))
     adapters = {name: path for model in models for name, path in model.adapters.items()}
-    tokenizer, lm = load_model(base_model, adapters, params)
+    tokenizer, lm = settings.load_model(base_model, adapters)
     plans = [Plan(prompt=lcb.chat_prompt(problem, tokenizer), steps=(Step("", stop=None),)) for problem in problems]
     rows = [GenRow(plan, model.name if model.adapter is not None else None) for model in models for plan in plans]
     start = time.perf_counter()
-    outputs = run_plans(lm, tokenizer, rows, temperature=0.0, top_p=1.0, max_new_tokens=params.bench.max_new_tokens,
-                        batch_size=params.bench.batch_size, seed=0, desc=bench)
+    outputs = run_plans(lm, tokenizer, rows, temperature=0.0, top_p=1.0, max_new_tokens=settings.max_new_tokens,
+                        batch_size=settings.batch_size, seed=0, desc=bench)
     generation_s = time.perf_counter() - start
     del lm
     codes = [lcb.extract_code(output.completion) for output in outputs]
     log.info("running the tests of %d solutions in the sandbox (%g s per test)", len(codes), cfg.timeout_s)
-    verdicts = grade(list(zip(problems * len(models), codes)), params.verify, timeout_s=cfg.timeout_s,
+    verdicts = grade(list(zip(problems * len(models), codes)), settings.verify, timeout_s=cfg.timeout_s,
                      memory_mb=cfg.memory_mb, log=log)
     results = {}
     for index, model in enumerate(models):
@@ -327,17 +313,13 @@ def with_uncertainty(result: dict, bench: str) -> dict:
     return {**result, "correct": correct, "interval": {"method": "wilson", "level": 0.95, "low": low, "high": high}}
 
 
-def run_benchmark(bench: str, models: list[BenchModel], base_model: Path, params, out: Path, log,
-                  tasks_dir: Path) -> dict[str, dict]:
-    """Every model's result on `bench` (with `correct` and its Wilson interval); samples under `out/<model>/`."""
-    kind = benchmark_kind(bench)
-    if bench in LIVECODEBENCH_BENCHMARKS:
-        results = run_livecodebench(bench, models, base_model, params, out, log)
-    elif kind == "cruxeval":
-        results = run_cruxeval(bench, models, base_model, params, out, log)
-    elif kind == "code":
-        results = run_code(bench, models, base_model, params, out, log)
-    else:
-        results = run_math(bench, models, base_model, params, out, log, tasks_dir)
-    return {model.name: {**with_uncertainty(results[model.name], bench), **model.ref.fields(), "member": model.member}
+RUNNERS = {"evalplus": run_code, "lm_eval": run_math, "cruxeval": run_cruxeval, "livecodebench": run_livecodebench}
+
+
+def run_benchmark(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log) -> dict[str, dict]:
+    """Every model's result on the benchmark (with `correct`, its Wilson interval and the model's ref
+    fields); samples under `out/<model>/`."""
+    results = RUNNERS[settings.runner](settings, models, base_model, out, log)
+    return {model.name: {**with_uncertainty(results[model.name], settings.benchmark), **model.ref.fields(),
+                         "member": model.member}
             for model in models}

@@ -1,0 +1,82 @@
+"""Everything one benchmark run needs from params.yaml, resolved once by the bench stage.
+
+    settings = settings_for(params, "cruxeval_o", tasks_dir=TASKS_DIR)
+    results = run_benchmark(settings, models, base_model, out, log)      # populora/bench/runners.py
+
+`settings_for` is the only place a benchmark's limit (`bench.limits[<b>]`, else `bench.limit`),
+its answer cap (CRUXEval: `bench.cruxeval.max_new_tokens`, else `bench.max_new_tokens`), its data
+folder and its runner are worked out; the runners read the frozen `BenchSettings` and never the
+params sections. The model loader keeps the whole params privately (`load_model`): the generation
+engine, dtype and LoRA rank are the sampler's business (`populora.engines.load_sampler`), the same
+as in training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from populora.bench import LIVECODEBENCH_BENCHMARKS, BenchError, benchmark_kind, resolve_data_dir
+
+# which runner scores a benchmark, by its kind (LiveCodeBench is a code benchmark with its own runner)
+RUNNER_OF_KIND = {"code": "evalplus", "math": "lm_eval", "cruxeval": "cruxeval"}
+
+
+def runner_of(benchmark: str) -> str:
+    """`evalplus`, `lm_eval`, `cruxeval` or `livecodebench`."""
+    return "livecodebench" if benchmark in LIVECODEBENCH_BENCHMARKS else RUNNER_OF_KIND[benchmark_kind(benchmark)]
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """One benchmark's resolved settings (see the module docstring)."""
+
+    benchmark: str
+    runner: str
+    limit: int | None  # the first `limit` problems in file order; None: all
+    max_new_tokens: int  # the answer cap of this benchmark
+    batch_size: int
+    data_dir: Path | None  # None: the official downloads
+    solve_mode: str  # CRUXEval with the project's prompt answers as the students do (`solve.mode`)
+    cruxeval: object  # config.CruxevalSection (frozen: sections are validated pydantic models)
+    livecodebench: object  # config.LiveCodeBenchSection
+    verify: object  # config.VerifySection: the sandbox that grades CRUXEval and LiveCodeBench
+    engine: str  # generation.engine: hf | vllm
+    dtype: str
+    device: str
+    tasks_dir: Path | None = None  # lm-eval task templates (math)
+    _params: object = field(default=None, repr=False, compare=False)  # for the sampler only
+
+    def load_model(self, base_model: Path, adapters: dict[str, Path]):
+        """Tokenizer and sampler of `generation.engine`: the base with `adapters` (name -> PEFT folder)
+        stacked on it (hf) or served as LoRA requests (vllm); every adapter at once, rows pick theirs."""
+        from populora.engines import load_sampler
+
+        try:
+            return load_sampler(base_model, adapters, self._params)
+        except Exception as error:  # noqa: BLE001  (safetensors, PEFT and transformers raise many kinds)
+            raise BenchError(f"model {', '.join(adapters) or 'base'} did not load (base {base_model}, adapters "
+                             f"{', '.join(map(str, adapters.values())) or 'none'}): "
+                             f"{type(error).__name__}: {error}. Fix: re-run the base_model / export stages; an "
+                             "adapter must come from the same base model and LoRA settings.") from error
+
+    def lmeval_vllm_args(self) -> dict:
+        """Engine settings for lm-eval's own `vllm` model (math with `generation.engine: vllm`)."""
+        from populora.vllm_engine import lmeval_vllm_args
+
+        return lmeval_vllm_args(self._params)
+
+
+def settings_for(params, benchmark: str, tasks_dir: str | Path | None = None) -> BenchSettings:
+    """Resolve `benchmark`'s settings from validated params (see the module docstring)."""
+    from populora.model import pick_device
+
+    cruxeval = benchmark_kind(benchmark) == "cruxeval"
+    return BenchSettings(
+        benchmark=benchmark, runner=runner_of(benchmark), limit=params.bench.limit_of(benchmark),
+        max_new_tokens=params.bench.cruxeval.max_new_tokens if cruxeval else params.bench.max_new_tokens,
+        batch_size=params.bench.batch_size, data_dir=resolve_data_dir(params.bench.data_dir),
+        solve_mode=params.solve.mode, cruxeval=params.bench.cruxeval, livecodebench=params.bench.livecodebench,
+        verify=params.verify, engine=params.generation.engine, dtype=params.model.dtype,
+        device=str(pick_device(params.model.device)), tasks_dir=Path(tasks_dir) if tasks_dir else None,
+        _params=params)
