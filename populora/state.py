@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from populora.io import read_json, read_jsonl, write_json
+from populora.io import read_json, write_json
 
 STATE = "state.json"
 REPLACED = "replaced"
@@ -107,7 +107,10 @@ def save_state(folder: str | Path, state: State) -> None:
 
 
 def load_buffer(folder: str | Path) -> list[dict]:
-    return read_jsonl(Path(folder) / BUFFER)
+    """The arm's task buffer (`populora.rows.BufferEntry` rows)."""
+    from populora.rows import BufferEntry, read_rows
+
+    return read_rows(Path(folder) / BUFFER, BufferEntry)
 
 
 def adapter_dirs(folder: str | Path, slots: list[str]) -> dict[str, Path]:

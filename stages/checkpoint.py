@@ -26,12 +26,11 @@ from populora.io import (
     link_or_copy,
     link_tree,
     read_json,
-    read_jsonl,
     replace_dir,
     staging_dir,
     write_json,
-    write_jsonl,
 )
+from populora.rows import BufferEntry, Task, read_rows, write_rows
 from populora.state import (
     ADAPTERS,
     BUFFER,
@@ -60,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     evolution = read_json(evolved / EVOLUTION)
     ratings = read_json(evolved / RATINGS)
     stats = read_json(args.stats)
-    tasks = read_jsonl(args.tasks)
+    tasks = read_rows(args.tasks, Task)
     coverage, matched, coverage_metrics = gm.coverage_update(
         tasks, prev.coverage_hashes, prev.matched_coverage_hashes, per_adapter=params.propose.per_type * 2,
         seed=derive_seed(params.base.seed, "coverage", args.arm, args.gen))
@@ -75,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         moments = trained / OPTIMIZER / f"{slot}.safetensors"
         if slot not in children and moments.is_file():  # a child starts with fresh optimizer moments
             link_or_copy(moments, tmp / OPTIMIZER / moments.name)
-    write_jsonl(tmp / BUFFER, extend_buffer(load_buffer(args.state), [t for t in tasks if is_valid_task(t)],
-                                            params.buffer.max_size))
+    write_rows(tmp / BUFFER, extend_buffer(load_buffer(args.state), [t for t in tasks if is_valid_task(t)],
+                                            params.buffer.max_size), BufferEntry)
     state = prev.evolve(generation=args.gen, ratings=ratings, members=evolution["members"],
                         fitness=evolution["reward_records"], lineage=append_lineage(prev.lineage, evolution["events"]),
                         coverage_hashes=coverage, matched_coverage_hashes=matched,

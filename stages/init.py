@@ -13,8 +13,9 @@ from populora import ratings as rating_lib
 from populora.adapters import create_adapters
 from populora.config import members_of_arm, slots_of_arm
 from populora.evolution import founder_events, member_id
-from populora.io import replace_dir, staging_dir, write_jsonl
+from populora.io import replace_dir, staging_dir
 from populora.model import load_base, lora_config
+from populora.rows import BufferEntry, write_rows
 from populora.state import ADAPTERS, BUFFER, State, save_state
 from populora.tasks import buffer_entry, program_keys, seed_proposals
 from populora.verifier import IsolationError, verify_rows
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         log.error("seed tasks failed verification: %s", bad)
         return 1
-    write_jsonl(tmp / BUFFER, [buffer_entry(row) for row in seeds])
+    write_rows(tmp / BUFFER, [buffer_entry(row) for row in seeds], BufferEntry)
 
     _, model = load_base(args.base_model, dtype=params.model.dtype, device="cpu")
     cfg = lora_config(params.lora.rank, params.lora.alpha, params.lora.dropout, list(params.lora.target_modules))

@@ -14,9 +14,9 @@ import random
 
 from populora.engines import load_sampler
 from populora.generation import GenRow, run_plans
-from populora.io import write_jsonl
 from populora.prompts import chat_wrapper
 from populora.roles import proposal_rows, proposer_jobs
+from populora.rows import Proposal, write_rows
 from populora.state import adapter_dirs, load_buffer, load_state
 from populora.tasks import mark_duplicates
 from stages._common import derive_seed, setup, stage_parser, timed
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = proposal_rows(jobs, results, mode=cfg.mode, n_inputs=cfg.code_f_inputs)
     if cfg.reject_duplicates:
         rows = mark_duplicates(rows, buffer)
-    write_jsonl(args.proposals, rows)
+    write_rows(args.proposals, rows, Proposal)
     parsed_ok = sum(r["parse_reason"] is None for r in rows)
     log.info("%d/%d proposals parsed; %d tokens generated", parsed_ok, len(rows), sum(r["tokens"] for r in rows))
     return 0

@@ -11,9 +11,10 @@ generation's proposals by a paired student are games; buffer fill-ins train the 
 
 from __future__ import annotations
 
-from populora.io import read_json, read_jsonl, write_json, write_jsonl
+from populora.io import read_json, write_json
 from populora.ratings import update_from_games
 from populora.rollouts import build_rollouts, generation_stats, played_games, same_program_examples
+from populora.rows import GradedAnswer, Rollout, Task, read_rows, write_rows
 from populora.state import load_buffer, load_state
 from stages._common import setup, stage_parser
 
@@ -25,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     params, log = setup(args, "reward")
     state = load_state(args.state)
-    tasks, graded, pairing = read_jsonl(args.tasks), read_jsonl(args.graded), read_json(args.pairing)
+    tasks, graded, pairing = read_rows(args.tasks, Task), read_rows(args.graded, GradedAnswer), read_json(args.pairing)
     rollouts = build_rollouts(tasks, graded, params.reward.teacher_mode)
     games = played_games(graded, tasks, pairing)
     ratings = update_from_games(state.ratings, games, params.ratings.model_dump())
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     stats["pairing_counts"] = pairing["counts"]
     programs = {t["task_id"]: t.get("program") for t in [*load_buffer(args.state), *tasks]}
     stats["same_program_example_answers"], stats["same_program_example_correct"] = same_program_examples(graded, programs)
-    write_jsonl(args.rollouts, rollouts)
+    write_rows(args.rollouts, rollouts, Rollout)
     write_json(args.ratings, ratings)
     write_json(args.stats, stats)
     log.info("validity %s; solve %s; teacher reward %s; student reward %s; games per teacher %s",

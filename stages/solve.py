@@ -15,10 +15,11 @@ import random
 
 from populora.engines import load_sampler
 from populora.generation import GenRow, run_plans
-from populora.io import read_json, read_jsonl, write_jsonl
+from populora.io import read_json
 from populora.parsing import parse_answer
 from populora.prompts import chat_wrapper
 from populora.roles import assign_tasks, solver_jobs
+from populora.rows import Answer, SolveTask, Task, read_rows, write_rows
 from populora.state import adapter_dirs, load_buffer, load_state
 from stages._common import derive_seed, setup, stage_parser, timed
 
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     state = load_state(args.state)
     buffer = load_buffer(args.state)
     pairing = read_json(args.pairing)
-    assignment = assign_tasks(pairing, read_jsonl(args.tasks), buffer, fill_in=cfg.fill_in,
+    assignment = assign_tasks(pairing, read_rows(args.tasks, Task), buffer, fill_in=cfg.fill_in,
                               rng=random.Random(derive_seed(params.base.seed, "fill_in", args.arm, args.gen)),
                               types=params.propose.types)
     tokenizer, model = load_sampler(args.base_model, adapter_dirs(args.state, state.students), params)
@@ -52,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({**meta, "answer": answer, "parse_reason": reason, "segments": result.segments,
                      "tokens": result.tokens_generated})
     used = {t["task_id"]: t for by_type in assignment.values() for tasks in by_type.values() for t in tasks}
-    write_jsonl(args.solve_tasks, [{**{k: t.get(k) for k in TASK_FIELDS}, "valid": True} for t in used.values()])
-    write_jsonl(args.answers, rows)
+    write_rows(args.solve_tasks, [{**{k: t.get(k) for k in TASK_FIELDS}, "valid": True} for t in used.values()], SolveTask)
+    write_rows(args.answers, rows, Answer)
     log.info("%d answers (%d parsed) on %d tasks; %d tokens", len(rows), sum(r["answer"] is not None for r in rows),
              len(used), sum(r["tokens"] for r in rows))
     return 0

@@ -36,7 +36,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from populora.config import update_part_slots
-from populora.io import read_jsonl, replace_dir, staging_dir, write_json
+from populora.io import replace_dir, staging_dir, write_json
+from populora.rows import Rollout, read_rows
 from populora.state import ADAPTERS, OPTIMIZER, UPDATE_STATS, adapter_dirs
 from stages._common import _CLAIMED, claim_gpu, derive_seed, setup, stage_parser, timed
 
@@ -103,7 +104,7 @@ def train(args, params, log, slots: list[str]) -> int:
     from populora.model import attach_adapters, load_base
     from populora.update import reinforce_steps
 
-    rollouts = read_jsonl(args.rollouts)
+    rollouts = read_rows(args.rollouts, Rollout)
     if params.update.shuffle_advantages:  # the null control: same data, advantages shuffled within groups
         rollouts = shuffle_within_groups(rollouts, derive_seed(params.base.seed, "null", args.arm, args.gen))
         log.info("null control: advantages shuffled within each TRR++ group")

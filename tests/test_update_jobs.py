@@ -36,9 +36,9 @@ def build_inputs(root: Path, tiny_model_dir: Path, tiny_params_dict: dict) -> di
     from populora import prompts
     from populora.adapters import create_adapters
     from populora.generation import GenRow, run_plans
-    from populora.io import write_jsonl
     from populora.model import attach_adapters, load_base, lora_config
     from populora.multilora import attach_multilora
+    from populora.rows import Rollout, write_rows
     from populora.state import ADAPTERS, OPTIMIZER
     from populora.update import make_optimizer, save_optimizer, trainable_state
 
@@ -69,10 +69,11 @@ def build_inputs(root: Path, tiny_model_dir: Path, tiny_params_dict: dict) -> di
     rows = [GenRow(plans["propose" if slot.startswith("teacher") else "solve"], slot) for slot in SLOTS for _ in range(4)]
     results = run_plans(stacked, tokenizer, rows, temperature=0.8, top_p=0.95, max_new_tokens=16, batch_size=8, seed=3)
     advantages = [1.0, -0.5, 0.25, -1.0]
-    write_jsonl(root / "rollouts.jsonl", [
+    write_rows(root / "rollouts.jsonl", [  # as stages/reward.py writes them (populora.rows.Rollout)
         {"adapter": row.adapter, "role": "propose" if row.adapter.startswith("teacher") else "solve",
+         "type": "code_o", "task_id": f"t{i}", "tokens": result.tokens_generated, "reward": advantages[i % 4],
          "segments": result.segments, "advantage": advantages[i % 4]}
-        for i, (row, result) in enumerate(zip(rows, results))])
+        for i, (row, result) in enumerate(zip(rows, results))], Rollout)
 
     params = json.loads(json.dumps(tiny_params_dict))
     params["model"]["base_model"] = str(tiny_model_dir)
