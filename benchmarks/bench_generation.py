@@ -1,8 +1,8 @@
 """Generation throughput: base only vs mixed-adapter batch vs adapter by adapter, at a given shape.
 
 Random weights of a real shape (no download), built on the chosen device; adapters are random
-PEFT folders (non-zero B, like trained ones) loaded with `populora.multilora.attach_multilora`.
-Every variant runs the production decode loop (`populora.generation.sample_batch`, KV cache,
+PEFT folders (non-zero B, like trained ones) loaded with `populora.lm.multilora.attach_multilora`.
+Every variant runs the production decode loop (`populora.lm.sampling.sample_batch`, KV cache,
 sampling at `--temperature`) for exactly `--tokens` new tokens per row (EOS disabled):
 
   base     the bare base model, every row base-only
@@ -15,7 +15,7 @@ peak per variant on a GPU, the process's peak RSS on CPU.
 
 `--model smollm2` (the embedded SmolLM2-135M-Instruct) or `--model DIR` (an HF folder) times real
 weights instead of a random shape. `--engine vllm` (needs --model, run with .venv-vllm) times the
-same three variants on vLLM (`populora.vllm_engine`: every adapter a LoRARequest, continuous
+same three variants on vLLM (`populora.lm.vllm_engine`: every adapter a LoRARequest, continuous
 batching; `ignore_eos` for exactly `--tokens` per row; the sampled token's logprob recorded, as in
 production). vLLM's peak RSS includes the KV cache it reserves (`--memory-fraction` of host memory).
 
@@ -45,10 +45,10 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from populora.generation import sample_batch  # noqa: E402
-from populora.io import write_json  # noqa: E402
-from populora.model import lora_config, pick_device  # noqa: E402
-from populora.multilora import attach_multilora  # noqa: E402
+from populora.core.io import write_json  # noqa: E402
+from populora.lm.model import lora_config, pick_device  # noqa: E402
+from populora.lm.multilora import attach_multilora  # noqa: E402
+from populora.lm.sampling import sample_batch  # noqa: E402
 
 SHAPES = {
     # SmolLM2-135M-Instruct (the embedded default model)
@@ -225,7 +225,7 @@ def real_model_dir(model: str) -> Path:
     """An HF folder of `model`: 'smollm2' is converted once from the embedded GGUF into cache/."""
     if model != "smollm2":
         return Path(model)
-    from populora.model import materialize_base_model
+    from populora.lm.model import materialize_base_model
 
     out = Path(__file__).resolve().parents[1] / "cache" / "bench_smollm2"
     if not (out / "config.json").is_file():
@@ -256,7 +256,7 @@ def bench_vllm(args) -> int:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from populora.vllm_engine import VllmEngine
+    from populora.lm.vllm_engine import VllmEngine
 
     model_dir = real_model_dir(args.model)
     hf = load_real(model_dir, torch.float32, torch.device("cpu"))
@@ -326,7 +326,7 @@ def _has(distribution: str) -> bool:
 
 def time_peft(model, folders, contexts, row_adapter, args, device) -> float:
     """PEFT's own mixed batch through HF generate, for reference (the model is unwrapped afterwards)."""
-    from populora.model import attach_adapters
+    from populora.lm.model import attach_adapters
 
     peft_model = attach_adapters(model, folders)
     width = max(len(c) for c in contexts)

@@ -20,15 +20,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from populora.config import TASK_TYPES, load_params  # noqa: E402
-from populora.generation import GenRow, run_plans  # noqa: E402
-from populora.io import write_json  # noqa: E402
-from populora.model import load_base  # noqa: E402
-from populora.prompts import chat_wrapper  # noqa: E402
-from populora.roles import (
+from populora.core.io import write_json  # noqa: E402
+from populora.lm.model import load_base  # noqa: E402
+from populora.lm.sampling import GenRow, run_plans  # noqa: E402
+from populora.selfplay.prompts import chat_wrapper  # noqa: E402
+from populora.selfplay.roles import (
     proposal_rows,  # noqa: E402
     proposer_jobs,  # noqa: E402
 )
-from populora.tasks import buffer_entry, is_valid_task, seed_proposals  # noqa: E402
+from populora.selfplay.tasks import buffer_entry, is_valid_task, seed_proposals  # noqa: E402
 from populora.verifier import verify_rows  # noqa: E402
 
 

@@ -47,7 +47,9 @@ class ModelSection(_Section):
     device: str = Field("auto", description="'auto' (cuda when present), 'cpu' or 'cuda'.")
 
 
-class GenerationSection(_Section):
+class SamplerSection(_Section):
+    """What samples tokens (the `populora.lm.engines` sampler), not how (temperature etc.: SamplingSection)."""
+
     engine: Literal["hf", "vllm"] = Field(
         "hf", description="What samples propose, solve and the CRUXEval/EvalPlus/LiveCodeBench passes: hf = the "
         "project's stacked-LoRA decode loop (the CPU default and the reference), vllm = vLLM with every adapter a "
@@ -266,7 +268,7 @@ class PairingSection(_Section):
     temperature: float = Field(1.0, gt=0, description="PFSP weighting temperature.")
 
 
-# Names of populora.operators.MUTATIONS and CROSSOVERS (kept here so validating params does not
+# Names of populora.population.operators.MUTATIONS and CROSSOVERS (kept here so validating params does not
 # import torch; tests/test_config.py checks the two lists agree).
 KNOWN_OPERATORS = ("svd_scale_rotate", "gaussian_subset", "mask_components", "gaussian_all",
                    "layerwise", "svd_split", "dare", "extrapolate")
@@ -371,7 +373,12 @@ class BenchSection(_Section):
     @classmethod
     def _data_present(cls, value, info):
         """Missing benchmark files fail here, before any stage runs (not at the first bench job)."""
-        from populora.benchmark_data import DATA_ENV, livecodebench_unavailable, missing_data_files, resolve_data_dir
+        from populora.core.benchmark_data import (
+            DATA_ENV,
+            livecodebench_unavailable,
+            missing_data_files,
+            resolve_data_dir,
+        )
 
         folder = resolve_data_dir(value)
         benchmarks = info.data.get("benchmarks", ())
@@ -395,7 +402,7 @@ class Params(_Section):
     base: BaseSection = BaseSection()
     model: ModelSection = ModelSection()
     lora: LoraSection = LoraSection()
-    generation: GenerationSection = GenerationSection()
+    sampler: SamplerSection = SamplerSection()
     population: PopulationSection = PopulationSection()
     dag: DagSection = DagSection()
     propose: ProposeSection = ProposeSection()
@@ -487,9 +494,9 @@ def load_params(path: str | Path = "params.yaml") -> Params:
 
 
 def members_of_arm(params: Params, arm: str) -> dict[str, list[str]]:
-    """Slot names per role (`populora.refs.arm_slots`). Slots are stable names (adapter folders, benchmark
+    """Slot names per role (`populora.core.refs.arm_slots`). Slots are stable names (adapter folders, benchmark
     stages); the member occupying a slot can change when evolution replaces it (lineage records who is where)."""
-    from populora.refs import arm_slots
+    from populora.core.refs import arm_slots
 
     return arm_slots(arm, params.population.teachers, params.population.students)
 
@@ -506,9 +513,9 @@ def update_part_slots(params: Params, arm: str, part: int) -> list[str]:
 
 
 def benchmarked_refs(params: Params, arm: str) -> list:
-    """The `populora.refs.ModelRef`s of an arm whose final members are benchmarked: the slots of the
+    """The `populora.core.refs.ModelRef`s of an arm whose final members are benchmarked: the slots of the
     roles in `bench.roles`, each once (the baseline's solo adapter plays both roles)."""
-    from populora.refs import arm_refs
+    from populora.core.refs import arm_refs
 
     refs = arm_refs(arm, params.population.teachers, params.population.students)
     return list(dict.fromkeys(ref for role in params.bench.roles for ref in refs[role]))
@@ -517,7 +524,7 @@ def benchmarked_refs(params: Params, arm: str) -> list:
 def benchmarked_models(params: Params) -> dict[str, list]:
     """Benchmarked models (`ModelRef`s) per result folder of `results/bench`: the bare base under `base`,
     and per arm of `dag.arms` its final members of `bench.roles` (`population-student0`, ..., `baseline-solo`)."""
-    from populora.refs import BASE_REF
+    from populora.core.refs import BASE_REF
 
     return {"base": [BASE_REF], **{arm: benchmarked_refs(params, arm) for arm in params.dag.arms}}
 

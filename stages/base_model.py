@@ -8,8 +8,8 @@ an HF model id or local folder is loaded and saved as is.
 
 from __future__ import annotations
 
-from populora.io import replace_dir, staging_dir
-from populora.model import ModelSetupError, materialize_base_model
+from populora.core.io import replace_dir, staging_dir
+from populora.lm.model import ModelSetupError, materialize_base_model
 from stages._common import setup, stage_parser, timed
 
 

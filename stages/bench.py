@@ -44,7 +44,7 @@ from populora.bench.lmeval_runner import TASKS_DIR
 from populora.bench.runners import base_model_entry, exported_models, run_benchmark
 from populora.bench.settings import settings_for
 from populora.config import benchmarked_refs
-from populora.io import replace_dir, staging_dir, write_json
+from populora.core.io import replace_dir, staging_dir, write_json
 from stages._common import setup, stage_parser
 
 

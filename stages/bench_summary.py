@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from populora.bench import BenchError
 from populora.config import benchmarked_models
-from populora.io import write_json
+from populora.core.io import write_json
 from populora.report.metrics import benchmark_metrics, best_weakest_members, read_results, refs_of, score_table
 from stages._common import setup, stage_parser
 

@@ -12,17 +12,14 @@ The checkpoint holds adapters (the trained ones, hard-linked, and evolution's ch
 replaced member's trained adapter stays under replaced/ for the benchmarks),
 optimizer moments (none for a child), `State` (ratings, members, reward records, lineage,
 coverage hashes) and the task buffer with this generation's valid tasks appended. metrics.json is
-flat and numeric (sorted keys; definitions in `populora.generation_metrics`).
+flat and numeric (sorted keys; definitions in `populora.selfplay.generation_metrics`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from populora import generation_metrics as gm
-from populora.adapters import delta_norm, read_state_dict
-from populora.evolution import append_lineage
-from populora.io import (
+from populora.core.io import (
     link_or_copy,
     link_tree,
     read_json,
@@ -30,8 +27,8 @@ from populora.io import (
     staging_dir,
     write_json,
 )
-from populora.rows import BufferEntry, Task, read_rows, write_rows
-from populora.state import (
+from populora.core.rows import BufferEntry, Task, read_rows, write_rows
+from populora.core.state import (
     ADAPTERS,
     BUFFER,
     EVOLUTION,
@@ -43,7 +40,10 @@ from populora.state import (
     load_state,
     save_state,
 )
-from populora.tasks import extend_buffer, is_valid_task
+from populora.lm.adapters import delta_norm, read_state_dict
+from populora.population.evolution import append_lineage
+from populora.selfplay import generation_metrics as gm
+from populora.selfplay.tasks import extend_buffer, is_valid_task
 from stages._common import derive_seed, setup, stage_parser
 
 

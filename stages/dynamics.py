@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from statistics import mean
 
-from populora.io import read_json, write_json
+from populora.core.io import read_json, write_json
+from populora.core.state import load_state
 from populora.report.figures import draw_family_tree
-from populora.state import load_state
 from stages._common import setup, stage_parser
 
 MEAN_KEYS = ("teacher_reward_mean", "student_reward_mean", "validity_rate", "solve_rate",

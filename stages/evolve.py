@@ -8,7 +8,7 @@ Runs after generation g when (g + 1) % evolve.interval == 0, in the population a
 baseline has one adapter), whatever the run's length: the final checkpoint may hold children, but
 the benchmarks export the members trained in the final generation (`stages.export`). Teachers
 evolve among teachers, students among students; a sub-population of one is never replaced.
-Ranking (`evolve.fitness`, see `populora.evolution.uses_reward_fitness`): teachers by their
+Ranking (`evolve.fitness`, see `populora.population.evolution.uses_reward_fitness`): teachers by their
 mean reward under the learnability reward, otherwise conservative TrueSkill (mu - 3 sigma). A
 child is made by a LoRA weight-space operator that keeps the rank, takes its parents' mean mu
 and sigma, and starts with fresh optimizer moments.
@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from populora.adapters import read_state_dict, write_adapter
-from populora.evolution import accumulate_rewards, plan_generation_replacement
-from populora.io import read_json, replace_dir, staging_dir, write_json
-from populora.operators import make_child
-from populora.state import ADAPTERS, EVOLUTION, RATINGS, load_state
+from populora.core.io import read_json, replace_dir, staging_dir, write_json
+from populora.core.state import ADAPTERS, EVOLUTION, RATINGS, load_state
+from populora.lm.adapters import read_state_dict, write_adapter
+from populora.population.evolution import accumulate_rewards, plan_generation_replacement
+from populora.population.operators import make_child
 from stages._common import derive_seed, setup, stage_parser
 
 

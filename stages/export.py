@@ -5,7 +5,7 @@
 
 writes `<models>/<slot>/model.json` and `<models>/<slot>/adapter/` for every slot of the arm
 (`teacher0`, ..., `student1`; the baseline's `solo`). `model.json` says what the folder holds: the
-model (`populora.refs.ModelRef`: its name `population-teacher0`, arm, slot and role), the member trained in the slot during the final generation
+model (`populora.core.refs.ModelRef`: its name `population-teacher0`, arm, slot and role), the member trained in the slot during the final generation
 (evolution may have replaced it afterwards: the benchmarks never see an untrained child), its
 rating, `adapter` (the PEFT folder `adapter/`) and `base_model`: the base's name
 (Hugging Face id, or what the embedded/local folder is), its absolute path here and a sha256 of
@@ -20,10 +20,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from populora.adapters import CONFIG, copy_adapter
-from populora.io import read_json, replace_dir, staging_dir, write_json
-from populora.paths import BASE_SOURCE, MODEL_DESCRIPTION
-from populora.state import load_state, trained_adapter_dir
+from populora.core.io import read_json, replace_dir, staging_dir, write_json
+from populora.core.paths import BASE_SOURCE, MODEL_DESCRIPTION
+from populora.core.state import load_state, trained_adapter_dir
+from populora.lm.adapters import CONFIG, copy_adapter
 from stages._common import setup, stage_parser
 
 

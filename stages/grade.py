@@ -18,7 +18,7 @@ import argparse
 import time
 from collections import Counter
 
-from populora.io import write_jsonl
+from populora.core.io import write_jsonl
 from populora.verifier import grade_rows
 from stages._sandbox import REFUSED, add_common_args, progress_bar, read_rows, setup, start_sandbox
 

@@ -9,15 +9,15 @@ Baseline arm: one slot, `solo`, that both proposes and solves (AZR-style self-pl
 
 from __future__ import annotations
 
-from populora import ratings as rating_lib
-from populora.adapters import create_adapters
 from populora.config import members_of_arm, slots_of_arm
-from populora.evolution import founder_events, member_id
-from populora.io import replace_dir, staging_dir
-from populora.model import load_base, lora_config
-from populora.rows import BufferEntry, write_rows
-from populora.state import ADAPTERS, BUFFER, State, save_state
-from populora.tasks import buffer_entry, program_keys, seed_proposals
+from populora.core.io import replace_dir, staging_dir
+from populora.core.rows import BufferEntry, write_rows
+from populora.core.state import ADAPTERS, BUFFER, State, save_state
+from populora.lm.adapters import create_adapters
+from populora.lm.model import load_base, lora_config
+from populora.population import ratings as rating_lib
+from populora.population.evolution import founder_events, member_id
+from populora.selfplay.tasks import buffer_entry, program_keys, seed_proposals
 from populora.verifier import IsolationError, verify_rows
 from stages._common import derive_seed, setup, stage_parser, timed
 

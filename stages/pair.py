@@ -6,14 +6,14 @@
 Each student gets `solve.tasks_per_type` slots per task type; a slot names the teacher whose
 task it solves. PFSP favours matchups with student win probability near 0.5; every student
 gets tasks and every teacher gets at least one student (an extra slot when teachers outnumber
-student slots). The baseline pairs `solo` with itself. Schemes: `populora.ratings`.
+student slots). The baseline pairs `solo` with itself. Schemes: `populora.population.ratings`.
 """
 
 from __future__ import annotations
 
-from populora.io import write_json
-from populora.ratings import pfsp_pairing, round_robin_pairing
-from populora.state import load_state
+from populora.core.io import write_json
+from populora.core.state import load_state
+from populora.population.ratings import pfsp_pairing, round_robin_pairing
 from stages._common import derive_seed, setup, stage_parser
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from populora.bench import BenchError
 from populora.config import benchmarked_models
-from populora.io import read_json, replace_dir, staging_dir
+from populora.core.io import read_json, replace_dir, staging_dir
 from populora.report import DYNAMICS_TABLE
 from populora.report.markdown import write_report
 from populora.report.metrics import read_results

@@ -23,7 +23,7 @@ What Accelerate does here, and nothing more: it picks the device (`Accelerator.d
 optimizer moments stay float32); with `update.processes: N > 1` this stage re-launches itself through
 `accelerate launch` with N processes (one GPU each, claimed together): every process scores every
 N-th micro-batch of the adapter's rollouts and the gradients are summed across the processes before
-clipping and the optimizer step (`populora.update.reinforce_steps`), so all hold the same weights and
+clipping and the optimizer step (`populora.selfplay.update.reinforce_steps`), so all hold the same weights and
 the first writes them (tests/test_update_jobs.py runs 2 CPU processes).
 """
 
@@ -36,9 +36,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from populora.config import update_part_slots
-from populora.io import replace_dir, staging_dir, write_json
-from populora.rows import Rollout, read_rows
-from populora.state import ADAPTERS, OPTIMIZER, UPDATE_STATS, adapter_dirs
+from populora.core.io import replace_dir, staging_dir, write_json
+from populora.core.rows import Rollout, read_rows
+from populora.core.state import ADAPTERS, OPTIMIZER, UPDATE_STATS, adapter_dirs
 from stages._common import _CLAIMED, claim_gpu, derive_seed, setup, stage_parser, timed
 
 LAUNCHED = "LOCAL_RANK"  # set by torchrun / accelerate launch in each process it starts
@@ -99,10 +99,10 @@ def main(argv: list[str] | None = None) -> int:
 def train(args, params, log, slots: list[str]) -> int:
     from accelerate import Accelerator
 
-    from populora.adapters import save_trained_adapter
-    from populora.advantages import shuffle_within_groups
-    from populora.model import attach_adapters, load_base
-    from populora.update import reinforce_steps
+    from populora.lm.adapters import save_trained_adapter
+    from populora.lm.model import attach_adapters, load_base
+    from populora.selfplay.advantages import shuffle_within_groups
+    from populora.selfplay.update import reinforce_steps
 
     rollouts = read_rows(args.rollouts, Rollout)
     if params.update.shuffle_advantages:  # the null control: same data, advantages shuffled within groups

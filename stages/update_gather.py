@@ -17,8 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from populora.config import slots_of_arm, update_part_slots
-from populora.io import link_or_copy, link_tree, read_json, replace_dir, staging_dir, write_json
-from populora.state import ADAPTERS, OPTIMIZER, UPDATE_STATS
+from populora.core.io import link_or_copy, link_tree, read_json, replace_dir, staging_dir, write_json
+from populora.core.state import ADAPTERS, OPTIMIZER, UPDATE_STATS
 from stages._common import setup, stage_parser
 
 

@@ -30,8 +30,8 @@ import time
 from collections import Counter
 
 from populora.config import load_params
-from populora.io import write_json, write_jsonl
-from populora.tasks import CODE_F_INPUTS
+from populora.core.io import write_json, write_jsonl
+from populora.selfplay.tasks import CODE_F_INPUTS
 from populora.verifier import isolation_report, verify_rows
 from stages._sandbox import REFUSED, add_common_args, progress_bar, read_rows, setup, start_sandbox
 

@@ -5,8 +5,8 @@ import statistics
 import pytest
 import torch
 
-from populora import advantages
-from populora.advantages import (
+from populora.selfplay import advantages
+from populora.selfplay.advantages import (
     group_key,
     group_stats,
     reinforce_loss,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from populora import io
-from populora.state import State, save_state
+from populora.core import io
+from populora.core.state import State, save_state
 from tests.conftest import REPO
 
 
@@ -144,7 +144,7 @@ def test_sigkill_mid_write_then_rerun_equals_an_uninterrupted_run(tmp_path):
 def test_a_killed_atomic_write_leaves_the_old_file_and_the_rerun_cleans_up(tmp_path):
     target = tmp_path / "out.json"
     io.write_json(target, {"old": True})
-    code = ("import os, signal, sys; sys.path.insert(0, sys.argv[2]); from populora import io;"
+    code = ("import os, signal, sys; sys.path.insert(0, sys.argv[2]); from populora.core import io;"
             "os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL); io.write_json(sys.argv[1], {'new': True})")
     result = subprocess.run([sys.executable, "-c", code, str(target), str(REPO)], capture_output=True, timeout=120)
     assert result.returncode == -9
@@ -183,8 +183,8 @@ def test_corrupted_json_and_jsonl_fail_naming_the_file_and_the_fix(tmp_path):
 
 
 def test_a_corrupted_checkpoint_adapter_stops_the_stage_that_loads_it(tmp_path, tiny_model_dir):
-    from populora.adapters import create_adapters, read_state_dict
-    from populora.model import attach_adapters, load_base, lora_config
+    from populora.lm.adapters import create_adapters, read_state_dict
+    from populora.lm.model import attach_adapters, load_base, lora_config
 
     _, model = load_base(tiny_model_dir)
     create_adapters(model, ["a"], tmp_path, lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj"]), seeds={"a": 0}, init_std=0.0)
@@ -226,7 +226,7 @@ def test_a_full_disk_fails_the_write_and_keeps_nothing_half_written(tmp_path, mo
 
 
 def test_a_stage_that_fails_midway_leaves_no_staging_folder(tmp_path):
-    code = ("import sys; sys.path.insert(0, sys.argv[2]); from pathlib import Path; from populora import io;"
+    code = ("import sys; sys.path.insert(0, sys.argv[2]); from pathlib import Path; from populora.core import io;"
             "tmp = io.staging_dir(Path(sys.argv[1]) / 'out'); (tmp / 'half').write_text('x');"
             "raise OSError(28, 'No space left on device')")
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(REPO)], capture_output=True, text=True,
@@ -242,8 +242,8 @@ def test_exported_adapter_loads_with_autopeft_from_another_directory(tmp_path, t
     import torch
     from peft import AutoPeftModelForCausalLM, PeftModel
 
-    from populora.adapters import create_adapters
-    from populora.model import load_base, lora_config
+    from populora.lm.adapters import create_adapters
+    from populora.lm.model import load_base, lora_config
     from stages import export
 
     project = tmp_path / "project"

@@ -30,7 +30,7 @@ def write_params(path: Path, data_dir: Path | str, limit: int = 2) -> Path:
 
 def export_folder(path: Path, model: str, adapter: str | None = "adapter") -> Path:
     """One member's folder of an arm's export (`<models>/<slot>/model.json`) of population-<slot>."""
-    from populora.refs import STUDENT, TEACHER, ModelRef
+    from populora.core.refs import STUDENT, TEACHER, ModelRef
 
     arm, slot = model.split("-", 1)
     ref = ModelRef(arm, slot, STUDENT if slot.startswith(STUDENT) else TEACHER)

@@ -11,7 +11,7 @@ import yaml
 
 from populora.bench import MATH_BENCHMARKS, BenchError
 from populora.bench import lmeval_runner as lm
-from populora.refs import TEACHER, ModelRef
+from populora.core.refs import TEACHER, ModelRef
 from stages import bench as bench_stage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,7 +93,7 @@ def test_lm_eval_cli_runs_the_shipped_tasks(tmp_path, tiny_model_dir):
 def test_bench_stage_gsm8k_on_tiny_model_with_adapter(tmp_path, tiny_model_dir, monkeypatch):
     from peft import get_peft_model
 
-    from populora.model import load_base, lora_config
+    from populora.lm.model import load_base, lora_config
 
     monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
     model_dir = tmp_path / "models" / "population" / "teacher0"

@@ -78,7 +78,7 @@ def test_arm_slots():
 
 def test_operator_names_match_the_registry():
     from populora.config import KNOWN_OPERATORS
-    from populora.operators import CROSSOVERS, MUTATIONS
+    from populora.population.operators import CROSSOVERS, MUTATIONS
 
     assert set(KNOWN_OPERATORS) == set(MUTATIONS) | set(CROSSOVERS)
 

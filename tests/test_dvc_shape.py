@@ -106,8 +106,8 @@ def _params_read(module: str) -> set[str]:
 
 
 # modules a stage hands the whole `params` (or its path) to (they read it for the stage)
-PARAMS_HELPERS = {"stages.bench": ("populora.bench.settings", "populora.engines", "populora.vllm_engine"),
-                  "stages.propose": ("populora.engines",), "stages.solve": ("populora.engines",),
+PARAMS_HELPERS = {"stages.bench": ("populora.bench.settings", "populora.lm.engines", "populora.lm.vllm_engine"),
+                  "stages.propose": ("populora.lm.engines",), "stages.solve": ("populora.lm.engines",),
                   "stages.verify": ("stages._sandbox",), "stages.grade": ("stages._sandbox",)}
 # keys a stage's module reads only on a path the stage never takes (bench_base: no members to select)
 UNUSED_PATHS = {"bench_base": {"bench.roles", "population"}}
@@ -152,7 +152,7 @@ def project(tmp_path_factory) -> Path:
 def test_bytecode_is_dvcignored(project):
     for path in ("populora/__pycache__/io.cpython-311.pyc", "stages/x.pyc"):
         assert _run(project, f"{BIN}/dvc", "check-ignore", path, check=False).returncode == 0, path
-    assert _run(project, f"{BIN}/dvc", "check-ignore", "populora/io.py", check=False).returncode == 1
+    assert _run(project, f"{BIN}/dvc", "check-ignore", "populora/core/io.py", check=False).returncode == 1
 
 
 def test_fresh_checkout_status_and_dry_run(project, tmp_path):

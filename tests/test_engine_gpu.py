@@ -9,18 +9,18 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from populora import prompts
-from populora.adapters import create_adapters
 from populora.config import UpdateSection
-from populora.generation import GenRow, run_plans
-from populora.model import attach_adapters, load_base, lora_config
-from populora.multilora import attach_multilora
+from populora.lm.adapters import create_adapters
+from populora.lm.model import attach_adapters, load_base, lora_config
+from populora.lm.multilora import attach_multilora
+from populora.lm.sampling import GenRow, run_plans
+from populora.selfplay import prompts
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
 
 def test_generation_and_update_on_cuda(tiny_model_dir, tmp_path):
-    from populora.update import reinforce_steps
+    from populora.selfplay.update import reinforce_steps
 
     _, cpu_model = load_base(tiny_model_dir, device="cpu")
     out = tmp_path / "adapters"

@@ -3,9 +3,9 @@ from collections import Counter
 
 import pytest
 
-from populora.evolution import append_lineage, founder_events, plan_replacement, rank_members
-from populora.operators import CROSSOVERS, MUTATIONS
-from populora.ratings import SIGMA0, conservative
+from populora.population.evolution import append_lineage, founder_events, plan_replacement, rank_members
+from populora.population.operators import CROSSOVERS, MUTATIONS
+from populora.population.ratings import SIGMA0, conservative
 from populora.report.figures import _lanes, draw_family_tree
 
 MIX = {"svd_scale_rotate": 1.0, "layerwise": 1.0, "svd_split": 1.0}
@@ -168,7 +168,7 @@ def test_fitness_when_given_ranks_instead_of_trueskill():
 
 
 def test_teachers_rank_by_reward_under_learnability_students_by_trueskill():
-    from populora.evolution import uses_reward_fitness
+    from populora.population.evolution import uses_reward_fitness
 
     assert uses_reward_fitness("teachers", "learnability")
     assert not uses_reward_fitness("teachers", "zero_sum")
@@ -177,7 +177,7 @@ def test_teachers_rank_by_reward_under_learnability_students_by_trueskill():
 
 
 def _state(teachers, students):
-    from populora.state import State
+    from populora.core.state import State
 
     slots = list(dict.fromkeys(teachers + students))
     return State(arm="population", generation=0, teachers=teachers, students=students,
@@ -186,7 +186,7 @@ def _state(teachers, students):
 
 
 def test_generation_replacement_records_every_members_fitness_and_spares_a_sub_population_of_one():
-    from populora.evolution import plan_generation_replacement
+    from populora.population.evolution import plan_generation_replacement
 
     state = _state(["t0", "t1", "t2"], ["s0"])
     ratings = {"t0": {"mu": 30.0, "sigma": 2.0}, "t1": {"mu": 20.0, "sigma": 2.0}, "t2": {"mu": 25.0, "sigma": 2.0},
@@ -207,7 +207,7 @@ def test_generation_replacement_records_every_members_fitness_and_spares_a_sub_p
 
 
 def test_replacements_never_empty_a_sub_population():
-    from populora.evolution import replacements
+    from populora.population.evolution import replacements
 
     assert [replacements(n, 1) for n in (1, 2, 4)] == [0, 1, 1]
     assert replacements(3, 5) == 2

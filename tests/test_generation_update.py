@@ -6,13 +6,13 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from populora import prompts
-from populora.adapters import create_adapters, read_state_dict
 from populora.config import UpdateSection
-from populora.generation import GenRow, _cut, block_enders, process_logits, run_plans, sample_batch
-from populora.model import attach_adapters, load_base, lora_config
-from populora.multilora import attach_multilora
-from populora.update import (
+from populora.lm.adapters import create_adapters, read_state_dict
+from populora.lm.model import attach_adapters, load_base, lora_config
+from populora.lm.multilora import attach_multilora
+from populora.lm.sampling import GenRow, _cut, block_enders, process_logits, run_plans, sample_batch
+from populora.selfplay import prompts
+from populora.selfplay.update import (
     RolloutFormatError,
     plan_micro_batches,
     reinforce_steps,
@@ -317,7 +317,7 @@ def test_non_empty_step_never_opens_with_a_block_ender(tiny_model_dir):
 
 
 def test_importance_weights_truncate_and_skip_unrecorded():
-    from populora.update import importance_weights
+    from populora.selfplay.update import importance_weights
 
     logprobs = torch.tensor([-1.0, -1.0, -0.5, -2.0])
     weights = importance_weights(logprobs, [-1.0, -2.0, None, -1.0], cap=2.0)

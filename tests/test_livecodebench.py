@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from populora import benchmark_data
 from populora.bench import BenchError
 from populora.bench import livecodebench as lcb
 from populora.bench import livecodebench_grading as grading
 from populora.config import LiveCodeBenchSection, ParamsError, VerifySection, parse_params
+from populora.core import benchmark_data
 from stages import bench as bench_stage
 from stages import bench_summary
 from tests.tiny_model import export_members

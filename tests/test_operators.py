@@ -6,8 +6,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from populora import operators as ops
-from populora.operators import CROSSOVERS, MUTATIONS, factored_svd, lora_modules, make_child, refactor
+from populora.population import operators as ops
+from populora.population.operators import CROSSOVERS, MUTATIONS, factored_svd, lora_modules, make_child, refactor
 
 RANK = 4
 # (module, d_in, d_out): mixed shapes so that several batched shape groups are exercised

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from populora import prompts
-from populora.parsing import clean_program, fenced_blocks, parse_answer, parse_proposal
-from populora.roles import assign_tasks, proposer_jobs, solver_jobs
-from populora.tasks import extend_buffer, is_valid_task, seed_proposals
+from populora.selfplay import prompts
+from populora.selfplay.parsing import clean_program, fenced_blocks, parse_answer, parse_proposal
+from populora.selfplay.roles import assign_tasks, proposer_jobs, solver_jobs
+from populora.selfplay.tasks import extend_buffer, is_valid_task, seed_proposals
 
 
 def chat(prompt: str) -> str:
@@ -145,7 +145,7 @@ def test_assignment_prefers_the_paired_teachers_tasks_then_the_buffer():
 
 
 def test_every_pfsp_slot_is_kept_so_every_teacher_gets_a_student():
-    from populora.ratings import new_rating, pfsp_pairing
+    from populora.population.ratings import new_rating, pfsp_pairing
 
     teachers, students = ["t0", "t1", "t2", "t3"], ["s0", "s1"]
     ratings = {m: new_rating() for m in teachers + students}
@@ -165,14 +165,14 @@ def test_no_worked_example_shares_the_tasks_program():
     task = {**twin, "task_id": "new", "origin": "proposed", "teacher": "t0"}
     jobs = solver_jobs({"s0": {task["type"]: [task]}}, buffer, samples=20, worked_examples=3, mode="scaffolded",
                        chat=chat, rng=random.Random(0))
-    from populora.tasks import program_key
+    from populora.selfplay.tasks import program_key
 
     shown = {e for meta, _ in jobs for e in meta["examples"]}
     assert shown and all(program_key(b["program"]) != program_key(task["program"]) for b in buffer if b["task_id"] in shown)
 
 
 def test_a_proposal_copying_a_buffer_program_is_a_duplicate():
-    from populora.tasks import mark_duplicates
+    from populora.selfplay.tasks import mark_duplicates
 
     buffer = _buffer()
     copy = {"task_id": "p1", "type": "code_o", "program": buffer[0]["program"], "parse_reason": None}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from populora.benchmark_data import resolve_data_dir
-from populora.paths import project_path, queued_from
+from populora.core.benchmark_data import resolve_data_dir
+from populora.core.paths import project_path, queued_from
 
 
 def _layout(tmp_path):
@@ -49,7 +49,7 @@ def test_a_path_present_in_the_copy_wins_and_a_missing_one_stays_missing(tmp_pat
 
 
 def test_a_local_base_model_folder_is_found_from_a_dvc_queue_copy(tmp_path, monkeypatch):
-    from populora.model import describe_source
+    from populora.lm.model import describe_source
 
     project, temp_copy, _ = _layout(tmp_path)
     (project / "models" / "base").mkdir(parents=True)

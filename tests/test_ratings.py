@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import trueskill
 
-from populora import ratings as R
-from populora.ratings import (
+from populora.population import ratings as R
+from populora.population.ratings import (
     RatingEnv,
     conservative,
     new_rating,

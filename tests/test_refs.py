@@ -6,9 +6,9 @@ import doctest
 
 import pytest
 
-from populora import refs
-from populora.refs import BASE_REF, SOLO, STUDENT, TEACHER, ModelRef, arm_refs, arm_slots
-from populora.state import State
+from populora.core import refs
+from populora.core.refs import BASE_REF, SOLO, STUDENT, TEACHER, ModelRef, arm_refs, arm_slots
+from populora.core.state import State
 
 
 def test_doctests():

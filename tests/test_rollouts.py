@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from populora.rollouts import build_rollouts, failure_reason, generation_stats, played_games, same_program_examples
+from populora.selfplay.rollouts import (
+    build_rollouts,
+    failure_reason,
+    generation_stats,
+    played_games,
+    same_program_examples,
+)
 
 
 def _task(task_id, teacher, valid=True, parse_reason=None, task_type="code_o"):

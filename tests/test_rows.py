@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from populora.io import ArtifactError, write_jsonl
-from populora.rows import Answer, BufferEntry, GradedAnswer, Rollout, Task, read_rows, write_rows
+from populora.core.io import ArtifactError, write_jsonl
+from populora.core.rows import Answer, BufferEntry, GradedAnswer, Rollout, Task, read_rows, write_rows
 
 SEGMENTS = [{"text": "prompt", "train": False, "ids": [1, 2]},
             {"text": "42", "train": True, "ids": [3], "keep": 1, "logprobs": [-0.5],
@@ -40,7 +40,7 @@ def test_a_reader_names_file_line_and_field(tmp_path):
 
 
 def test_role_specific_fields_of_rollouts_and_tasks():
-    from populora.rows import check_row
+    from populora.core.rows import check_row
 
     propose = {"adapter": "teacher0", "role": "propose", "type": "code_o", "task_id": "t0", "segments": SEGMENTS,
                "tokens": 1, "reward": 0.5, "advantage": 0.0, "solve_rate": 0.5}

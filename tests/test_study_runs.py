@@ -25,7 +25,7 @@ def _run(root: Path, control: str, seed: int, rate: float, *, arm: str = "popula
     folder = root / f"{control}-s{seed}"
     rng = random.Random(f"{control}{seed}")
     _write(folder / "run.json", {"control": control, "seed": seed, "wall_s": 1800 + seed})
-    _write(folder / "params.yaml", {"dag": {"arms": [arm], "generations": 6}})
+    _write(folder / "params.yaml", {"dag": {"arms": [arm], "generations": 6}, "population": {"teachers": 1, "students": 2}})
     slots = ["solo"] if arm == "baseline" else ["student0", "student1"]
     _write(folder / "dynamics" / arm / "summary.json", {
         "per_adapter.students.optimizer_steps": 12, "per_adapter.students.trained_tokens": 1000 * (seed + 1),

@@ -33,14 +33,14 @@ def inputs(tmp_path_factory, tiny_model_dir, tiny_params_dict) -> dict:
 def build_inputs(root: Path, tiny_model_dir: Path, tiny_params_dict: dict) -> dict:
     """A base model, an arm's state (4 adapters, optimizer moments for two of them) and rollouts
     sampled from those adapters, as the update stage reads them."""
-    from populora import prompts
-    from populora.adapters import create_adapters
-    from populora.generation import GenRow, run_plans
-    from populora.model import attach_adapters, load_base, lora_config
-    from populora.multilora import attach_multilora
-    from populora.rows import Rollout, write_rows
-    from populora.state import ADAPTERS, OPTIMIZER
-    from populora.update import make_optimizer, save_optimizer, trainable_state
+    from populora.core.rows import Rollout, write_rows
+    from populora.core.state import ADAPTERS, OPTIMIZER
+    from populora.lm.adapters import create_adapters
+    from populora.lm.model import attach_adapters, load_base, lora_config
+    from populora.lm.multilora import attach_multilora
+    from populora.lm.sampling import GenRow, run_plans
+    from populora.selfplay import prompts
+    from populora.selfplay.update import make_optimizer, save_optimizer, trainable_state
 
     state = root / "state"
     (state / ADAPTERS).mkdir(parents=True)
@@ -69,7 +69,7 @@ def build_inputs(root: Path, tiny_model_dir: Path, tiny_params_dict: dict) -> di
     rows = [GenRow(plans["propose" if slot.startswith("teacher") else "solve"], slot) for slot in SLOTS for _ in range(4)]
     results = run_plans(stacked, tokenizer, rows, temperature=0.8, top_p=0.95, max_new_tokens=16, batch_size=8, seed=3)
     advantages = [1.0, -0.5, 0.25, -1.0]
-    write_rows(root / "rollouts.jsonl", [  # as stages/reward.py writes them (populora.rows.Rollout)
+    write_rows(root / "rollouts.jsonl", [  # as stages/reward.py writes them (populora.core.rows.Rollout)
         {"adapter": row.adapter, "role": "propose" if row.adapter.startswith("teacher") else "solve",
          "type": "code_o", "task_id": f"t{i}", "tokens": result.tokens_generated, "reward": advantages[i % 4],
          "segments": result.segments, "advantage": advantages[i % 4]}
@@ -135,7 +135,7 @@ def test_one_job_per_adapter_writes_the_bytes_of_one_job_for_all(inputs):
     stats = json.loads((single / "update_stats.json").read_text())
     assert all(stats[s]["optimizer_steps"] == 2 for s in SLOTS)
     # the adapters did train (and differently): equality above is not that of untouched inputs
-    from populora.adapters import read_state_dict
+    from populora.lm.adapters import read_state_dict
 
     for slot in SLOTS:
         before, after = read_state_dict(inputs["state"] / "adapters" / slot), read_state_dict(single / "adapters" / slot)
@@ -148,9 +148,9 @@ def test_the_update_draws_no_random_number(inputs):
     from accelerate import Accelerator
 
     from populora.config import UpdateSection
-    from populora.io import read_jsonl
-    from populora.model import attach_adapters, load_base
-    from populora.update import reinforce_steps
+    from populora.core.io import read_jsonl
+    from populora.lm.model import attach_adapters, load_base
+    from populora.selfplay.update import reinforce_steps
 
     tokenizer, model = load_base(inputs["base_model"])
     tokenizer.padding_side = "right"
@@ -191,7 +191,7 @@ def test_gather_names_the_job_to_rerun(inputs, tmp_path):
 def test_two_processes_per_adapter_take_the_same_step(inputs):
     """update.processes: 2: the stage relaunches itself through `accelerate launch` (2 CPU processes,
     gloo); each scores every other micro-batch and the gradients are summed before the step."""
-    from populora.adapters import read_state_dict
+    from populora.lm.adapters import read_state_dict
 
     one = _run_jobs(inputs, _params_file(inputs, "four", jobs=4), "four", 4)
     parts = inputs["root"] / "dp2" / "update"

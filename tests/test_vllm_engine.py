@@ -21,11 +21,11 @@ pytestmark = pytest.mark.vllm
 if os.environ.get("POPULORA_REQUIRE_VLLM") != "1":
     pytest.importorskip("vllm", reason="vLLM is not installed here: run `bash scripts/run_vllm_tests.sh`")
 
-from populora import prompts  # noqa: E402
-from populora.adapters import create_adapters  # noqa: E402
-from populora.generation import GenRow, block_enders, process_logits, run_plans  # noqa: E402
-from populora.model import load_base, lora_config  # noqa: E402
-from populora.multilora import attach_multilora  # noqa: E402
+from populora.lm.adapters import create_adapters  # noqa: E402
+from populora.lm.model import load_base, lora_config  # noqa: E402
+from populora.lm.multilora import attach_multilora  # noqa: E402
+from populora.lm.sampling import GenRow, block_enders, process_logits, run_plans  # noqa: E402
+from populora.selfplay import prompts  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def hf(vllm_model, adapters):
 
 @pytest.fixture(scope="module")
 def engine(vllm_model, adapters):
-    from populora.vllm_engine import VllmEngine
+    from populora.lm.vllm_engine import VllmEngine
 
     return VllmEngine(vllm_model, adapters, dtype="float32", lora_rank=4, memory_fraction=0.15, max_model_len=1024)
 

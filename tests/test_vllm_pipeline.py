@@ -1,4 +1,4 @@
-"""One tiny pipeline run end to end with `generation.engine: vllm` (Snakemake, real stages, the vLLM
+"""One tiny pipeline run end to end with `sampler.engine: vllm` (Snakemake, real stages, the vLLM
 CPU build): propose and solve through vLLM with every member a LoRARequest, the update on the
 recorded segments (its measured gap to the sampler's scores stays small), then CRUXEval and
 HumanEval+ through our engine and GSM8K through lm-eval's own `vllm` model.
@@ -33,7 +33,7 @@ def finished(tmp_path_factory, tiny_params_dict) -> Path:
     copy_snakemake_entry(root)
     params = json.loads(json.dumps(tiny_params_dict))
     params["model"]["base_model"] = str(tiny_model_dir(root / "tiny", hidden_size=64, heads=2))  # head size 32
-    params["generation"] = {**params["generation"], "engine": "vllm", "memory_fraction": 0.1}
+    params["sampler"] = {**params["sampler"], "engine": "vllm", "memory_fraction": 0.1}
     params["dag"] = {**params["dag"], "generations": 1, "arms": ["population"]}
     params["bench"] = {**params["bench"], "benchmarks": ["cruxeval_o", "humaneval_plus", "gsm8k"], "limit": 2,
                        "max_new_tokens": 16, "data_dir": str(REPO.parent / "shared" / "benchmarks")}
@@ -51,14 +51,14 @@ def _jsonl(path: Path) -> list[dict]:
 
 def test_rollouts_come_from_vllm_and_score_as_the_update_scores(finished):
     """Every answer vLLM sampled carries its tokens' scores; the update's own scoring
-    (`populora.update.rollout_sequences` + `selected_logprobs`, the student's adapter) agrees.
+    (`populora.selfplay.update.rollout_sequences` + `selected_logprobs`, the student's adapter) agrees.
     (The tiny random model's students solve nothing, so no advantage is non-zero and the update
     itself takes no step here: its gap statistic is computed from the same two functions.)"""
     import torch
 
-    from populora.model import attach_adapters, load_base
-    from populora.state import adapter_dirs
-    from populora.update import rollout_sequences, selected_logprobs
+    from populora.core.state import adapter_dirs
+    from populora.lm.model import attach_adapters, load_base
+    from populora.selfplay.update import rollout_sequences, selected_logprobs
 
     for arm in ("population",):
         answers = _jsonl(finished / arm / "gen000" / "answers.jsonl")

@@ -68,9 +68,9 @@ def tiny_model_dir(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 32,
 def export_members(tmp_path: Path, tiny_model_dir: Path, seeds: dict[str, int]) -> Path:
     """An arm's export folder as stages/export.py writes it: <slot>/model.json + <slot>/adapter/,
     each adapter random noise (seeded), so members answer differently from the base and each other."""
-    from populora.adapters import create_adapters
-    from populora.model import load_base, lora_config
-    from populora.refs import STUDENT, TEACHER, ModelRef
+    from populora.core.refs import STUDENT, TEACHER, ModelRef
+    from populora.lm.adapters import create_adapters
+    from populora.lm.model import load_base, lora_config
 
     models = tmp_path / "models" / "population"
     _, base = load_base(tiny_model_dir, device="cpu")

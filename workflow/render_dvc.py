@@ -43,7 +43,7 @@ from pathlib import Path
 import yaml
 
 from populora.config import ParamsError, load_params
-from populora.io import write_json
+from populora.core.io import write_json
 from workflow.dag import BASE_MODEL, RESULTS, SCOPES, STAGES, Stage, code_deps, gen_label, prev_dir, resolve_input
 
 HEADER = "# GENERATED from workflow/dag.py by `python -m workflow.render_dvc`; do not edit by hand.\n"

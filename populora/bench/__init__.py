@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from populora.benchmark_data import (  # noqa: F401  (re-exported: the benchmark catalogue)
+from populora.core.benchmark_data import (  # noqa: F401  (re-exported: the benchmark catalogue)
     CODE_BENCHMARKS,
     CRUXEVAL_BENCHMARKS,
     CRUXEVAL_FILE,

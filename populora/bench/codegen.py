@@ -71,8 +71,8 @@ def greedy_generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int
     """(text cut at the first stop, new tokens, hit the token limit) per prompt, in order.
 
     `adapter_names` (one per prompt) routes each row through its adapter on a stacked multi-LoRA
-    model (`populora.multilora`), so several models' prompts share the batches."""
-    if hasattr(model, "generate_texts"):  # the vllm engine (populora.vllm_engine): it batches itself
+    model (`populora.lm.multilora`), so several models' prompts share the batches."""
+    if hasattr(model, "generate_texts"):  # the vllm engine (populora.lm.vllm_engine): it batches itself
         outputs = model.generate_texts(prompts, max_new_tokens=max_new_tokens, stops=stops,
                                        adapters=adapter_names or [None] * len(prompts))
         return [(cut_at_stops(text, stops), len(ids),

@@ -11,8 +11,8 @@ gold output (the official evaluation's `assert f(input) == output`).
 
 Prompts (`bench.cruxeval.prompt`):
 
-* `project` (default): the solver prompt the students train on (`populora.prompts.solver_prompt`,
-  plan by `populora.roles.make_plan` in `solve.mode`, answer by `populora.parsing.parse_answer`), with
+* `project` (default): the solver prompt the students train on (`populora.selfplay.prompts.solver_prompt`,
+  plan by `populora.selfplay.roles.make_plan` in `solve.mode`, answer by `populora.selfplay.parsing.parse_answer`), with
   `bench.cruxeval.worked_examples` worked examples drawn from CRUXEval rows outside the scored slice
   (or, when every row is scored, from the other rows), with a fixed seed: every model sees the same
   prompts, so per-problem results pair up across models;
@@ -28,10 +28,10 @@ import random
 import urllib.request
 from pathlib import Path
 
-from populora import prompts
 from populora.bench import BenchError
-from populora.parsing import parse_answer
-from populora.roles import make_plan
+from populora.selfplay import prompts
+from populora.selfplay.parsing import parse_answer
+from populora.selfplay.roles import make_plan
 
 BENCHMARKS = {"cruxeval_o": "code_o", "cruxeval_i": "code_i"}
 DATA_FILE = "cruxeval/cruxeval.jsonl"

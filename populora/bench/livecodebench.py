@@ -9,7 +9,7 @@ Data. `bench.livecodebench.release` (`release_v5`: every problem up to v5; `v5`:
 v5) of the official `livecodebench/code_generation_lite`: the local copy in the same schema,
 `<bench.data_dir>/livecodebench/<release>.jsonl`, when there is one, else the hub through `datasets`
 (the release's files test.jsonl, test2.jsonl, ... as the dataset's loading script maps them). With
-neither, params validation fails before any stage runs (`populora.benchmark_data`). Problems are kept
+neither, params validation fails before any stage runs (`populora.core.benchmark_data`). Problems are kept
 when `start_date <= contest_date <= end_date` (dates at midnight, as lcb_runner's
 `load_code_generation_dataset` compares them): score only problems published after the base model's
 training cut-off, LiveCodeBench's answer to contamination. `bench.limit(s)` then keeps the first N in

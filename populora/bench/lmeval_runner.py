@@ -11,7 +11,7 @@ are left out of the index (`include_defaults=False`): nothing else is loaded or 
 
 The bare base model is `hf` with `pretrained=<base folder>`, greedy, chat template applied,
 `<|im_end|>` among the stop strings. The members of an arm (`evaluate_members`) go through the
-same HF backend on a model holding every member's adapter stacked (`populora.multilora`):
+same HF backend on a model holding every member's adapter stacked (`populora.lm.multilora`):
 lm-eval runs once per member, but the first run generates the answers of all members in one
 pass (each row through its member's adapter) and the others take theirs from it, so prompts,
 post-processing, filters and metrics are lm-eval's own for every member. `limit=N` makes

@@ -3,7 +3,7 @@
 `run_benchmark(settings, models, ...)` (settings: `populora.bench.settings.settings_for`) returns one result per model (see stages/bench.py for the
 fields) and writes each model's per-problem samples and harness files under `<out>/<model>/`.
 Every benchmark generates for all of its models in one pass with stacked adapters
-(`populora.multilora`: each row of a batch runs through its model's adapter, the base-model rows
+(`populora.lm.multilora`: each row of a batch runs through its model's adapter, the base-model rows
 through none): EvalPlus prompts and scoring for code, lm-eval's HF backend for math (lm-eval runs
 once per member, the generation is shared; see `lmeval_runner.evaluate_members`), and CRUXEval and
 LiveCodeBench, graded in the verifier's sandbox.
@@ -20,9 +20,9 @@ from pathlib import Path
 from populora.bench import BenchError
 from populora.bench.settings import BenchSettings
 from populora.bench.stats import wilson_interval
-from populora.io import read_json, write_json, write_jsonl
-from populora.paths import MODEL_DESCRIPTION
-from populora.refs import BASE_REF, ModelRef
+from populora.core.io import read_json, write_json, write_jsonl
+from populora.core.paths import MODEL_DESCRIPTION
+from populora.core.refs import BASE_REF, ModelRef
 
 
 @dataclass(frozen=True)
@@ -194,8 +194,8 @@ def run_cruxeval(settings: BenchSettings, models: list[BenchModel], base_model: 
     """CRUXEval-O/-I of every model in one generation pass (rows select their model's adapter)."""
     from populora.bench import cruxeval as cx
     from populora.bench.diagnostics import answer_diagnostics
-    from populora.generation import GenRow, run_plans
-    from populora.prompts import chat_wrapper
+    from populora.lm.sampling import GenRow, run_plans
+    from populora.selfplay.prompts import chat_wrapper
     from populora.verifier import grade_rows
 
     bench = settings.benchmark
@@ -254,8 +254,8 @@ def run_livecodebench(settings: BenchSettings, models: list[BenchModel], base_mo
 
     from populora.bench import livecodebench as lcb
     from populora.bench.livecodebench_grading import grade
-    from populora.generation import GenRow, run_plans
-    from populora.prompts import Plan, Step
+    from populora.lm.sampling import GenRow, run_plans
+    from populora.selfplay.prompts import Plan, Step
 
     bench = settings.benchmark
     cfg = settings.livecodebench

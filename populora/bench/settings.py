@@ -7,7 +7,7 @@
 its answer cap (CRUXEval: `bench.cruxeval.max_new_tokens`, else `bench.max_new_tokens`), its data
 folder and its runner are worked out; the runners read the frozen `BenchSettings` and never the
 params sections. The model loader keeps the whole params privately (`load_model`): the generation
-engine, dtype and LoRA rank are the sampler's business (`populora.engines.load_sampler`), the same
+engine, dtype and LoRA rank are the sampler's business (`populora.lm.engines.load_sampler`), the same
 as in training.
 """
 
@@ -41,16 +41,16 @@ class BenchSettings:
     cruxeval: object  # config.CruxevalSection (frozen: sections are validated pydantic models)
     livecodebench: object  # config.LiveCodeBenchSection
     verify: object  # config.VerifySection: the sandbox that grades CRUXEval and LiveCodeBench
-    engine: str  # generation.engine: hf | vllm
+    engine: str  # sampler.engine: hf | vllm
     dtype: str
     device: str
     tasks_dir: Path | None = None  # lm-eval task templates (math)
     _params: object = field(default=None, repr=False, compare=False)  # for the sampler only
 
     def load_model(self, base_model: Path, adapters: dict[str, Path]):
-        """Tokenizer and sampler of `generation.engine`: the base with `adapters` (name -> PEFT folder)
+        """Tokenizer and sampler of `sampler.engine`: the base with `adapters` (name -> PEFT folder)
         stacked on it (hf) or served as LoRA requests (vllm); every adapter at once, rows pick theirs."""
-        from populora.engines import load_sampler
+        from populora.lm.engines import load_sampler
 
         try:
             return load_sampler(base_model, adapters, self._params)
@@ -61,15 +61,15 @@ class BenchSettings:
                              "adapter must come from the same base model and LoRA settings.") from error
 
     def lmeval_vllm_args(self) -> dict:
-        """Engine settings for lm-eval's own `vllm` model (math with `generation.engine: vllm`)."""
-        from populora.vllm_engine import lmeval_vllm_args
+        """Engine settings for lm-eval's own `vllm` model (math with `sampler.engine: vllm`)."""
+        from populora.lm.vllm_engine import lmeval_vllm_args
 
         return lmeval_vllm_args(self._params)
 
 
 def settings_for(params, benchmark: str, tasks_dir: str | Path | None = None) -> BenchSettings:
     """Resolve `benchmark`'s settings from validated params (see the module docstring)."""
-    from populora.model import pick_device
+    from populora.lm.model import pick_device
 
     cruxeval = benchmark_kind(benchmark) == "cruxeval"
     return BenchSettings(
@@ -77,6 +77,6 @@ def settings_for(params, benchmark: str, tasks_dir: str | Path | None = None) ->
         max_new_tokens=params.bench.cruxeval.max_new_tokens if cruxeval else params.bench.max_new_tokens,
         batch_size=params.bench.batch_size, data_dir=resolve_data_dir(params.bench.data_dir),
         solve_mode=params.solve.mode, cruxeval=params.bench.cruxeval, livecodebench=params.bench.livecodebench,
-        verify=params.verify, engine=params.generation.engine, dtype=params.model.dtype,
+        verify=params.verify, engine=params.sampler.engine, dtype=params.model.dtype,
         device=str(pick_device(params.model.device)), tasks_dir=Path(tasks_dir) if tasks_dir else None,
         _params=params)

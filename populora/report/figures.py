@@ -1,6 +1,6 @@
 """The figures of benchmarks and lineage: `benchmarks.png` (one bar per model with 95% Wilson error
 bars, students in blues, teachers in greens, the students' mean marked) and the family tree of an
-arm's members (`draw_family_tree`). Every figure is written atomically (`populora.io.write_figure`).
+arm's members (`draw_family_tree`). Every figure is written atomically (`populora.core.io.write_figure`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ matplotlib.use("Agg")  # no display on build machines and cluster nodes
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from populora.io import write_figure  # noqa: E402
-from populora.refs import BASE, ModelRef  # noqa: E402
+from populora.core.io import write_figure  # noqa: E402
+from populora.core.refs import BASE, ModelRef  # noqa: E402
 from populora.report.metrics import BASELINE, POPULATION, column_value, role_members, score_columns  # noqa: E402
 
 ARM_COLORS = {POPULATION: "tab:blue", BASELINE: "tab:orange", BASE: "0.55"}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from populora.io import write_text
+from populora.core.io import write_text
 from populora.report.dynamics import final_dynamics_table, plot_complexity, plot_dynamics, plot_ratings
 from populora.report.figures import plot_benchmarks
 from populora.report.metrics import best_weakest_members, refs_of, result_intervals, score_table

@@ -4,7 +4,7 @@ The figure is in `populora.report.figures`, the report's tables in `populora.rep
 Input: the per-(model, benchmark) result JSONs of stages/bench.py. Each benchmark contributes its
 primary metric (code: EvalPlus `pass@1` on base + extra tests, LiveCodeBench `pass@1`; math:
 `accuracy`; CRUXEval: `pass@1`), a fraction, with `n`, `correct`, and `per_problem` verdicts
-(problem id -> 1/0), and the model's `populora.refs.ModelRef` fields (`model`, `arm`, `slot`,
+(problem id -> 1/0), and the model's `populora.core.refs.ModelRef` fields (`model`, `arm`, `slot`,
 `role`): `base`, or `<arm>-<slot>` of arm `population` (slots `teacher0..`, `student0..`) or
 `baseline` (slot `solo`, which both proposes and solves). Roles are read from those fields.
 
@@ -65,7 +65,7 @@ from populora.bench import (
     primary_metric,
 )
 from populora.bench.stats import paired_bootstrap, wilson_interval
-from populora.refs import BASE, ModelRef
+from populora.core.refs import BASE, ModelRef
 
 POPULATION = "population"
 
@@ -83,7 +83,7 @@ def read_results(bench_dir: str | Path, models: dict[str, list[ModelRef]], bench
     """The result of every model on every benchmark: `<bench_dir>/<folder>/<benchmark>/<model>.json`
     for `models` = folder -> model refs (`populora.config.benchmarked_models`). Folders of arms
     not asked for (an earlier run's) are ignored; a missing result fails, naming the files."""
-    from populora.io import read_json
+    from populora.core.io import read_json
 
     paths = [Path(bench_dir) / folder / bench / f"{ref.name}.json"
              for folder, refs in models.items() for bench in benchmarks for ref in refs]

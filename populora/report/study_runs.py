@@ -33,7 +33,7 @@ from statistics import mean, stdev
 import numpy as np
 import yaml
 
-from populora.refs import arm_refs
+from populora.core.refs import arm_refs
 from populora.report.study import t_interval
 
 BENCHES = ("cruxeval_o", "cruxeval_i")
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from populora.io import write_json, write_text
+    from populora.core.io import write_json, write_text
 
     write_json(out / "study.json", study)
     write_text(out / "study.md", markdown(study))

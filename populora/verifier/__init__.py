@@ -15,7 +15,7 @@ Modules, by concern:
   * grading.py  grade_rows: one grader per task type, GRADERS (GRADE_REASONS);
   * pool.py     the sandbox helper both share: limits from the `verify` section (the one source
                 of their defaults), the pool, verify.required_layers (IsolationError).
-Seed rows live with the other task data in populora.tasks.
+Seed rows live with the other task data in populora.selfplay.tasks.
 
 Verify reasons: VERIFY_REASONS; grade reasons: GRADE_REASONS (null when correct). Output rows
 also carry "reason_detail" (human-readable: exception type and message, which input, ...).

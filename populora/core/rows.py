@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from populora.io import ArtifactError, iter_jsonl, write_jsonl
+from populora.core.io import ArtifactError, iter_jsonl, write_jsonl
 
 
 class Row(BaseModel):
@@ -34,7 +34,7 @@ class Row(BaseModel):
 
 
 class Segment(Row):
-    """One piece of a generation (populora/generation.py): a context piece (`train: false`: the
+    """One piece of a generation (populora/lm/sampling.py): a context piece (`train: false`: the
     prompt, a prefill) or a sampled piece with what the update needs to score it again."""
 
     text: str
@@ -46,7 +46,7 @@ class Segment(Row):
 
 
 class Proposal(Row):
-    """A teacher's completion parsed into a candidate task (populora/roles.py `proposal_rows`)."""
+    """A teacher's completion parsed into a candidate task (populora/selfplay/roles.py `proposal_rows`)."""
 
     task_id: str
     type: str
@@ -90,7 +90,7 @@ class SolveTask(Row):
 
 
 class Answer(Row):
-    """A student's completion parsed into an answer (stages/solve.py, populora/roles.py `solver_jobs`)."""
+    """A student's completion parsed into an answer (stages/solve.py, populora/selfplay/roles.py `solver_jobs`)."""
 
     answer_id: str
     task_id: str
@@ -116,7 +116,7 @@ class GradedAnswer(Answer):
 
 
 class Rollout(Row):
-    """One completion to train on (populora/rollouts.py `build_rollouts`): a proposal (`role: propose`)
+    """One completion to train on (populora/selfplay/rollouts.py `build_rollouts`): a proposal (`role: propose`)
     or an answer (`role: solve`) with its reward and TRR++ advantage."""
 
     adapter: str
@@ -133,7 +133,7 @@ class Rollout(Row):
 
 
 class BufferEntry(Row):
-    """A valid task kept in the arm's buffer (populora/tasks.py `BUFFER_FIELDS`)."""
+    """A valid task kept in the arm's buffer (populora/selfplay/tasks.py `BUFFER_FIELDS`)."""
 
     task_id: str
     type: str
@@ -170,7 +170,7 @@ def write_rows(path: str | Path, rows: Iterable[dict], model: type[Row]) -> None
             check_row(row, model)
         except ValueError as error:
             raise ValueError(f"{path}: row {index} ({row.get('task_id', '?')}) {error}. Fix: the stage writing "
-                             f"{Path(path).name} must write populora.rows.{model.__name__} rows.") from None
+                             f"{Path(path).name} must write populora.core.rows.{model.__name__} rows.") from None
     write_jsonl(path, rows)
 
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 import random
 from statistics import mean
 
-from populora.program_metrics import program_metrics
-from populora.ratings import conservative
-from populora.tasks import is_valid_task, program_key
+from populora.population.ratings import conservative
+from populora.selfplay.program_metrics import program_metrics
+from populora.selfplay.tasks import is_valid_task, program_key
 
 IO_TYPES = ("code_o", "code_i")
 COMPLEXITY = ("ast_depth", "cyclomatic_complexity", "loc", "distinct_variables")
@@ -119,7 +119,7 @@ def compute_metrics(stats: dict, update_stats: dict) -> dict:
 
 def distance_metrics(norms: dict[str, float]) -> dict:
     """`delta_norm.<slot>`: sum over modules of ||B A||_F of the adapter each slot holds at the
-    checkpoint (after evolution), see `populora.adapters.delta_norm`."""
+    checkpoint (after evolution), see `populora.lm.adapters.delta_norm`."""
     return {f"delta_norm.{slot}": round(norm, 8) for slot, norm in norms.items()}
 
 

@@ -10,7 +10,7 @@ import functools
 import os
 from pathlib import Path
 
-from populora.paths import project_path
+from populora.core.paths import project_path
 
 # Benchmark name (params.bench.benchmarks) -> evalplus dataset name.
 CODE_BENCHMARKS = {"humaneval_plus": "humaneval", "mbpp_plus": "mbpp"}
@@ -41,7 +41,7 @@ def resolve_data_dir(configured: str | None) -> Path | None:
     """The benchmark folder: $POPULORA_BENCHMARKS if set and non-empty, else `bench.data_dir`;
     None means the official downloads. Relative paths are taken from the working directory
     (stages run from the repository root), or, inside a DVC queue's temporary workspace, from
-    the project that queued the experiment (`populora.paths.project_path`)."""
+    the project that queued the experiment (`populora.core.paths.project_path`)."""
     chosen = os.environ.get(DATA_ENV) or configured
     return project_path(chosen) if chosen else None
 

@@ -1,12 +1,12 @@
 """The `vllm` generation engine: vLLM serving the frozen base with every member a LoRARequest.
 
-`generation.engine: vllm` in params makes propose, solve and the CRUXEval / EvalPlus /
+`sampler.engine: vllm` in params makes propose, solve and the CRUXEval / EvalPlus /
 LiveCodeBench passes sample here instead of the project's own decode loop
-(`populora.generation.sample_batch`), through the same seam: `VllmEngine.sample_contexts` takes
+(`populora.lm.sampling.sample_batch`), through the same seam: `VllmEngine.sample_contexts` takes
 token-id contexts, one adapter name per row, a token budget, stop strings, first-token
 suppression, temperature and top-p, and returns what `sample_batch` returns (`Sampled`: the
 sampled ids, the one that completed a stop or EOS included, and the sampler's log-probability of
-each). `populora.generation.run_plans` builds the recorded segments from them as with `hf`, so the
+each). `populora.lm.sampling.run_plans` builds the recorded segments from them as with `hf`, so the
 update, the verifier and the artifacts do not change.
 
 How the contract is kept on vLLM:
@@ -15,7 +15,7 @@ How the contract is kept on vLLM:
 - prompts go in as token ids (`TokensPrompt`), so a plan's later steps continue exactly the
   context the update will score; the samples of one prompt share it through prefix caching;
 - log-probabilities are vLLM's `processed_logprobs` (after temperature and top-p), the quantity
-  `populora.generation.process_logits` gives the update; the update reports the gap;
+  `populora.lm.sampling.process_logits` gives the update; the update reports the gap;
 - first-token suppression (a fenced block must not start empty) is a one-token request restricted
   to the allowed ids (`allowed_token_ids`), then the row continues from context + that token;
 - stops: vLLM stops on the stop strings and EOS, and each row is then cut at the first token where
@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from populora.generation import Sampled, _stop_window
+from populora.lm.sampling import Sampled, _stop_window
 
 # LoRA ranks vLLM compiles kernels for (vllm.config.lora: MaxLoRARanks)
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -71,7 +71,7 @@ def cut_at_stop(tokenizer, ids: list[int], eos: set[int], stops: tuple[str, ...]
 def lmeval_vllm_args(params) -> dict:
     """Engine settings for lm-eval's `vllm` model (math benchmarks), from the same params as ours."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    cfg = params.generation
+    cfg = params.sampler
     return {"gpu_memory_utilization": cfg.memory_fraction, "enforce_eager": cfg.enforce_eager,
             "max_num_seqs": cfg.max_num_seqs, "max_lora_rank": supported_rank(params.lora.rank)}
 
@@ -107,7 +107,7 @@ class VllmEngine:
         self.tokenizer = self.llm.get_tokenizer()
         self.requests = {name: LoRARequest(name, index + 1, str(path))
                          for index, (name, path) in enumerate(adapters.items())}
-        from populora.generation import _eos_ids
+        from populora.lm.sampling import _eos_ids
 
         self.eos = _eos_ids(self, self.tokenizer)
 
@@ -144,7 +144,7 @@ class VllmEngine:
     def sample_contexts(self, contexts: list[list[int]], *, budget: int, stops: tuple[str, ...],
                         suppress_first: list[int] | None, temperature: float, top_p: float, seed: int,
                         adapters: list[str | None]) -> list[Sampled]:
-        """`populora.generation.sample_batch`'s contract on vLLM (see the module docstring)."""
+        """`populora.lm.sampling.sample_batch`'s contract on vLLM (see the module docstring)."""
         seeds = [(seed * 1_000_003 + row) % 2**62 for row in range(len(contexts))]  # vLLM's seeds are int64
         rows = [Sampled([], [], False) for _ in contexts]
         ended = [False] * len(contexts)

@@ -15,7 +15,7 @@ plain per-row `bmm` forward slow) and no Python loop over adapters. The extra wo
 `sum r_k * (in + out)` multiply-adds per token and module: with 8 rank-16 adapters at 7B shape,
 about 5% of the base layer. Rows pick their adapter through `MultiLoraModel.select(names)`.
 
-Inference only: the update trains one adapter at a time through PEFT (`populora.model.attach_adapters`).
+Inference only: the update trains one adapter at a time through PEFT (`populora.lm.model.attach_adapters`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from populora.model import ModelSetupError
+from populora.lm.model import ModelSetupError
 
 _PREFIX = "base_model.model."
 

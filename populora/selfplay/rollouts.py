@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from populora.advantages import group_key, whiten_advantages
 from populora.config import TASK_TYPES
-from populora.rewards import student_reward, teacher_reward
-from populora.tasks import program_key
+from populora.selfplay.advantages import group_key, whiten_advantages
+from populora.selfplay.rewards import student_reward, teacher_reward
+from populora.selfplay.tasks import program_key
 
 ROLLOUT_FIELDS = ("segments", "tokens", "type", "task_id")
 
@@ -75,7 +75,7 @@ def played_games(graded: list[dict], tasks: list[dict], pairing: dict) -> list[t
 
 def same_program_examples(graded: list[dict], programs: dict[str, str]) -> tuple[int, int]:
     """(answers, correct answers) whose prompt showed a worked example with the task's own
-    normalised program: a leak `populora.roles.worked_example_pool` rules out, counted to prove it.
+    normalised program: a leak `populora.selfplay.roles.worked_example_pool` rules out, counted to prove it.
     `programs` maps task ids (this generation's tasks and the buffer) to programs."""
     answers = correct = 0
     for answer in graded:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from populora.paths import BASE_SOURCE, project_path
+from populora.core.paths import BASE_SOURCE, project_path
 
 EMBEDDED_MODEL = "smollm2"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -163,7 +163,7 @@ def attach_adapters(model, adapters: dict[str, str | Path], *, trainable: str | 
     for name, folder in adapters.items():
         if not (Path(folder) / "adapter_config.json").is_file():
             raise ModelSetupError(f"adapter {name!r}: {folder} holds no adapter_config.json (not a PEFT adapter folder)")
-        from populora.io import check_safetensors  # a truncated file fails naming it, not deep in safetensors
+        from populora.core.io import check_safetensors  # a truncated file fails naming it, not deep in safetensors
 
         check_safetensors(Path(folder) / "adapter_model.safetensors")
     peft_model = PeftModel.from_pretrained(model, str(adapters[names[0]]), adapter_name=names[0], is_trainable=trainable == names[0])

@@ -1,6 +1,6 @@
 """LoRA-only REINFORCE update of one adapter (TRR++ advantages, no KL), on one process or several.
 
-On-policy by construction: a rollout's `segments` (see `populora.generation`) carry the token ids
+On-policy by construction: a rollout's `segments` (see `populora.lm.sampling`) carry the token ids
 the sampler fed and sampled, with its temperature, top-p and first-token suppression. The update
 scores exactly those sampled ids, each in the context it was sampled in, through the sampler's own
 `process_logits`, so before the first optimizer step its log-probabilities equal the sampler's
@@ -34,7 +34,7 @@ import torch
 from safetensors.torch import save_file
 from torch.utils.checkpoint import checkpoint
 
-from populora.generation import process_logits
+from populora.lm.sampling import process_logits
 
 LOGIT_CHUNK = 1024  # trained positions per lm-head chunk: chunk x vocab fp32 logits at a time
 
@@ -229,7 +229,7 @@ def make_optimizer(params: dict[str, torch.nn.Parameter], *, lr: float, weight_d
     names = sorted(params)
     optimizer = torch.optim.AdamW([params[n] for n in names], lr=lr, weight_decay=weight_decay)
     if state_file is not None and state_file.is_file():
-        from populora.io import load_safetensors  # a damaged file fails naming it and the fix
+        from populora.core.io import load_safetensors  # a damaged file fails naming it and the fix
 
         saved = load_safetensors(state_file)
         for name in names:

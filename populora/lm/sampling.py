@@ -1,6 +1,6 @@
 """Batched sampling of prompt plans, many LoRA adapters in one forward pass, with exact token records.
 
-Rows of different adapters share each decode step: with a `populora.multilora.MultiLoraModel`
+Rows of different adapters share each decode step: with a `populora.lm.multilora.MultiLoraModel`
 every row runs through its own adapter (stacked factors, one forward per step); a plain model
 serves rows without adapter. A plan's steps run in lockstep across rows: at step k every row that
 has a k-th step appends its prefill and samples until one of its stop strings, EOS or its budget.
@@ -8,7 +8,7 @@ has a k-th step appends its prefill and samples until one of its stop strings, E
 The sampler is our own decode loop (KV cache, left padding) so the policy gradient can be exactly
 on-policy: `process_logits` turns raw logits into the log-probabilities the sampler draws from
 (temperature, top-p, tokens suppressed at a block's first position), and the update calls the
-same function on the same token ids in the same context (`populora.update`).
+same function on the same token ids in the same context (`populora.selfplay.update`).
 
 Every result keeps `segments`, self-describing JSON the update trains on:
 
@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 import torch
 from tqdm import tqdm
 
-from populora.multilora import MultiLoraModel
-from populora.prompts import Plan
+from populora.lm.multilora import MultiLoraModel
+from populora.selfplay.prompts import Plan
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ class _no_adapters:
     def __init__(self, adapters):
         if adapters and any(a is not None for a in adapters):
             raise ValueError("rows name adapters but the model has none; load them with "
-                             "populora.multilora.attach_multilora")
+                             "populora.lm.multilora.attach_multilora")
 
     def __enter__(self):
         return self
@@ -252,7 +252,7 @@ def run_plans(
     """Execute every row's plan; returns one GenResult per row, in order.
 
     `model` is a transformers model (a `MultiLoraModel` when rows name adapters: the `hf` engine) or
-    an engine with `sample_contexts` (`populora.vllm_engine.VllmEngine`), which schedules its own
+    an engine with `sample_contexts` (`populora.lm.vllm_engine.VllmEngine`), which schedules its own
     batches: every row of a plan step then goes in at once (rows still grouped by budget and stops).
     """
     engine = model if hasattr(model, "sample_contexts") else None

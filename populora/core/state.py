@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from populora.io import read_json, write_json
+from populora.core.io import read_json, write_json
 
 STATE = "state.json"
 REPLACED = "replaced"
@@ -45,8 +45,8 @@ class State:
       member changes when evolution replaces it, the slot name (adapter folder) does not.
     * `ratings`: slot -> TrueSkill `{"mu", "sigma"}`.
     * `fitness`: slot -> `{"sum", "count"}` of the rewards that rank the member for replacement
-      (see `populora.evolution.fitness_of`); reset (to the parents' mean) when a child is born.
-    * `lineage`: one event per member ever born (`populora.evolution.founder_events`, ...).
+      (see `populora.population.evolution.fitness_of`); reset (to the parents' mean) when a child is born.
+    * `lineage`: one event per member ever born (`populora.population.evolution.founder_events`, ...).
     * `coverage_hashes`: normalised-AST hashes of every program seen so far (seeds included);
       `matched_coverage_hashes`: the same over the equal-size proposal subsamples only.
     * `trained_members` / `trained_ratings`: the members trained in this generation and their
@@ -73,8 +73,8 @@ class State:
         return list(dict.fromkeys(self.teachers + self.students))
 
     def ref(self, slot: str):
-        """The `populora.refs.ModelRef` of a slot: its arm and the role it plays (solo when both)."""
-        from populora.refs import SOLO, STUDENT, TEACHER, ModelRef
+        """The `populora.core.refs.ModelRef` of a slot: its arm and the role it plays (solo when both)."""
+        from populora.core.refs import SOLO, STUDENT, TEACHER, ModelRef
 
         teaches, studies = slot in self.teachers, slot in self.students
         if not (teaches or studies):
@@ -107,8 +107,8 @@ def save_state(folder: str | Path, state: State) -> None:
 
 
 def load_buffer(folder: str | Path) -> list[dict]:
-    """The arm's task buffer (`populora.rows.BufferEntry` rows)."""
-    from populora.rows import BufferEntry, read_rows
+    """The arm's task buffer (`populora.core.rows.BufferEntry` rows)."""
+    from populora.core.rows import BufferEntry, read_rows
 
     return read_rows(Path(folder) / BUFFER, BufferEntry)
 

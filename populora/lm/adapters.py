@@ -51,7 +51,7 @@ def normalize_config(folder: str | Path) -> None:
 
 
 def read_state_dict(folder: str | Path) -> dict[str, torch.Tensor]:
-    from populora.io import load_safetensors  # fails naming the file and the fix when it is damaged
+    from populora.core.io import load_safetensors  # fails naming the file and the fix when it is damaged
 
     return load_safetensors(Path(folder) / WEIGHTS)
 

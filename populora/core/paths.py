@@ -7,10 +7,10 @@ would point into `.dvc/tmp/exps/`; a path that does not exist from there is take
 project that queued the experiment instead.
 
 Also the names of the files a model folder holds besides the model itself, spelled once here for
-their writers and readers (here, not in populora.model: this module is light, so the export stage
+their writers and readers (here, not in populora.lm.model: this module is light, so the export stage
 names them without depending on the model code):
 
-    <base_model>/populora_source.json   BASE_SOURCE: where the base came from (`populora.model.describe_source`)
+    <base_model>/populora_source.json   BASE_SOURCE: where the base came from (`populora.lm.model.describe_source`)
     <models>/<slot>/model.json          MODEL_DESCRIPTION: an exported member (`stages.export`), read by the
                                         bench stage (`populora.bench.runners`)
 """

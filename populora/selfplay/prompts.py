@@ -7,7 +7,7 @@
   (program, then input; or one code_f input after another, then the message). The model only
   writes the contents of each block, which a 135M model can do and a free-form answer it cannot.
 
-A prompt is a `Plan`: the prompt text plus a list of `Step(prefill, stop)`; `populora.generation`
+A prompt is a `Plan`: the prompt text plus a list of `Step(prefill, stop)`; `populora.lm.sampling`
 executes plans in mixed-adapter batches. Pure functions, no model here.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from populora.tasks import code_f_split
+from populora.selfplay.tasks import code_f_split
 
 FENCE = "```"
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from populora.operators import CROSSOVERS, MUTATIONS
-from populora.ratings import conservative
+from populora.population.operators import CROSSOVERS, MUTATIONS
+from populora.population.ratings import conservative
 
 FITNESS_MODES = ("auto", "trueskill", "reward")
 

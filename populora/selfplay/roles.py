@@ -10,10 +10,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from populora import prompts
 from populora.config import TASK_TYPES
-from populora.parsing import parse_proposal
-from populora.tasks import is_valid_task, newest_first, program_key, sample_code_f_program, sample_references
+from populora.selfplay import prompts
+from populora.selfplay.parsing import parse_proposal
+from populora.selfplay.tasks import is_valid_task, newest_first, program_key, sample_code_f_program, sample_references
 
 BANNED_FOR_PROMPT = ["logging", "random", "multiprocessing", "subprocess", "threading", "datetime", "time",
                      "hashlib", "os", "sys"]

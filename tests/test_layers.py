@@ -1,0 +1,53 @@
+"""The library's layers (README "Layout"): what each folder of populora/ may import, and that no
+stage builds a model name or imports another stage."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+
+from tests.conftest import REPO
+
+PACKAGE = REPO / "populora"
+# folder -> the populora folders it must not import
+FORBIDDEN = {"core": ("lm", "selfplay", "population", "bench", "report", "verifier", "sandbox"),
+             "population": ("selfplay", "bench", "report")}
+
+
+def _imports(path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_a_layer_imports_only_below_it(layer):
+    offending = [f"{path.relative_to(REPO)} imports {name}" for path in sorted((PACKAGE / layer).glob("*.py"))
+                 for name in sorted(_imports(path))
+                 if any(name == f"populora.{other}" or name.startswith(f"populora.{other}.") for other in FORBIDDEN[layer])]
+    assert not offending
+
+
+def test_lm_takes_only_the_plan_from_selfplay():
+    used = {name for path in (PACKAGE / "lm").glob("*.py") for name in _imports(path) if name.startswith("populora.selfplay")}
+    assert used <= {"populora.selfplay.prompts", "populora.selfplay.prompts.Plan"}
+
+
+def test_no_flat_modules_besides_config():
+    assert sorted(p.name for p in PACKAGE.glob("*.py")) == ["__init__.py", "config.py"]
+
+
+def test_stages_neither_build_model_names_nor_import_each_other():
+    for path in sorted((REPO / "stages").glob("*.py")):
+        text = path.read_text()
+        assert not re.search(r'f"\{[^}]*arm[^}]*\}-\{[^}]*slot', text), f"{path.name} builds a model name (use ModelRef)"
+        assert not re.search(r'\.split\("-"', text), f"{path.name} parses a name string"
+        stages = {name for name in _imports(path) if name.startswith("stages.") and not name.startswith("stages._")}
+        assert not stages, f"{path.name} imports {stages}"
