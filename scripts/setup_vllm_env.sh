@@ -12,6 +12,9 @@ if [ -f "$stamp" ]; then
   exit 0
 fi
 [ -x $venv/bin/python ] || "$PYTHON" -m venv $venv
+# the alias written at the end (vllm-<version>_cpu.dist-info) is not a version pip can parse: a rerun
+# over an existing venv (the lock or this script changed) removes it first and writes it again below
+rm -rf $venv/lib/python3*/site-packages/vllm-*_cpu.dist-info
 pip=($venv/bin/python -m pip install --quiet)
 $venv/bin/python -m pip install --quiet --upgrade pip
 "${pip[@]}" torch==2.13.0
