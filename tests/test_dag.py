@@ -48,6 +48,7 @@ def _empty_update_job(command: str, params) -> bool:
     return bool(match) and not update_part_slots(params, match.group(1), int(match.group(2)))
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_snakemake_and_dvc_run_identical_commands(snakemake_dry_run):
     from dvc.repo import Repo
 
@@ -66,6 +67,7 @@ def test_snakemake_and_dvc_run_identical_commands(snakemake_dry_run):
     assert len(dvc_commands) > len(STAGES)  # per-arm and per-generation expansion happened
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_one_update_job_per_adapter_in_the_default_dag(snakemake_dry_run):
     from populora.config import load_params, slots_of_arm
 
@@ -78,6 +80,7 @@ def test_one_update_job_per_adapter_in_the_default_dag(snakemake_dry_run):
             assert parts == list(range(len(slots_of_arm(params, arm)))), (arm, gen, parts)
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_every_declared_stage_runs_in_both_engines(snakemake_dry_run):
     from dvc.repo import Repo
 
@@ -86,6 +89,7 @@ def test_every_declared_stage_runs_in_both_engines(snakemake_dry_run):
     assert dvc_names == smk_rules == {stage.name for stage in STAGES}
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_gpu_stages_declare_a_gpu(snakemake_dry_run):
     from populora.config import load_params
 

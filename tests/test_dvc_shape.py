@@ -149,12 +149,14 @@ def project(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_bytecode_is_dvcignored(project):
     for path in ("populora/__pycache__/io.cpython-311.pyc", "stages/x.pyc"):
         assert _run(project, f"{BIN}/dvc", "check-ignore", path, check=False).returncode == 0, path
     assert _run(project, f"{BIN}/dvc", "check-ignore", "populora/core/io.py", check=False).returncode == 1
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_fresh_checkout_status_and_dry_run(project, tmp_path):
     clone = tmp_path / "clone"
     _run(tmp_path, "git", "clone", "-q", str(project), str(clone))
@@ -167,12 +169,14 @@ def test_fresh_checkout_status_and_dry_run(project, tmp_path):
 
 @pytest.mark.xfail(strict=True, reason="DVC 3.67.1 bug iterative/dvc#9818: a dry run hashes missing deps for "
                    "the run cache; README documents `dvc repro --dry --force-downstream`")
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_plain_dry_run_on_a_fresh_checkout(project, tmp_path):
     clone = tmp_path / "clone"
     _run(tmp_path, "git", "clone", "-q", str(project), str(clone))
     _run(clone, f"{BIN}/dvc", "repro", "--dry")
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_generations_change_through_exp_run_fails_before_any_work_with_the_fix(project):
     result = _run(project, f"{BIN}/dvc", "exp", "run", "-S", "dag.generations=2", check=False)
     try:
@@ -185,6 +189,7 @@ def test_generations_change_through_exp_run_fails_before_any_work_with_the_fix(p
         _run(project, "git", "checkout", "--", "params.yaml")
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_update_jobs_change_through_exp_run_fails_before_any_work_with_the_fix(project):
     result = _run(project, f"{BIN}/dvc", "exp", "run", "-S", "dag.update_jobs=2", check=False)
     try:
@@ -197,6 +202,7 @@ def test_update_jobs_change_through_exp_run_fails_before_any_work_with_the_fix(p
         _run(project, "git", "checkout", "--", "params.yaml")
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_one_teacher_one_student_needs_no_re_render(project):
     """The update jobs are numbered, not named by adapter: with 1T-1S jobs 2 and 3 are empty parts."""
     dry = _dry_run_with(project, population__teachers=1, population__students=1)
@@ -217,6 +223,7 @@ def _dry_run_with(project: Path, **changes) -> str:
         _run(project, "git", "checkout", "--", "params.yaml")
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_arms_are_read_by_dvc_at_run_time(project):
     dry = _dry_run_with(project, dag__arms=["baseline"])
     assert "--arm baseline" in dry and "--arm population" not in dry
@@ -224,12 +231,14 @@ def test_arms_are_read_by_dvc_at_run_time(project):
     assert "--results results/bench/baseline/cruxeval_o" in dry and "results/bench/base/cruxeval_o" in dry
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_benchmarks_and_population_size_are_read_by_dvc_at_run_time(project):
     dry = _dry_run_with(project, bench__benchmarks=["gsm8k"], population__teachers=3)
     assert "--bench gsm8k" in dry and "--bench cruxeval_o" not in dry
     assert "Running stage 'bench@population-gsm8k'" in dry
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_a_param_that_does_not_shape_the_dag_passes_the_guard(project):
     result = _run(project, f"{BIN}/python", "-m", "workflow.render_dvc", "--check", "--stamp", "results/.stamp")
     assert "up to date" in result.stdout

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from stages import _common
 from tests.conftest import REPO
 from workflow.dag import GPU_THREADS, STAGES
@@ -159,6 +161,7 @@ def _blocks(output: str) -> dict[str, str]:
     return blocks
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_gpu_rules_take_a_few_threads_not_every_core():
     from populora.config import load_params
 
@@ -182,6 +185,7 @@ def _resolved(*args: str) -> dict:
     return json.loads(result.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_the_workflow_profile_does_not_override_the_cluster_profile():
     """profiles/default is read on every run and overrides --profile: its local cores and gpu=1 must
     not reach a cluster run (one GPU job at a time, threads capped at the login node's cores)."""
@@ -194,6 +198,7 @@ def test_the_workflow_profile_does_not_override_the_cluster_profile():
     assert {cluster["groups"][r] for r in ("propose", "verify", "solve", "grade")} == {"generate"}
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_slurm_profile_dry_run_requests_gpus_memory_and_runtime():
     import yaml
 
@@ -218,6 +223,7 @@ def test_slurm_profile_dry_run_requests_gpus_memory_and_runtime():
     assert not any(s.local and s.gpu for s in STAGES)
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_small_cpu_rules_are_local_rules():
     code = ("from pathlib import Path; from snakemake.api import SnakemakeApi;"
             "from snakemake.settings.types import OutputSettings, ResourceSettings\n"

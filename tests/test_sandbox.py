@@ -163,6 +163,7 @@ def venv_elsewhere(request):
         shutil.rmtree(where, ignore_errors=True)
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 @needs_root
 def test_every_layer_from_a_venv_under_tmp_or_home(venv_elsewhere):
     repo = Path(__file__).resolve().parents[1]

@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from populora.sandbox import Call, Job, Limits, RunResult, Sandbox
 
 SPIN = ("import time\ndef f(seconds):\n    start = time.process_time()\n"
@@ -49,6 +51,7 @@ def run_all(box: Sandbox) -> dict[str, RunResult]:
     return {name: future.result() for name, future in futures.items()}
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_verdicts_do_not_change_under_cpu_load():
     hogs_per_core = 2
     with Sandbox(workers=2, limits=LIMITS) as box:

@@ -122,6 +122,7 @@ def _run_jobs(inputs: dict, params: Path, name: str, jobs: int, arm: str = "popu
     return trained
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_one_job_per_adapter_writes_the_bytes_of_one_job_for_all(inputs):
     single = _run_jobs(inputs, _params_file(inputs, "one", jobs=1), "one", 1)
     split = _run_jobs(inputs, _params_file(inputs, "four", jobs=4), "four", 4)
@@ -142,6 +143,7 @@ def test_one_job_per_adapter_writes_the_bytes_of_one_job_for_all(inputs):
         assert any(not torch.equal(before[k], after[k]) for k in before), slot
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_the_update_draws_no_random_number(inputs):
     """With LoRA dropout 0 nothing in the update samples, so the torch RNG state (seeded once per
     arm and generation before the split, per adapter since) cannot change what an adapter learns."""
@@ -165,6 +167,7 @@ def test_the_update_draws_no_random_number(inputs):
     assert torch.equal(torch.get_rng_state(), before)
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_a_job_without_an_adapter_writes_an_empty_part(inputs, tmp_path):
     params = _params_file(inputs, "empty", jobs=4)
     proc = _update_job(inputs, params, 2, tmp_path / "update", arm="baseline")
@@ -174,6 +177,7 @@ def test_a_job_without_an_adapter_writes_an_empty_part(inputs, tmp_path):
     assert "has no adapter for it" in output
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_gather_names_the_job_to_rerun(inputs, tmp_path):
     from stages import update_gather
 
@@ -212,6 +216,7 @@ def test_two_processes_per_adapter_take_the_same_step(inputs):
     assert (parts / "0" / "optimizer" / "teacher0.safetensors").is_file()
 
 
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_bf16_mixed_precision_trains_float32_adapters(inputs):
     """update.mixed_precision: bf16 (the GPU overlay) runs the forward under Accelerate's autocast; the
     adapter and its moments stay float32 (on CPU: CPU autocast, the same code path)."""
