@@ -18,6 +18,7 @@ from pathlib import Path
 
 from populora.config import slots_of_arm, update_part_slots
 from populora.core.io import link_or_copy, link_tree, read_json, replace_dir, staging_dir, write_json
+from populora.core.paths import ADAPTER_WEIGHTS
 from populora.core.state import ADAPTERS, OPTIMIZER, UPDATE_STATS
 from stages._common import setup, stage_parser
 
@@ -38,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         part_stats = read_json(folder / UPDATE_STATS) if (folder / UPDATE_STATS).is_file() else {}
         for slot in slots:
             adapter = folder / ADAPTERS / slot
-            if slot not in part_stats or not (adapter / "adapter_model.safetensors").is_file():
+            if slot not in part_stats or not (adapter / ADAPTER_WEIGHTS).is_file():
                 log.error("%s has no trained adapter %s. Fix: rerun update job %d of %s generation %d "
                           "(snakemake %s, or dvc repro update@%s-gen%d-%d)", folder, slot, part, args.arm, args.gen,
                           folder, args.arm, args.gen, part)

@@ -13,6 +13,8 @@ names them without depending on the model code):
     <base_model>/populora_source.json   BASE_SOURCE: where the base came from (`populora.lm.model.describe_source`)
     <models>/<slot>/model.json          MODEL_DESCRIPTION: an exported member (`stages.export`), read by the
                                         bench stage (`populora.bench.runners`)
+    <adapter>/adapter_model.safetensors ADAPTER_WEIGHTS, <adapter>/adapter_config.json ADAPTER_CONFIG: a PEFT
+                                        adapter folder (`populora.lm.adapters`), checked by `stages.update_gather`
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from pathlib import Path
 _DVC_TEMP_WORKSPACE = (".dvc", "tmp", "exps")
 BASE_SOURCE = "populora_source.json"
 MODEL_DESCRIPTION = "model.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"  # PEFT's names
+ADAPTER_CONFIG = "adapter_config.json"
 
 
 def queued_from(cwd: str | Path) -> Path | None:

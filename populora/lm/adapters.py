@@ -13,8 +13,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-WEIGHTS = "adapter_model.safetensors"
-CONFIG = "adapter_config.json"
+from populora.core.paths import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+
+WEIGHTS, CONFIG = ADAPTER_WEIGHTS, ADAPTER_CONFIG
 
 
 def create_adapters(model, slots: list[str], out_dir: Path, *, lora_cfg, seeds: dict[str, int], init_std: float) -> None:
