@@ -73,8 +73,8 @@ class Task(Proposal):
     outputs: list[str]
 
 
-class SolveTask(Row):
-    """A task as a student saw it (stages/solve.py `TASK_FIELDS`): proposed this generation or a buffer fill-in."""
+class BufferEntry(Row):
+    """A valid task kept in the arm's buffer (populora/selfplay/tasks.py `BUFFER_FIELDS`)."""
 
     task_id: str
     type: str
@@ -82,9 +82,14 @@ class SolveTask(Row):
     inputs: list[str]
     outputs: list[str]
     message: str | None
-    teacher: str | None
     gen: int | None
     origin: str | None
+    teacher: str | None
+
+
+class SolveTask(BufferEntry):
+    """A task as a student saw it (stages/solve.py `TASK_FIELDS`): proposed this generation or a buffer fill-in."""
+
     author: str | None
     valid: bool
 
@@ -130,20 +135,6 @@ class Rollout(Row):
     solve_rate: float | None = None  # propose: the fraction of the students' attempts that were correct
     answer_id: str | None = None  # solve
     correct: bool | None = None  # solve
-
-
-class BufferEntry(Row):
-    """A valid task kept in the arm's buffer (populora/selfplay/tasks.py `BUFFER_FIELDS`)."""
-
-    task_id: str
-    type: str
-    program: str | None
-    inputs: list[str]
-    outputs: list[str]
-    message: str | None
-    gen: int | None
-    origin: str | None
-    teacher: str | None
 
 
 def _problem(error: ValidationError) -> str:
