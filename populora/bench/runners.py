@@ -254,8 +254,8 @@ def run_livecodebench(settings: BenchSettings, models: list[BenchModel], base_mo
 
     from populora.bench import livecodebench as lcb
     from populora.bench.livecodebench_grading import grade
+    from populora.lm.plans import Plan, Step
     from populora.lm.sampling import GenRow, run_plans
-    from populora.selfplay.prompts import Plan, Step
 
     bench = settings.benchmark
     cfg = settings.livecodebench

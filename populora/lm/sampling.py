@@ -35,7 +35,7 @@ import torch
 from tqdm import tqdm
 
 from populora.lm.multilora import MultiLoraModel
-from populora.selfplay.prompts import Plan
+from populora.lm.plans import Plan
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,8 @@ executes plans in mixed-adapter batches. Pure functions, no model here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from populora.lm.plans import FENCE, Plan, Step
 from populora.selfplay.tasks import code_f_split
-
-FENCE = "```"
 
 R1_SYSTEM = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
@@ -35,24 +32,6 @@ CODE_REQUIREMENTS = """### Code Requirements:
 """
 
 
-@dataclass(frozen=True)
-class Step:
-    """Append `prefill` to the text so far, then generate until `stop` (a string or several, the
-    earliest wins; None: until EOS), at most `max_tokens` tokens (None: the stage's `max_new_tokens`)."""
-
-    prefill: str
-    stop: str | tuple[str, ...] | None = FENCE
-    max_tokens: int | None = None
-    must_stop: bool = True  # False: running out of tokens before `stop` is not a truncation
-    non_empty: bool = False  # True: the first token may not end the block (no fence, line break, EOS)
-
-    @property
-    def stops(self) -> tuple[str, ...]:
-        if self.stop is None:
-            return ()
-        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
-
-
 # Where a scaffolded block ends besides its closing fence. A program ends where top-level code that
 # is not part of it starts (a second `def f(`, a call or print of f, an assert): a 135M model goes on
 # writing "usage examples" until it runs out of tokens, which AZR counts as a format failure. An
@@ -62,12 +41,6 @@ INPUT_STOPS = (FENCE, "\n")
 
 SHORT_BLOCK_TOKENS = 32  # one input or message: a 135M model rambles on if not cut; each decode step costs ~0.1 s on CPU
 
-
-@dataclass(frozen=True)
-class Plan:
-    prompt: str
-    steps: tuple[Step, ...]
-    meta: dict = field(default_factory=dict, compare=False)
 
 
 def _reference_block(index: int, ref: dict) -> str:
