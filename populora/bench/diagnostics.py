@@ -18,6 +18,10 @@ counts, per model and benchmark (`answer_diagnostics`), let a reader see what mo
   output back is right).
 
     python -m populora.bench.diagnostics results/bench/population/cruxeval_o/population-student0/samples.jsonl
+    python -m populora.bench.diagnostics --flags SAMPLES.jsonl   # which problems, not how many
+
+`answer_flags` keeps the problems behind each count (task ids), so a study can score a model
+with its copied answers left out (`populora.report.study_runs`).
 """
 
 from __future__ import annotations
@@ -107,11 +111,36 @@ def answer_diagnostics(samples: list[dict]) -> dict[str, float]:
     }
 
 
+FLAGS = ("correct", "truncated", "no_answer", "copies_input", "copies_argument")
+
+
+def answer_flags(samples: list[dict]) -> dict[str, list[str]]:
+    """Per flag of `answer_diagnostics`, the sorted task ids it holds for (the counts' problems)."""
+    held: dict[str, list[str]] = {flag: [] for flag in FLAGS}
+    for sample in samples:
+        copies_input, copies_argument = copies(sample)
+        values = {"correct": bool(sample["correct"]), "truncated": bool(sample.get("truncated")),
+                  "no_answer": sample.get("answer") is None,
+                  "copies_input": copies_input, "copies_argument": copies_argument}
+        for flag, value in values.items():
+            if value:
+                held[flag].append(str(sample["task_id"]))
+    return {flag: sorted(ids) for flag, ids in held.items()}
+
+
+def _read(path: str) -> list[dict]:
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
 def main(argv: list[str] | None = None) -> int:
-    for path in argv if argv is not None else sys.argv[1:]:
-        with open(path) as handle:
-            samples = [json.loads(line) for line in handle if line.strip()]
-        print(path, json.dumps(answer_diagnostics(samples), sort_keys=True))
+    args = list(argv if argv is not None else sys.argv[1:])
+    if args[:1] == ["--flags"]:
+        for path in args[1:]:
+            print(json.dumps(answer_flags(_read(path)), sort_keys=True))
+        return 0
+    for path in args:
+        print(path, json.dumps(answer_diagnostics(_read(path)), sort_keys=True))
     return 0
 
 
