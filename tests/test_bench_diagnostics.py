@@ -51,3 +51,19 @@ def test_diagnostics_classify_each_answer_once():
     assert d["mean_answer_tokens"] == round((4 + 6 + 10 + 96 + 2 + 2) / 6, 3)
     assert d["copy_ceiling"] == 1  # the last problem's gold output is its first argument
     assert answer_diagnostics([])["n"] == 0
+
+
+def test_answer_flags_name_the_problems_behind_each_count():
+    from populora.bench.diagnostics import answer_diagnostics, answer_flags
+
+    samples = [
+        {"task_id": "echo", "type": "code_o", "input": "'ab'", "answer": "'ab'", "gold_output": "'ab'", "correct": True},
+        {"task_id": "right", "type": "code_o", "input": "1, 2", "answer": "3", "gold_output": "3", "correct": True},
+        {"task_id": "cut", "type": "code_o", "input": "[1]", "answer": None, "gold_output": "2", "correct": False, "truncated": True},
+        {"task_id": "arg", "type": "code_o", "input": "[1], 5", "answer": "5", "gold_output": "6", "correct": False},
+    ]
+    flags = answer_flags(samples)
+    assert flags == {"correct": ["echo", "right"], "truncated": ["cut"], "no_answer": ["cut"],
+                     "copies_input": ["echo"], "copies_argument": ["arg", "echo"]}
+    counts = answer_diagnostics(samples)
+    assert all(len(flags[key]) == counts[key] for key in flags)

@@ -21,7 +21,8 @@ def _write(path: Path, obj) -> None:
     path.write_text(json.dumps(obj) if not path.suffix == ".yaml" else yaml.safe_dump(obj))
 
 
-def _run(root: Path, control: str, seed: int, rate: float, *, arm: str = "population") -> None:
+def _run(root: Path, control: str, seed: int, rate: float, *, arm: str = "population", copies: list[str] | None = None) -> None:
+    """One run folder; with `copies`, every model's answers.json says those problems' answers copy the input."""
     folder = root / f"{control}-s{seed}"
     rng = random.Random(f"{control}{seed}")
     _write(folder / "run.json", {"control": control, "seed": seed, "wall_s": 1800 + seed})
@@ -36,8 +37,14 @@ def _run(root: Path, control: str, seed: int, rate: float, *, arm: str = "popula
         ids = [f"sample_{i}" for i in range(N)]
         _write(folder / "bench" / "base" / bench / "base.json",
                {"model": "base", "per_problem": {i: int(k < 6) for k, i in enumerate(ids)}})
+        if copies is not None:
+            _write(folder / "bench" / "base" / bench / "base" / "answers.json", {"copies_input": ids[:2] if copies else []})
         for slot in [*slots, *(["teacher0"] if arm == "population" else [])]:
             per_problem = {i: int(rng.random() < rate) for i in ids}
+            if copies is not None:
+                per_problem.update({i: 1 for i in copies})  # the copier is right on these
+                _write(folder / "bench" / arm / bench / f"{arm}-{slot}" / "answers.json",
+                       {"copies_input": copies, "copies_argument": copies[:1], "correct": sorted(per_problem)})
             _write(folder / "bench" / arm / bench / f"{arm}-{slot}.json", {
                 "model": f"{arm}-{slot}", "per_problem": per_problem,
                 "diagnostics": {"n": N, "truncated": 3, "no_answer": 6, "copies_input": 0, "copies_argument": 9,
@@ -94,3 +101,35 @@ def test_two_level_bootstrap_covers_zero_for_equal_controls_and_is_wider_with_se
 def test_no_runs_is_a_clear_error(tmp_path, capsys):
     assert main([str(tmp_path / "nothing"), "--out", str(tmp_path / "out")]) == 1
     assert "scripts/study.sh" in capsys.readouterr().err
+
+
+def test_without_copies_counts_copied_answers_wrong_and_keeps_the_rest():
+    from populora.report.study_runs import without_copies
+
+    verdicts = {"a": 1, "b": 1, "c": 0, "d": 1}
+    flags = {"copies_input": ["a"], "copies_argument": ["c", "d"], "correct": ["a", "b", "d"]}
+    assert without_copies(verdicts, flags) == {"a": 0, "b": 1, "c": 0, "d": 0}
+    assert without_copies(verdicts, {}) == verdicts
+
+
+def test_copy_free_reading_separates_a_copier_from_a_solver(tmp_path):
+    """A control that scores only by copying beats the other on pass@1 but not with copies counted wrong."""
+    root = tmp_path / "runs"
+    copied = [f"sample_{i}" for i in range(30, 48)]  # 18 of 60 problems answered by echoing the input
+    for seed in range(3):
+        _run(root, "1t1s", seed, 0.05, copies=copied)
+        _run(root, "baseline", seed, 0.05, arm="baseline", copies=[])
+    study = summarize(load_runs(root))
+    rows = {row["control"]: row for row in study["controls"]}
+    free = rows["1t1s"]["bench"]["cruxeval_o"]["copy_free"]
+    assert rows["1t1s"]["bench"]["cruxeval_o"]["students"]["mean"] > 0.3
+    assert free["students"]["mean"] < 0.15 and free["base"] == pytest.approx(4 / N, abs=1e-6)
+    by_score = {(c["bench"], c["score"]): c for c in study["comparisons"] if (c["left"], c["right"]) == ("1t1s", "baseline")}
+    assert by_score[("cruxeval_o", "pass@1")]["verdict"] == "1t1s higher"
+    assert by_score[("cruxeval_o", "copies wrong")]["verdict"] == "no detectable difference"
+
+
+def test_copy_free_reading_is_left_out_where_a_run_has_no_answer_flags(runs):
+    study = summarize(load_runs(runs))
+    assert all("copy_free" not in entry for row in study["controls"] for entry in row["bench"].values())
+    assert {c["score"] for c in study["comparisons"]} == {"pass@1"}

@@ -4,7 +4,8 @@
 
 Each run folder (`<control>-s<seed>/`) holds one arm's results: `run.json` (control, seed, wall
 time), `params.yaml`, `metrics.json`, `dynamics/<arm>/summary.json` (accounting) and
-`bench/<base|arm>/<benchmark>/<model>.json` (per-problem verdicts, answer diagnostics).
+`bench/<base|arm>/<benchmark>/<model>.json` (per-problem verdicts, answer diagnostics) and
+`bench/<base|arm>/<benchmark>/<model>/answers.json` (which problems each diagnostic holds for).
 
 Per control and benchmark (CRUXEval-O/-I):
 * per seed: the students' mean pass@1 (the baseline's one adapter is its student), the
@@ -16,7 +17,11 @@ Per control and benchmark (CRUXEval-O/-I):
 * accounting per adapter (mean over seeds of the run's totals): optimizer steps, trained
   tokens, rollouts with signal, ||B A|| moved; per student and teacher;
 * answer diagnostics of the students: truncated, no answer, copies of the input or an
-  argument, mean answer tokens, as shares of the problems.
+  argument, mean answer tokens, as shares of the problems;
+* the same scores and comparisons **with copied answers counted wrong** (an answer that copies
+  the input or one argument, `populora.bench.diagnostics`), for the base model too: a control
+  that only learnt to echo its input scores no higher there. Runs without answers.json leave
+  this reading out for their control.
 
 Writes `study.md`, `study.json` and `study.png` under `--out`.
 """
@@ -57,22 +62,39 @@ def load_run(folder: Path) -> dict:
     arm = params["dag"]["arms"][0]
     summary = json.loads((folder / "dynamics" / arm / "summary.json").read_text())
     verdicts: dict[str, dict[str, dict[str, int]]] = {}
+    copy_free: dict[str, dict[str, dict[str, int]]] = {}
     diagnostics: dict[str, dict[str, dict]] = {}
     for bench in BENCHES:
-        for result_file in sorted((folder / "bench" / arm / bench).glob("*.json")):
-            result = json.loads(result_file.read_text())
-            verdicts.setdefault(bench, {})[result["model"]] = result["per_problem"]
-            diagnostics.setdefault(bench, {})[result["model"]] = result.get("diagnostics") or {}
+        results = sorted((folder / "bench" / arm / bench).glob("*.json"))
         base = folder / "bench" / "base" / bench / "base.json"
-        if base.is_file():
-            verdicts.setdefault(bench, {})["base"] = json.loads(base.read_text())["per_problem"]
+        for result_file in [*results, *([base] if base.is_file() else [])]:
+            result = json.loads(result_file.read_text())
+            model = "base" if result_file == base else result["model"]
+            verdicts.setdefault(bench, {})[model] = result["per_problem"]
+            if model != "base":
+                diagnostics.setdefault(bench, {})[model] = result.get("diagnostics") or {}
+            answers = result_file.with_suffix("") / "answers.json"
+            if answers.is_file():
+                copy_free.setdefault(bench, {})[model] = without_copies(result["per_problem"], json.loads(answers.read_text()))
     models = sorted(m for m in verdicts.get(BENCHES[0], {}) if m != "base")
     # the roles as the run's own params assigned them (runs of older code record no role in their results)
     refs = arm_refs(arm, params["population"]["teachers"], params["population"]["students"])["students"]
     students = [m for m in models if m in {ref.name for ref in refs}]
     return {"name": folder.name, "control": run["control"], "seed": run["seed"], "wall_s": run.get("wall_s"), "arm": arm,
-            "models": models, "students": students, "verdicts": verdicts, "diagnostics": diagnostics, "summary": summary,
+            "models": models, "students": students, "verdicts": verdicts, "copy_free": copy_free,
+            "diagnostics": diagnostics, "summary": summary,
             "generations": params["dag"]["generations"]}
+
+
+def without_copies(per_problem: dict[str, int], flags: dict[str, list[str]]) -> dict[str, int]:
+    """The verdicts with every answer that copies the input or one argument counted wrong."""
+    copied = set(flags.get("copies_input", ())) | set(flags.get("copies_argument", ()))
+    return {task: int(bool(verdict) and task not in copied) for task, verdict in per_problem.items()}
+
+
+def _scored(runs: list[dict], bench: str, score: str) -> bool:
+    """Whether every run has the verdicts `score` names for `bench`, for its models and the base."""
+    return all(bench in r[score] and {"base", *r["models"]} <= set(r[score][bench]) for r in runs)
 
 
 def load_runs(root: Path) -> list[dict]:
@@ -82,14 +104,15 @@ def load_runs(root: Path) -> list[dict]:
     return [load_run(folder) for folder in folders]
 
 
-def score_matrix(runs: list[dict], bench: str, which: str = "students") -> tuple[np.ndarray, list[str]]:
-    """[seeds, problems] of the per-problem mean verdict over each run's students (or all members)."""
-    ids = sorted(runs[0]["verdicts"][bench]["base"] if "base" in runs[0]["verdicts"][bench]
-                 else next(iter(runs[0]["verdicts"][bench].values())))
+def score_matrix(runs: list[dict], bench: str, which: str = "students", score: str = "verdicts") -> tuple[np.ndarray, list[str]]:
+    """[seeds, problems] of the per-problem mean verdict over each run's students (or all members);
+    `score="copy_free"` counts copied answers wrong."""
+    ids = sorted(runs[0][score][bench]["base"] if "base" in runs[0][score][bench]
+                 else next(iter(runs[0][score][bench].values())))
     rows = []
     for run in runs:
         models = run["students"] if which == "students" else run["models"]
-        table = run["verdicts"][bench]
+        table = run[score][bench]
         if any(set(table[m]) != set(ids) for m in models):
             raise StudyRunsError(f"{run['name']}: {bench} was scored on other problems than {runs[0]['name']}")
         rows.append([mean(table[m][i] for m in models) for i in ids])
@@ -144,6 +167,13 @@ def control_rows(runs: list[dict]) -> list[dict]:
                 "students": _interval(list(students.mean(axis=1))), "members": _interval(list(everyone.mean(axis=1))),
                 "students_minus_base": _interval(list(students.mean(axis=1) - base.mean())), "base": round(float(base.mean()), 6),
                 "n_problems": students.shape[1]}
+            if _scored(members, bench, "copy_free"):
+                free, _ = score_matrix(members, bench, "students", "copy_free")
+                free_base = np.array([members[0]["copy_free"][bench]["base"][i] for i in sorted(members[0]["copy_free"][bench]["base"])])
+                row["bench"][bench]["copy_free"] = {
+                    "students": _interval(list(free.mean(axis=1))),
+                    "students_minus_base": _interval(list(free.mean(axis=1) - free_base.mean())),
+                    "base": round(float(free_base.mean()), 6)}
             diag = {key: [] for key in (*DIAGNOSTICS, "mean_answer_tokens")}
             for run in members:
                 for model in run["students"]:
@@ -169,13 +199,16 @@ def comparisons(runs: list[dict]) -> list[dict]:
     for left, right in COMPARISONS:
         if left not in groups or right not in groups:
             continue
-        for bench in BENCHES:
-            a, _ = score_matrix(groups[left], bench)
-            b, _ = score_matrix(groups[right], bench)
-            delta, low, high = two_level_bootstrap(a, b)
-            out.append({"left": left, "right": right, "bench": bench, "seeds": [a.shape[0], b.shape[0]],
-                        "delta": delta, "low": low, "high": high,
-                        "verdict": "no detectable difference" if low <= 0 <= high else (f"{left} higher" if low > 0 else f"{right} higher")})
+        for score in ("verdicts", "copy_free"):
+            for bench in BENCHES:
+                if score == "copy_free" and not _scored(groups[left] + groups[right], bench, score):
+                    continue
+                a, _ = score_matrix(groups[left], bench, score=score)
+                b, _ = score_matrix(groups[right], bench, score=score)
+                delta, low, high = two_level_bootstrap(a, b)
+                out.append({"left": left, "right": right, "bench": bench, "score": "pass@1" if score == "verdicts" else "copies wrong",
+                            "seeds": [a.shape[0], b.shape[0]], "delta": delta, "low": low, "high": high,
+                            "verdict": "no detectable difference" if low <= 0 <= high else (f"{left} higher" if low > 0 else f"{right} higher")})
     return out
 
 
@@ -204,11 +237,20 @@ def markdown(study: dict) -> str:
                              f"{_ci(entry['students_minus_base'])} | {_pts(entry['base'])} | "
                              f"{', '.join(_pts(v) for v in entry['students']['values'])} |")
         lines.append("")
-    lines += ["## Between controls (two-level bootstrap: seeds, then problems)", "",
-              "| comparison | benchmark | seeds | difference | 95% interval | verdict |", "|---|---|---|---|---|---|"]
+    lines += ["## With copied answers counted wrong", "",
+              "An answer that copies the input or one argument scores 0 even where it is right (the base model too).", "",
+              "| control | benchmark | students | students - base | base |", "|---|---|---|---|---|"]
+    for row in study["controls"]:
+        for bench in BENCHES:
+            entry = row["bench"].get(bench, {}).get("copy_free")
+            if entry:
+                lines.append(f"| {row['control']} | {bench} | {_ci(entry['students'])} | {_ci(entry['students_minus_base'])} | "
+                             f"{_pts(entry['base'])} |")
+    lines += ["", "## Between controls (two-level bootstrap: seeds, then problems)", "",
+              "| comparison | benchmark | score | seeds | difference | 95% interval | verdict |", "|---|---|---|---|---|---|---|"]
     for c in study["comparisons"]:
-        lines.append(f"| {c['left']} - {c['right']} | {c['bench']} | {c['seeds'][0]} vs {c['seeds'][1]} | {_pts(c['delta'])} | "
-                     f"[{_pts(c['low'])}, {_pts(c['high'])}] | {c['verdict']} |")
+        lines.append(f"| {c['left']} - {c['right']} | {c['bench']} | {c.get('score', 'pass@1')} | {c['seeds'][0]} vs {c['seeds'][1]} | "
+                     f"{_pts(c['delta'])} | [{_pts(c['low'])}, {_pts(c['high'])}] | {c['verdict']} |")
     lines += ["", "## Accounting per adapter (mean over seeds of the run's totals)", "",
               "| control | role | optimizer steps | trained tokens | rollouts with signal | sum of ||B A||_F | wall min |",
               "|---|---|---|---|---|---|---|"]
@@ -247,8 +289,15 @@ def plot(study: dict, path: Path) -> None:
                             fmt="o", color="tab:blue", capsize=4, zorder=4)
             else:
                 ax.scatter([x], [100 * entry["mean"]], color="tab:blue", zorder=4)
+            free = row["bench"][bench].get("copy_free")
+            if free:  # the same students with copied answers counted wrong
+                ax.scatter([x + 0.15], [100 * free["students"]["mean"]], marker="x", color="tab:orange", zorder=4,
+                           label="copies counted wrong" if x == 0 else None)
         if rows:
             ax.axhline(100 * rows[0]["bench"][bench]["base"], color="tab:red", ls="--", lw=1, label="base model")
+            if rows[0]["bench"][bench].get("copy_free"):
+                ax.axhline(100 * rows[0]["bench"][bench]["copy_free"]["base"], color="tab:orange", ls=":", lw=1,
+                           label="base, copies counted wrong")
             ax.legend(fontsize=8)
         ax.set_xticks(range(len(rows)), [r["control"] for r in rows], fontsize=8, rotation=15)
         ax.set_ylabel("students' pass@1 (points)")
