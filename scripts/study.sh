@@ -3,7 +3,8 @@
 # another in a clone of this repository with params/cpu-study.yaml applied; as each finishes, its
 # small results (metrics, arm summary and dynamics, benchmark results with per-problem verdicts and
 # answer diagnostics, the task ids behind each diagnostic (<model>/answers.json), its params, wall
-# time) are copied to study/runs/<control>-s<seed>/ of THIS checkout and committed there (only that folder), so no result lives only in a work tree or cache.
+# time) are copied to study/runs/<control>-s<seed>/ of THIS checkout and committed there (only
+# that folder), so no result lives only in a work tree or cache.
 #
 #   bash scripts/study.sh /path/to/study-clone 2t2s:0 baseline:0 1t1s:0 ...
 #   python -m populora.report.study_runs study/runs --out study     # table + figure across seeds
