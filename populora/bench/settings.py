@@ -15,8 +15,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from populora.bench import LIVECODEBENCH_BENCHMARKS, BenchError, benchmark_kind, resolve_data_dir
+
+if TYPE_CHECKING:  # only for the annotations: the stage validated these sections before
+    from populora.config import CruxevalSection, LiveCodeBenchSection, Params, VerifySection
 
 # which runner scores a benchmark, by its kind (LiveCodeBench is a code benchmark with its own runner)
 RUNNER_OF_KIND = {"code": "evalplus", "math": "lm_eval", "cruxeval": "cruxeval"}
@@ -38,14 +42,14 @@ class BenchSettings:
     batch_size: int
     data_dir: Path | None  # None: the official downloads
     solve_mode: str  # CRUXEval with the project's prompt answers as the students do (`solve.mode`)
-    cruxeval: object  # config.CruxevalSection (frozen: sections are validated pydantic models)
-    livecodebench: object  # config.LiveCodeBenchSection
-    verify: object  # config.VerifySection: the sandbox that grades CRUXEval and LiveCodeBench
+    cruxeval: CruxevalSection  # frozen: sections are validated pydantic models
+    livecodebench: LiveCodeBenchSection
+    verify: VerifySection  # the sandbox that grades CRUXEval and LiveCodeBench
     engine: str  # sampler.engine: hf | vllm
     dtype: str
     device: str
     tasks_dir: Path | None = None  # lm-eval task templates (math)
-    _params: object = field(default=None, repr=False, compare=False)  # for the sampler only
+    _params: Params | None = field(default=None, repr=False, compare=False)  # for the sampler only
 
     def load_model(self, base_model: Path, adapters: dict[str, Path]):
         """Tokenizer and sampler of `sampler.engine`: the base with `adapters` (name -> PEFT folder)

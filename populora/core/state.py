@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from populora.core.io import read_json, write_json
+from populora.core.refs import SOLO, STUDENT, TEACHER, ModelRef
 
 STATE = "state.json"
 REPLACED = "replaced"
@@ -72,10 +73,8 @@ class State:
         """Every adapter slot, teachers first (the baseline's `solo` once)."""
         return list(dict.fromkeys(self.teachers + self.students))
 
-    def ref(self, slot: str):
-        """The `populora.core.refs.ModelRef` of a slot: its arm and the role it plays (solo when both)."""
-        from populora.core.refs import SOLO, STUDENT, TEACHER, ModelRef
-
+    def ref(self, slot: str) -> ModelRef:
+        """The slot's `ModelRef`: its arm and the role it plays (solo when both)."""
         teaches, studies = slot in self.teachers, slot in self.students
         if not (teaches or studies):
             raise KeyError(f"{self.arm} has no slot {slot!r} (slots: {', '.join(self.slots)})")
