@@ -29,13 +29,14 @@ control_flags() {
   local control=$1 flags=()
   case ${control%-null} in
     baseline) flags=(-S 'dag.arms=[baseline]') ;;
-    baseline-roles) flags=(-S 'dag.arms=[baseline]' -S update.role_steps=per_role) ;;
+    baseline-roles) flags=(-S 'dag.arms=[baseline]' -S ++update.role_steps=per_role) ;;
     1t1s) flags=(-S 'dag.arms=[population]' -S population.teachers=1 -S population.students=1) ;;
     2t2s) flags=(-S 'dag.arms=[population]') ;;
     2t2s-noevo) flags=(-S 'dag.arms=[population]' -S evolve.replace=0) ;;
     *) echo "unknown control $control" >&2; return 2 ;;
   esac
-  [[ $control == *-null ]] && flags+=(-S update.shuffle_advantages=true)
+  # `++` sets a key whether or not the params file spells it out (runs pinned to older code do not)
+  [[ $control == *-null ]] && flags+=(-S ++update.shuffle_advantages=true)
   printf '%s\n' "${flags[@]}"
 }
 
@@ -50,6 +51,7 @@ if [ ! -d "$clone/.git" ]; then
      && git -c user.name=study -c user.email=study@localhost commit -qam "CPU study: params/cpu-study.yaml applied")
 fi
 
+failed=()
 for item in "$@"; do
   control=${item%%:*}; seed=${item##*:}; name="$control-s$seed"
   dest="$here/study/runs/$name"
@@ -59,7 +61,11 @@ for item in "$@"; do
   git -C "$clone" checkout -q params.yaml  # -S edits the work tree's params.yaml: start from the overlay
   echo "$(date -u +%FT%TZ) $name: dvc exp run ${flags[*]} -S base.seed=$seed"
   start=$(date +%s)
-  (cd "$clone" && PYTHONPATH="$clone" dvc exp run -n "$name" "${flags[@]}" -S "base.seed=$seed" > "$clone/$name.log" 2>&1)
+  if ! (cd "$clone" && PYTHONPATH="$clone" dvc exp run -n "$name" "${flags[@]}" -S "base.seed=$seed" > "$clone/$name.log" 2>&1); then
+    echo "$(date -u +%FT%TZ) $name: FAILED, nothing committed; the last lines of $clone/$name.log:" >&2
+    tail -5 "$clone/$name.log" >&2
+    failed+=("$name"); continue
+  fi
   wall=$(( $(date +%s) - start ))
   tmp="$dest.tmp"; rm -rf "$tmp"; mkdir -p "$tmp/bench"
   # only this run's arm and the base (the work tree may hold another experiment's arm folder)
@@ -82,3 +88,4 @@ for item in "$@"; do
   done
   echo "$(date -u +%FT%TZ) $name: done in $wall s, committed to study/runs/$name"
 done
+if (( ${#failed[@]} )); then echo "failed: ${failed[*]}" >&2; exit 1; fi
