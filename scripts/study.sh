@@ -20,10 +20,6 @@
 # Every run of a study uses the same code: a new clone checks out the commit the committed runs
 # record as `source_commit` (STUDY_SOURCE=<commit> overrides; with no runs yet: HEAD).
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
-clone=${1:?usage: scripts/study.sh STUDY_CLONE CONTROL:SEED ...}
-shift
-export PATH="$here/.venv/bin:$PATH"
 
 control_flags() {
   local control=$1 flags=()
@@ -39,6 +35,14 @@ control_flags() {
   [[ $control == *-null ]] && flags+=(-S ++update.shuffle_advantages=true)
   printf '%s\n' "${flags[@]}"
 }
+
+# sourced (tests/test_study_script.py): define control_flags only
+if [[ ${BASH_SOURCE[0]} != "$0" ]]; then return 0; fi
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+clone=${1:?usage: scripts/study.sh STUDY_CLONE CONTROL:SEED ...}
+shift
+export PATH="$here/.venv/bin:$PATH"
 
 source=${STUDY_SOURCE:-$(cat "$here"/study/runs/*/run.json 2>/dev/null | sed -n 's/.*"source_commit": "\([0-9a-f]*\)".*/\1/p' | head -1 || true)}
 source=${source:-$(git -C "$here" rev-parse HEAD)}
