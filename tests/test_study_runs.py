@@ -133,3 +133,9 @@ def test_copy_free_reading_is_left_out_where_a_run_has_no_answer_flags(runs):
     study = summarize(load_runs(runs))
     assert all("copy_free" not in entry for row in study["controls"] for entry in row["bench"].values())
     assert {c["score"] for c in study["comparisons"]} == {"pass@1"}
+
+
+def test_points_never_print_a_negative_zero():
+    from populora.report.study_runs import _pts
+
+    assert (_pts(-1e-9), _pts(0.0), _pts(-0.015), _pts(None), _pts(float("nan"))) == ("0.0", "0.0", "-1.5", "-", "-")

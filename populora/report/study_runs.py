@@ -213,7 +213,10 @@ def comparisons(runs: list[dict]) -> list[dict]:
 
 
 def _pts(value) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}"
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    text = f"{100 * value:.1f}"
+    return "0.0" if text == "-0.0" else text  # a tiny negative rounds to zero, not to "-0.0"
 
 
 def _ci(entry: dict) -> str:
