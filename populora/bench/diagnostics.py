@@ -94,38 +94,34 @@ def copy_solves(sample: dict) -> bool:
     return len(given) == 1 and _same(given[0], output)
 
 
-def answer_diagnostics(samples: list[dict]) -> dict[str, float]:
-    """The counts of the module docstring over one model's graded CRUXEval samples."""
-    flags = [copies(s) for s in samples]
-    n = len(samples)
-    return {
-        "n": n,
-        "correct": sum(bool(s["correct"]) for s in samples),
-        "wrong": sum(s.get("answer") is not None and not s["correct"] for s in samples),
-        "truncated": sum(bool(s.get("truncated")) for s in samples),
-        "no_answer": sum(s.get("answer") is None for s in samples),
-        "copies_input": sum(a for a, _ in flags),
-        "copies_argument": sum(b for _, b in flags),
-        "mean_answer_tokens": round(mean(s.get("tokens") or 0 for s in samples), 3) if samples else 0.0,
-        "copy_ceiling": sum(copy_solves(s) for s in samples),
-    }
-
-
 FLAGS = ("correct", "truncated", "no_answer", "copies_input", "copies_argument")
 
 
 def answer_flags(samples: list[dict]) -> dict[str, list[str]]:
     """Per flag of `answer_diagnostics`, the sorted task ids it holds for (the counts' problems)."""
     held: dict[str, list[str]] = {flag: [] for flag in FLAGS}
-    for sample in samples:
+    for row, sample in enumerate(samples):
         copies_input, copies_argument = copies(sample)
         values = {"correct": bool(sample["correct"]), "truncated": bool(sample.get("truncated")),
                   "no_answer": sample.get("answer") is None,
                   "copies_input": copies_input, "copies_argument": copies_argument}
         for flag, value in values.items():
             if value:
-                held[flag].append(str(sample["task_id"]))
+                held[flag].append(str(sample.get("task_id", row)))  # hand-made samples may have no id
     return {flag: sorted(ids) for flag, ids in held.items()}
+
+
+def answer_diagnostics(samples: list[dict]) -> dict[str, float]:
+    """The counts of the module docstring over one model's graded CRUXEval samples."""
+    flags = answer_flags(samples)
+    n = len(samples)
+    return {
+        "n": n,
+        **{flag: len(ids) for flag, ids in flags.items()},
+        "wrong": sum(s.get("answer") is not None and not s["correct"] for s in samples),
+        "mean_answer_tokens": round(mean(s.get("tokens") or 0 for s in samples), 3) if samples else 0.0,
+        "copy_ceiling": sum(copy_solves(s) for s in samples),
+    }
 
 
 def _read(path: str) -> list[dict]:

@@ -97,6 +97,11 @@ def _scored(runs: list[dict], bench: str, score: str) -> bool:
     return all(bench in r[score] and {"base", *r["models"]} <= set(r[score][bench]) for r in runs)
 
 
+def _base_mean(run: dict, bench: str, score: str = "verdicts") -> float:
+    """The base model's mean verdict on `bench` in one run."""
+    return float(np.mean(list(run[score][bench]["base"].values())))
+
+
 def load_runs(root: Path) -> list[dict]:
     folders = sorted(p for p in Path(root).iterdir() if (p / "run.json").is_file()) if Path(root).is_dir() else []
     if not folders:
@@ -161,19 +166,18 @@ def control_rows(runs: list[dict]) -> list[dict]:
                 continue
             students, _ = score_matrix(members, bench, "students")
             everyone, _ = score_matrix(members, bench, "members")
-            base = np.array([r["verdicts"][bench]["base"][i] for r in members[:1]
-                             for i in sorted(r["verdicts"][bench]["base"])], dtype=float)
+            base = _base_mean(members[0], bench)
             row["bench"][bench] = {
                 "students": _interval(list(students.mean(axis=1))), "members": _interval(list(everyone.mean(axis=1))),
-                "students_minus_base": _interval(list(students.mean(axis=1) - base.mean())), "base": round(float(base.mean()), 6),
+                "students_minus_base": _interval(list(students.mean(axis=1) - base)), "base": round(base, 6),
                 "n_problems": students.shape[1]}
             if _scored(members, bench, "copy_free"):
                 free, _ = score_matrix(members, bench, "students", "copy_free")
-                free_base = np.array([members[0]["copy_free"][bench]["base"][i] for i in sorted(members[0]["copy_free"][bench]["base"])])
+                free_base = _base_mean(members[0], bench, "copy_free")
                 row["bench"][bench]["copy_free"] = {
                     "students": _interval(list(free.mean(axis=1))),
-                    "students_minus_base": _interval(list(free.mean(axis=1) - free_base.mean())),
-                    "base": round(float(free_base.mean()), 6)}
+                    "students_minus_base": _interval(list(free.mean(axis=1) - free_base)),
+                    "base": round(free_base, 6)}
             diag = {key: [] for key in (*DIAGNOSTICS, "mean_answer_tokens")}
             for run in members:
                 for model in run["students"]:
@@ -252,7 +256,7 @@ def markdown(study: dict) -> str:
     lines += ["", "## Between controls (two-level bootstrap: seeds, then problems)", "",
               "| comparison | benchmark | score | seeds | difference | 95% interval | verdict |", "|---|---|---|---|---|---|---|"]
     for c in study["comparisons"]:
-        lines.append(f"| {c['left']} - {c['right']} | {c['bench']} | {c.get('score', 'pass@1')} | {c['seeds'][0]} vs {c['seeds'][1]} | "
+        lines.append(f"| {c['left']} - {c['right']} | {c['bench']} | {c['score']} | {c['seeds'][0]} vs {c['seeds'][1]} | "
                      f"{_pts(c['delta'])} | [{_pts(c['low'])}, {_pts(c['high'])}] | {c['verdict']} |")
     lines += ["", "## Accounting per adapter (mean over seeds of the run's totals)", "",
               "| control | role | optimizer steps | trained tokens | rollouts with signal | sum of ||B A||_F | wall min |",
