@@ -2,8 +2,8 @@
 # The CPU study (README "CPU study"): each control and seed is one DVC experiment, run one after
 # another in a clone of this repository with params/cpu-study.yaml applied; as each finishes, its
 # small results (metrics, arm summary and dynamics, benchmark results with per-problem verdicts and
-# answer diagnostics, the task ids behind each diagnostic (<model>/answers.json), its params, wall
-# time) are copied to study/runs/<control>-s<seed>/ of THIS checkout and committed there (only
+# answer diagnostics, the task ids behind each diagnostic (<model>/answers.json), the students'
+# training answers per generation (training_answers.json), its params, wall time) are copied to study/runs/<control>-s<seed>/ of THIS checkout and committed there (only
 # that folder), so no result lives only in a work tree or cache.
 #
 #   bash scripts/study.sh /path/to/study-clone 2t2s:0 baseline:0 1t1s:0 ...
@@ -79,6 +79,8 @@ for item in "$@"; do
      && find "bench/base" "bench/$arm" -name samples.jsonl | while read -r f; do  # which answers copy
           mkdir -p "$tmp/$(dirname "$f")"
           PYTHONPATH="$here" python -m populora.bench.diagnostics --flags "$f" > "$tmp/$(dirname "$f")/answers.json"; done)
+  # the students' training answers per generation: how many copy what the task showed
+  PYTHONPATH="$here" python -m populora.bench.diagnostics --training "$clone/results/$arm" > "$tmp/training_answers.json"
   cp "$clone/params.yaml" "$tmp/params.yaml"
   # committed results name the benchmark data as params do (../shared/...), never this machine's path
   shared=$(cd "$here/.." && pwd)/shared

@@ -67,3 +67,46 @@ def test_answer_flags_name_the_problems_behind_each_count():
                      "copies_input": ["echo"], "copies_argument": ["arg", "echo"]}
     counts = answer_diagnostics(samples)
     assert all(len(flags[key]) == counts[key] for key in flags)
+
+
+def _jsonl(path, rows):
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_training_diagnostics_count_copies_per_generation_and_type(tmp_path):
+    from populora.bench.diagnostics import training_diagnostics, training_samples
+
+    tasks = [{"task_id": "o1", "type": "code_o", "inputs": ["'ab', 2"], "outputs": ["'abab'"]},
+             {"task_id": "i1", "type": "code_i", "inputs": ["[3]"], "outputs": ["[3]"]},
+             {"task_id": "f1", "type": "code_f", "inputs": ["1"], "outputs": ["2"]}]
+
+    def answer(i, task, text, correct, reason=None):
+        task_type = {"o": "code_o", "i": "code_i", "f": "code_f", "m": "code_o"}[task[0]]
+        return {"answer_id": f"a{i}", "task_id": task, "type": task_type, "answer": text, "correct": correct,
+                "parse_reason": reason, "tokens": 4}
+
+    gen0 = [answer(0, "o1", "'ab'", False), answer(1, "o1", "'abab'", True), answer(2, "o1", None, False, "truncated"),
+            answer(3, "i1", "[3]", True), answer(4, "f1", "def f(x): return 2", True)]
+    gen1 = [answer(5, "o1", "'ab', 2", False), answer(6, "o1", "2", False), answer(7, "missing", "1", False)]
+    _jsonl(tmp_path / "gen000" / "solve_tasks.jsonl", tasks)
+    _jsonl(tmp_path / "gen000" / "graded.jsonl", gen0)
+    _jsonl(tmp_path / "gen001" / "solve_tasks.jsonl", tasks)
+    _jsonl(tmp_path / "gen001" / "graded.jsonl", gen1)
+    (tmp_path / "gen002").mkdir()  # a generation not run yet: left out
+    samples = training_samples(tasks, gen0)
+    assert [s["task_id"] for s in samples] == ["a0", "a1", "a2", "a3"]  # code_f left out; ids are the answers'
+    assert samples[2]["truncated"] and samples[0]["input"] == "'ab', 2" and samples[3]["gold_output"] == "[3]"
+
+    d = training_diagnostics(tmp_path)
+    assert list(d) == ["gen000", "gen001"]
+    o0, i0, o1 = d["gen000"]["code_o"], d["gen000"]["code_i"], d["gen001"]["code_o"]
+    assert (o0["n"], o0["correct"], o0["truncated"], o0["copies"], o0["copies_correct"]) == (3, 1, 1, 1, 0)
+    # the code_i answer passes the shown output back, and the task's own input is that value: a paid copy
+    assert (i0["n"], i0["copies"], i0["copies_correct"], i0["copy_ceiling"]) == (1, 1, 1, 1)
+    # the verbatim argument list copies the input, the second argument alone an argument: two copies;
+    # an answer to a task the students were not shown is left out
+    assert (o1["n"], o1["copies_input"], o1["copies_argument"], o1["copies"]) == (2, 1, 1, 2)
+    assert d["gen001"]["code_i"]["n"] == 0

@@ -139,3 +139,17 @@ def test_points_never_print_a_negative_zero():
     from populora.report.study_runs import _pts
 
     assert (_pts(-1e-9), _pts(0.0), _pts(-0.015), _pts(None), _pts(float("nan"))) == ("0.0", "0.0", "-1.5", "-", "-")
+
+
+def test_training_copies_by_generation_per_run(runs, tmp_path):
+    gens = {f"gen{g:03d}": {"code_o": {"n": 16, "correct": 2, "copies": g * 3, "copies_correct": g % 2},
+                            "code_i": {"n": 16, "correct": 4, "copies": 1, "copies_correct": 1}} for g in range(3)}
+    _write(runs / "1t1s-s0" / "training_answers.json", gens)
+    study = summarize(load_runs(runs))
+    rows = {(r["run"], r["type"]): r for r in study["training_copies"]}
+    assert set(rows) == {("1t1s-s0", "code_o"), ("1t1s-s0", "code_i")}  # runs without the file: no row
+    assert rows[("1t1s-s0", "code_o")]["copies"] == [0, 3, 6] and rows[("1t1s-s0", "code_o")]["n"] == [16] * 3
+    assert rows[("1t1s-s0", "code_o")]["copies_correct"] == [0, 1, 0]
+    assert main([str(runs), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "study.md").read_text()
+    assert "| 1t1s-s0 | code_o | 0/16 (0; 2) | 3/16 (1; 2) | 6/16 (0; 2) |" in text

@@ -19,6 +19,12 @@ counts, per model and benchmark (`answer_diagnostics`), let a reader see what mo
 
     python -m populora.bench.diagnostics results/bench/population/cruxeval_o/population-student0/samples.jsonl
     python -m populora.bench.diagnostics --flags SAMPLES.jsonl   # which problems, not how many
+    python -m populora.bench.diagnostics --training results/population   # the arm's training answers
+
+The same counts over a training run's answers (`training_diagnostics`: per generation and task
+type, from each generation's solve_tasks.jsonl and graded.jsonl, plus `copies` and
+`copies_correct`) show whether copying grew while the students trained, and whether the reward
+paid for it, not only in the benchmark.
 
 `answer_flags` keeps the problems behind each count (task ids), so a study can score a model
 with its copied answers left out (`populora.report.study_runs`).
@@ -29,6 +35,7 @@ from __future__ import annotations
 import ast
 import json
 import sys
+from pathlib import Path
 from statistics import mean
 
 _MISSING = object()
@@ -124,7 +131,47 @@ def answer_diagnostics(samples: list[dict]) -> dict[str, float]:
     }
 
 
-def _read(path: str) -> list[dict]:
+TRAINING_TYPES = ("code_o", "code_i")  # code_f answers are programs: nothing shown to copy
+
+
+def training_samples(tasks: list[dict], graded: list[dict]) -> list[dict]:
+    """One generation's graded answers to code_o / code_i tasks in the benchmark's sample shape
+    (`input`: the input the task showed, `gold_output`: its output), so the counts above apply
+    to them unchanged. `tasks` are the tasks the students saw (solve_tasks.jsonl)."""
+    by_id = {t["task_id"]: t for t in tasks}
+    samples = []
+    for answer in graded:
+        task = by_id.get(answer["task_id"])
+        if answer["type"] not in TRAINING_TYPES or task is None or not task["inputs"] or not task["outputs"]:
+            continue
+        samples.append({"task_id": answer.get("answer_id", answer["task_id"]), "type": answer["type"],
+                        "answer": answer.get("answer"), "correct": bool(answer.get("correct")),
+                        "truncated": answer.get("parse_reason") == "truncated", "tokens": answer.get("tokens"),
+                        "input": task["inputs"][0], "gold_output": task["outputs"][0]})
+    return samples
+
+
+def training_diagnostics(arm_dir: str | Path) -> dict[str, dict[str, dict]]:
+    """`{genNNN: {code_o|code_i: answer_diagnostics}}` over an arm's results folder (every
+    genNNN/ holding solve_tasks.jsonl and graded.jsonl), in generation order."""
+    out = {}
+    for gen in sorted(Path(arm_dir).glob("gen[0-9][0-9][0-9]")):
+        if not (gen / "solve_tasks.jsonl").is_file() or not (gen / "graded.jsonl").is_file():
+            continue
+        samples = training_samples(_read(gen / "solve_tasks.jsonl"), _read(gen / "graded.jsonl"))
+        out[gen.name] = {t: _with_copy_totals([s for s in samples if s["type"] == t]) for t in TRAINING_TYPES}
+    return out
+
+
+def _with_copy_totals(samples: list[dict]) -> dict:
+    """`answer_diagnostics` plus `copies` (answers that copy the input or an argument, each once)
+    and `copies_correct` (those of them graded right: copying the reward paid for)."""
+    flags = answer_flags(samples)
+    copied = set(flags["copies_input"]) | set(flags["copies_argument"])
+    return {**answer_diagnostics(samples), "copies": len(copied), "copies_correct": len(copied & set(flags["correct"]))}
+
+
+def _read(path: str | Path) -> list[dict]:
     with open(path) as handle:
         return [json.loads(line) for line in handle if line.strip()]
 
@@ -134,6 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--flags"]:
         for path in args[1:]:
             print(json.dumps(answer_flags(_read(path)), sort_keys=True))
+        return 0
+    if args[:1] == ["--training"]:
+        for path in args[1:]:
+            print(json.dumps(training_diagnostics(path), sort_keys=True))
         return 0
     for path in args:
         print(path, json.dumps(answer_diagnostics(_read(path)), sort_keys=True))

@@ -5,7 +5,9 @@
 Each run folder (`<control>-s<seed>/`) holds one arm's results: `run.json` (control, seed, wall
 time), `params.yaml`, `metrics.json`, `dynamics/<arm>/summary.json` (accounting) and
 `bench/<base|arm>/<benchmark>/<model>.json` (per-problem verdicts, answer diagnostics) and
-`bench/<base|arm>/<benchmark>/<model>/answers.json` (which problems each diagnostic holds for).
+`bench/<base|arm>/<benchmark>/<model>/answers.json` (which problems each diagnostic holds for),
+and `training_answers.json` (the students' training answers per generation and task type:
+answers, correct, copies; `python -m populora.bench.diagnostics --training`).
 
 Per control and benchmark (CRUXEval-O/-I):
 * per seed: the students' mean pass@1 (the baseline's one adapter is its student), the
@@ -21,7 +23,9 @@ Per control and benchmark (CRUXEval-O/-I):
 * the same scores and comparisons **with copied answers counted wrong** (an answer that copies
   the input or one argument, `populora.bench.diagnostics`), for the base model too: a control
   that only learnt to echo its input scores no higher there. Runs without answers.json leave
-  this reading out for their control.
+  this reading out for their control;
+* per run, the students' training answers by generation: how many copy what the task showed
+  (code_o: the input or an argument; code_i: the output) and how many of those were right.
 
 Writes `study.md`, `study.json` and `study.png` under `--out`.
 """
@@ -38,6 +42,7 @@ from statistics import mean, stdev
 import numpy as np
 import yaml
 
+from populora.bench.diagnostics import TRAINING_TYPES
 from populora.core.refs import arm_refs
 from populora.report.study import t_interval
 
@@ -82,8 +87,25 @@ def load_run(folder: Path) -> dict:
     students = [m for m in models if m in {ref.name for ref in refs}]
     return {"name": folder.name, "control": run["control"], "seed": run["seed"], "wall_s": run.get("wall_s"), "arm": arm,
             "models": models, "students": students, "verdicts": verdicts, "copy_free": copy_free,
-            "diagnostics": diagnostics, "summary": summary,
+            "diagnostics": diagnostics, "summary": summary, "training": _read_optional(folder / "training_answers.json"),
             "generations": params["dag"]["generations"]}
+
+
+def _read_optional(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def training_copy_rows(runs: list[dict]) -> list[dict]:
+    """Per run and task type, per generation: the students' training answers, those that copy what
+    the task showed, and the copies graded right (runs without training_answers.json: none)."""
+    rows = []
+    for run in runs:
+        for task_type in TRAINING_TYPES:
+            gens = [counts[task_type] for _, counts in sorted(run["training"].items()) if task_type in counts]
+            if gens:
+                rows.append({"run": run["name"], "control": run["control"], "type": task_type,
+                             **{key: [g[key] for g in gens] for key in ("n", "correct", "copies", "copies_correct")}})
+    return rows
 
 
 def without_copies(per_problem: dict[str, int], flags: dict[str, list[str]]) -> dict[str, int]:
@@ -276,6 +298,15 @@ def markdown(study: dict) -> str:
             if d:
                 lines.append(f"| {row['control']} | {bench} | {_pts(d.get('truncated'))} | {_pts(d.get('no_answer'))} | "
                              f"{_pts(d.get('copies_input'))} | {_pts(d.get('copies_argument'))} | {d.get('mean_answer_tokens', 0):.1f} |")
+    if study.get("training_copies"):
+        gens = max(len(r["n"]) for r in study["training_copies"])
+        lines += ["", "## Students' training answers that copy, by generation", "",
+                  "Per generation: answers that copy what the task showed (code_o: the input or an argument; code_i: the "
+                  "output) / answers (copies graded right; all answers graded right).", "",
+                  "| run | type | " + " | ".join(f"gen {g}" for g in range(gens)) + " |", "|---|---|" + "---|" * gens]
+        for r in study["training_copies"]:
+            cells = [f"{c}/{n} ({cc}; {ok})" for c, n, cc, ok in zip(r["copies"], r["n"], r["copies_correct"], r["correct"])]
+            lines.append(f"| {r['run']} | {r['type']} | " + " | ".join(cells + [""] * (gens - len(cells))) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -316,7 +347,8 @@ def plot(study: dict, path: Path) -> None:
 
 
 def summarize(runs: list[dict]) -> dict:
-    return {"runs": [r["name"] for r in runs], "controls": control_rows(runs), "comparisons": comparisons(runs)}
+    return {"runs": [r["name"] for r in runs], "controls": control_rows(runs), "comparisons": comparisons(runs),
+            "training_copies": training_copy_rows(runs)}
 
 
 def main(argv: list[str] | None = None) -> int:
