@@ -93,3 +93,20 @@ def test_same_program_worked_examples_are_counted():
     programs = {"task": "def f(x):\n    return x + 1", "same": "def f(y):\n    return y + 2", "other": "def f(x):\n    return x"}
     graded = [{**_answer("task", "s0", True), "examples": ["same"]}, {**_answer("task", "s0", False, sample=1), "examples": ["other"]}]
     assert same_program_examples(graded, programs) == (1, 1)
+
+
+def test_an_unattempted_valid_proposal_is_written_as_a_rollout_without_reward(tmp_path):
+    """The default run's reward stage failed on this (population gen 1: a valid code_f proposal the
+    pairing left unplayed): its rollout has no reward and no advantage, and must still be written."""
+    from populora.core.rows import Rollout, read_rows, write_rows
+    from populora.selfplay.update import with_signal
+
+    tasks = [_task("a", "t0"), _task("e", "t1")]
+    graded = [_answer("a", "s0", True), _answer("a", "s0", False, sample=1)]
+    rollouts = build_rollouts(tasks, graded, "learnability")
+    path = tmp_path / "rollouts.jsonl"
+    write_rows(path, rollouts, Rollout)
+    back = {r.get("answer_id") or r["task_id"]: r for r in read_rows(path, Rollout)}
+    assert back["e"]["reward"] is None and back["e"]["advantage"] is None and back["e"]["solve_rate"] is None
+    assert back["a"]["reward"] == 0.5
+    assert "e" not in {r["task_id"] for r in with_signal(rollouts) if r["role"] == "propose"}  # no gradient

@@ -130,8 +130,10 @@ class Rollout(Row):
     task_id: str
     segments: list[Segment]
     tokens: int
-    reward: float
-    advantage: float
+    # None for a valid proposal no student attempted (pairing left its teacher's tasks unplayed):
+    # no solve rate, so no reward, no advantage and no gradient (populora/selfplay/rewards.py)
+    reward: float | None
+    advantage: float | None
     solve_rate: float | None = None  # propose: the fraction of the students' attempts that were correct
     answer_id: str | None = None  # solve
     correct: bool | None = None  # solve

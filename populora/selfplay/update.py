@@ -317,6 +317,12 @@ def importance_weights(logprobs: torch.Tensor, recorded: list[float | None], cap
     return torch.where(torch.isnan(sampler), torch.ones_like(ratio), ratio)
 
 
+def with_signal(rollouts: list[dict]) -> list[dict]:
+    """The rollouts that carry a gradient: a nonzero advantage (None: a proposal no student
+    attempted; 0.0: a group with no spread)."""
+    return [r for r in rollouts if r.get("advantage")]
+
+
 def reinforce_steps(accelerator, model, tokenizer, adapter: str, rollouts: list[dict], config, *,
                     optimizer_file: Path | None, optimizer_out: Path | None) -> dict:
     """Run `config.steps` full-batch REINFORCE steps for `adapter` (per role with `role_steps: per_role`);
@@ -339,7 +345,7 @@ def reinforce_steps(accelerator, model, tokenizer, adapter: str, rollouts: list[
     optimizer, names = make_optimizer(params, lr=config.learning_rate, weight_decay=config.weight_decay,
                                       state_file=optimizer_file)
     optimizer = accelerator.prepare_optimizer(optimizer)
-    useful = [r for r in rollouts if r.get("advantage")]  # None or 0.0: no gradient
+    useful = with_signal(rollouts)
     # joint: one loss over every rollout; per_role: the propose and the solve rollouts of an adapter
     # in both roles (the baseline) each get their own `steps`, as a teacher and a student would
     parts = role_parts(useful) if config.role_steps == "per_role" else [useful]
