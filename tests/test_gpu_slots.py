@@ -1,5 +1,6 @@
 """GPU scheduling: GPU rules take a few threads and a device each (several for a multi-process
-update); a group's allocation is shared out; the SLURM profile dry-runs with its own resources."""
+update); a group's allocation is shared out; the SLURM profile dry-runs with its own resources.
+With `model.device: cpu` (the CPU default) the model stages claim no GPU and take one thread each."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from stages import _common
 from tests.conftest import REPO
-from workflow.dag import GPU_THREADS, STAGES
+from workflow.dag import CPU_MODEL_THREADS, GPU_THREADS, STAGES
 
 BIN = str(Path(sys.executable).parent)
 
@@ -144,9 +145,24 @@ def test_no_gpu_means_no_claim(tmp_path):
     assert _claim(tmp_path, devices="") == ["None", "None"]
 
 
-def _snakemake_dry(*args: str) -> str:
-    env = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHONPATH": str(REPO)}
-    result = subprocess.run([f"{BIN}/snakemake", "-n", "--forceall", *args], cwd=REPO, env=env,
+def _snakemake_dry(*args: str, device: str | None = None, tmp_path: Path | None = None) -> str:
+    """A dry run of the repository's workflow; with `device`, of a copy whose params.yaml sets
+    `model.device` to it (in `tmp_path`)."""
+    cwd = REPO
+    if device is not None:
+        import shutil
+
+        import yaml
+
+        cwd = tmp_path / "project"
+        cwd.mkdir()
+        for name in ("Snakefile", "profiles", "workflow", "populora", "stages"):
+            (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, cwd / name)
+        params = yaml.safe_load((REPO / "params.yaml").read_text())
+        params["model"]["device"] = device
+        (cwd / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    env = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHONPATH": str(cwd)}
+    result = subprocess.run([f"{BIN}/snakemake", "-n", "--forceall", *args], cwd=cwd, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout + result.stderr
@@ -162,16 +178,35 @@ def _blocks(output: str) -> dict[str, str]:
 
 
 @pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
-def test_gpu_rules_take_a_few_threads_not_every_core():
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_gpu_rules_take_a_few_threads_not_every_core(device, tmp_path):
+    """On a GPU a model stage takes a few threads and a device; on the CPU one thread and no
+    device, so --cores 16 runs up to 16 of them side by side."""
     from populora.config import load_params
 
     params = load_params(REPO / "params.yaml")
-    blocks = _blocks(_snakemake_dry("--cores", "16"))
+    blocks = _blocks(_snakemake_dry("--cores", "16", device=device, tmp_path=tmp_path))
     for stage in STAGES:
         threads = int(re.search(r"threads: (\d+)", blocks[stage.name]).group(1)) if "threads:" in blocks[stage.name] else 1
-        expected = params.verify.workers if stage.threads == "verify.workers" else GPU_THREADS if stage.gpu else 1
+        model_threads = GPU_THREADS if device == "cuda" else CPU_MODEL_THREADS
+        expected = params.verify.workers if stage.threads == "verify.workers" else model_threads if stage.gpu else 1
         assert threads == expected, stage.name
+        gpus = re.search(r"\bgpu=(\d+)", blocks[stage.name]).group(1)
+        assert int(gpus) == (1 if stage.gpu and device == "cuda" else 0), stage.name
     assert {s.name for s in STAGES if s.threads == "verify.workers"} == {"init", "verify", "grade"}  # the sandbox
+
+
+def test_model_stages_on_the_cpu_claim_no_gpu_and_one_thread():
+    from populora.config import load_params
+
+    params = load_params(REPO / "params.yaml")
+    model_stages = [s for s in STAGES if s.gpu]
+    assert params.model.device == "cpu"  # the CPU default runs its model stages side by side
+    assert all(s.gpus(params) == 0 and s.thread_count(params) == CPU_MODEL_THREADS for s in model_stages)
+    for device in ("auto", "cuda"):  # auto claims a GPU: where a cluster job lands is not known here
+        other = params.model_copy(update={"model": params.model.model_copy(update={"device": device})})
+        assert all(s.gpus(other) >= 1 and s.thread_count(other) == GPU_THREADS for s in model_stages), device
+    assert all(s.gpus(params) == 0 for s in STAGES if not s.gpu)
 
 
 def _resolved(*args: str) -> dict:
@@ -199,14 +234,14 @@ def test_the_workflow_profile_does_not_override_the_cluster_profile():
 
 
 @pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
-def test_slurm_profile_dry_run_requests_gpus_memory_and_runtime():
+def test_slurm_profile_dry_run_requests_gpus_memory_and_runtime(tmp_path):
     import yaml
 
     from populora.config import load_params
 
     params = load_params(REPO / "params.yaml")
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
-    output = _snakemake_dry("--profile", "profiles/slurm")
+    output = _snakemake_dry("--profile", "profiles/slurm", device="cuda", tmp_path=tmp_path)  # a GPU cluster
     blocks = _blocks(output)
     for stage in STAGES:
         block = blocks[stage.name]

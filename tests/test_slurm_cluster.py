@@ -62,6 +62,7 @@ def _digest(folder: Path) -> dict[str, str]:
 def test_tiny_training_through_the_slurm_profile_equals_a_local_run(cluster, tmp_path_factory, tiny_params_dict):
     params = json.loads(json.dumps(tiny_params_dict))
     assert params["dag"]["generations"] == len(GENERATIONS) and params["population"] == {"teachers": 2, "students": 2}
+    params["model"]["device"] = "auto"  # model jobs request a GPU (the cluster's stand-ins) and run on the CPU
     local = _project(tmp_path_factory.mktemp("local"), params)
     remote = _project(tmp_path_factory.mktemp("remote"), params)
 

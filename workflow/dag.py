@@ -39,6 +39,12 @@ GEN_DIR = f"{ARM_DIR}/gen{{gen}}"
 INIT_DIR = f"{ARM_DIR}/init"
 PREV = f"{ARM_DIR}/{{prev}}"
 GPU_THREADS = 4  # Snakemake threads of a GPU stage (at most the cores given): the GPU does the work
+# Threads of a model stage when the model runs on the CPU (model.device: cpu): one each, and no GPU
+# claimed, so Snakemake runs --cores of them side by side. On the 2-core machine two model stages
+# side by side on 1 thread each took 0.59x (gsm8k + humaneval_plus, 2 problems) and 0.74x
+# (cruxeval_o + cruxeval_i, 60 problems) the wall time of the same two one after the other on 2
+# threads (scripts/bench_cpu_threads.sh): process start-up and small batches use one core.
+CPU_MODEL_THREADS = 1
 UPDATE_DIR = f"{GEN_DIR}/update/{{part}}"  # one update job's adapters, optimizer moments and statistics
 LOG = f"{RESULTS}/logs/{{stage}}/{{key}}.log"
 
@@ -93,14 +99,19 @@ class Stage:
         return SCOPES[self.scope]
 
     def gpus(self, params) -> int:
-        """GPUs one job of this stage uses (`gpu` may name a params key, e.g. `update.processes`)."""
+        """GPUs one job of this stage uses (`gpu` may name a params key, e.g. `update.processes`);
+        none when the model runs on the CPU (`model.device: cpu`)."""
+        if on_cpu(params):
+            return 0
         return int(param_value(params, self.gpu)) if isinstance(self.gpu, str) else self.gpu
 
     def thread_count(self, params) -> int:
         """CPU threads one job of this stage keeps busy (before Snakemake caps them at --cores)."""
         if self.threads:
             return int(param_value(params, self.threads))
-        return GPU_THREADS if self.gpu else 1
+        if self.gpu:
+            return CPU_MODEL_THREADS if on_cpu(params) else GPU_THREADS
+        return 1
 
     def command(self, paths: dict[str, str | list[str]], wildcards: dict[str, str], log: str) -> str:
         """The stage's shell command, the same string in both engines: `paths` maps every input and
@@ -258,6 +269,12 @@ def gen_label(gen: int) -> str:
 def prev_dir(gen: int) -> str:
     """Where generation `gen` starts, inside its arm's folder."""
     return "init" if gen == 0 else f"gen{gen_label(gen - 1)}/checkpoint"
+
+
+def on_cpu(params) -> bool:
+    """Whether the model stages run on the CPU by configuration (`model.device: cpu`); `auto`
+    claims a GPU, since where a job lands (a cluster node) is not known when the DAG is built."""
+    return params.model.device == "cpu"
 
 
 def param_value(params, key: str):
