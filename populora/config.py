@@ -44,7 +44,7 @@ class ModelSection(_Section):
         description="'smollm2' for the embedded SmolLM2-135M-Instruct, or any HF model id or local folder.",
     )
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights dtype; float32 on CPU.")
-    device: str = Field("auto", description="'auto' (cuda when present), 'cpu' or 'cuda'. With 'cpu' the model "
+    device: str = Field("cpu", description="'cpu', 'auto' (cuda when present) or 'cuda'. With 'cpu' the model "
                         "stages claim no GPU and take one thread each, so Snakemake runs them side by side.")
 
 
