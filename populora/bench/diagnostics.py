@@ -118,6 +118,12 @@ def answer_flags(samples: list[dict]) -> dict[str, list[str]]:
     return {flag: sorted(ids) for flag, ids in held.items()}
 
 
+def copied_ids(flags: dict[str, list[str]]) -> set[str]:
+    """The ids of `answer_flags` whose answer copies the input or one argument (each once): the
+    one rule for "a copy" that the training counts and the study's copies-wrong scores share."""
+    return set(flags.get("copies_input", ())) | set(flags.get("copies_argument", ()))
+
+
 def answer_diagnostics(samples: list[dict]) -> dict[str, float]:
     """The counts of the module docstring over one model's graded CRUXEval samples."""
     flags = answer_flags(samples)
@@ -167,7 +173,7 @@ def _with_copy_totals(samples: list[dict]) -> dict:
     """`answer_diagnostics` plus `copies` (answers that copy the input or an argument, each once)
     and `copies_correct` (those of them graded right: copying the reward paid for)."""
     flags = answer_flags(samples)
-    copied = set(flags["copies_input"]) | set(flags["copies_argument"])
+    copied = copied_ids(flags)
     return {**answer_diagnostics(samples), "copies": len(copied), "copies_correct": len(copied & set(flags["correct"]))}
 
 

@@ -42,7 +42,7 @@ from statistics import mean, stdev
 import numpy as np
 import yaml
 
-from populora.bench.diagnostics import TRAINING_TYPES
+from populora.bench.diagnostics import TRAINING_TYPES, copied_ids
 from populora.core.refs import arm_refs
 from populora.report.study import t_interval
 
@@ -110,7 +110,7 @@ def training_copy_rows(runs: list[dict]) -> list[dict]:
 
 def without_copies(per_problem: dict[str, int], flags: dict[str, list[str]]) -> dict[str, int]:
     """The verdicts with every answer that copies the input or one argument counted wrong."""
-    copied = set(flags.get("copies_input", ())) | set(flags.get("copies_argument", ()))
+    copied = copied_ids(flags)
     return {task: int(bool(verdict) and task not in copied) for task, verdict in per_problem.items()}
 
 
