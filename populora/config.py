@@ -132,6 +132,11 @@ class ProposeSection(SamplingSection):
         True, description="A code_o/code_i proposal whose normalised program is already in the buffer is invalid "
         "(reason `duplicate`): copying a reference earns a teacher nothing."
     )
+    reject_copyable: bool = Field(
+        False, description="A code_o/code_i task whose output equals an argument of its input (a disguised "
+        "identity: a student solves it by echoing what it is shown) is invalid (reason `copyable`), and the "
+        "identity seed stays out of the buffer. AZR keeps them (false)."
+    )
 
 
     @field_validator("types")
@@ -426,6 +431,12 @@ class Params(_Section):
                     f"evolve.replace = {self.evolve.replace} would replace every member of a sub-population of "
                     f"{smallest}; set evolve.replace below min(population.teachers, population.students)"
                 )
+        copied_types = {"code_o", "code_i"} & set(self.propose.types)
+        if self.propose.reject_copyable and self.buffer.seeds == "identity" and copied_types:
+            raise ValueError(
+                "propose.reject_copyable leaves the identity seed, the only one of buffer.seeds: identity, out of the "
+                f"buffer, so {sorted(copied_types)} would start with no task; set buffer.seeds: builtin"
+            )
         return self
 
 

@@ -17,7 +17,7 @@ from populora.lm.adapters import create_adapters
 from populora.lm.model import load_base, lora_config
 from populora.population import ratings as rating_lib
 from populora.population.evolution import founder_events, member_id
-from populora.selfplay.tasks import buffer_entry, program_keys, seed_proposals
+from populora.selfplay.tasks import buffer_entry, is_copyable, program_keys, seed_proposals
 from populora.verifier import IsolationError, verify_rows
 from stages._common import derive_seed, setup, stage_parser, timed
 
@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         log.error("seed tasks failed verification: %s", bad)
         return 1
+    if params.propose.reject_copyable:  # the identity seed would pay students for echoing
+        seeds = [row for row in seeds if not is_copyable(row)]
     write_rows(tmp / BUFFER, [buffer_entry(row) for row in seeds], BufferEntry)
 
     _, model = load_base(args.base_model, dtype=params.model.dtype, device="cpu")

@@ -9,7 +9,9 @@ One output row per input line, in order; a line that is not a JSON object become
 "valid": false, "reason": "malformed_row"}. The sandbox is configured by the `verify` section of
 --params (without it: that section's defaults, which are params.yaml's); --timeout (CPU seconds per
 program; the wall-clock backstop is verify.wall_timeout_s), --memory-mb, --max-output-chars and
---workers override single keys of it. The DAG also passes --arm/--gen/--log.
+--workers override single keys of it. The DAG also passes --arm/--gen/--log. With
+`propose.reject_copyable` (or --reject-copyable) a valid code_o/code_i task whose output equals an
+argument of its input becomes invalid with reason `copyable` (populora.selfplay.tasks.mark_copyable).
 
 Isolation: the log names every sandbox layer, whether it is on, how the sandbox got them (as root,
 in a user namespace, or neither) and which are required. With a layer of verify.required_layers off,
@@ -31,7 +33,7 @@ from collections import Counter
 
 from populora.config import load_params
 from populora.core.io import write_json, write_jsonl
-from populora.selfplay.tasks import CODE_F_INPUTS
+from populora.selfplay.tasks import CODE_F_INPUTS, mark_copyable
 from populora.verifier import isolation_report, verify_rows
 from stages._sandbox import REFUSED, add_common_args, progress_bar, read_rows, setup, start_sandbox
 
@@ -44,6 +46,14 @@ def code_f_inputs_of(args: argparse.Namespace) -> int:
     return load_params(args.params).propose.code_f_inputs if args.params else CODE_F_INPUTS
 
 
+def reject_copyable_of(args: argparse.Namespace) -> bool:
+    """Whether copyable code_o/code_i tasks become invalid: --reject-copyable, else params'
+    `propose.reject_copyable`, else no (AZR)."""
+    if args.reject_copyable:
+        return True
+    return load_params(args.params).propose.reject_copyable if args.params else False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--proposals", required=True, help="input JSONL of proposals")
@@ -51,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
                         help='also write {"layers": {...}, "required": [...], "mode": ...} here')
     parser.add_argument("--code-f-inputs", type=int, default=None,
                         help="inputs a code_f row must carry (default: params' propose.code_f_inputs, else 10)")
+    parser.add_argument("--reject-copyable", action="store_true",
+                        help="mark code_o/code_i tasks whose output is an argument of the input invalid "
+                             "(reason copyable; default: params' propose.reject_copyable)")
     add_common_args(parser)
     args = parser.parse_args(argv)
     config, log = setup(args, "verify")
@@ -65,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         bar, update = progress_bar(len(rows), "verify")
         with bar:
             out = verify_rows(rows, config, sandbox=box, progress=update, code_f_inputs=code_f_inputs_of(args))
+        if reject_copyable_of(args):
+            out = mark_copyable(out)
         elapsed = time.perf_counter() - start
     write_jsonl(args.out, out)
     valid = sum(row["valid"] for row in out)

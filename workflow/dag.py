@@ -138,7 +138,8 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "init", "stages.init", "arm",
         inputs={"base_model": BASE_MODEL}, outputs={"checkpoint": INIT_DIR}, directories=("checkpoint",),
-        params=("base.seed", "model.dtype", "lora", "population", "ratings", "verify", "buffer.seeds", "propose.code_f_inputs"),
+        params=("base.seed", "model.dtype", "lora", "population", "ratings", "verify", "buffer.seeds", "propose.code_f_inputs",
+                "propose.reject_copyable"),
         threads="verify.workers",  # verifies the seed tasks in the sandbox
     ),
     Stage(
@@ -156,7 +157,7 @@ STAGES: tuple[Stage, ...] = (
         "verify", "stages.verify", "gen",
         inputs={"proposals": f"{GEN_DIR}/proposals.jsonl"},
         outputs={"out": f"{GEN_DIR}/tasks.jsonl", "isolation": f"{GEN_DIR}/isolation.json"},
-        params=("verify", "propose.code_f_inputs"), threads="verify.workers",
+        params=("verify", "propose.code_f_inputs", "propose.reject_copyable"), threads="verify.workers",
     ),
     Stage(
         "solve", "stages.solve", "gen",

@@ -91,11 +91,18 @@ def copies(sample: dict) -> tuple[bool, bool]:
     return _squash(answer) == _squash(shown), any(_same(arg, output) for arg in argument_values(answer))
 
 
+def output_is_an_argument(arguments: str | None, output: str | None) -> bool:
+    """Whether the value of `output` (a repr) equals one argument of `arguments` (an argument
+    list's source): a solver shown one of them can answer with it verbatim. The rule behind
+    `copy_solves` (CRUXEval-O) and behind `propose.reject_copyable` (self-play tasks)."""
+    value = _literal(output)
+    return any(_same(value, arg) for arg in argument_values(arguments))
+
+
 def copy_solves(sample: dict) -> bool:
     """Whether copying what the prompt shows would be correct on this problem."""
     if sample["type"] == "code_o":
-        gold = _literal(sample["gold_output"])
-        return any(_same(gold, arg) for arg in argument_values(sample["input"]))
+        return output_is_an_argument(sample["input"], sample["gold_output"])
     output = _literal(sample["gold_output"])
     given = argument_values(sample["input"])
     return len(given) == 1 and _same(given[0], output)

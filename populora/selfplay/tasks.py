@@ -9,6 +9,11 @@ Seeds: AZR starts from the identity program only and then lets a 7B model write 
 triplets. A 135M model cannot, so by default a handful of simple hand-written programs join
 the identity seed (`seeds: builtin`); `seeds: identity` is AZR's single seed. Their outputs are
 computed by the verifier in the `init` stage, never written by hand.
+
+Copyable tasks: a code_o/code_i task whose output equals one of its input's arguments (the
+identity seed; a disguised identity such as `str(x).encode().decode()` on a string) pays a
+student for echoing what the task shows. AZR keeps them; with `propose.reject_copyable` the
+verify stage marks them invalid (reason `copyable`) and init leaves such seeds out of the buffer.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import random
 from collections.abc import Iterable
 from functools import lru_cache
 
+from populora.bench.diagnostics import output_is_an_argument
 from populora.selfplay.program_metrics import normalized_ast_hash
 
 # The code_f shape, defined once: a code_f task carries `propose.code_f_inputs` inputs (AZR: 10),
@@ -152,5 +158,28 @@ def mark_duplicates(proposals: list[dict], buffer: list[dict]) -> list[dict]:
     for row in proposals:
         if row["type"] != "code_f" and row.get("parse_reason") is None and program_key(row.get("program")) in known:
             row = {**row, "parse_reason": "duplicate"}
+        out.append(row)
+    return out
+
+
+COPYABLE_TYPES = ("code_o", "code_i")  # a code_f answer is a program: nothing shown to echo
+
+
+def is_copyable(task: dict) -> bool:
+    """Whether a verified code_o/code_i task's output equals one argument of its input, so that
+    echoing what the task shows solves it (code_o: the argument; code_i: the output back)."""
+    if task.get("type") not in COPYABLE_TYPES or not task.get("inputs") or not task.get("outputs"):
+        return False
+    return output_is_an_argument(task["inputs"][0], task["outputs"][0])
+
+
+def mark_copyable(tasks: list[dict]) -> list[dict]:
+    """Verified rows with every valid copyable task made invalid (`reason: copyable`, its outputs
+    kept); a teacher then earns what any invalid proposal earns. Returns new rows."""
+    out = []
+    for row in tasks:
+        if isinstance(row, dict) and row.get("valid") and is_copyable(row):
+            row = {**row, "valid": False, "reason": "copyable",
+                   "reason_detail": f"output {row['outputs'][0][:80]} is an argument of the input"}
         out.append(row)
     return out

@@ -47,6 +47,8 @@ VERIFY_REASONS = {
     "unrepresentable": "a result's repr does not evaluate back to an equal value a solver could write",
     "nondeterministic": "two separate executions gave different values",
     "sandbox_error": "the sandbox failed; not the program's fault",
+    "copyable": "code_o/code_i output equals an argument of the input (only with propose.reject_copyable; "
+                "populora.selfplay.tasks.mark_copyable)",
 }
 
 Outcome = tuple[str | None, str | None, list[str]]  # (reason, detail, outputs)
