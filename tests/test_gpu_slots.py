@@ -196,7 +196,7 @@ def test_gpu_rules_take_a_few_threads_not_every_core(device, tmp_path):
     assert {s.name for s in STAGES if s.threads == "verify.workers"} == {"init", "verify", "grade"}  # the sandbox
 
 
-def test_model_stages_on_the_cpu_claim_no_gpu_and_one_thread():
+def test_model_stages_on_the_cpu_claim_no_gpu_and_one_thread_per_process():
     from populora.config import load_params
 
     params = load_params(REPO / "params.yaml")
@@ -207,6 +207,11 @@ def test_model_stages_on_the_cpu_claim_no_gpu_and_one_thread():
         other = params.model_copy(update={"model": params.model.model_copy(update={"device": device})})
         assert all(s.gpus(other) >= 1 and s.thread_count(other) == GPU_THREADS for s in model_stages), device
     assert all(s.gpus(params) == 0 for s in STAGES if not s.gpu)
+    # update.processes on the CPU: no GPU claimed, but one thread per process (2 processes, 2 threads)
+    two = params.model_copy(update={"update": params.update.model_copy(update={"processes": 2})})
+    update = next(s for s in STAGES if s.name == "update")
+    assert update.gpus(two) == 0 and update.thread_count(two) == 2 * CPU_MODEL_THREADS
+    assert all(s.thread_count(two) == CPU_MODEL_THREADS for s in model_stages if s.name != "update")
 
 
 def _resolved(*args: str) -> dict:

@@ -110,7 +110,11 @@ class Stage:
         if self.threads:
             return int(param_value(params, self.threads))
         if self.gpu:
-            return CPU_MODEL_THREADS if on_cpu(params) else GPU_THREADS
+            if not on_cpu(params):
+                return GPU_THREADS
+            # on the CPU a job of N processes (`update.processes`) keeps N threads busy, one each
+            processes = int(param_value(params, self.gpu)) if isinstance(self.gpu, str) else 1
+            return CPU_MODEL_THREADS * processes
         return 1
 
     def command(self, paths: dict[str, str | list[str]], wildcards: dict[str, str], log: str) -> str:
