@@ -127,6 +127,68 @@ def suppress_mask(rows: int, vocab: int, ids: list[int] | None, device) -> torch
     return mask
 
 
+class CarriedCache:
+    """One batch's KV cache carried from one plan step to the next, so that a step feeds only what
+    the plan added since the last (the kept sampled tokens and the next prefill) instead of the
+    whole context again: a code_f proposal is 11 steps over a ~440-token prompt.
+
+    Row i's context token j sits in cache slot `slots[i][j]` and has position id j, as a fresh
+    prefill would give it; every other slot (left padding, the pads fed to rows that stopped,
+    sampled tokens a later step does not see: `forget`) is masked out, so each row attends to
+    exactly its context, tokens in order."""
+
+    def __init__(self, model, rows: int):
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache(config=model.config)
+        self.slots: list[list[int]] = [[] for _ in range(rows)]
+        self.attention = torch.zeros((rows, 0), dtype=torch.long)
+
+    @property
+    def width(self) -> int:
+        return self.attention.shape[1]
+
+    def forget(self, row: int, length: int) -> None:
+        """Row `row`'s context goes on after its first `length` tokens: later cached ones are masked."""
+        dropped = self.slots[row][length:]
+        del self.slots[row][length:]
+        if dropped:
+            self.attention[row, dropped] = 0
+
+    def feed(self, contexts: list[list[int]], skip: list[bool], pad: int, device):
+        """(input ids, attention mask, position ids) feeding each row the part of its context the
+        cache does not hold yet, left-padded; the cache then holds every context whole."""
+        for row, context in enumerate(contexts):
+            if len(self.slots[row]) > len(context):
+                raise AssertionError(f"row {row}: the cache holds more than its context")
+            if not skip[row] and len(self.slots[row]) == len(context):
+                self.forget(row, len(context) - 1)  # feed the last token again: its logits start the step
+        chunks = [context[len(slots):] for context, slots in zip(contexts, self.slots)]
+        width = max(len(chunk) for chunk in chunks)
+        ids = torch.full((len(chunks), width), pad, dtype=torch.long)
+        fed = torch.zeros((len(chunks), width), dtype=torch.long)
+        positions = torch.zeros((len(chunks), width), dtype=torch.long)
+        for row, chunk in enumerate(chunks):
+            start, first = width - len(chunk), len(self.slots[row])
+            if chunk:
+                ids[row, start:] = torch.tensor(chunk)
+                fed[row, start:] = 1
+                positions[row, start:] = torch.arange(first, first + len(chunk))
+            positions[row, :start] = max(first - 1, 0)  # padding: masked out, any position will do
+            self.slots[row].extend(range(self.width + start, self.width + width))
+        self.attention = torch.cat([self.attention.to(device), fed.to(device)], dim=1)
+        return ids.to(device), self.attention, positions.to(device)
+
+    def append(self, stopped: list[bool], device) -> torch.Tensor:
+        """One decode step fed a token per row: it joins the context of the rows still sampling."""
+        for row, done in enumerate(stopped):
+            if not done:
+                self.slots[row].append(self.width)
+        column = torch.tensor([[0 if done else 1] for done in stopped], dtype=torch.long, device=device)
+        self.attention = torch.cat([self.attention.to(device), column], dim=1)
+        return self.attention
+
+
 @dataclass
 class Sampled:
     ids: list[int]
@@ -142,32 +204,42 @@ def _stop_window(stops: tuple[str, ...]) -> int:
 def sample_batch(model, tokenizer, contexts: list[list[int]], *, budget: int, stops: tuple[str, ...],
                  suppress_first: list[int] | None, temperature: float, top_p: float,
                  generator: torch.Generator, adapters: list[str | None] | None = None,
-                 static_cache: bool = False) -> list[Sampled]:
+                 static_cache: bool = False, carried: CarriedCache | None = None,
+                 skip: list[bool] | None = None) -> list[Sampled]:
     """Sample continuations of `contexts` (token ids) in one batch with a KV cache.
 
     A row ends after the token that completes one of `stops` in its generated text, after EOS, or
     after `budget` tokens. Returns the sampled ids (the final token included) and the sampler's
     log-probability of each, computed by `process_logits`. `static_cache` preallocates the KV cache
-    for context + budget (fixed shapes, what a compiled decode step on a GPU needs).
+    for context + budget (fixed shapes, what a compiled decode step on a GPU needs). `carried`
+    (a `CarriedCache` of these rows) holds what an earlier call fed: only the rest of each context
+    is fed now, and what this call feeds stays in it. Rows marked in `skip` sample nothing (an
+    empty result): they keep their place in a carried batch.
     """
     from transformers import DynamicCache, StaticCache
 
+    if carried is not None and static_cache:
+        raise ValueError("a carried cache is dynamic: static_cache applies to a fresh one only")
     device = next(model.parameters()).device
-    n, width = len(contexts), max(len(c) for c in contexts)
-    pad = tokenizer.pad_token_id
-    ids = torch.full((n, width), pad, dtype=torch.long)
-    attention = torch.zeros((n, width), dtype=torch.long)
-    for row, context in enumerate(contexts):
-        ids[row, width - len(context):] = torch.tensor(context)
-        attention[row, width - len(context):] = 1
-    ids, attention = ids.to(device), attention.to(device)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    n, pad = len(contexts), tokenizer.pad_token_id
+    done = list(skip) if skip else [False] * n
+    if carried is None:
+        width = max(len(c) for c in contexts)
+        ids = torch.full((n, width), pad, dtype=torch.long)
+        attention = torch.zeros((n, width), dtype=torch.long)
+        for row, context in enumerate(contexts):
+            ids[row, width - len(context):] = torch.tensor(context)
+            attention[row, width - len(context):] = 1
+        ids, attention = ids.to(device), attention.to(device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        cache = StaticCache(config=model.config, max_cache_len=width + budget) if static_cache \
+            else DynamicCache(config=model.config)
+    else:
+        ids, attention, positions = carried.feed(contexts, done, pad, device)
+        cache = carried.cache
     eos = set(_eos_ids(model, tokenizer))
     window = _stop_window(stops)
     rows = [Sampled([], [], False) for _ in contexts]
-    done = [False] * n
-    cache = StaticCache(config=model.config, max_cache_len=width + budget) if static_cache \
-        else DynamicCache(config=model.config)
     adapters = adapters or [None] * n
     selection = model.select(adapters) if isinstance(model, MultiLoraModel) else _no_adapters(adapters)
     with selection:
@@ -196,8 +268,13 @@ def sample_batch(model, tokenizer, contexts: list[list[int]], *, budget: int, st
                     done[row] = any(stop in tail for stop in stops)
             if all(done) or step == budget - 1:
                 break
-            token = torch.where(torch.tensor(done, device=device), torch.full_like(token, pad), token)
-            attention = torch.cat([attention, torch.ones((n, 1), dtype=attention.dtype, device=device)], dim=1)
+            stopped = torch.tensor(done, device=device)
+            token = torch.where(stopped, torch.full_like(token, pad), token)
+            # a row that stopped is fed a pad it never attends to (its context ends where it stopped)
+            if carried is None:
+                attention = torch.cat([attention, (~stopped).long().unsqueeze(-1)], dim=1)
+            else:
+                attention = carried.append(done, device)
             positions = positions[:, -1:] + 1
             out = model(input_ids=token.unsqueeze(-1), attention_mask=attention, position_ids=positions,
                         past_key_values=cache, use_cache=True)
@@ -248,83 +325,125 @@ def run_plans(
     batch_size: int,
     seed: int,
     desc: str = "generate",
+    carry_cache: bool = True,
 ) -> list[GenResult]:
     """Execute every row's plan; returns one GenResult per row, in order.
 
     `model` is a transformers model (a `MultiLoraModel` when rows name adapters: the `hf` engine) or
     an engine with `sample_contexts` (`populora.lm.vllm_engine.VllmEngine`), which schedules its own
     batches: every row of a plan step then goes in at once (rows still grouped by budget and stops).
+    With a transformers model, rows of the same plan shape (each step's budget and stops) and
+    similar prompt length form a batch once and run all their steps together; with `carry_cache`
+    the batch's KV cache goes from step to step (`CarriedCache`), else each step prefills the whole
+    context again (the same batches and random draws: the results agree up to float rounding).
     """
     engine = model if hasattr(model, "sample_contexts") else None
     device = None if engine else next(model.parameters()).device
-    batch_size = (len(rows) or 1) if engine else batch_size
-    results = []
-    # Per row: the token ids fed so far, the text they encode, and the text the plan has written
-    # (segment texts). The ids text is always a prefix of the plan text.
-    contexts, ids_texts, texts = [], [], []
-    for row in rows:
-        prompt_ids = _encode(tokenizer, row.plan.prompt)
-        results.append(GenResult(segments=[{"text": row.plan.prompt, "train": False, "ids": prompt_ids}]))
-        contexts.append(list(prompt_ids))
-        ids_texts.append(row.plan.prompt)
-        texts.append(row.plan.prompt)
-    n_steps = max((len(row.plan.steps) for row in rows), default=0)
+    plans = _PlanState(tokenizer, rows)
     progress = tqdm(total=sum(len(row.plan.steps) for row in rows), desc=desc, unit="step", leave=False)
-    for step_index in range(n_steps):
-        active = [i for i, row in enumerate(rows) if len(row.plan.steps) > step_index and not results[i].truncated]
-        # Same token budget and similar lengths together: less padding and fewer wasted decode steps.
-        # Rows share a batch only when they share stop strings too (a row must not see another's stops).
-        def batch_key(i: int, step_index: int = step_index) -> tuple:
-            step = rows[i].plan.steps[step_index]
-            return step.max_tokens or max_new_tokens, step.stops, step.non_empty
 
-        active.sort(key=lambda i: (*batch_key(i), len(contexts[i])))
-        for start, batch in _batches(active, batch_size, key=batch_key):
-            steps = [rows[i].plan.steps[step_index] for i in batch]
-            for i, step in zip(batch, steps):
-                wanted = texts[i] + step.prefill
-                if not wanted.startswith(ids_texts[i]):
-                    raise AssertionError(f"context drifted from the plan text in row {i}")
-                prefill_ids = _encode(tokenizer, wanted[len(ids_texts[i]):])
-                results[i].segments.append({"text": step.prefill, "train": False, "ids": prefill_ids})
-                contexts[i].extend(prefill_ids)
-                ids_texts[i] = texts[i] = wanted
-            suppress = block_enders(tokenizer) if steps[0].non_empty else None
-            batch_seed = seed * 1_000_003 + step_index * 7919 + start
-            budget = max(step.max_tokens or max_new_tokens for step in steps)
-            sampling = {"budget": budget, "stops": steps[0].stops, "suppress_first": suppress,
-                        "temperature": temperature, "top_p": top_p, "adapters": [rows[i].adapter for i in batch]}
-            if engine:
-                sampled = engine.sample_contexts([contexts[i] for i in batch], seed=batch_seed, **sampling)
-            else:
-                generator = torch.Generator(device=device).manual_seed(batch_seed)
-                sampled = sample_batch(model, tokenizer, [contexts[i] for i in batch], generator=generator, **sampling)
-            for i, step, sample in zip(batch, steps, sampled):
-                text = tokenizer.decode(sample.ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-                full = tokenizer.decode(sample.ids, clean_up_tokenization_spaces=False)
-                piece, missed_stop = _cut(text, step.stops)
-                later = rows[i].plan.steps[step_index + 1 :]
-                following = later[0].prefill if later else None
-                # Later steps see every sampled token when the plan's text goes on with them (the
-                # next prefill repeats the stop, e.g. a closing fence), else the piece's tokens only.
-                keep = len(sample.ids) if following is None or (piece + following).startswith(full) \
-                    else _kept(tokenizer, sample.ids, piece)
-                kept_text = full if keep == len(sample.ids) else tokenizer.decode(sample.ids[:keep],
-                                                                                  clean_up_tokenization_spaces=False)
-                result = results[i]
-                result.tokens_generated += len(sample.ids)
-                result.segments.append({
-                    "text": piece, "train": True, "ids": sample.ids, "keep": keep,
-                    "logprobs": [round(x, 6) for x in sample.logprobs],
-                    "sampling": {"temperature": temperature, "top_p": top_p, "suppress_first": suppress},
-                })
-                contexts[i].extend(sample.ids[:keep])
-                ids_texts[i] += kept_text
-                texts[i] += piece
-                if not step.stops:
-                    result.truncated = not sample.hit_eos and len(sample.ids) >= budget
-                elif missed_stop and step.must_stop:
-                    result.truncated = True
-            progress.update(len(batch))
+    def step_key(i: int, step_index: int) -> tuple:
+        step = rows[i].plan.steps[step_index]
+        return step.max_tokens or max_new_tokens, step.stops, step.non_empty
+
+    def run_step(batch: list[int], step_index: int, start: int, carried: CarriedCache | None = None) -> None:
+        skip = [not plans.active(i, step_index) for i in batch]
+        if all(skip):
+            return
+        steps = [rows[i].plan.steps[step_index] for i, skipped in zip(batch, skip) if not skipped]
+        for i, skipped in zip(batch, skip):
+            if not skipped:
+                plans.add_prefill(i, rows[i].plan.steps[step_index])
+        budget = max(step.max_tokens or max_new_tokens for step in steps)
+        sampling = {"budget": budget, "stops": steps[0].stops, "temperature": temperature, "top_p": top_p,
+                    "suppress_first": block_enders(tokenizer) if steps[0].non_empty else None,
+                    "adapters": [rows[i].adapter for i in batch]}
+        batch_seed = seed * 1_000_003 + step_index * 7919 + start
+        contexts = [plans.contexts[i] for i in batch]
+        if engine:
+            sampled = engine.sample_contexts(contexts, seed=batch_seed, **sampling)
+        else:
+            generator = torch.Generator(device=device).manual_seed(batch_seed)
+            sampled = sample_batch(model, tokenizer, contexts, generator=generator, carried=carried, skip=skip,
+                                   **sampling)
+        for position, (i, skipped, sample) in enumerate(zip(batch, skip, sampled)):
+            if skipped:
+                continue
+            plans.record(i, step_index, sample, budget=budget, sampling=sampling)
+            if carried is not None:
+                carried.forget(position, len(plans.contexts[i]))
+        progress.update(len(steps))
+
+    if engine:  # the engine batches as it likes: one call per plan step and step kind
+        for step_index in range(max((len(row.plan.steps) for row in rows), default=0)):
+            active = [i for i in range(len(rows)) if plans.active(i, step_index)]
+            active.sort(key=lambda i: (*step_key(i, step_index), len(plans.contexts[i])))
+            for start, batch in _batches(active, len(active) or 1, key=lambda i: step_key(i, step_index)):
+                run_step(batch, step_index, start)
+    else:
+        def shape(i: int) -> tuple:
+            return tuple(step_key(i, k) for k in range(len(rows[i].plan.steps)))
+
+        order = sorted(range(len(rows)), key=lambda i: (shape(i), len(plans.contexts[i])))
+        for start, batch in _batches(order, batch_size, key=shape):
+            carried = CarriedCache(model, len(batch)) if carry_cache else None
+            for step_index in range(len(rows[batch[0]].plan.steps)):
+                run_step(batch, step_index, start, carried)
     progress.close()
-    return results
+    return plans.results
+
+
+class _PlanState:
+    """Per row: the token ids fed so far (`contexts`), the text they encode and the text the plan
+    has written (segment texts); the ids text is always a prefix of the plan text."""
+
+    def __init__(self, tokenizer, rows: list[GenRow]):
+        self.tokenizer, self.rows = tokenizer, rows
+        self.results, self.contexts, self.ids_texts, self.texts = [], [], [], []
+        for row in rows:
+            prompt_ids = _encode(tokenizer, row.plan.prompt)
+            self.results.append(GenResult(segments=[{"text": row.plan.prompt, "train": False, "ids": prompt_ids}]))
+            self.contexts.append(list(prompt_ids))
+            self.ids_texts.append(row.plan.prompt)
+            self.texts.append(row.plan.prompt)
+
+    def active(self, i: int, step_index: int) -> bool:
+        return len(self.rows[i].plan.steps) > step_index and not self.results[i].truncated
+
+    def add_prefill(self, i: int, step) -> None:
+        wanted = self.texts[i] + step.prefill
+        if not wanted.startswith(self.ids_texts[i]):
+            raise AssertionError(f"context drifted from the plan text in row {i}")
+        prefill_ids = _encode(self.tokenizer, wanted[len(self.ids_texts[i]):])
+        self.results[i].segments.append({"text": step.prefill, "train": False, "ids": prefill_ids})
+        self.contexts[i].extend(prefill_ids)
+        self.ids_texts[i] = self.texts[i] = wanted
+
+    def record(self, i: int, step_index: int, sample: Sampled, *, budget: int, sampling: dict) -> None:
+        tokenizer, step = self.tokenizer, self.rows[i].plan.steps[step_index]
+        text = tokenizer.decode(sample.ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        full = tokenizer.decode(sample.ids, clean_up_tokenization_spaces=False)
+        piece, missed_stop = _cut(text, step.stops)
+        later = self.rows[i].plan.steps[step_index + 1:]
+        following = later[0].prefill if later else None
+        # Later steps see every sampled token when the plan's text goes on with them (the next
+        # prefill repeats the stop, e.g. a closing fence), else the piece's tokens only.
+        keep = len(sample.ids) if following is None or (piece + following).startswith(full) \
+            else _kept(tokenizer, sample.ids, piece)
+        kept_text = full if keep == len(sample.ids) else tokenizer.decode(sample.ids[:keep],
+                                                                          clean_up_tokenization_spaces=False)
+        result = self.results[i]
+        result.tokens_generated += len(sample.ids)
+        result.segments.append({
+            "text": piece, "train": True, "ids": sample.ids, "keep": keep,
+            "logprobs": [round(x, 6) for x in sample.logprobs],
+            "sampling": {"temperature": sampling["temperature"], "top_p": sampling["top_p"],
+                         "suppress_first": sampling["suppress_first"]},
+        })
+        self.contexts[i].extend(sample.ids[:keep])
+        self.ids_texts[i] += kept_text
+        self.texts[i] += piece
+        if not step.stops:
+            result.truncated = not sample.hit_eos and len(sample.ids) >= budget
+        elif missed_stop and step.must_stop:
+            result.truncated = True
