@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from populora.bench.diagnostics import copy_solves, output_is_an_argument
+from populora.bench.diagnostics import copy_solves
 from populora.config import ParamsError, load_params
+from populora.core.literals import output_is_an_argument
 from populora.core.state import BUFFER
 from populora.selfplay.tasks import IDENTITY_PROGRAM, is_copyable, mark_copyable
 

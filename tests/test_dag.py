@@ -110,8 +110,9 @@ def test_stages_spell_no_paths():
         assert "results/" not in code, f"{path.name} hard-codes a results path"
 
 
-# The verifier contract allows extra options with defaults: sandbox overrides of params' `verify`.
-OPTIONAL_FLAGS = {"verify": {"--timeout", "--memory-mb", "--max-output-chars", "--workers", "--code-f-inputs"},
+# The verifier contract allows extra options with defaults: overrides of params (`verify`, two `propose` keys).
+OPTIONAL_FLAGS = {"verify": {"--timeout", "--memory-mb", "--max-output-chars", "--workers", "--code-f-inputs",
+                             "--reject-copyable"},
                   "grade": {"--timeout", "--memory-mb", "--max-output-chars", "--workers"},
                   "bench_base": {"--arm", "--models"}}  # the same stage module benchmarks an arm's members
 

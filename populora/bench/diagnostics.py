@@ -32,45 +32,12 @@ with its copied answers left out (`populora.report.study_runs`).
 
 from __future__ import annotations
 
-import ast
 import json
 import sys
 from pathlib import Path
 from statistics import mean
 
-_MISSING = object()
-
-
-def _literal(source: str | None):
-    try:
-        return ast.literal_eval(source.strip()) if source is not None else _MISSING
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return _MISSING
-
-
-def argument_values(arguments: str | None) -> list:
-    """The literal values of an argument list's source (`"'a', [1, 2]"` -> `['a', [1, 2]]`);
-    arguments that are not literals are left out."""
-    if arguments is None:
-        return []
-    try:
-        call = ast.parse(f"f({arguments})", mode="eval").body
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return []
-    values = []
-    for node in [*call.args, *(k.value for k in call.keywords)]:
-        try:
-            values.append(ast.literal_eval(node))
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            continue
-    return values
-
-
-def _same(a, b) -> bool:
-    try:
-        return a is not _MISSING and b is not _MISSING and type(a) is type(b) and a == b
-    except Exception:  # noqa: BLE001 - comparing arbitrary literals must not crash a report
-        return False
+from populora.core.literals import argument_values, literal_value, output_is_an_argument, same_value
 
 
 def _squash(text: str | None) -> str | None:
@@ -84,28 +51,20 @@ def copies(sample: dict) -> tuple[bool, bool]:
         return False, False
     if sample["type"] == "code_o":
         shown = sample["input"]
-        value = _literal(answer)
-        return _squash(answer) == _squash(shown), any(_same(value, arg) for arg in argument_values(shown))
+        value = literal_value(answer)
+        return _squash(answer) == _squash(shown), any(same_value(value, arg) for arg in argument_values(shown))
     shown = sample["gold_output"]
-    output = _literal(shown)
-    return _squash(answer) == _squash(shown), any(_same(arg, output) for arg in argument_values(answer))
-
-
-def output_is_an_argument(arguments: str | None, output: str | None) -> bool:
-    """Whether the value of `output` (a repr) equals one argument of `arguments` (an argument
-    list's source): a solver shown one of them can answer with it verbatim. The rule behind
-    `copy_solves` (CRUXEval-O) and behind `propose.reject_copyable` (self-play tasks)."""
-    value = _literal(output)
-    return any(_same(value, arg) for arg in argument_values(arguments))
+    output = literal_value(shown)
+    return _squash(answer) == _squash(shown), any(same_value(arg, output) for arg in argument_values(answer))
 
 
 def copy_solves(sample: dict) -> bool:
     """Whether copying what the prompt shows would be correct on this problem."""
     if sample["type"] == "code_o":
         return output_is_an_argument(sample["input"], sample["gold_output"])
-    output = _literal(sample["gold_output"])
+    output = literal_value(sample["gold_output"])
     given = argument_values(sample["input"])
-    return len(given) == 1 and _same(given[0], output)
+    return len(given) == 1 and same_value(given[0], output)
 
 
 FLAGS = ("correct", "truncated", "no_answer", "copies_input", "copies_argument")

@@ -22,7 +22,7 @@ import random
 from collections.abc import Iterable
 from functools import lru_cache
 
-from populora.bench.diagnostics import output_is_an_argument
+from populora.core.literals import output_is_an_argument
 from populora.selfplay.program_metrics import normalized_ast_hash
 
 # The code_f shape, defined once: a code_f task carries `propose.code_f_inputs` inputs (AZR: 10),
