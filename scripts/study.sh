@@ -15,15 +15,19 @@
 #   1t1s            one teacher + one student: roles separated, no population, no evolution
 #   2t2s            the population: 2 teachers + 2 students, evolution on
 #   2t2s-noevo      the population with evolve.replace=0
-#   <control>-null  any of them with update.shuffle_advantages=true (same data, no learning signal)
+#   <control>-nocopy  any of them with propose.reject_copyable=true (no task a student solves by echoing
+#                   what it is shown, no identity seed; needs a study at a commit that has the key: STUDY_SOURCE)
+#   <control>-null  any of them with update.shuffle_advantages=true (same data, no learning signal);
+#                   both: <control>-nocopy-null
 # A finished run (its folder exists) is skipped; an interrupted one is rerun (DVC skips its finished stages).
 # Every run of a study uses the same code: a new clone checks out the commit the committed runs
 # record as `source_commit` (STUDY_SOURCE=<commit> overrides; with no runs yet: HEAD).
 set -euo pipefail
 
 control_flags() {
-  local control=$1 flags=()
-  case ${control%-null} in
+  local control=$1 flags=() base=${1%-null}
+  base=${base%-nocopy}
+  case $base in
     baseline) flags=(-S 'dag.arms=[baseline]') ;;
     baseline-roles) flags=(-S 'dag.arms=[baseline]' -S ++update.role_steps=per_role) ;;
     1t1s) flags=(-S 'dag.arms=[population]' -S population.teachers=1 -S population.students=1) ;;
@@ -32,6 +36,7 @@ control_flags() {
     *) echo "unknown control $control" >&2; return 2 ;;
   esac
   # `++` sets a key whether or not the params file spells it out (runs pinned to older code do not)
+  [[ ${control%-null} == *-nocopy ]] && flags+=(-S ++propose.reject_copyable=true)
   [[ $control == *-null ]] && flags+=(-S ++update.shuffle_advantages=true)
   printf '%s\n' "${flags[@]}"
 }

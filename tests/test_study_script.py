@@ -31,13 +31,15 @@ def study_params(tmp_path: Path, *, older: bool) -> Path:
     if older:  # keys later code added to params.yaml (the config's defaults stand in for them)
         for key in ("shuffle_advantages", "role_steps"):
             params["update"].pop(key, None)
+        params["propose"].pop("reject_copyable", None)
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return path
 
 
 @pytest.mark.parametrize("older", [False, True], ids=["current", "older-params"])
-@pytest.mark.parametrize("control", [*CONTROLS, *(f"{c}-null" for c in CONTROLS)])
+@pytest.mark.parametrize("control", [*CONTROLS, *(f"{c}-null" for c in CONTROLS), "1t1s-nocopy", "baseline-nocopy",
+                                     "2t2s-nocopy-null"])
 def test_every_control_applies_and_validates(control, older, tmp_path):
     from dvc.utils.hydra import apply_overrides
 
@@ -46,7 +48,8 @@ def test_every_control_applies_and_validates(control, older, tmp_path):
     params = load_params(path)
     assert params.base.seed == 2
     assert params.update.shuffle_advantages is control.endswith("-null")
-    base = control.removesuffix("-null")
+    assert params.propose.reject_copyable is control.removesuffix("-null").endswith("-nocopy")
+    base = control.removesuffix("-null").removesuffix("-nocopy")
     assert list(params.dag.arms) == (["baseline"] if base.startswith("baseline") else ["population"])
     assert params.update.role_steps == ("per_role" if base == "baseline-roles" else "joint")
     if base == "1t1s":
