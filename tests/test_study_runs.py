@@ -80,9 +80,16 @@ def test_table_has_intervals_accounting_and_diagnostics(runs, tmp_path):
     verdicts = {(c["left"], c["right"], c["bench"]): c for c in study["comparisons"]}
     assert verdicts[("2t2s", "baseline", "cruxeval_o")]["verdict"] == "2t2s higher"
     assert verdicts[("2t2s", "1t1s", "cruxeval_o")]["low"] > 0
+    # per run: the base first, then each run's students' mean, accounting and wall, as its files say
+    per_run = {row["run"]: row for row in study["per_run"]}
+    assert study["per_run"][0]["run"] == "base" and per_run["base"]["bench"]["cruxeval_o"]["pass@1"] == pytest.approx(0.1)
+    assert per_run["2t2s-s0"]["bench"]["cruxeval_o"]["pass@1"] == pytest.approx(population["students"]["values"][0])
+    assert per_run["2t2s-s0"]["bench"]["cruxeval_i"]["copies_argument"] == pytest.approx(9 / N)
+    assert per_run["baseline-s2"]["accounting"]["students"]["trained_tokens"] == 3000 and per_run["baseline-s2"]["wall_s"] == 1802
     assert main([str(runs), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "study.md").read_text()
     assert "2t2s - baseline" in text and "Accounting per adapter" in text and (tmp_path / "out" / "study.png").stat().st_size > 0
+    assert "| baseline-s2 | " in text and "| 12 / 3,000 / 40 / 0.5 | 12 / 10 / 4 / 0.1 | 30 |" in text
 
 
 def test_two_level_bootstrap_covers_zero_for_equal_controls_and_is_wider_with_seed_drift():
@@ -136,7 +143,7 @@ def test_copy_free_reading_is_left_out_where_a_run_has_no_answer_flags(runs):
 
 
 def test_points_never_print_a_negative_zero():
-    from populora.report.study_runs import _pts
+    from populora.report.study_tables import _pts
 
     assert (_pts(-1e-9), _pts(0.0), _pts(-0.015), _pts(None), _pts(float("nan"))) == ("0.0", "0.0", "-1.5", "-", "-")
 

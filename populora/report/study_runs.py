@@ -238,117 +238,40 @@ def comparisons(runs: list[dict]) -> list[dict]:
     return out
 
 
-def _pts(value) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    text = f"{100 * value:.1f}"
-    return "0.0" if text == "-0.0" else text  # a tiny negative rounds to zero, not to "-0.0"
-
-
-def _ci(entry: dict) -> str:
-    if entry["low"] is None:
-        return f"{_pts(entry['mean'])} (n={entry['n']})"
-    return f"{_pts(entry['mean'])} [{_pts(entry['low'])}, {_pts(entry['high'])}] (n={entry['n']})"
-
-
-def markdown(study: dict) -> str:
-    lines = ["# CPU study: does the population help?", "",
-             f"{len(study['runs'])} runs: {', '.join(study['runs'])}.", "",
-             "Scores are pass@1 in points (students' mean; the baseline's adapter is its student), mean over seeds "
-             "with a 95% t-interval across seeds.", ""]
-    for bench in BENCHES:
-        lines += [f"## {bench}", "", "| control | seeds | students | all members | students - base | base | per seed |",
-                  "|---|---|---|---|---|---|---|"]
-        for row in study["controls"]:
-            entry = row["bench"].get(bench)
-            if entry:
-                lines.append(f"| {row['control']} | {len(row['seeds'])} | {_ci(entry['students'])} | {_ci(entry['members'])} | "
-                             f"{_ci(entry['students_minus_base'])} | {_pts(entry['base'])} | "
-                             f"{', '.join(_pts(v) for v in entry['students']['values'])} |")
-        lines.append("")
-    lines += ["## With copied answers counted wrong", "",
-              "An answer that copies the input or one argument scores 0 even where it is right (the base model too).", "",
-              "| control | benchmark | students | students - base | base |", "|---|---|---|---|---|"]
-    for row in study["controls"]:
+def run_rows(runs: list[dict]) -> list[dict]:
+    """Per run: the students' mean score per benchmark (raw and with copies counted wrong), the
+    students' copying share, the accounting per role (the run's totals per adapter) and wall time;
+    first a row for the base model (the same in every run)."""
+    rows = []
+    for run in [runs[0], *runs] if runs else []:
+        is_base = not rows
+        row = {"run": "base" if is_base else run["name"], "control": None if is_base else run["control"],
+               "seed": None if is_base else run["seed"], "wall_s": None if is_base else run["wall_s"], "bench": {}}
+        models = ["base"] if is_base else run["students"]
         for bench in BENCHES:
-            entry = row["bench"].get(bench, {}).get("copy_free")
-            if entry:
-                lines.append(f"| {row['control']} | {bench} | {_ci(entry['students'])} | {_ci(entry['students_minus_base'])} | "
-                             f"{_pts(entry['base'])} |")
-    lines += ["", "## Between controls (two-level bootstrap: seeds, then problems)", "",
-              "| comparison | benchmark | score | seeds | difference | 95% interval | verdict |", "|---|---|---|---|---|---|---|"]
-    for c in study["comparisons"]:
-        lines.append(f"| {c['left']} - {c['right']} | {c['bench']} | {c['score']} | {c['seeds'][0]} vs {c['seeds'][1]} | "
-                     f"{_pts(c['delta'])} | [{_pts(c['low'])}, {_pts(c['high'])}] | {c['verdict']} |")
-    lines += ["", "## Accounting per adapter (mean over seeds of the run's totals)", "",
-              "| control | role | optimizer steps | trained tokens | rollouts with signal | sum of ||B A||_F | wall min |",
-              "|---|---|---|---|---|---|---|"]
-    for row in study["controls"]:
-        for role in ("students", "teachers"):
-            acc = row["accounting"]
-            if f"{role}.optimizer_steps" in acc:
-                lines.append(f"| {row['control']} | {role} | {acc[f'{role}.optimizer_steps']:g} | {acc[f'{role}.trained_tokens']:g} | "
-                             f"{acc[f'{role}.rollouts_with_signal']:g} | {acc.get(f'{role}.delta_norm', float('nan')):.4f} | "
-                             f"{row['wall_s']['mean'] / 60:.0f} |")
-    lines += ["", "## Students' answers (share of problems, mean over students and seeds)", "",
-              "| control | benchmark | truncated | no answer | copies input | copies an argument | answer tokens |",
-              "|---|---|---|---|---|---|---|"]
-    for row in study["controls"]:
-        for bench, d in row["diagnostics"].items():
-            if d:
-                lines.append(f"| {row['control']} | {bench} | {_pts(d.get('truncated'))} | {_pts(d.get('no_answer'))} | "
-                             f"{_pts(d.get('copies_input'))} | {_pts(d.get('copies_argument'))} | {d.get('mean_answer_tokens', 0):.1f} |")
-    if study.get("training_copies"):
-        gens = max(len(r["n"]) for r in study["training_copies"])
-        lines += ["", "## Students' training answers that copy, by generation", "",
-                  "Per generation: answers that copy what the task showed (code_o: the input or an argument; code_i: the "
-                  "output) / answers (copies graded right; all answers graded right).", "",
-                  "| run | type | " + " | ".join(f"gen {g}" for g in range(gens)) + " |", "|---|---|" + "---|" * gens]
-        for r in study["training_copies"]:
-            cells = [f"{c}/{n} ({cc}; {ok})" for c, n, cc, ok in zip(r["copies"], r["n"], r["copies_correct"], r["correct"])]
-            lines.append(f"| {r['run']} | {r['type']} | " + " | ".join(cells + [""] * (gens - len(cells))) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def plot(study: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(BENCHES), figsize=(6 * len(BENCHES), 4.2), squeeze=False)
-    for ax, bench in zip(axes[0], BENCHES):
-        rows = [r for r in study["controls"] if bench in r["bench"]]
-        for x, row in enumerate(rows):
-            entry = row["bench"][bench]["students"]
-            ax.scatter([x] * len(entry["values"]), [100 * v for v in entry["values"]], color="0.4", s=16, zorder=3)
-            if entry["low"] is not None:
-                ax.errorbar([x], [100 * entry["mean"]], yerr=[[100 * (entry["mean"] - entry["low"])], [100 * (entry["high"] - entry["mean"])]],
-                            fmt="o", color="tab:blue", capsize=4, zorder=4)
-            else:
-                ax.scatter([x], [100 * entry["mean"]], color="tab:blue", zorder=4)
-            free = row["bench"][bench].get("copy_free")
-            if free:  # the same students with copied answers counted wrong
-                ax.scatter([x + 0.15], [100 * free["students"]["mean"]], marker="x", color="tab:orange", zorder=4,
-                           label="copies counted wrong" if x == 0 else None)
-        if rows:
-            ax.axhline(100 * rows[0]["bench"][bench]["base"], color="tab:red", ls="--", lw=1, label="base model")
-            if rows[0]["bench"][bench].get("copy_free"):
-                ax.axhline(100 * rows[0]["bench"][bench]["copy_free"]["base"], color="tab:orange", ls=":", lw=1,
-                           label="base, copies counted wrong")
-            ax.legend(fontsize=8)
-        ax.set_xticks(range(len(rows)), [r["control"] for r in rows], fontsize=8, rotation=15)
-        ax.set_ylabel("students' pass@1 (points)")
-        ax.set_title(f"{bench}: seeds (dots), mean and 95% t-interval", fontsize=9)
-        ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+            if bench not in run["verdicts"]:
+                continue
+            entry = {"pass@1": round(float(np.mean([np.mean(list(run["verdicts"][bench][m].values())) for m in models])), 6)}
+            if all(m in run["copy_free"].get(bench, {}) for m in models):
+                entry["copies_wrong"] = round(float(np.mean([np.mean(list(run["copy_free"][bench][m].values()))
+                                                             for m in models])), 6)
+            if not is_base:
+                diag = [run["diagnostics"][bench].get(m) or {} for m in models]
+                for key in ("copies_input", "copies_argument"):
+                    shares = [d[key] / d["n"] for d in diag if d.get("n")]
+                    if shares:
+                        entry[key] = round(mean(shares), 6)
+            row["bench"][bench] = entry
+        if not is_base:
+            row["accounting"] = {role: {what: run["summary"].get(f"per_adapter.{role}.{what}") for what in ACCOUNTING}
+                                 for role in ("students", "teachers")}
+        rows.append(row)
+    return rows
 
 
 def summarize(runs: list[dict]) -> dict:
     return {"runs": [r["name"] for r in runs], "controls": control_rows(runs), "comparisons": comparisons(runs),
-            "training_copies": training_copy_rows(runs)}
+            "per_run": run_rows(runs), "training_copies": training_copy_rows(runs)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -364,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from populora.core.io import write_json, write_text
+    from populora.report.study_tables import markdown, plot
 
     write_json(out / "study.json", study)
     write_text(out / "study.md", markdown(study))

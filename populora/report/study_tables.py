@@ -1,0 +1,154 @@
+"""The CPU study's tables (study.md) and figure (study.png) from `populora.report.study_runs.summarize`.
+
+    python -m populora.report.study_runs study/runs --out study     # writes both (and study.json)
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from populora.report.study_runs import BENCHES
+
+
+def _pts(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    text = f"{100 * value:.1f}"
+    return "0.0" if text == "-0.0" else text  # a tiny negative rounds to zero, not to "-0.0"
+
+
+def _ci(entry: dict) -> str:
+    if entry["low"] is None:
+        return f"{_pts(entry['mean'])} (n={entry['n']})"
+    return f"{_pts(entry['mean'])} [{_pts(entry['low'])}, {_pts(entry['high'])}] (n={entry['n']})"
+
+
+def _adapter_totals(acc: dict) -> str:
+    """"12 / 1,626 / 176 / 10.6": optimizer steps / trained tokens / rollouts with signal / sum of ||B A||_F."""
+    values = [acc.get(key) for key in ("optimizer_steps", "trained_tokens", "rollouts_with_signal", "delta_norm")]
+    if any(v is None for v in values):
+        return "-"
+    steps, tokens, signal, moved = values
+    return f"{steps:g} / {tokens:,.0f} / {signal:g} / {moved:.1f}"
+
+
+def per_run_table(rows: list[dict]) -> list[str]:
+    """One line per run (and the base model): CRUXEval-O/I raw and with copies counted wrong, the
+    students' CRUXEval-O answers that copy, the accounting per adapter (students; teachers), wall."""
+    o, i = BENCHES
+    lines = ["## Per run", "",
+             "Students' mean pass@1; copies wrong: every answer that copies the input or one argument counted wrong. "
+             "Per adapter (mean over the run's students; teachers): optimizer steps / trained tokens / rollouts with "
+             "signal / sum of ||B A||_F (the baseline's one adapter is both).", "",
+             "| run | CRUXEval-O | O, copies wrong | CRUXEval-I | I, copies wrong | O answers copying the input / an argument "
+             "| students | teachers | wall min |", "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        b = row["bench"]
+        copying = (f"{_pts(b.get(o, {}).get('copies_input'))} / {_pts(b.get(o, {}).get('copies_argument'))}"
+                   if "copies_input" in b.get(o, {}) else "")
+        acc = row.get("accounting") or {}
+        lines.append(f"| {row['run']} | {_pts(b.get(o, {}).get('pass@1'))} | {_pts(b.get(o, {}).get('copies_wrong'))} | "
+                     f"{_pts(b.get(i, {}).get('pass@1'))} | {_pts(b.get(i, {}).get('copies_wrong'))} | {copying} | "
+                     f"{_adapter_totals(acc['students']) if acc else ''} | {_adapter_totals(acc['teachers']) if acc else ''} | "
+                     f"{'' if row['wall_s'] is None else round(row['wall_s'] / 60)} |")
+    return lines + [""]
+
+
+def markdown(study: dict) -> str:
+    lines = ["# CPU study: does the population help?", "",
+             f"{len(study['runs'])} runs: {', '.join(study['runs'])}.", "",
+             "Scores are pass@1 in points (students' mean; the baseline's adapter is its student), mean over seeds "
+             "with a 95% t-interval across seeds.", ""]
+    for bench in BENCHES:
+        lines += [f"## {bench}", "", "| control | seeds | students | all members | students - base | base | per seed |",
+                  "|---|---|---|---|---|---|---|"]
+        for row in study["controls"]:
+            entry = row["bench"].get(bench)
+            if entry:
+                lines.append(f"| {row['control']} | {len(row['seeds'])} | {_ci(entry['students'])} | {_ci(entry['members'])} | "
+                             f"{_ci(entry['students_minus_base'])} | {_pts(entry['base'])} | "
+                             f"{', '.join(_pts(v) for v in entry['students']['values'])} |")
+        lines.append("")
+    if study.get("per_run"):
+        lines += per_run_table(study["per_run"])
+    lines += ["## With copied answers counted wrong", "",
+              "An answer that copies the input or one argument scores 0 even where it is right (the base model too).", "",
+              "| control | benchmark | students | students - base | base |", "|---|---|---|---|---|"]
+    for row in study["controls"]:
+        for bench in BENCHES:
+            entry = row["bench"].get(bench, {}).get("copy_free")
+            if entry:
+                lines.append(f"| {row['control']} | {bench} | {_ci(entry['students'])} | {_ci(entry['students_minus_base'])} | "
+                             f"{_pts(entry['base'])} |")
+    lines += ["", "## Between controls (two-level bootstrap: seeds, then problems)", "",
+              "| comparison | benchmark | score | seeds | difference | 95% interval | verdict |", "|---|---|---|---|---|---|---|"]
+    for c in study["comparisons"]:
+        lines.append(f"| {c['left']} - {c['right']} | {c['bench']} | {c['score']} | {c['seeds'][0]} vs {c['seeds'][1]} | "
+                     f"{_pts(c['delta'])} | [{_pts(c['low'])}, {_pts(c['high'])}] | {c['verdict']} |")
+    lines += ["", "## Accounting per adapter (mean over seeds of the run's totals)", "",
+              "| control | role | optimizer steps | trained tokens | rollouts with signal | sum of ||B A||_F | wall min |",
+              "|---|---|---|---|---|---|---|"]
+    for row in study["controls"]:
+        for role in ("students", "teachers"):
+            acc = row["accounting"]
+            if f"{role}.optimizer_steps" in acc:
+                lines.append(f"| {row['control']} | {role} | {acc[f'{role}.optimizer_steps']:g} | {acc[f'{role}.trained_tokens']:g} | "
+                             f"{acc[f'{role}.rollouts_with_signal']:g} | {acc.get(f'{role}.delta_norm', float('nan')):.4f} | "
+                             f"{row['wall_s']['mean'] / 60:.0f} |")
+    lines += ["", "## Students' answers (share of problems, mean over students and seeds)", "",
+              "| control | benchmark | truncated | no answer | copies input | copies an argument | answer tokens |",
+              "|---|---|---|---|---|---|---|"]
+    for row in study["controls"]:
+        for bench, d in row["diagnostics"].items():
+            if d:
+                lines.append(f"| {row['control']} | {bench} | {_pts(d.get('truncated'))} | {_pts(d.get('no_answer'))} | "
+                             f"{_pts(d.get('copies_input'))} | {_pts(d.get('copies_argument'))} | {d.get('mean_answer_tokens', 0):.1f} |")
+    if study.get("training_copies"):
+        gens = max(len(r["n"]) for r in study["training_copies"])
+        lines += ["", "## Students' training answers that copy, by generation", "",
+                  "Per generation: answers that copy what the task showed (code_o: the input or an argument; code_i: the "
+                  "output) / answers (copies graded right; all answers graded right).", "",
+                  "| run | type | " + " | ".join(f"gen {g}" for g in range(gens)) + " |", "|---|---|" + "---|" * gens]
+        for r in study["training_copies"]:
+            cells = [f"{c}/{n} ({cc}; {ok})" for c, n, cc, ok in zip(r["copies"], r["n"], r["copies_correct"], r["correct"])]
+            lines.append(f"| {r['run']} | {r['type']} | " + " | ".join(cells + [""] * (gens - len(cells))) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(study: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(BENCHES), figsize=(6 * len(BENCHES), 4.2), squeeze=False)
+    for ax, bench in zip(axes[0], BENCHES):
+        rows = [r for r in study["controls"] if bench in r["bench"]]
+        for x, row in enumerate(rows):
+            entry = row["bench"][bench]["students"]
+            ax.scatter([x] * len(entry["values"]), [100 * v for v in entry["values"]], color="0.4", s=16, zorder=3)
+            if entry["low"] is not None:
+                ax.errorbar([x], [100 * entry["mean"]], yerr=[[100 * (entry["mean"] - entry["low"])], [100 * (entry["high"] - entry["mean"])]],
+                            fmt="o", color="tab:blue", capsize=4, zorder=4)
+            else:
+                ax.scatter([x], [100 * entry["mean"]], color="tab:blue", zorder=4)
+            free = row["bench"][bench].get("copy_free")
+            if free:  # the same students with copied answers counted wrong
+                ax.scatter([x + 0.15], [100 * free["students"]["mean"]], marker="x", color="tab:orange", zorder=4,
+                           label="copies counted wrong" if x == 0 else None)
+        if rows:
+            ax.axhline(100 * rows[0]["bench"][bench]["base"], color="tab:red", ls="--", lw=1, label="base model")
+            if rows[0]["bench"][bench].get("copy_free"):
+                ax.axhline(100 * rows[0]["bench"][bench]["copy_free"]["base"], color="tab:orange", ls=":", lw=1,
+                           label="base, copies counted wrong")
+            ax.legend(fontsize=8)
+        ax.set_xticks(range(len(rows)), [r["control"] for r in rows], fontsize=8, rotation=15)
+        ax.set_ylabel("students' pass@1 (points)")
+        ax.set_title(f"{bench}: seeds (dots), mean and 95% t-interval", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
