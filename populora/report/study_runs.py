@@ -43,10 +43,11 @@ import numpy as np
 import yaml
 
 from populora.bench.diagnostics import TRAINING_TYPES, copied_ids
+from populora.core.io import write_json, write_text
 from populora.core.refs import arm_refs
 from populora.report.study import t_interval
+from populora.report.study_tables import BENCHES, markdown, plot
 
-BENCHES = ("cruxeval_o", "cruxeval_i")
 BOOTSTRAP = 4000
 ACCOUNTING = ("optimizer_steps", "trained_tokens", "rollouts_with_signal", "delta_norm")
 DIAGNOSTICS = ("truncated", "no_answer", "copies_input", "copies_argument")
@@ -286,9 +287,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    from populora.core.io import write_json, write_text
-    from populora.report.study_tables import markdown, plot
-
     write_json(out / "study.json", study)
     write_text(out / "study.md", markdown(study))
     plot(study, out / "study.png")
