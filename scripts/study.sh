@@ -41,7 +41,19 @@ control_flags() {
   printf '%s\n' "${flags[@]}"
 }
 
-# sourced (tests/test_study_script.py): define control_flags only
+# The machine a run's wall time was taken on, as JSON: machines drawn for a study differ (the base
+# model's CRUXEval-O, the same 200 answers token for token, took 776 s of generation on one and
+# 109 s on one with AVX-512 and AMX), so wall times compare only between runs of one kind of machine.
+machine_json() {
+  local cpu features=()
+  cpu=$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null | head -1)
+  for flag in avx2 avx512f amx_bf16; do
+    grep -qw "$flag" /proc/cpuinfo 2>/dev/null && features+=("$flag")
+  done
+  printf '{"cpu": "%s", "cpus": %s, "features": "%s"}' "${cpu:-unknown}" "$(nproc)" "${features[*]}"
+}
+
+# sourced (tests/test_study_script.py): define the functions only
 if [[ ${BASH_SOURCE[0]} != "$0" ]]; then return 0; fi
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -90,8 +102,8 @@ for item in "$@"; do
   # committed results name the benchmark data as params do (../shared/...), never this machine's path
   shared=$(cd "$here/.." && pwd)/shared
   find "$tmp" -name '*.json' -exec sed -i "s#\"$shared/#\"../shared/#g" {} +
-  printf '{"control": "%s", "seed": %s, "experiment": "%s", "wall_s": %s, "source_commit": "%s", "study_commit": "%s"}\n' \
-    "$control" "$seed" "$name" "$wall" "$(git -C "$clone" rev-parse HEAD~1)" "$(git -C "$clone" rev-parse HEAD)" > "$tmp/run.json"
+  printf '{"control": "%s", "seed": %s, "experiment": "%s", "wall_s": %s, "machine": %s, "source_commit": "%s", "study_commit": "%s"}\n' \
+    "$control" "$seed" "$name" "$wall" "$(machine_json)" "$(git -C "$clone" rev-parse HEAD~1)" "$(git -C "$clone" rev-parse HEAD)" > "$tmp/run.json"
   mv "$tmp" "$dest"
   for attempt in 1 2 3 4 5; do  # the checkout may be busy (another git command): retry
     if (cd "$here" && git add "study/runs/$name" && git commit -q -m "Study run $name ($wall s)" -- "study/runs/$name"); then break; fi

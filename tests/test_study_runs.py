@@ -25,7 +25,9 @@ def _run(root: Path, control: str, seed: int, rate: float, *, arm: str = "popula
     """One run folder; with `copies`, every model's answers.json says those problems' answers copy the input."""
     folder = root / f"{control}-s{seed}"
     rng = random.Random(f"{control}{seed}")
-    _write(folder / "run.json", {"control": control, "seed": seed, "wall_s": 1800 + seed})
+    machine = {"cpu": "Intel(R) Xeon(R) Processor", "cpus": 2, "features": "avx2 avx512f"} if seed == 2 else None
+    _write(folder / "run.json", {"control": control, "seed": seed, "wall_s": 1800 + seed,
+                                 **({"machine": machine} if machine else {})})
     _write(folder / "params.yaml", {"dag": {"arms": [arm], "generations": 6}, "population": {"teachers": 1, "students": 2}})
     slots = ["solo"] if arm == "baseline" else ["student0", "student1"]
     _write(folder / "dynamics" / arm / "summary.json", {
@@ -89,7 +91,10 @@ def test_table_has_intervals_accounting_and_diagnostics(runs, tmp_path):
     assert main([str(runs), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "study.md").read_text()
     assert "2t2s - baseline" in text and "Accounting per adapter" in text and (tmp_path / "out" / "study.png").stat().st_size > 0
-    assert "| baseline-s2 | " in text and "| 12 / 3,000 / 40 / 0.5 | 12 / 10 / 4 / 0.1 | 30 |" in text
+    assert "| baseline-s2 | " in text and "| 12 / 3,000 / 40 / 0.5 | 12 / 10 / 4 / 0.1 | 30 | avx2 avx512f |" in text
+    # a run that recorded no machine (runs before run.json had it) leaves the cell blank
+    assert per_run["2t2s-s0"]["machine"] is None and per_run["baseline-s2"]["machine"]["cpus"] == 2
+    assert "| 12 / 2,000 / 40 / 0.5 | 12 / 10 / 4 / 0.1 | 30 |  |" in text
 
 
 def test_two_level_bootstrap_covers_zero_for_equal_controls_and_is_wider_with_seed_drift():

@@ -1,10 +1,13 @@
 """scripts/study.sh's controls: each control's `-S` flags, applied by DVC's own override code to
 the study's params (the overlay on params.yaml) and to a params file of older code that does not
 spell out the newer keys (what a study pinned to an earlier commit holds), validate and set what
-the control says. A 1T-1S null once failed after 45 minutes of the study on exactly that."""
+the control says. A 1T-1S null once failed after 45 minutes of the study on exactly that. And the
+machine each run records beside its wall time."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -61,3 +64,13 @@ def test_an_unknown_control_is_refused():
     result = subprocess.run(["bash", "-c", 'source scripts/study.sh && control_flags 3t3s'], cwd=ROOT,
                             capture_output=True, text=True)
     assert result.returncode != 0 and "unknown control 3t3s" in result.stderr
+
+
+def test_machine_json_names_this_machine():
+    """run.json records the machine each wall time was taken on (machines drawn for a study differ)."""
+    out = subprocess.run(["bash", "-c", "source scripts/study.sh && machine_json"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    machine = json.loads(out)
+    assert machine["cpus"] == len(os.sched_getaffinity(0)) and machine["cpu"]
+    flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").is_file() else set()
+    assert set(machine["features"].split()) == {f for f in ("avx2", "avx512f", "amx_bf16") if f in flags}

@@ -86,7 +86,8 @@ def load_run(folder: Path) -> dict:
     # the roles as the run's own params assigned them (runs of older code record no role in their results)
     refs = arm_refs(arm, params["population"]["teachers"], params["population"]["students"])["students"]
     students = [m for m in models if m in {ref.name for ref in refs}]
-    return {"name": folder.name, "control": run["control"], "seed": run["seed"], "wall_s": run.get("wall_s"), "arm": arm,
+    return {"name": folder.name, "control": run["control"], "seed": run["seed"], "wall_s": run.get("wall_s"),
+            "machine": run.get("machine"), "arm": arm,
             "models": models, "students": students, "verdicts": verdicts, "copy_free": copy_free,
             "diagnostics": diagnostics, "summary": summary, "training": _read_optional(folder / "training_answers.json"),
             "generations": params["dag"]["generations"]}
@@ -241,13 +242,15 @@ def comparisons(runs: list[dict]) -> list[dict]:
 
 def run_rows(runs: list[dict]) -> list[dict]:
     """Per run: the students' mean score per benchmark (raw and with copies counted wrong), the
-    students' copying share, the accounting per role (the run's totals per adapter) and wall time;
+    students' copying share, the accounting per role (the run's totals per adapter), wall time and
+    the machine it was taken on (where the run recorded it);
     first a row for the base model (the same in every run)."""
     rows = []
     for run in [runs[0], *runs] if runs else []:
         is_base = not rows
         row = {"run": "base" if is_base else run["name"], "control": None if is_base else run["control"],
-               "seed": None if is_base else run["seed"], "wall_s": None if is_base else run["wall_s"], "bench": {}}
+               "seed": None if is_base else run["seed"], "wall_s": None if is_base else run["wall_s"],
+               "machine": None if is_base else run["machine"], "bench": {}}
         models = ["base"] if is_base else run["students"]
         for bench in BENCHES:
             if bench not in run["verdicts"]:

@@ -40,9 +40,10 @@ def per_run_table(rows: list[dict]) -> list[str]:
     lines = ["## Per run", "",
              "Students' mean pass@1; copies wrong: every answer that copies the input or one argument counted wrong. "
              "Per adapter (mean over the run's students; teachers): optimizer steps / trained tokens / rollouts with "
-             "signal / sum of ||B A||_F (the baseline's one adapter is both).", "",
+             "signal / sum of ||B A||_F (the baseline's one adapter is both). Machine: the CPU features the run "
+             "recorded (blank: not recorded); wall times compare only between runs of one kind of machine.", "",
              "| run | CRUXEval-O | O, copies wrong | CRUXEval-I | I, copies wrong | O answers copying the input / an argument "
-             "| students | teachers | wall min |", "|---|---|---|---|---|---|---|---|---|"]
+             "| students | teachers | wall min | machine |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         b = row["bench"]
         copying = (f"{_pts(b.get(o, {}).get('copies_input'))} / {_pts(b.get(o, {}).get('copies_argument'))}"
@@ -51,7 +52,7 @@ def per_run_table(rows: list[dict]) -> list[str]:
         lines.append(f"| {row['run']} | {_pts(b.get(o, {}).get('pass@1'))} | {_pts(b.get(o, {}).get('copies_wrong'))} | "
                      f"{_pts(b.get(i, {}).get('pass@1'))} | {_pts(b.get(i, {}).get('copies_wrong'))} | {copying} | "
                      f"{_adapter_totals(acc['students']) if acc else ''} | {_adapter_totals(acc['teachers']) if acc else ''} | "
-                     f"{'' if row['wall_s'] is None else round(row['wall_s'] / 60)} |")
+                     f"{'' if row['wall_s'] is None else round(row['wall_s'] / 60)} | {(row['machine'] or {}).get('features', '')} |")
     return lines + [""]
 
 
