@@ -53,6 +53,17 @@ machine_json() {
   printf '{"cpu": "%s", "cpus": %s, "features": "%s"}' "${cpu:-unknown}" "$(nproc)" "${features[*]}"
 }
 
+# A run killed as it began can leave an empty or torn dvc.lock, which fails every later run in DVC's
+# schema check ("'./dvc.lock' validation failed"); the lock only records stage hashes (the run
+# cache keeps the outputs), so such a lock is removed.
+drop_torn_lock() {
+  local lock=$1 name=$2
+  if [ -f "$lock" ] && ! python -c 'import sys, yaml; sys.exit(not isinstance(yaml.safe_load(open(sys.argv[1])), dict))' "$lock" 2>/dev/null; then
+    echo "$(date -u +%FT%TZ) $name: $lock is empty or unreadable (a run killed as it wrote it): removed"
+    rm -f "$lock"
+  fi
+}
+
 # sourced (tests/test_study_script.py): define the functions only
 if [[ ${BASH_SOURCE[0]} != "$0" ]]; then return 0; fi
 
@@ -80,6 +91,7 @@ for item in "$@"; do
   mapfile -t flags < <(control_flags "$control")
   arm=population; [[ $control == baseline* ]] && arm=baseline
   git -C "$clone" checkout -q params.yaml  # -S edits the work tree's params.yaml: start from the overlay
+  drop_torn_lock "$clone/dvc.lock" "$name"
   echo "$(date -u +%FT%TZ) $name: dvc exp run ${flags[*]} -S base.seed=$seed"
   start=$(date +%s)
   if ! (cd "$clone" && PYTHONPATH="$clone" dvc exp run -n "$name" "${flags[@]}" -S "base.seed=$seed" > "$clone/$name.log" 2>&1); then

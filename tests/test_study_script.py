@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ import yaml
 from populora.config import load_params, merge
 
 ROOT = Path(__file__).resolve().parents[1]
+# study.sh runs `python` from its .venv: the one running the tests
+VENV_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
 CONTROLS = ("baseline", "baseline-roles", "1t1s", "2t2s", "2t2s-noevo")
 
 
@@ -74,3 +77,20 @@ def test_machine_json_names_this_machine():
     assert machine["cpus"] == len(os.sched_getaffinity(0)) and machine["cpu"]
     flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").is_file() else set()
     assert set(machine["features"].split()) == {f for f in ("avx2", "avx512f", "amx_bf16") if f in flags}
+
+
+@pytest.mark.parametrize("text, kept", [("", False), ("schema: '2.0'\nstages:\n  a: {cmd: x", False),
+                                        ("- not\n- a mapping\n", False), ("schema: '2.0'\nstages: {}\n", True)])
+def test_a_torn_dvc_lock_is_removed_and_a_whole_one_kept(text, kept, tmp_path):
+    """A run killed as it began left an empty dvc.lock, which failed the next four runs in DVC's schema check."""
+    lock = tmp_path / "dvc.lock"
+    lock.write_text(text)
+    out = subprocess.run(["bash", "-c", 'source scripts/study.sh && drop_torn_lock "$1" run-s0', "-", str(lock)],
+                         cwd=ROOT, capture_output=True, text=True, check=True, env=VENV_ENV).stdout
+    assert lock.exists() == kept and (("empty or unreadable" in out) != kept)
+
+
+def test_no_dvc_lock_is_left_alone(tmp_path):
+    subprocess.run(["bash", "-c", 'source scripts/study.sh && drop_torn_lock "$1" run-s0', "-", str(tmp_path / "dvc.lock")],
+                   cwd=ROOT, check=True, env=VENV_ENV)
+    assert not (tmp_path / "dvc.lock").exists()
