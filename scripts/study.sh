@@ -58,7 +58,17 @@ machine_json() {
 # cache keeps the outputs), so such a lock is removed.
 drop_torn_lock() {
   local lock=$1 name=$2
-  if [ -f "$lock" ] && ! python -c 'import sys, yaml; sys.exit(not isinstance(yaml.safe_load(open(sys.argv[1])), dict))' "$lock" 2>/dev/null; then
+  # exit 1 only for a lock that YAML cannot read as a mapping (not for a python without yaml)
+  if [ -f "$lock" ] && ! python -c '
+import sys
+try:
+    import yaml
+except ImportError:
+    sys.exit(0)
+try:
+    sys.exit(not isinstance(yaml.safe_load(open(sys.argv[1])), dict))
+except yaml.YAMLError:
+    sys.exit(1)' "$lock" 2>/dev/null; then
     echo "$(date -u +%FT%TZ) $name: $lock is empty or unreadable (a run killed as it wrote it): removed"
     rm -f "$lock"
   fi
