@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import yaml
 
-from populora.report.study_runs import load_runs, main, summarize, two_level_bootstrap
+from populora.report.study_runs import load_runs, main, nocopy, summarize, two_level_bootstrap
 
 N = 60
 
@@ -95,6 +95,21 @@ def test_table_has_intervals_accounting_and_diagnostics(runs, tmp_path):
     # a run that recorded no machine (runs before run.json had it) leaves the cell blank
     assert per_run["2t2s-s0"]["machine"] is None and per_run["baseline-s2"]["machine"]["cpus"] == 2
     assert "| 12 / 2,000 / 40 / 0.5 | 12 / 10 / 4 / 0.1 | 30 |  |" in text
+
+
+def test_nocopy_controls_are_compared_among_themselves_never_with_the_grid(runs):
+    assert nocopy("1t1s") == "1t1s-nocopy" and nocopy("1t1s-null") == "1t1s-nocopy-null"  # as scripts/study.sh names them
+    _run(runs, "1t1s-nocopy", 0, 0.30)
+    _run(runs, "baseline-nocopy", 0, 0.05, arm="baseline")
+    _run(runs, "1t1s-nocopy-null", 0, 0.05)
+    study = summarize(load_runs(runs))
+    assert [row["control"] for row in study["controls"]] == ["baseline", "1t1s", "2t2s", "baseline-nocopy", "1t1s-nocopy", "1t1s-nocopy-null"]
+    pairs = {(c["left"], c["right"]) for c in study["comparisons"]}
+    assert {("1t1s-nocopy", "baseline-nocopy"), ("1t1s-nocopy", "1t1s-nocopy-null"), ("1t1s", "baseline")} <= pairs
+    # a -nocopy control runs at another commit: never set against a control of the grid
+    assert all(left.endswith(("-nocopy", "-nocopy-null")) == right.endswith(("-nocopy", "-nocopy-null")) for left, right in pairs)
+    one_v_one = next(c for c in study["comparisons"] if (c["left"], c["right"], c["bench"]) == ("1t1s-nocopy", "baseline-nocopy", "cruxeval_o"))
+    assert one_v_one["seeds"] == [1, 1] and one_v_one["verdict"] == "1t1s-nocopy higher"
 
 
 def test_two_level_bootstrap_covers_zero_for_equal_controls_and_is_wider_with_seed_drift():

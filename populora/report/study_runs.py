@@ -51,10 +51,21 @@ from populora.report.study_tables import BENCHES, markdown, plot
 BOOTSTRAP = 4000
 ACCOUNTING = ("optimizer_steps", "trained_tokens", "rollouts_with_signal", "delta_norm")
 DIAGNOSTICS = ("truncated", "no_answer", "copies_input", "copies_argument")
-# the comparisons that answer the study's question (README "CPU study": how to read the grid)
-COMPARISONS = (("2t2s", "1t1s"), ("2t2s", "baseline"), ("1t1s", "baseline"), ("2t2s", "2t2s-noevo"),
-               ("2t2s", "2t2s-null"), ("1t1s", "1t1s-null"), ("baseline-roles", "baseline"), ("1t1s", "baseline-roles"))
-CONTROL_ORDER = ("baseline", "baseline-roles", "1t1s", "2t2s", "2t2s-noevo", "1t1s-null", "2t2s-null")
+
+
+def nocopy(control: str) -> str:
+    """The `-nocopy` twin of a control as scripts/study.sh names it (`1t1s-null` -> `1t1s-nocopy-null`)."""
+    return control[: -len("-null")] + "-nocopy-null" if control.endswith("-null") else control + "-nocopy"
+
+
+# the comparisons that answer the study's question (README "CPU study": how to read the grid);
+# the same again between `-nocopy` controls (no copyable task, no identity seed), never across the
+# two: a `-nocopy` study runs at a later commit than the grid it would be compared with
+_GRID_COMPARISONS = (("2t2s", "1t1s"), ("2t2s", "baseline"), ("1t1s", "baseline"), ("2t2s", "2t2s-noevo"),
+                     ("2t2s", "2t2s-null"), ("1t1s", "1t1s-null"), ("baseline-roles", "baseline"), ("1t1s", "baseline-roles"))
+COMPARISONS = _GRID_COMPARISONS + tuple((nocopy(left), nocopy(right)) for left, right in _GRID_COMPARISONS)
+_GRID_ORDER = ("baseline", "baseline-roles", "1t1s", "2t2s", "2t2s-noevo", "1t1s-null", "2t2s-null")
+CONTROL_ORDER = _GRID_ORDER + tuple(nocopy(control) for control in _GRID_ORDER)
 
 
 class StudyRunsError(RuntimeError):
