@@ -230,6 +230,11 @@ class RewardSection(_Section):
     teacher_mode: Literal["learnability", "zero_sum"] = Field(
         "learnability", description="learnability: 1-p for 0<p<1 else 0 (AZR); zero_sum: 1-p also for p=0."
     )
+    advantage_baseline: Literal["trr++", "per_task"] = Field(
+        "trr++", description="What an answer's reward is compared with. trr++ (AZR): the mean and std of its "
+        "(adapter, role, task type) group, so every answer to an easy task gets A > 0 and every answer to a hard one "
+        "A < 0; per_task (RLOO, GRPO's group): the mean of the other answers of the same adapter to the same task, "
+        "so only answers better or worse than their siblings carry signal. Proposals (one sample each) keep trr++.")
 
 
 class UpdateSection(_Section):
@@ -257,6 +262,12 @@ class UpdateSection(_Section):
     processes: int = Field(
         1, ge=1, le=64, description="Processes per update job (one GPU each): one adapter's micro-batches are split "
         "over them and their gradients summed (data parallel, through `accelerate launch`); 1 = one process.")
+    loss_reduction: Literal["sequence", "token"] = Field(
+        "sequence", description="sequence: mean over rollouts of A x the answer's mean token log-prob (every answer "
+        "weighs the same, the design's per-sequence statistics); token: every trained token weighs the same (DAPO).")
+    diagnostics: bool = Field(
+        True, description="After each optimizer step, score the step's tokens again to report how the log-prob of "
+        "answers with A > 0 and A < 0 moved (one extra forward pass per step, no backward).")
     mixed_precision: Literal["bf16"] | None = Field(
         None, description="Accelerate's autocast for the update's forward pass: bf16 runs the LoRA and head matmuls "
         "in bfloat16 on a GPU; LoRA weights and optimizer moments stay float32. null: the model's own dtypes.")

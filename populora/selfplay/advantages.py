@@ -1,4 +1,5 @@
-"""TRR++ advantages (AZR's Task-Relative REINFORCE++) and a per-sequence REINFORCE loss.
+"""TRR++ advantages (AZR's Task-Relative REINFORCE++), a per-task (leave-one-out) baseline, and a
+per-sequence REINFORCE loss.
 
 Each rollout belongs to a group, normally ``(role, task_type)``: six groups,
 propose/solve x code_o/code_i/code_f. Within a group the advantage is the whitened reward
@@ -81,6 +82,39 @@ def whiten_advantages(
             out.append(0.0)
         else:
             out.append((float(reward) - s["mean"]) / (s["std"] + eps))
+    return out
+
+
+def leave_one_out_advantages(
+    rewards: Sequence[float | None], groups: Sequence[Hashable]
+) -> list[float | None]:
+    """Per-task baseline (RLOO): each reward minus the mean of the *other* rewards of its group,
+    normally (adapter, task): the samples one adapter drew for one prompt. Unlike TRR++'s type-wide
+    baseline, a task every sample solves (or fails) gives its samples 0, so the signal is which
+    answers beat their siblings, not which tasks are easy. A group of one gets 0; ``None`` stays
+    ``None`` and takes no part. No scaling by the std (Dr. GRPO: it up-weights near-uniform groups).
+
+    >>> leave_one_out_advantages([1.0, -0.5, -0.5, 1.0, 1.0], ["t", "t", "t", "u", "u"])
+    [1.5, -0.75, -0.75, 0.0, 0.0]
+    """
+    if len(rewards) != len(groups):
+        raise ValueError(f"{len(rewards)} rewards but {len(groups)} group keys")
+    sums: dict[Hashable, float] = {}
+    counts: dict[Hashable, int] = {}
+    for reward, key in zip(rewards, groups):
+        if reward is not None:
+            if not math.isfinite(reward):
+                raise ValueError(f"non-finite reward {reward!r} in group {key!r}")
+            sums[key] = sums.get(key, 0.0) + float(reward)
+            counts[key] = counts.get(key, 0) + 1
+    out: list[float | None] = []
+    for reward, key in zip(rewards, groups):
+        if reward is None:
+            out.append(None)
+        elif counts[key] < 2:
+            out.append(0.0)
+        else:
+            out.append(float(reward) - (sums[key] - float(reward)) / (counts[key] - 1))
     return out
 
 

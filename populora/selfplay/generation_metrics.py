@@ -114,6 +114,29 @@ def compute_metrics(stats: dict, update_stats: dict) -> dict:
         metrics[f"optimizer_steps.{slot}"] = row["optimizer_steps"]
         metrics[f"trained_tokens.{slot}"] = row["trained_tokens"]
         metrics[f"rollouts_with_signal.{slot}"] = row["rollouts_with_signal"]
+        metrics |= update_diagnostics(slot, row)
+    return metrics
+
+
+# the per-step figures of `populora.selfplay.update.AdapterUpdate` kept in a generation's metrics
+STEP_DIAGNOSTICS = ("loss", "grad_norm", "entropy", "sampler_gap_mean", "logprob_change_positive",
+                    "logprob_change_negative")
+
+
+def update_diagnostics(slot: str, row: dict) -> dict:
+    """`update.<slot>.step<k>.<figure>` per optimizer step (loss, gradient norm before clipping, entropy
+    of the trained tokens, sampler gap, log-prob change of A > 0 and A < 0 answers), and the share of
+    rollouts without signal and of tasks whose samples all earned the same reward."""
+    metrics = {}
+    if row.get("zero_advantage_share") is not None:
+        metrics[f"update.{slot}.zero_advantage_share"] = row["zero_advantage_share"]
+    if row.get("tasks_sampled_more_than_once"):
+        metrics[f"update.{slot}.tasks_without_spread_share"] = round(
+            row["tasks_without_spread"] / row["tasks_sampled_more_than_once"], 6)
+    for k, step in enumerate(row.get("steps") or []):
+        for name in STEP_DIAGNOSTICS:
+            if step.get(name) is not None:
+                metrics[f"update.{slot}.step{k}.{name}"] = round(step[name], 8)
     return metrics
 
 

@@ -163,12 +163,14 @@ def _decoder_and_head(model):
 
 
 def selected_logprobs(model, sequences: list[Sequence], pad_id: int, device, *, chunk: int = LOGIT_CHUNK,
-                      full_logits: bool = False) -> torch.Tensor:
+                      full_logits: bool = False, entropy: bool = False):
     """Log-probabilities of every target token of `sequences` (concatenated, in order), as sampled.
 
     Only the target positions get logits, `chunk` rows at a time; with gradients on, each chunk's
     logits are recomputed in the backward pass instead of being kept. `full_logits=True` runs the
-    model's own forward (all logits), e.g. for a distributed wrapper.
+    model's own forward (all logits), e.g. for a distributed wrapper. `entropy=True` returns
+    `(logprobs, entropies)`: also the entropy of the distribution each target was sampled from
+    (after temperature and top-p; no gradient), a diagnostic of how sure the policy is.
     """
     ids, attention = _pad(sequences, pad_id, device)
     rows = torch.tensor([r for r, s in enumerate(sequences) for _ in s.targets], device=device)
@@ -188,10 +190,15 @@ def selected_logprobs(model, sequences: list[Sequence], pad_id: int, device, *, 
 
     def score(feature, target, temp, nucleus, suppressed):
         logits = head(feature) if head is not None else feature
-        return process_logits(logits, temp, nucleus, suppress=suppressed, keep=target).gather(
-            -1, target.unsqueeze(-1)).squeeze(-1)
+        distribution = process_logits(logits, temp, nucleus, suppress=suppressed, keep=target)
+        chosen = distribution.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        if not entropy:
+            return chosen
+        with torch.no_grad():  # -sum p log p, with 0 log 0 = 0 for the tokens top-p or suppression cut
+            spread = -torch.where(torch.isinf(distribution), 0.0, distribution.exp() * distribution).sum(-1)
+        return chosen, spread
 
-    out = []
+    out, spreads = [], []
     for start in range(0, len(positions), chunk):
         sl = slice(start, start + chunk)
         mask = None
@@ -201,21 +208,39 @@ def selected_logprobs(model, sequences: list[Sequence], pad_id: int, device, *, 
                 if forbidden:
                     mask[k, torch.tensor(forbidden, device=device)] = True
         args = (features[sl], targets[sl], temperature[sl], top_p[sl], mask)
-        out.append(checkpoint(score, *args, use_reentrant=False) if torch.is_grad_enabled() and head is not None
-                   else score(*args))
-    return torch.cat(out) if out else torch.zeros(0, device=device)
+        scored = checkpoint(score, *args, use_reentrant=False) if torch.is_grad_enabled() and head is not None \
+            else score(*args)
+        if entropy:
+            out.append(scored[0])
+            spreads.append(scored[1])
+        else:
+            out.append(scored)
+    logprobs = torch.cat(out) if out else torch.zeros(0, device=device)
+    if entropy:
+        return logprobs, torch.cat(spreads) if spreads else torch.zeros(0, device=device)
+    return logprobs
 
 
 def _vocab(head, features) -> int:
     return head.weight.shape[0] if head is not None else features.shape[-1]
 
 
-def token_weights(sequences: list[Sequence], advantages: list[float]) -> list[float]:
-    """Per target token, `A_i / (N n_i)`: summed with log-probs this is the per-sequence REINFORCE
-    objective mean_i(A_i * mean_token_logprob_i) over the N rollouts, however tokens are batched."""
+def token_weights(sequences: list[Sequence], advantages: list[float], reduction: str = "sequence") -> list[float]:
+    """Per target token, the weight of its log-prob in the objective (the loss is minus their sum).
+
+    `sequence` (the design's per-sequence statistics): `A_i / (N n_i)`, so the objective is
+    mean_i(A_i * mean_token_logprob_i) over the N rollouts: every answer weighs the same whatever
+    its length. `token` (DAPO's token-level mean): `A_i / T` with T the trained tokens of all N
+    rollouts, so every token weighs the same and long answers weigh more. Either way the weights do
+    not depend on how tokens are batched."""
     counts: dict[int, int] = {}
     for s in sequences:
         counts[s.rollout] = counts.get(s.rollout, 0) + len(s.targets)
+    if reduction == "token":
+        total = sum(counts.values())
+        return [advantages[s.rollout] / total for s in sequences for _ in s.targets]
+    if reduction != "sequence":
+        raise ValueError(f"reduction must be 'sequence' or 'token', got {reduction!r}")
     n = len(advantages)
     return [advantages[s.rollout] / (n * counts[s.rollout]) for s in sequences for _ in s.targets]
 
@@ -286,7 +311,9 @@ def _plan(rollouts: list[dict], config) -> dict:
     return {"sequences": sequences, "truncated": truncated, "offsets": offsets,
             "batches": plan_micro_batches([len(s.ids) for s in sequences], config.micro_batch,
                                           config.max_tokens_per_micro_batch),
-            "weights": token_weights(sequences, [float(r["advantage"]) for r in rollouts])}
+            "advantages": [float(r["advantage"]) for r in rollouts],
+            "weights": token_weights(sequences, [float(r["advantage"]) for r in rollouts],
+                                     config.loss_reduction)}
 
 
 def _all_reduce(tensor: torch.Tensor, op: str) -> torch.Tensor:
@@ -323,6 +350,155 @@ def with_signal(rollouts: list[dict]) -> list[dict]:
     return [r for r in rollouts if r.get("advantage")]
 
 
+def tasks_without_spread(rollouts: list[dict]) -> tuple[int, int]:
+    """(tasks whose samples all earned the same reward, tasks with two or more samples), over the solve
+    rollouts: the groups a per-task baseline gives no signal, and where TRR++'s type-wide baseline
+    rewards a task's easiness instead of its better answers."""
+    rewards: dict[str, list[float]] = {}
+    for r in rollouts:
+        if r.get("role") == "solve" and r.get("reward") is not None:
+            rewards.setdefault(r["task_id"], []).append(float(r["reward"]))
+    groups = [values for values in rewards.values() if len(values) > 1]
+    return sum(len(set(values)) == 1 for values in groups), len(groups)
+
+
+def _mean_where(values: torch.Tensor, mask: torch.Tensor) -> float | None:
+    return float(values[mask].mean()) if bool(mask.any()) else None
+
+
+class AdapterUpdate:
+    """REINFORCE for one adapter of a PEFT model, its AdamW kept from call to call.
+
+    `train(rollouts)` takes `config.steps` optimizer steps over the rollouts (sampled by
+    `populora.lm.sampling`, with an `advantage` each) and returns their statistics, with the
+    update's own diagnostics per step (`stats["steps"]`): the loss, the gradient norm before
+    clipping, the mean entropy of the trained tokens, how far the sampler's log-probs are from the
+    update's (0 on the first step of a batch: on-policy), and, the same tokens scored again after
+    the step, the mean change of the per-token log-prob of the answers with A > 0 and with A < 0
+    (a working update raises the first and lowers the second).
+
+    The update stage makes one per adapter and generation (the moments go through a file between
+    generations); a caller that alternates sampling and training (`populora.control`) keeps one and
+    samples from the same PEFT model, which holds the adapter being trained.
+    """
+
+    def __init__(self, accelerator, model, tokenizer, adapter: str, config, *, optimizer_file: Path | None = None):
+        self.accelerator, self.model, self.tokenizer, self.adapter, self.config = (
+            accelerator, model, tokenizer, adapter, config)
+        self.unwrapped = accelerator.unwrap_model(model)
+        self.params = trainable_state(self.unwrapped, adapter)
+        if not self.params:
+            raise ValueError(f"the model has no LoRA weights of adapter {adapter!r}")
+        optimizer, self.names = make_optimizer(self.params, lr=config.learning_rate, weight_decay=config.weight_decay,
+                                               state_file=optimizer_file)
+        self.optimizer = accelerator.prepare_optimizer(optimizer)
+
+    def _activate(self) -> None:
+        """Only this adapter trains (a job trains several adapters of one model, one after another)."""
+        self.unwrapped.set_adapter(self.adapter)
+        for name, parameter in self.unwrapped.named_parameters():
+            parameter.requires_grad_(name in self.params)
+        set_gradient_checkpointing(self.unwrapped, self.config.gradient_checkpointing)
+
+    def train(self, rollouts: list[dict]) -> dict:
+        config = self.config
+        self._activate()
+        useful = with_signal(rollouts)
+        # joint: one loss over every rollout; per_role: the propose and the solve rollouts of an adapter
+        # in both roles (the baseline) each get their own `steps`, as a teacher and a student would
+        parts = role_parts(useful) if config.role_steps == "per_role" else [useful]
+        plans = [_plan(part, config) for part in parts]
+        flat, groups = tasks_without_spread(rollouts)
+        stats = {"rollouts": len(rollouts), "rollouts_with_signal": len(useful), "optimizer_steps": 0,
+                 "zero_advantage_share": round(1 - len(useful) / len(rollouts), 6) if rollouts else None,
+                 "tasks_without_spread": flat, "tasks_sampled_more_than_once": groups,
+                 "trained_tokens": sum(plan["offsets"][-1] for plan in plans),
+                 "sequences": sum(len(plan["sequences"]) for plan in plans),
+                 "truncated_sequences": sum(plan["truncated"] for plan in plans),
+                 "micro_batches": sum(len(plan["batches"]) for plan in plans if plan["sequences"]), "steps": []}
+        self.model.train()
+        for step in range(config.steps):
+            for plan in plans:
+                if plan["sequences"]:
+                    stats["steps"].append(self._step(plan, on_policy=step == 0))
+        self.model.eval()
+        stats["optimizer_steps"] = len(stats["steps"])
+        stats["losses"] = [row["loss"] for row in stats["steps"]]
+        if stats["steps"]:
+            stats["grad_norm"] = stats["steps"][-1]["grad_norm"]
+        on_policy = [row for row in stats["steps"] if row["on_policy"] and row["sampler_gap_max"] is not None]
+        if on_policy:  # the first step on each batch: the sampler and the update score the same policy
+            stats["sampler_logprob_max_abs_diff"] = max(row["sampler_gap_max"] for row in on_policy)
+            stats["sampler_logprob_mean_abs_diff"] = sum(row["sampler_gap_mean"] for row in on_policy) / len(on_policy)
+        return stats
+
+    def _score(self, chunk: list[Sequence], entropy: bool):
+        with self.accelerator.autocast():
+            return selected_logprobs(self.unwrapped, chunk, self.tokenizer.pad_token_id, self.accelerator.device,
+                                     entropy=entropy)
+
+    def _step(self, plan: dict, *, on_policy: bool) -> dict:
+        """One optimizer step over `plan`; returns its diagnostics."""
+        accelerator, config = self.accelerator, self.config
+        sequences, batches, weights, offsets = plan["sequences"], plan["batches"], plan["weights"], plan["offsets"]
+        rank, world = accelerator.process_index, accelerator.num_processes
+        device = accelerator.device
+        n = len(plan["advantages"])
+        # per rollout: summed log-prob of its trained tokens before and after the step, and their count;
+        # then [loss, entropy sum, gap sum, gap count] and the largest gap
+        before, after, count = (torch.zeros(n, dtype=torch.float64, device=device) for _ in range(3))
+        totals = torch.zeros(4, dtype=torch.float64, device=device)
+        gap_max = torch.tensor([-1.0], dtype=torch.float64, device=device)
+        mine = batches[rank::world]
+        self.optimizer.zero_grad(set_to_none=True)
+        for batch in mine:
+            chunk = [sequences[i] for i in batch]
+            logprobs, entropies = self._score(chunk, entropy=True)
+            weight = torch.tensor([w for i in batch for w in weights[offsets[i]:offsets[i + 1]]],
+                                  device=logprobs.device, dtype=torch.float32)
+            recorded = [x for s in chunk for x in s.sampler_logprobs]
+            if config.importance_cap is not None:
+                weight = weight * importance_weights(logprobs, recorded, config.importance_cap)
+            loss = -(weight * logprobs.float()).sum()
+            accelerator.backward(loss)
+            owners = torch.tensor([s.rollout for s in chunk for _ in s.targets], device=device)
+            before.index_add_(0, owners, logprobs.detach().double())
+            count.index_add_(0, owners, torch.ones_like(owners, dtype=torch.float64))
+            gaps = [abs(a - b) for a, b in zip(logprobs.detach().float().tolist(), recorded) if b is not None]
+            totals += torch.tensor([loss.item(), float(entropies.double().sum()), sum(gaps), len(gaps)],
+                                   dtype=torch.float64, device=device)
+            gap_max = torch.maximum(gap_max, torch.tensor([max(gaps, default=-1.0)], dtype=torch.float64, device=device))
+        parameters = [self.params[name] for name in self.names]
+        if world > 1:
+            sum_gradients(parameters)
+            for tensor in (before, count, totals):
+                _all_reduce(tensor, "sum")
+            _all_reduce(gap_max, "max")
+        grad_norm = accelerator.clip_grad_norm_(parameters, config.max_grad_norm)  # the norm before clipping
+        self.optimizer.step()
+        row = {"on_policy": on_policy, "loss": float(totals[0]), "grad_norm": float(grad_norm),
+               "entropy": float(totals[1] / count.sum()) if count.sum() > 0 else None,
+               "sampler_gap_mean": float(totals[2] / totals[3]) if totals[3] > 0 else None,
+               "sampler_gap_max": float(gap_max[0]) if totals[3] > 0 else None}
+        if config.diagnostics:
+            with torch.no_grad():
+                for batch in mine:
+                    chunk = [sequences[i] for i in batch]
+                    owners = torch.tensor([s.rollout for s in chunk for _ in s.targets], device=device)
+                    after.index_add_(0, owners, self._score(chunk, entropy=False).double())
+            if world > 1:
+                _all_reduce(after, "sum")
+            scored = count > 0
+            change = torch.where(scored, (after - before) / count.clamp(min=1), torch.zeros_like(after))
+            advantages = torch.tensor(plan["advantages"], dtype=torch.float64, device=device)
+            row["logprob_change_positive"] = _mean_where(change, scored & (advantages > 0))
+            row["logprob_change_negative"] = _mean_where(change, scored & (advantages < 0))
+        return row
+
+    def save_optimizer(self, path: Path) -> None:
+        save_optimizer(self.optimizer, self.params, self.names, path)
+
+
 def reinforce_steps(accelerator, model, tokenizer, adapter: str, rollouts: list[dict], config, *,
                     optimizer_file: Path | None, optimizer_out: Path | None) -> dict:
     """Run `config.steps` full-batch REINFORCE steps for `adapter` (per role with `role_steps: per_role`);
@@ -335,72 +511,8 @@ def reinforce_steps(accelerator, model, tokenizer, adapter: str, rollouts: list[
     gradients are summed across processes before clipping: the loss is a sum over tokens, so this is
     the same step as one process scoring every micro-batch (up to float summation order).
     """
-    steps, max_grad_norm = config.steps, config.max_grad_norm
-    unwrapped = accelerator.unwrap_model(model)
-    unwrapped.set_adapter(adapter)
-    params = trainable_state(unwrapped, adapter)
-    for name, parameter in unwrapped.named_parameters():
-        parameter.requires_grad_(name in params)
-    set_gradient_checkpointing(unwrapped, config.gradient_checkpointing)
-    optimizer, names = make_optimizer(params, lr=config.learning_rate, weight_decay=config.weight_decay,
-                                      state_file=optimizer_file)
-    optimizer = accelerator.prepare_optimizer(optimizer)
-    useful = with_signal(rollouts)
-    # joint: one loss over every rollout; per_role: the propose and the solve rollouts of an adapter
-    # in both roles (the baseline) each get their own `steps`, as a teacher and a student would
-    parts = role_parts(useful) if config.role_steps == "per_role" else [useful]
-    plans = [_plan(part, config) for part in parts]
-    truncated = sum(plan["truncated"] for plan in plans)
-    stats = {"rollouts": len(rollouts), "rollouts_with_signal": len(useful), "optimizer_steps": 0, "losses": [],
-             "trained_tokens": sum(plan["offsets"][-1] for plan in plans),
-             "sequences": sum(len(plan["sequences"]) for plan in plans), "truncated_sequences": truncated,
-             "micro_batches": sum(len(plan["batches"]) for plan in plans if plan["sequences"])}
-    rank, world = accelerator.process_index, accelerator.num_processes
-    gaps: list[float] = []
-    model.train()
-    for step in range(steps):
-        for plan in plans:
-            if not plan["sequences"]:
-                continue
-            sequences, batches, weights, offsets = plan["sequences"], plan["batches"], plan["weights"], plan["offsets"]
-            optimizer.zero_grad(set_to_none=True)
-            total = 0.0
-            for batch in batches[rank::world]:
-                chunk = [sequences[i] for i in batch]
-                with accelerator.autocast():
-                    logprobs = selected_logprobs(unwrapped, chunk, tokenizer.pad_token_id, accelerator.device)
-                weight = torch.tensor([w for i in batch for w in weights[offsets[i]:offsets[i + 1]]],
-                                      device=logprobs.device, dtype=torch.float32)
-                if config.importance_cap is not None:
-                    weight = weight * importance_weights(logprobs, [x for s in chunk for x in s.sampler_logprobs],
-                                                         config.importance_cap)
-                loss = -(weight * logprobs.float()).sum()
-                accelerator.backward(loss)
-                total += loss.item()
-                if step == 0:
-                    recorded = [x for s in chunk for x in s.sampler_logprobs]
-                    gaps.extend(abs(a - b) for a, b in zip(logprobs.detach().float().tolist(), recorded) if b is not None)
-            if world > 1:
-                sum_gradients([params[n] for n in names])
-                total = float(_all_reduce(torch.tensor([total], dtype=torch.float64, device=accelerator.device),
-                                          "sum").item())
-            grad_norm = accelerator.clip_grad_norm_([params[n] for n in names], max_grad_norm)
-            optimizer.step()
-            stats["optimizer_steps"] += 1
-            stats["losses"].append(total)
-            stats["grad_norm"] = float(grad_norm)
-    if world > 1:  # the sampler gaps of every process's micro-batches
-        summary = torch.tensor([float(len(gaps)), sum(gaps)], dtype=torch.float64, device=accelerator.device)
-        largest = torch.tensor([max(gaps, default=-1.0)], dtype=torch.float64, device=accelerator.device)
-        count, total_gap = _all_reduce(summary, "sum").tolist()
-        gaps = [float(_all_reduce(largest, "max").item())] if count else []
-        mean_gap = total_gap / count if count else None
-    else:
-        mean_gap = sum(gaps) / len(gaps) if gaps else None
-    if gaps:
-        stats["sampler_logprob_max_abs_diff"] = max(gaps)
-        stats["sampler_logprob_mean_abs_diff"] = mean_gap
-    model.eval()
+    update = AdapterUpdate(accelerator, model, tokenizer, adapter, config, optimizer_file=optimizer_file)
+    stats = update.train(rollouts)
     if optimizer_out is not None:
-        save_optimizer(optimizer, params, names, optimizer_out)
+        update.save_optimizer(optimizer_out)
     return stats
