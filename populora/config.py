@@ -415,6 +415,37 @@ class BenchSection(_Section):
         return self.limits[benchmark] if benchmark in self.limits else self.limit
 
 
+class ControlSection(_Section):
+    """The positive control (`python -m populora.control.positive`): solver-only RL of one adapter on one
+    task family, read by nothing else. Its settings of the update, sampler and solver are the params' own."""
+
+    family: str = Field("add", min_length=1, description="Task family of populora/control/families.py (FAMILIES).")
+    steps: int = Field(16, ge=1, description="Training steps: each samples a fresh batch and takes update.steps "
+                       "optimizer steps on it.")
+    tasks_per_step: int = Field(8, ge=1, description="Training tasks per step (fresh ones every step).")
+    samples: int = Field(4, ge=2, description="Answers sampled per training task (the group a per-task baseline "
+                         "compares them within).")
+    temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature of the training answers "
+                               "(held-out answers are greedy).")
+    heldout: int = Field(192, ge=10, description="Held-out tasks, scored greedy; their inputs never appear in training.")
+    eval_every: int = Field(4, ge=1, description="Score the held-out pool after every this many steps (and at 0).")
+    arms: tuple[Literal["real", "shuffled"], ...] = Field(
+        ("real", "shuffled"), min_length=1, description="real: the project's advantages; shuffled: the same "
+        "updates with advantages shuffled within their group (the null).")
+    seed: int = Field(0, description="Seed of the tasks, the initial adapter and the sampling (shared by the arms).")
+    min_gain: float = Field(15.0, description="Pass bar: real minus base and real minus shuffled, in points.")
+    max_p: float = Field(0.001, gt=0, lt=1, description="Pass bar: exact McNemar p of both differences.")
+
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, value):
+        from populora.control.families import FAMILIES
+
+        if value not in FAMILIES:
+            raise ValueError(f"unknown task family {value!r}; use one of {', '.join(sorted(FAMILIES))}")
+        return value
+
+
 class Params(_Section):
     base: BaseSection = BaseSection()
     model: ModelSection = ModelSection()
@@ -432,6 +463,7 @@ class Params(_Section):
     pairing: PairingSection = PairingSection()
     evolve: EvolveSection = EvolveSection()
     bench: BenchSection = BenchSection()
+    control: ControlSection = ControlSection()
 
     @model_validator(mode="after")
     def _cross_checks(self):

@@ -52,3 +52,38 @@ def paired_bootstrap(differences: Sequence[float], *, samples: int = BOOTSTRAP_S
 def covers_zero(low: float, high: float) -> bool:
     """True when a difference's interval includes 0: no detectable difference."""
     return low <= 0 <= high
+
+
+Z80 = 0.841621  # one-sided normal quantile of 80% power
+
+
+def mcnemar_exact(first: Sequence[bool], second: Sequence[bool]) -> dict:
+    """Exact McNemar test of two models' verdicts on the same problems: `first_only` and
+    `second_only` count the problems only one of them solves, `p` is the two-sided exact binomial
+    p-value of that split under "equally good" (1.0 when they never disagree).
+
+    >>> mcnemar_exact([1, 1, 1, 0], [0, 0, 1, 0])
+    {'first_only': 2, 'second_only': 0, 'p': 0.5}
+    """
+    if len(first) != len(second):
+        raise ValueError(f"{len(first)} verdicts against {len(second)}: not the same problems")
+    only_first = sum(bool(a) and not bool(b) for a, b in zip(first, second))
+    only_second = sum(bool(b) and not bool(a) for a, b in zip(first, second))
+    if only_first + only_second == 0:
+        return {"first_only": 0, "second_only": 0, "p": 1.0}
+    from scipy.stats import binomtest
+
+    p = binomtest(only_first, only_first + only_second, 0.5).pvalue
+    return {"first_only": only_first, "second_only": only_second, "p": float(f"{min(1.0, p):.3g}")}
+
+
+def minimum_detectable_effect(low: float, high: float, z: float = Z95, power_z: float = Z80) -> float:
+    """The smallest true difference a measurement with this 95% interval finds with 80% power at the
+    5% level: (z_0.975 + z_0.8) x its standard error, the error read off the interval's half-width
+    (2.8 / 1.96 = 1.43 half-widths). Beside a "no detectable difference" it says how large a
+    difference could still hide.
+
+    >>> minimum_detectable_effect(-0.02, 0.02)
+    0.028588
+    """
+    return round((z + power_z) * (high - low) / (2 * z), 6)

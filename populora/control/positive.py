@@ -1,0 +1,347 @@
+"""The positive control: can this update make the model better at anything? Solver-only RL of one
+adapter on a task family where learning is possible, against the same updates without signal.
+
+    python -m populora.control.positive --params params.yaml --overlay params/positive-control.yaml \
+        --base-model results/base_model --out study/positive-control
+
+Everything is the project's own: the solver prompt and plan (`populora.selfplay.roles.solver_jobs`),
+the sampler (`populora.lm.sampling.run_plans`, sampling from the PEFT model being trained), the
+answer parser, the sandboxed verifier and grader, the rewards and advantages
+(`populora.selfplay.rollouts.build_rollouts`, `reward.advantage_baseline`) and the update
+(`populora.selfplay.update.AdapterUpdate`, the `update` section). Only the tasks differ: a family of
+`populora.control.families` with random inputs, a held-out pool whose inputs never appear in training.
+
+Arms, from the same initial adapter and seeds: `real` (the advantages as computed), `shuffled` (the
+same updates with advantages shuffled within their group: the null, equal steps without signal), and
+the base model. Each training step samples `control.samples` answers at `control.temperature` for
+`control.tasks_per_step` fresh tasks, grades them and updates; every `control.eval_every` steps the
+held-out pool is answered greedily. Written to --out: `result.json` (per step: training reward,
+solve rate and the update's diagnostics; per evaluation: held-out accuracy; per arm: the final
+per-task verdicts; the comparisons with exact McNemar p; pass or fail), `control.md` and
+`curves.png`. An arm that finished is kept in `arms/<arm>.json` and not run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from populora.config import ParamsError, merge, parse_params
+from populora.control.families import FAMILIES, family_tasks
+from populora.core.io import read_json, write_json, write_text
+
+log = logging.getLogger("positive_control")
+ADAPTER = "control"
+
+
+def seed_of(*parts: object) -> int:
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def load_params(params: str | Path, overlay: str | Path | None):
+    raw = yaml.safe_load(Path(params).read_text())
+    source = str(params)
+    if overlay:
+        raw = merge(raw, yaml.safe_load(Path(overlay).read_text()) or {})
+        source += f" + {overlay}"
+    return parse_params(raw, source)
+
+
+class Solver:
+    """The project's solver pipeline around one PEFT model: prompts, sampling, parsing, grading."""
+
+    def __init__(self, model, tokenizer, buffer: list[dict], params, sandbox):
+        from populora.selfplay.prompts import chat_wrapper
+
+        self.model, self.tokenizer, self.buffer, self.params, self.sandbox = model, tokenizer, buffer, params, sandbox
+        self.chat = chat_wrapper(tokenizer)
+
+    def answer(self, tasks: list[dict], *, samples: int, temperature: float, seed: int, desc: str) -> list[dict]:
+        """Graded answer rows (`populora.core.rows.GradedAnswer` fields), `samples` per task."""
+        from populora.lm.sampling import GenRow, run_plans
+        from populora.selfplay.parsing import parse_answer
+        from populora.selfplay.roles import solver_jobs
+        from populora.verifier import grade_rows
+
+        cfg = self.params.solve
+        jobs = solver_jobs({ADAPTER: {"code_o": tasks}}, self.buffer, samples=samples, worked_examples=cfg.worked_examples,
+                           mode=cfg.mode, chat=self.chat, rng=random.Random(seed))
+        results = run_plans(self.model, self.tokenizer, [GenRow(plan, None) for _, plan in jobs], temperature=temperature,
+                            top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, seed=seed,
+                            desc=desc)
+        rows = []
+        for (meta, _), result in zip(jobs, results):
+            answer, reason = parse_answer(result.completion, "code_o", mode=cfg.mode, truncated=result.truncated)
+            rows.append({**meta, "answer": answer, "parse_reason": reason, "segments": result.segments,
+                         "tokens": result.tokens_generated})
+        return grade_rows(tasks, rows, self.params.verify, sandbox=self.sandbox)
+
+    def heldout_verdicts(self, tasks: list[dict], seed: int) -> list[bool]:
+        """Greedy answers to the held-out pool, one per task (the same prompts at every evaluation)."""
+        graded = self.answer(tasks, samples=1, temperature=0.0, seed=seed, desc="held-out")
+        return [bool(row["correct"]) for row in graded]
+
+
+def run_arm(arm: str, params, base_model: Path, init_adapter: Path, tasks: dict, buffer: list[dict], sandbox,
+            accelerator) -> dict:
+    """Train one arm from the initial adapter; its per-step rows and held-out evaluations."""
+    import torch
+
+    from populora.lm.model import attach_adapters, load_base
+    from populora.selfplay.advantages import shuffle_within_groups
+    from populora.selfplay.rollouts import build_rollouts
+    from populora.selfplay.update import AdapterUpdate
+
+    control = params.control
+    tokenizer, base = load_base(base_model, dtype=params.model.dtype, device=str(accelerator.device))
+    tokenizer.padding_side = "left"  # the sampler pads left; the update builds its own right-padded batches
+    model = attach_adapters(base, {ADAPTER: str(init_adapter)}, trainable=ADAPTER)
+    model.eval()
+    torch.manual_seed(seed_of(control.seed, "update"))
+    update = AdapterUpdate(accelerator, model, tokenizer, ADAPTER, params.update)
+    solver = Solver(model, tokenizer, buffer, params, sandbox)
+    eval_seed = seed_of(control.seed, "heldout")
+    steps, evaluations = [], {}
+    started = time.monotonic()
+    for step in range(control.steps):
+        batch = tasks["train"][step * control.tasks_per_step:(step + 1) * control.tasks_per_step]
+        t0 = time.monotonic()
+        graded = solver.answer(batch, samples=control.samples, temperature=control.temperature,
+                               seed=seed_of(control.seed, "train", step), desc=f"{arm} step {step}")
+        rollouts = build_rollouts([], graded, params.reward.teacher_mode, params.reward.advantage_baseline)
+        if arm == "shuffled":
+            rollouts = shuffle_within_groups(rollouts, seed_of(control.seed, "null", step))
+        t1 = time.monotonic()
+        stats = update.train(rollouts)
+        row = {"step": step, "solve_rate": sum(r["correct"] for r in graded) / len(graded),
+               "reward_mean": sum(r["reward"] for r in rollouts) / len(rollouts),
+               "malformed": sum(r.get("parse_reason") is not None for r in graded),
+               "sample_s": round(t1 - t0, 1), "update_s": round(time.monotonic() - t1, 1),
+               **{k: stats[k] for k in ("rollouts_with_signal", "trained_tokens", "tasks_without_spread",
+                                        "tasks_sampled_more_than_once")},
+               "optimizer_steps": stats["steps"]}
+        steps.append(row)
+        last = stats["steps"][-1] if stats["steps"] else {}
+        log.info("%s step %d: solve rate %.3f, %d rollouts with signal, loss %s, logprob change A>0 %s A<0 %s "
+                 "(%.0f s sampling+grading, %.0f s update)", arm, step, row["solve_rate"], row["rollouts_with_signal"],
+                 _fmt(last.get("loss")), _fmt(last.get("logprob_change_positive")),
+                 _fmt(last.get("logprob_change_negative")), row["sample_s"], row["update_s"])
+        if (step + 1) % control.eval_every == 0 or step + 1 == control.steps:
+            verdicts = solver.heldout_verdicts(tasks["heldout"], eval_seed)
+            evaluations[step + 1] = verdicts
+            log.info("%s after step %d: held-out accuracy %.3f", arm, step + 1, sum(verdicts) / len(verdicts))
+    return {"arm": arm, "steps": steps, "wall_s": round(time.monotonic() - started, 1),
+            "heldout": {str(k): {"accuracy": sum(v) / len(v), "verdicts": [int(x) for x in v]}
+                        for k, v in evaluations.items()}}
+
+
+def _fmt(value) -> str:
+    return "-" if value is None else f"{value:+.4f}"
+
+
+def base_verdicts(params, base_model: Path, tasks: dict, buffer: list[dict], sandbox, device: str) -> list[bool]:
+    from populora.lm.model import load_base
+
+    tokenizer, model = load_base(base_model, dtype=params.model.dtype, device=device)
+    return Solver(model, tokenizer, buffer, params, sandbox).heldout_verdicts(
+        tasks["heldout"], seed_of(params.control.seed, "heldout"))
+
+
+def compare(params, base: list[bool], arms: dict[str, dict]) -> dict:
+    """Final held-out accuracy per arm, differences in points with exact McNemar p, and the verdict."""
+    from populora.bench.stats import mcnemar_exact, paired_bootstrap
+
+    final = {name: [bool(x) for x in arm["heldout"][str(params.control.steps)]["verdicts"]] for name, arm in arms.items()}
+    final["base"] = base
+    pairs = [(a, b) for a, b in (("real", "base"), ("real", "shuffled"), ("shuffled", "base")) if a in final and b in final]
+    comparisons = {}
+    for a, b in pairs:
+        mean, low, high = paired_bootstrap([int(x) - int(y) for x, y in zip(final[a], final[b])])
+        comparisons[f"{a} - {b}"] = {"points": round(100 * mean, 1), "interval": [round(100 * low, 1), round(100 * high, 1)],
+                                     **mcnemar_exact(final[a], final[b])}
+    control = params.control
+    needed = [c for c in ("real - base", "real - shuffled") if c in comparisons]
+    passed = len(needed) == 2 and all(comparisons[c]["points"] >= control.min_gain and comparisons[c]["p"] < control.max_p
+                                      for c in needed)
+    return {"accuracy": {name: round(100 * sum(v) / len(v), 1) for name, v in final.items()},
+            "comparisons": comparisons, "passed": passed,
+            "bar": f"real - base and real - shuffled >= {control.min_gain:g} points, each exact McNemar p < {control.max_p:g}"}
+
+
+def markdown(result: dict) -> str:
+    c = result["control"]
+    lines = [f"# Positive control: `{c['family']}` ({FAMILIES[c['family']].about})", "",
+             f"{c['steps']} steps x {c['tasks_per_step']} tasks x {c['samples']} answers at temperature "
+             f"{c['temperature']}; held-out pool {c['heldout']} tasks, greedy. Update: lr {result['update']['learning_rate']:g}, "
+             f"{result['update']['steps']} optimizer step(s) per batch, loss per {result['update']['loss_reduction']}, "
+             f"advantage baseline {result['advantage_baseline']}. Wall {result['wall_s'] / 60:.1f} min "
+             f"on {result['machine']['cpus']} CPU(s).", "",
+             f"**{'PASS' if result['summary']['passed'] else 'FAIL'}** ({result['summary']['bar']}).", "",
+             "| arm | held-out accuracy (%) |", "| --- | ---: |"]
+    lines += [f"| {name} | {acc} |" for name, acc in result["summary"]["accuracy"].items()]
+    lines += ["", "| difference | points | 95% paired bootstrap | only first / only second | exact McNemar p |",
+              "| --- | ---: | --- | --- | ---: |"]
+    for name, comp in result["summary"]["comparisons"].items():
+        lines.append(f"| {name} | {comp['points']:+.1f} | [{comp['interval'][0]:+.1f}, {comp['interval'][1]:+.1f}] | "
+                     f"{comp['first_only']} / {comp['second_only']} | {comp['p']:.3g} |")
+    lines += ["", "Held-out accuracy (%) by step:", "", "| step | " + " | ".join(result["arms"]) + " |",
+              "| ---: | " + " | ".join("---:" for _ in result["arms"]) + " |"]
+    lines.append("| 0 | " + " | ".join(f"{result['summary']['accuracy']['base']}" for _ in result["arms"]) + " |")
+    for step in next(iter(result["arms"].values()))["heldout"]:
+        lines.append(f"| {step} | " + " | ".join(f"{100 * arm['heldout'][step]['accuracy']:.1f}"
+                                                for arm in result["arms"].values()) + " |")
+    lines += ["", "Per step (training answers; the update's diagnostics of the step's last optimizer step):", "",
+              "| arm | step | solve rate | with signal | loss | grad norm | entropy | logprob change A>0 | A<0 |",
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for name, arm in result["arms"].items():
+        for row in arm["steps"]:
+            d = row["optimizer_steps"][-1] if row["optimizer_steps"] else {}
+            lines.append(f"| {name} | {row['step']} | {row['solve_rate']:.3f} | {row['rollouts_with_signal']} | "
+                         f"{_fmt(d.get('loss'))} | {d.get('grad_norm', 0):.3f} | {d.get('entropy') or 0:.3f} | "
+                         f"{_fmt(d.get('logprob_change_positive'))} | {_fmt(d.get('logprob_change_negative'))} |")
+    lines += ["", f"Command: `{result['command']}`", ""]
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from populora.core.io import write_figure
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    base = result["summary"]["accuracy"]["base"]
+    for name, arm in result["arms"].items():
+        steps = [0] + [int(s) for s in arm["heldout"]]
+        axes[0].plot(steps, [base] + [100 * arm["heldout"][s]["accuracy"] for s in arm["heldout"]], marker="o", label=name)
+        axes[1].plot([r["step"] for r in arm["steps"]], [r["solve_rate"] for r in arm["steps"]], label=name)
+        for sign, style in (("positive", "-"), ("negative", "--")):
+            values = [(r["step"], r["optimizer_steps"][0].get(f"logprob_change_{sign}")) for r in arm["steps"]
+                      if r["optimizer_steps"]]
+            values = [(s, v) for s, v in values if v is not None]
+            axes[2].plot([s for s, _ in values], [v for _, v in values], style, label=f"{name}, A{'>' if sign == 'positive' else '<'}0")
+    axes[0].axhline(base, color="grey", linestyle=":", label="base")
+    axes[0].set(title="held-out accuracy (greedy, %)", xlabel="step")
+    axes[1].set(title="training solve rate (sampled)", xlabel="step")
+    axes[2].axhline(0, color="grey", linewidth=0.5)
+    axes[2].set(title="log-prob change per token after the step", xlabel="step")
+    for ax in axes:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    write_figure(path, fig)
+    plt.close(fig)
+
+
+def machine() -> dict:
+    import os
+
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    return {"cpu": model, "cpus": os.cpu_count(), "python": platform.python_version()}
+
+
+def prepare(params, out: Path, base_model: Path, sandbox) -> tuple[dict, list[dict], Path]:
+    """The verified family tasks, the worked-example buffer (the pipeline's seed tasks) and the initial adapter."""
+    import torch
+
+    from populora.lm.adapters import create_adapters
+    from populora.lm.model import load_base, lora_config
+    from populora.selfplay.tasks import is_copyable, seed_proposals
+    from populora.verifier import verify_rows
+
+    control = params.control
+    tasks = family_tasks(control.family, heldout=control.heldout, train=control.steps * control.tasks_per_step,
+                         seed=control.seed)
+    verified = {pool: verify_rows(rows, params.verify, sandbox=sandbox) for pool, rows in tasks.items()}
+    bad = [row["task_id"] for rows in verified.values() for row in rows if not row["valid"]]
+    if bad:
+        raise RuntimeError(f"family {control.family!r}: the verifier rejected {bad[:5]}")
+    seeds = [row for row in verify_rows(seed_proposals(params.buffer.seeds), params.verify, sandbox=sandbox)
+             if row["valid"] and row["type"] == "code_o"]
+    if params.propose.reject_copyable:
+        seeds = [row for row in seeds if not is_copyable(row)]
+    init = out / "init"
+    if not (init / ADAPTER / "adapter_config.json").is_file():
+        _, model = load_base(base_model, dtype=params.model.dtype, device="cpu")
+        cfg = params.lora
+        init.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(0)
+        create_adapters(model, [ADAPTER], init, lora_cfg=lora_config(cfg.rank, cfg.alpha, cfg.dropout, list(cfg.target_modules)),
+                        seeds={ADAPTER: seed_of(control.seed, "init")}, init_std=cfg.init_std)
+    return verified, seeds, init / ADAPTER
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--overlay", help="params overlay, e.g. params/positive-control.yaml")
+    parser.add_argument("--base-model", required=True, help="HF folder of the base model (made if missing)")
+    parser.add_argument("--out", required=True, help="output folder, e.g. study/positive-control")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        params = load_params(args.params, args.overlay)
+    except ParamsError as error:
+        log.error("%s", error)
+        return 2
+    from accelerate import Accelerator
+
+    from populora.lm.model import materialize_base_model
+    from populora.verifier.pool import open_sandbox
+
+    out, base_model = Path(args.out), Path(args.base_model)
+    if not (base_model / "config.json").is_file():
+        log.info("materializing %s into %s", params.model.base_model, base_model)
+        materialize_base_model(params.model.base_model, base_model)
+    started = time.monotonic()
+    accelerator = Accelerator(cpu=params.model.device == "cpu", mixed_precision=params.update.mixed_precision or "no")
+    sandbox = open_sandbox(params.verify, log)
+    try:
+        tasks, buffer, init = prepare(params, out, base_model, sandbox)
+        log.info("family %s: %d training and %d held-out tasks; %d worked examples", params.control.family,
+                 len(tasks["train"]), len(tasks["heldout"]), len(buffer))
+        base_file = out / "arms" / "base.json"
+        if base_file.is_file():
+            base = [bool(x) for x in read_json(base_file)["verdicts"]]
+        else:
+            base = base_verdicts(params, base_model, tasks, buffer, sandbox, str(accelerator.device))
+            write_json(base_file, {"verdicts": [int(x) for x in base]})
+        log.info("base held-out accuracy %.3f", sum(base) / len(base))
+        arms = {}
+        for arm in params.control.arms:
+            arm_file = out / "arms" / f"{arm}.json"
+            if arm_file.is_file():
+                arms[arm] = read_json(arm_file)
+                log.info("%s: kept from %s", arm, arm_file)
+                continue
+            arms[arm] = run_arm(arm, params, base_model, init, tasks, buffer, sandbox, accelerator)
+            write_json(arm_file, arms[arm])
+    finally:
+        sandbox.close()
+    result = {"control": params.control.model_dump(), "update": params.update.model_dump(),
+              "advantage_baseline": params.reward.advantage_baseline,
+              "solve": {k: getattr(params.solve, k) for k in ("mode", "worked_examples", "max_new_tokens", "top_p")},
+              "lora": params.lora.model_dump(), "machine": machine(), "wall_s": round(time.monotonic() - started, 1),
+              "command": "python -m populora.control.positive " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "arms": arms, "summary": compare(params, base, arms)}
+    result["summary"]["base_verdicts"] = [int(x) for x in base]
+    write_json(out / "result.json", result)
+    write_text(out / "control.md", markdown(result))
+    plot(result, out / "curves.png")
+    log.info("%s: %s", "PASS" if result["summary"]["passed"] else "FAIL", result["summary"]["comparisons"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
