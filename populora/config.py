@@ -63,6 +63,11 @@ class SamplerSection(_Section):
         None, ge=1, description="vllm: adapters resident in one batch; null = every adapter of the pass (members).")
     max_num_seqs: int = Field(256, ge=1, description="vllm: sequences scheduled at once (continuous batching).")
     enforce_eager: bool = Field(True, description="vllm: skip graph capture / compilation (true on CPU and in tests).")
+    request_seeds: bool = Field(
+        True, description="vllm: give every sampled request its own seed, so a rerun on the CPU samples the same "
+        "tokens. On a GPU vLLM samples seeded rows on its slower per-request-generator path, and batch composition "
+        "changes the numbers anyway: false in the GPU overlays (the engine's seed only). Greedy requests never "
+        "carry one.")
 
 
 class LoraSection(_Section):
