@@ -95,7 +95,8 @@ class DagSection(_Section):
     update_jobs: int = Field(
         4, ge=1, le=64, description="Update jobs per arm and generation: job k trains the arm's adapters k, k + J, "
         "k + 2J, ... (teachers, then students); J at least the population's size gives one job per adapter, so N "
-        "GPUs train N adapters at once. The results do not depend on it. Rendered into dvc.yaml: re-render after "
+        "GPUs train N adapters at once. The results do not depend on it (byte for byte on the CPU; on a GPU up to "
+        "the kernels' nondeterminism, docs/gpu.md). Rendered into dvc.yaml: re-render after "
         "a change (python -m workflow.render_dvc).")
 
     @field_validator("arms")
