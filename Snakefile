@@ -13,6 +13,7 @@ sys.path.insert(0, workflow.basedir)
 
 from populora.config import ParamsError, load_params
 from workflow.dag import SCOPES, STAGES, collected_paths, final_targets, gen_label, resolve_input, scope_items
+from workflow.time_model import runtime_minutes
 
 try:
     PARAMS = load_params("params.yaml")
@@ -65,6 +66,18 @@ def _params_of(stage):
     return snapshot
 
 
+def _runtime(stage):
+    # SLURM's time limit (minutes) of a cluster job on a GPU run, from the time model (workflow/time_model.py,
+    # docs/gpu.md), doubled on a retry; none on the CPU or for local rules: the profile's default applies
+    if stage.local or PARAMS.model.device == "cpu":
+        return {}
+
+    def minutes(wildcards, attempt):
+        return (runtime_minutes(stage.name, PARAMS, _item(stage, wildcards)) or 60) * attempt
+
+    return {"runtime": minutes}
+
+
 def _command(stage):
     # Snakemake evaluates `shell:` lazily inside the loop, where `stage` would already be the last
     # stage; a params function bound to this stage renders the whole command instead.
@@ -98,6 +111,7 @@ for stage in STAGES:
         threads: stage.thread_count(PARAMS)
         resources:
             gpu=stage.gpus(PARAMS),
+            **_runtime(stage),
         shell:
             "{params.command}"
 

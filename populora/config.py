@@ -63,6 +63,11 @@ class SamplerSection(_Section):
         None, ge=1, description="vllm: adapters resident in one batch; null = every adapter of the pass (members).")
     max_num_seqs: int = Field(256, ge=1, description="vllm: sequences scheduled at once (continuous batching).")
     enforce_eager: bool = Field(True, description="vllm: skip graph capture / compilation (true on CPU and in tests).")
+    request_seeds: bool = Field(
+        True, description="vllm: give every sampled request its own seed, so a rerun on the CPU samples the same "
+        "tokens. On a GPU vLLM samples seeded rows on its slower per-request-generator path, and batch composition "
+        "changes the numbers anyway: false in the GPU overlays (the engine's seed only). Greedy requests never "
+        "carry one.")
 
 
 class LoraSection(_Section):
@@ -90,7 +95,8 @@ class DagSection(_Section):
     update_jobs: int = Field(
         4, ge=1, le=64, description="Update jobs per arm and generation: job k trains the arm's adapters k, k + J, "
         "k + 2J, ... (teachers, then students); J at least the population's size gives one job per adapter, so N "
-        "GPUs train N adapters at once. The results do not depend on it. Rendered into dvc.yaml: re-render after "
+        "GPUs train N adapters at once. The results do not depend on it (byte for byte on the CPU; on a GPU up to "
+        "the kernels' nondeterminism, docs/gpu.md). Rendered into dvc.yaml: re-render after "
         "a change (python -m workflow.render_dvc).")
 
     @field_validator("arms")

@@ -51,7 +51,8 @@ def configure_logging(args: argparse.Namespace, stage: str) -> logging.Logger:
 
 def setup(args: argparse.Namespace, stage: str, *, claim: bool = True) -> tuple[Params, logging.Logger]:
     """Configure logging (stderr + --log file), claim a GPU for a GPU stage (unless `claim` is false:
-    the stage claims its own, see stages/update.py) and load params, failing fast with a clear message."""
+    the stage claims its own, see stages/update.py), load params and check that the device they ask for
+    is here (`require_device`), failing fast with a clear message."""
     configure_logging(args, stage)
     if stage in GPU_STAGES and claim:
         claim_gpu(logging.getLogger(stage))
@@ -60,7 +61,22 @@ def setup(args: argparse.Namespace, stage: str, *, claim: bool = True) -> tuple[
     except ParamsError as error:
         logging.getLogger(stage).error("%s", error)
         raise SystemExit(2) from None
+    if stage in GPU_STAGES and claim:
+        require_device(params, logging.getLogger(stage), stage)
     return params, logging.getLogger(stage)
+
+
+def require_device(params: Params, log: logging.Logger, stage: str) -> None:
+    """Stop (exit code 2) before any model loads when `model.device: cuda` finds no CUDA here, or the
+    vLLM engine of a sampling stage is not vLLM's CUDA build (`populora.lm.device`). Call it after
+    `claim_gpu`: torch must not touch CUDA before CUDA_VISIBLE_DEVICES names the job's devices."""
+    from populora.lm.device import DeviceError, check_device
+
+    try:
+        check_device(params, samples=stage in ("propose", "solve", "bench"))
+    except DeviceError as error:
+        log.error("%s", error)
+        raise SystemExit(2) from None
 
 
 def _log_uncaught(log: logging.Logger) -> None:

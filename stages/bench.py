@@ -30,11 +30,17 @@ problems in file order (null: all). Only the members of the roles in `bench.role
 
 The folder appears only when every model's benchmark succeeded (staged, then moved into place); a
 missing data file, an adapter that does not load or a harness error exits non-zero with a message
-that names the file or model and the fix, leaving earlier results untouched.
+that names the file or model and the fix, leaving earlier results untouched. With `sampler.engine:
+vllm` (one engine per model: lm-eval's for math, ours for the others) the models run one by one and
+each finished one is kept in `<results>.partial/` with a key of everything that made it (params,
+code, base and adapter files): a retry after a failure or a SLURM time-out takes those back and runs
+only the rest; the folder goes once the results are in place.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import time
 from pathlib import Path
@@ -44,7 +50,7 @@ from populora.bench.lmeval_runner import TASKS_DIR
 from populora.bench.runners import base_model_entry, exported_models, run_benchmark
 from populora.bench.settings import settings_for
 from populora.config import benchmarked_refs
-from populora.core.io import replace_dir, staging_dir, write_json
+from populora.core.io import read_json, replace_dir, staging_dir, write_json
 from stages._common import setup, stage_parser
 
 
@@ -69,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
             models = [base_model_entry()]
         log.info("benchmarking %s on %s (limit %s, max_new_tokens %d)", ", ".join(m.name for m in models),
                  args.bench, settings.limit, settings.max_new_tokens)
-        results = run_benchmark(settings, models, Path(args.base_model), tmp, log)
+        if settings.engine == "vllm":
+            results = run_resumable(settings, models, Path(args.base_model), tmp, Path(args.results), params, log)
+        else:  # hf: every member in one stacked pass
+            results = run_benchmark(settings, models, Path(args.base_model), tmp, log)
     except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(error, BenchError):
@@ -83,8 +92,46 @@ def main(argv: list[str] | None = None) -> int:
         log.info("%s on %s: %s, %d/%d correct (95%% Wilson %.3f-%.3f)", name, args.bench, result["metrics"],
                  result["correct"], result["n"], result["interval"]["low"], result["interval"]["high"])
     replace_dir(tmp, args.results)
+    shutil.rmtree(f"{args.results}{PARTIAL}", ignore_errors=True)
     log.info("%d model(s) on %s in %.1f s", len(results), args.bench, wall_s)
     return 0
+
+
+PARTIAL = ".partial"  # beside --results: the models an earlier attempt finished
+
+
+def run_resumable(settings, models, base_model: Path, out: Path, results: Path, params, log) -> dict[str, dict]:
+    """`run_benchmark` one model at a time, each finished model kept in `<results>.partial/` (its result
+    and folder) under a key; a model whose key matches is taken back instead of run again."""
+    keep = Path(f"{results}{PARTIAL}")
+    keep.mkdir(parents=True, exist_ok=True)
+    done = {}
+    for model in models:
+        key, saved = _key(params, base_model, model), keep / f"{model.name}.json"
+        record = read_json(saved) if saved.is_file() else {}
+        if record.get("key") == key and (keep / model.name).is_dir():
+            log.info("%s on %s: kept from an earlier attempt (%s)", model.name, settings.benchmark, keep)
+            done[model.name] = record["result"]
+        else:
+            shutil.rmtree(keep / model.name, ignore_errors=True)
+            done.update(run_benchmark(settings, [model], base_model, keep, log))
+            write_json(saved, {"key": key, "result": done[model.name]})
+        shutil.copytree(keep / model.name, out / model.name)
+    return done
+
+
+def _key(params, base_model: Path, model) -> str:
+    """What a model's result depends on: params, the project's code, the base model's and the adapter's
+    files (names, sizes, modification times)."""
+    def files(folder):
+        return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in Path(folder).iterdir() if p.is_file())
+
+    root = Path(__file__).resolve().parents[1]  # any change to the project's code: run again
+    code = hashlib.sha256(b"".join(p.read_bytes() for folder in ("populora", "stages", "workflow/lm_eval_tasks")
+                                   for p in sorted((root / folder).rglob("*.py")))).hexdigest()
+    parts = {"params": params.model_dump(mode="json"), "code": code, "base": files(base_model),
+             "adapter": files(model.adapter) if model.adapter else None, "model": model.name}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
 if __name__ == "__main__":

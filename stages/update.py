@@ -39,7 +39,7 @@ from populora.config import update_part_slots
 from populora.core.io import replace_dir, staging_dir, write_json
 from populora.core.rows import Rollout, read_rows
 from populora.core.state import ADAPTERS, OPTIMIZER, UPDATE_STATS, adapter_dirs
-from stages._common import _CLAIMED, claim_gpu, derive_seed, setup, stage_parser, timed
+from stages._common import _CLAIMED, claim_gpu, derive_seed, require_device, setup, stage_parser, timed
 
 LAUNCHED = "LOCAL_RANK"  # set by torchrun / accelerate launch in each process it starts
 
@@ -90,9 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     processes = params.update.processes
     if processes > 1 and LAUNCHED not in os.environ:
         claim_gpu(log, count=processes)  # the N devices of this job, before the processes start
+        require_device(params, log, "update")
         log.info("launching %d processes for %s", processes, ", ".join(slots))
         relaunch(argv, processes, params.update.mixed_precision or "no")
     claim_gpu(log)
+    require_device(params, log, "update")  # model.device: cuda with no CUDA here stops before the base loads
     return train(args, params, log, slots)
 
 

@@ -1,7 +1,8 @@
 """The cluster profile for real: the tiny pipeline's training (both arms, two generations) through
 `snakemake --profile profiles/slurm` on a one-node SLURM cluster started here
 (scripts/slurm_local.sh: Debian's slurm-wlm and munge, installed with apt when missing; needs root),
-with grouped jobs; its artifacts equal those of a local run, byte for byte.
+with grouped jobs; its artifacts equal those of a local run, byte for byte (on the CPU: on a GPU, batch
+composition and atomic adds change the numbers between runs, docs/gpu.md).
 
 Skipped, with the reason, where the cluster cannot start (not root, no apt, a daemon that fails).
 """

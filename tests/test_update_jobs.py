@@ -1,6 +1,8 @@
 """One update job per adapter: the adapters, optimizer moments and statistics equal those of one job
 training every adapter of the arm, byte for byte; the update draws no random number; several
-processes per adapter (accelerate launch, 2 CPU processes) sum their gradients into the same step."""
+processes per adapter (accelerate launch, 2 CPU processes) sum their gradients into the same step.
+On the CPU. On a GPU the same holds only up to the kernels' nondeterminism (atomic adds in attention's
+backward, reduction order across processes): equal within float tolerance, not byte for byte (docs/gpu.md)."""
 
 from __future__ import annotations
 

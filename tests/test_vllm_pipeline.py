@@ -35,6 +35,7 @@ def finished(tmp_path_factory, tiny_params_dict) -> Path:
     params["model"]["base_model"] = str(tiny_model_dir(root / "tiny", hidden_size=64, heads=2))  # head size 32
     params["sampler"] = {**params["sampler"], "engine": "vllm", "memory_fraction": 0.1}
     params["dag"] = {**params["dag"], "generations": 1, "arms": ["population"]}
+    params["update"] = {**params["update"], "max_seq_len": 2048}  # vLLM's window (max_model_len): the tiny model's
     params["bench"] = {**params["bench"], "benchmarks": ["cruxeval_o", "humaneval_plus", "gsm8k"], "limit": 2,
                        "max_new_tokens": 16, "data_dir": str(REPO.parent / "shared" / "benchmarks")}
     (root / "params.yaml").write_text(yaml.safe_dump(params))

