@@ -48,15 +48,15 @@ FAMILIES: dict[str, Family] = {
     "upper": Family("def f(s):\n    return s.upper()", lambda r: repr(_word(r)), "a lowercase word in capitals"),
     "reverse": Family("def f(s):\n    return s[::-1]", lambda r: repr(_word(r, 3, 5)), "a short word reversed"),
     "first_two": Family("def f(xs):\n    return xs[:2]", lambda r: repr(_ints(r)), "the first two items of a list"),
-    "double": Family("def f(x):\n    return x * 2", lambda r: str(r.randint(11, 99)), "twice a two-digit number"),
+    "double": Family("def f(x):\n    return x * 2", lambda r: str(r.randint(11, 999)), "twice a number of two or three digits"),
 }
 
 
 def _copies(arguments: str, output) -> bool:
     """True when the output equals one of the arguments (a copying answer would be right)."""
-    from populora.core.literals import argument_values
+    from populora.core.literals import output_is_an_argument
 
-    return any(value == output for value in argument_values(arguments))
+    return output_is_an_argument(arguments, repr(output))
 
 
 def family_tasks(name: str, *, heldout: int, train: int, seed: int) -> dict[str, list[dict]]:
@@ -79,7 +79,7 @@ def family_tasks(name: str, *, heldout: int, train: int, seed: int) -> dict[str,
             continue
         seen.add(arguments)
         inputs.append(arguments)
-    else:
+    if len(inputs) < heldout + train:
         raise ValueError(f"family {name!r} has fewer than {heldout + train} distinct inputs")
     rows = [{"task_id": f"{name}-{k:04d}", "type": "code_o", "program": family.program, "inputs": [arguments],
              "message": None} for k, arguments in enumerate(inputs)]
