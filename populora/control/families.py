@@ -41,6 +41,8 @@ def _distinct_ints(rng: random.Random) -> list[int]:
 FAMILIES: dict[str, Family] = {
     "add": Family("def f(a, b):\n    return a + b", lambda r: f"{r.randint(10, 49)}, {r.randint(10, 49)}",
                   "the sum of two two-digit numbers"),
+    "first": Family("def f(xs):\n    return xs[0]", lambda r: repr(_ints(r)), "the first item of a list of digits"),
+    "minimum": Family("def f(xs):\n    return min(xs)", lambda r: repr(_distinct_ints(r)), "the smallest of a few numbers"),
     "last": Family("def f(xs):\n    return xs[-1]", lambda r: repr(_ints(r)), "the last item of a list of digits"),
     "length": Family("def f(xs):\n    return len(xs)", lambda r: repr([r.randint(10, 99) for _ in range(r.randint(2, 7))]),
                      "the length of a list of two-digit numbers"),

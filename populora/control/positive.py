@@ -243,6 +243,27 @@ def plot(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def run_in_processes(arms: list[str], args: argparse.Namespace) -> None:
+    """Train `arms` in up to `jobs` processes at once (this command with --arm), cores / jobs threads each;
+    an arm whose process fails is left to the serial loop, which reports its error."""
+    import os
+    import subprocess
+
+    jobs = args.jobs
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    base = [sys.executable, "-m", "populora.control.positive", "--params", args.params, "--base-model", args.base_model,
+            "--out", args.out, *(["--overlay", args.overlay] if args.overlay else [])]
+    pending, running = list(arms), []
+    while pending or running:
+        while pending and len(running) < jobs:
+            arm = pending.pop(0)
+            log.info("training %s in its own process (%d thread%s)", arm, threads, "" if threads == 1 else "s")
+            running.append((arm, subprocess.Popen([*base, "--arm", arm, "--threads", str(threads)])))
+        arm, process = running.pop(0)
+        if process.wait() != 0:
+            log.error("the %s process exited with %d", arm, process.returncode)
+
+
 def machine() -> dict:
     import os
 
@@ -288,6 +309,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overlay", help="params overlay, e.g. params/positive-control.yaml")
     parser.add_argument("--base-model", required=True, help="HF folder of the base model (made if missing)")
     parser.add_argument("--out", required=True, help="output folder, e.g. study/positive-control")
+    parser.add_argument("--jobs", type=int, default=1, help="arms trained at once, each in its own process with "
+                        "cores / jobs threads (2 on 2 cores: one thread each scales better than two threads per arm)")
+    parser.add_argument("--arm", help="train only this arm (what --jobs starts in each process)")
+    parser.add_argument("--threads", type=int, help="torch threads of this process (default: torch's)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     try:
@@ -295,11 +320,18 @@ def main(argv: list[str] | None = None) -> int:
     except ParamsError as error:
         log.error("%s", error)
         return 2
+    if params.control.family not in FAMILIES:
+        log.error("control.family: unknown task family %r. Fix: use one of %s (populora/control/families.py).",
+                  params.control.family, ", ".join(sorted(FAMILIES)))
+        return 2
+    import torch
     from accelerate import Accelerator
 
     from populora.lm.model import materialize_base_model
     from populora.verifier.pool import open_sandbox
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     out, base_model = Path(args.out), Path(args.base_model)
     if not (base_model / "config.json").is_file():
         log.info("materializing %s into %s", params.model.base_model, base_model)
@@ -318,6 +350,13 @@ def main(argv: list[str] | None = None) -> int:
             base = base_verdicts(params, base_model, tasks, buffer, sandbox, str(accelerator.device))
             write_json(base_file, {"verdicts": [int(x) for x in base]})
         log.info("base held-out accuracy %.3f", sum(base) / len(base))
+        if args.arm:
+            write_json(out / "arms" / f"{args.arm}.json",
+                       run_arm(args.arm, params, base_model, init, tasks, buffer, sandbox, accelerator))
+            return 0
+        todo = [arm for arm in params.control.arms if not (out / "arms" / f"{arm}.json").is_file()]
+        if args.jobs > 1 and len(todo) > 1:
+            run_in_processes(todo, args)
         arms = {}
         for arm in params.control.arms:
             arm_file = out / "arms" / f"{arm}.json"

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from populora.bench.stats import minimum_detectable_effect
+
 BENCHES = ("cruxeval_o", "cruxeval_i")  # the benchmarks the study reads, in table order
 
 
@@ -83,10 +85,15 @@ def markdown(study: dict) -> str:
                 lines.append(f"| {row['control']} | {bench} | {_ci(entry['students'])} | {_ci(entry['students_minus_base'])} | "
                              f"{_pts(entry['base'])} |")
     lines += ["", "## Between controls (two-level bootstrap: seeds, then problems)", "",
-              "| comparison | benchmark | score | seeds | difference | 95% interval | verdict |", "|---|---|---|---|---|---|---|"]
+              "The minimum detectable effect is the true difference this comparison finds with 80% power at the 5% "
+              "level (2.8 standard errors, read off the interval): a \"no detectable difference\" says nothing about "
+              "effects below it.", "",
+              "| comparison | benchmark | score | seeds | difference | 95% interval | minimum detectable effect | verdict |",
+              "|---|---|---|---|---|---|---|---|"]
     for c in study["comparisons"]:
         lines.append(f"| {c['left']} - {c['right']} | {c['bench']} | {c['score']} | {c['seeds'][0]} vs {c['seeds'][1]} | "
-                     f"{_pts(c['delta'])} | [{_pts(c['low'])}, {_pts(c['high'])}] | {c['verdict']} |")
+                     f"{_pts(c['delta'])} | [{_pts(c['low'])}, {_pts(c['high'])}] | "
+                     f"{_pts(minimum_detectable_effect(c['low'], c['high']))} | {c['verdict']} |")
     lines += ["", "## Accounting per adapter (mean over seeds of the run's totals)", "",
               "| control | role | optimizer steps | trained tokens | rollouts with signal | sum of ||B A||_F | wall min |",
               "|---|---|---|---|---|---|---|"]

@@ -7,7 +7,7 @@ nothing here computes a statistic.
 
 from __future__ import annotations
 
-from populora.bench.stats import covers_zero
+from populora.bench.stats import covers_zero, minimum_detectable_effect
 from populora.core.refs import BASE, ModelRef
 from populora.report.figures import model_order
 from populora.report.metrics import BASELINE, POPULATION, score_columns
@@ -67,10 +67,11 @@ def differences_table(metrics: dict[str, float]) -> str | None:
             if f"{key}.delta" in metrics:
                 delta, low, high = (metrics[f"{key}.{part}"] for part in ("delta", "low", "high"))
                 rows.append(f"| {bench} | {label} | {100 * delta:+.1f} | [{100 * low:+.1f}, {100 * high:+.1f}] | "
-                            f"{difference_verdict(delta, low, high)} |")
+                            f"{100 * minimum_detectable_effect(low, high):.1f} | {difference_verdict(delta, low, high)} |")
     if not rows:
         return None
-    header = ["| benchmark | difference | points | 95% paired-bootstrap interval | verdict |", "|---|---|---|---|---|"]
+    header = ["| benchmark | difference | points | 95% paired-bootstrap interval | minimum detectable effect | verdict |",
+              "|---|---|---|---|---|---|"]
     return "\n".join(header + rows)
 
 
