@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from statistics import mean
 
 import pytest
 
@@ -218,3 +219,24 @@ def test_a_missing_result_fails_naming_the_file(tmp_path):
     first = synthetic_results()[0]
     assert f"{first['benchmark']}/{first['model']}.json" in log.read_text() and "Fix:" in log.read_text()
     assert not (tmp_path / "metrics.json").exists()
+
+
+def test_members_against_the_base_carry_exact_mcnemar_and_the_gold_loglik_is_compared_paired():
+    from populora.report.tables import gold_loglik_table, versus_base_table
+
+    results = synthetic_results()
+    for result in results:
+        if result["benchmark"] == "cruxeval_o":  # the gold answer's log-prob: higher for the better models
+            shift = SCORES[result["model"]]["cruxeval_o"]
+            result["per_problem_gold_logprob"] = {f"p{i}": -5.0 + shift + 0.01 * (i % 7) for i in range(N)}
+    metrics = benchmark_metrics(results)
+    stem = "bench.cruxeval_o.vs_base.population-student0"
+    solved = {m: round(SCORES[m]["cruxeval_o"] * N) for m in SCORES}
+    assert metrics[f"{stem}.member_only"] == solved["population-student0"] - solved["base"]
+    assert metrics[f"{stem}.base_only"] == 0 and 0 < metrics[f"{stem}.p"] < 1
+    assert metrics["bench.cruxeval_o.gold_loglik.base"] == pytest.approx(-4.9 + 0.01 * mean(i % 7 for i in range(N)))
+    diff = "bench.cruxeval_o.gold_loglik.diff.students_mean_minus_baseline"
+    assert metrics[f"{diff}.delta"] == pytest.approx((0.4 + 0.1) / 2 - 0.2)
+    assert metrics[f"{diff}.low"] == metrics[f"{diff}.high"] == metrics[f"{diff}.delta"]  # the same shift everywhere
+    assert "cruxeval_o" in gold_loglik_table(metrics) and "population-student0" in versus_base_table(metrics)
+    assert not any(".gold_loglik." in k for k in benchmark_metrics(synthetic_results()))  # only where measured

@@ -19,7 +19,14 @@ from populora.core.io import write_text
 from populora.report.dynamics import final_dynamics_table, plot_complexity, plot_dynamics, plot_ratings
 from populora.report.figures import plot_benchmarks
 from populora.report.metrics import best_weakest_members, refs_of, result_intervals, score_table
-from populora.report.tables import HEADLINE_NOTE, benchmark_table, claims, differences_table
+from populora.report.tables import (
+    HEADLINE_NOTE,
+    benchmark_table,
+    claims,
+    differences_table,
+    gold_loglik_table,
+    versus_base_table,
+)
 
 
 def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[str, list[dict]],
@@ -36,6 +43,7 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
                      "score [95% Wilson interval]." if extremes else "")
     plot_benchmarks(table, refs, out_dir / "benchmarks.png", result_intervals(results))
     differences = differences_table(metrics)
+    versus, gold = versus_base_table(metrics), gold_loglik_table(metrics)
     sections = [
         "# PopuLoRA: benchmarks and training dynamics",
         "",
@@ -59,7 +67,16 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
         *(["### Paired differences (same problems)", "",
            "Per-problem differences resampled over problems (2000 paired-bootstrap samples); an interval that "
            "covers 0 means no detectable difference at this sample size. The best / weakest student is chosen "
-           "on the same data, which the intervals do not account for.", "", differences, ""] if differences else []),
+           "on the same data, which the intervals do not account for. The minimum detectable effect is the true "
+           "difference found with 80% power at the 5% level: no detectable difference says nothing below it.", "",
+           differences, ""] if differences else []),
+        *(["### Each member against the base model", "",
+           "Problems only the member or only the base solves, and the exact McNemar p of that split.", "",
+           versus, ""] if versus else []),
+        *(["### Gold-answer log-likelihood (CRUXEval)", "",
+           "The log-probability (nats) each model gives the gold answer in the benchmark's own prompt, one forward "
+           "pass per problem: a paired, continuous measure that moves on every problem, where pass@1 moves on the "
+           "few the models disagree on. Higher is better.", "", gold, ""] if gold else []),
         "![Benchmark scores per model](benchmarks.png)",
         "",
         "## Training dynamics",

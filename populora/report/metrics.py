@@ -34,6 +34,13 @@ Keys (sorted, numbers only; <p> is `bench.<b>` or `avg.<group>`, group = code, m
     <p>.population.teachers.mean|best|weakest the population's teachers
     <p>.baseline                              the baseline's solo adapter
 
+  Per member against the base (per-problem verdicts: exact McNemar test)
+    bench.<b>.vs_base.<model>.member_only|base_only|p   problems only one of them solves; two-sided exact p
+
+  Gold-answer log-likelihood (CRUXEval: the log-prob of the gold answer in the benchmark's prompt, nats)
+    bench.<b>.gold_loglik.base|member.<model>   mean over problems
+    bench.<b>.gold_loglik.diff.<name>.delta|low|high   the paired differences below, on this measure
+
   Paired differences (both arms ran; same problems, paired bootstrap 95% over problems)
     bench.<b>.diff.students_mean_minus_baseline.delta|low|high
     bench.<b>.diff.best_minus_baseline.delta|low|high
@@ -137,6 +144,34 @@ def problem_table(results: list[dict]) -> dict[str, dict[str, dict[str, int]]]:
     return out
 
 
+def gold_loglik_table(results: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
+    """{benchmark: {model: {problem id: log-prob of the gold answer}}} of the results that carry one
+    (CRUXEval, `populora.bench.gold_loglik`)."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for result in results:
+        if isinstance(result.get("per_problem_gold_logprob"), dict):
+            out.setdefault(result["benchmark"], {})[result["model"]] = {
+                str(k): float(v) for k, v in result["per_problem_gold_logprob"].items()}
+    return out
+
+
+def versus_base(bench: str, verdicts: dict[str, dict[str, int]], out: dict) -> None:
+    """`bench.<b>.vs_base.<model>.member_only|base_only|p`: the problems only the member or only the base
+    solves, and the exact McNemar p of that split, for every benchmarked member."""
+    from populora.bench.stats import mcnemar_exact
+
+    if BASE not in verdicts:
+        return
+    ids = list(verdicts[BASE])
+    for model, own in verdicts.items():
+        if model == BASE or set(own) != set(ids):
+            continue
+        test = mcnemar_exact([own[i] for i in ids], [verdicts[BASE][i] for i in ids])
+        prefix = f"bench.{bench}.vs_base.{model}"
+        out[f"{prefix}.member_only"], out[f"{prefix}.base_only"], out[f"{prefix}.p"] = (
+            test["first_only"], test["second_only"], test["p"])
+
+
 def aggregates(scores: dict[str, float]) -> dict[str, float]:
     """Per-group averages of one model (code, math, cruxeval), and overall = mean of those present."""
     groups: dict[str, list[float]] = {}
@@ -204,10 +239,11 @@ def _paired(prefix: str, name: str, left: list[float], right: list[float], out: 
     out[f"{prefix}.diff.{name}.delta"], out[f"{prefix}.diff.{name}.low"], out[f"{prefix}.diff.{name}.high"] = delta, low, high
 
 
-def paired_differences(bench: str, verdicts: dict[str, dict[str, int]], table: dict[str, dict[str, float]],
-                       refs: dict[str, ModelRef], arms: list[str], out: dict) -> None:
+def paired_differences(bench: str, verdicts: dict[str, dict[str, float]], table: dict[str, dict[str, float]],
+                       refs: dict[str, ModelRef], arms: list[str], out: dict, prefix: str | None = None) -> None:
     """The bench.<b>.diff.* keys (see the module docstring); skipped when verdicts are missing or
-    were not taken on the same problems."""
+    were not taken on the same problems. `verdicts` may be any per-problem value (the gold-answer
+    log-likelihood under `prefix` bench.<b>.gold_loglik); best and weakest stay the pass@1 choice."""
     models = [m for m in table if m in verdicts]
     if len(models) != len(table):
         return
@@ -215,7 +251,7 @@ def paired_differences(bench: str, verdicts: dict[str, dict[str, int]], table: d
     if any(set(verdicts[m]) != set(ids) for m in models):
         raise BenchError(f"{bench}: models were scored on different problems. Fix: run every model with the same "
                          "bench.limit / bench.limits and data.")
-    prefix = f"bench.{bench}"
+    prefix = prefix or f"bench.{bench}"
     students = {arm: role_members((refs[m] for m in table), arm)["students"] for arm in arms}
     if POPULATION in arms and BASELINE in arms and students[POPULATION] and students[BASELINE]:
         baseline = _per_problem_mean(verdicts, students[BASELINE], ids)
@@ -256,6 +292,7 @@ def benchmark_metrics(results: list[dict]) -> dict[str, float]:
         raise BenchError("no benchmark results given. Fix: pass the bench stage outputs with --results.")
     table, counts = score_table(results)
     verdicts = problem_table(results)
+    gold = gold_loglik_table(results)
     refs = refs_of(results)
     arms = [arm for arm in (POPULATION, BASELINE) if any(ref.arm == arm for ref in refs.values())]
     out: dict[str, float] = {}
@@ -272,6 +309,11 @@ def benchmark_metrics(results: list[dict]) -> dict[str, float]:
         _group_values(f"bench.{bench}", {m: table[m][bench] for m in table}, table, refs, arms, out)
         if bench in verdicts:
             paired_differences(bench, verdicts[bench], table, refs, arms, out)
+            versus_base(bench, verdicts[bench], out)
+        if bench in gold and set(gold[bench]) == set(table):  # every model scored: a paired, continuous measure
+            for model, values in gold[bench].items():
+                out[f"bench.{bench}.gold_loglik.{'base' if model == BASE else 'member.' + model}"] = mean(values.values())
+            paired_differences(bench, gold[bench], table, refs, arms, out, prefix=f"bench.{bench}.gold_loglik")
     per_model = {m: aggregates(scores) for m, scores in table.items()}
     for group in GROUPS:
         values = {m: agg[group] for m, agg in per_model.items() if group in agg}

@@ -47,7 +47,9 @@ def _with_interval(metrics: dict[str, float], prefix: str, model: str) -> str:
 DIFFERENCES = (("students_mean_minus_baseline", "population students' mean - baseline"),
                ("best_minus_baseline", "best student - baseline"),
                ("weakest_minus_baseline", "weakest student - baseline"),
-               ("mean_minus_base", "students' mean - base model"))
+               ("mean_minus_base", "students' mean - base model"),
+               ("students_mean_minus_base", "population students' mean - base model"),
+               ("baseline_minus_base", "baseline - base model"))
 
 
 def difference_verdict(delta: float, low: float, high: float) -> str:
@@ -73,6 +75,38 @@ def differences_table(metrics: dict[str, float]) -> str | None:
     header = ["| benchmark | difference | points | 95% paired-bootstrap interval | minimum detectable effect | verdict |",
               "|---|---|---|---|---|---|"]
     return "\n".join(header + rows)
+
+
+def gold_loglik_table(metrics: dict[str, float]) -> str | None:
+    """Markdown: the paired differences of the gold-answer log-likelihood (nats per problem), with the
+    minimum detectable effect; a continuous measure that sees effects pass@1 cannot."""
+    rows = []
+    for key in sorted(k for k in metrics if ".gold_loglik.diff." in k and k.endswith(".delta")):
+        bench, name = key.split(".")[1], key.split(".diff.")[1].removesuffix(".delta")
+        stem = key.removesuffix(".delta")
+        delta, low, high = metrics[key], metrics[f"{stem}.low"], metrics[f"{stem}.high"]
+        label = dict(DIFFERENCES).get(name, name.replace("_", " "))
+        rows.append(f"| {bench} | {label} | {delta:+.3f} | [{low:+.3f}, {high:+.3f}] | "
+                    f"{minimum_detectable_effect(low, high):.3f} | {difference_verdict(delta, low, high)} |")
+    if not rows:
+        return None
+    header = ["| benchmark | difference | nats per problem | 95% paired-bootstrap interval | minimum detectable effect "
+              "| verdict |", "|---|---|---|---|---|---|"]
+    return "\n".join(header + rows)
+
+
+def versus_base_table(metrics: dict[str, float]) -> str | None:
+    """Markdown: per member and benchmark, the problems only it or only the base solves, exact McNemar p."""
+    rows = []
+    for key in sorted(k for k in metrics if ".vs_base." in k and k.endswith(".p")):
+        stem = key.removesuffix(".p")
+        bench, model = stem.split(".")[1], stem.split(".vs_base.")[1]
+        rows.append(f"| {bench} | {model} | {metrics[stem + '.member_only']} | {metrics[stem + '.base_only']} | "
+                    f"{metrics[key]:.3g} |")
+    if not rows:
+        return None
+    return "\n".join(["| benchmark | member | solved by the member only | by the base only | exact McNemar p |",
+                      "|---|---|---|---|---|", *rows])
 
 
 def claims(metrics: dict[str, float], extremes: tuple[str, str] | None) -> list[str]:
