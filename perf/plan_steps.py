@@ -12,7 +12,7 @@ would generate (the run's params, the arm's state and buffer of that generation,
 It reports the median wall time of each, their ratio, the tokens fed to the model (prompt +
 prefill + decode, rows x width of every forward call) and whether both gave the same tokens.
 
-    .venv/bin/python benchmarks/bench_plan_steps.py RUN_DIR [--arm population] [--gen 0] \
+    .venv/bin/python perf/plan_steps.py RUN_DIR [--arm population] [--gen 0] \
         [--threads 1] [--repeats 2] [--types code_o code_i code_f] [--json OUT.json]
 
 RUN_DIR is a checkout whose `results/` holds a finished run (e.g. a fresh clone after
