@@ -43,7 +43,7 @@ GPU_THREADS = 4  # Snakemake threads of a GPU stage (at most the cores given): t
 # claimed, so Snakemake runs --cores of them side by side. On the 2-core machine two model stages
 # side by side on 1 thread each took 0.59x (gsm8k + humaneval_plus, 2 problems) and 0.74x
 # (cruxeval_o + cruxeval_i, 60 problems) the wall time of the same two one after the other on 2
-# threads (scripts/bench_cpu_threads.sh): process start-up and small batches use one core.
+# threads (perf/cpu_threads.sh): process start-up and small batches use one core.
 CPU_MODEL_THREADS = 1
 UPDATE_DIR = f"{GEN_DIR}/update/{{part}}"  # one update job's adapters, optimizer moments and statistics
 LOG = f"{RESULTS}/logs/{{stage}}/{{key}}.log"
