@@ -58,7 +58,7 @@ def nocopy(control: str) -> str:
     return control[: -len("-null")] + "-nocopy-null" if control.endswith("-null") else control + "-nocopy"
 
 
-# the comparisons that answer the study's question (README "CPU study": how to read the grid);
+# the comparisons that answer the study's question (study/README.md: how to read the grid);
 # the same again between `-nocopy` controls (no copyable task, no identity seed), never across the
 # two: a `-nocopy` study runs at a later commit than the grid it would be compared with
 _GRID_COMPARISONS = (("2t2s", "1t1s"), ("2t2s", "baseline"), ("1t1s", "baseline"), ("2t2s", "2t2s-noevo"),
