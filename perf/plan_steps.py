@@ -33,12 +33,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from populora.config import load_params  # noqa: E402
 from populora.core.io import write_json  # noqa: E402
+from populora.core.seeds import derive_seed  # noqa: E402
 from populora.core.state import adapter_dirs, load_buffer, load_state  # noqa: E402
 from populora.lm.engines import load_sampler  # noqa: E402
 from populora.lm.sampling import GenRow, run_plans  # noqa: E402
 from populora.selfplay.prompts import chat_wrapper  # noqa: E402
 from populora.selfplay.roles import proposer_jobs  # noqa: E402
-from stages._common import derive_seed  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

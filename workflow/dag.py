@@ -73,7 +73,9 @@ class Stage:
     directories: tuple[str, ...] = ()  # output keys that are folders
     metrics: tuple[str, ...] = ()  # output keys that are DVC metrics (small JSON, not cached)
     params: tuple[str, ...] = ()  # params.yaml sections (or dotted keys) the stage reads
-    gpu: int | str = 0  # Snakemake `resources: gpu=...`: stages that run the model (a params key: that many)
+    # Snakemake `resources: gpu=...`: stages that run the model (a params key: that many); their command
+    # carries --claim-gpu, so the stage claims its device (stages/_common.claim_gpu)
+    gpu: int | str = 0
     # CPU threads (Snakemake `threads`, SLURM cpus-per-task): a params key holding the count (the
     # sandbox stages: `verify.workers`); else GPU_THREADS for a GPU stage, 1 for the others
     threads: str | None = None
@@ -127,7 +129,8 @@ class Stage:
 
         flags = [f"--{w} {wildcards[w]}" for w in self.wildcards]
         flags += [flag(k) for k in (*self.inputs, *self.outputs)]
-        return f"python -m {self.module} --params params.yaml {' '.join(flags)} --log {log}"
+        claim = " --claim-gpu" if self.gpu else ""  # a stage that runs the model takes a free device of its own
+        return f"python -m {self.module} --params params.yaml {' '.join(flags)} --log {log}{claim}"
 
     def log_template(self) -> str:
         key = "-".join(f"{{{w}}}" for w in self.wildcards) or "all"

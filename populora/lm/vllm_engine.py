@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from populora.lm.sampling import Sampled, _stop_window
+from populora.lm.sampling import Sampled, stop_window
 
 # LoRA ranks vLLM compiles kernels for (vllm.config.lora: MaxLoRARanks)
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -49,14 +49,14 @@ def _stop_fired(tokenizer, ids: list[int], stops: tuple[str, ...]) -> bool:
     """sample_batch's stop rule on the last token: a stop string in the decoded tail."""
     if not stops or not ids:
         return False
-    tail = tokenizer.decode(ids[-_stop_window(stops):], skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    tail = tokenizer.decode(ids[-stop_window(stops):], skip_special_tokens=True, clean_up_tokenization_spaces=False)
     return any(stop in tail for stop in stops)
 
 
 def cut_at_stop(tokenizer, ids: list[int], eos: set[int], stops: tuple[str, ...]) -> tuple[list[int], bool]:
     """`ids` up to the first token where `sample_batch` would have ended the row: an EOS id, or a
     stop string in the decoded tail of the last tokens. Returns (ids, ended on EOS)."""
-    window = _stop_window(stops)
+    window = stop_window(stops)
     for position, token in enumerate(ids):
         if token in eos:
             return ids[: position + 1], True
