@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from populora.bench import BenchError
-from populora.bench import evalplus_eval as ev
-from populora.bench.codegen import INSTRUCTION_PREFIX, RESPONSE_PREFIX, build_prompt, cut_at_stops, stop_strings
+from populora.bench import evalplus as ev
+from populora.bench.evalplus import INSTRUCTION_PREFIX, RESPONSE_PREFIX, build_prompt, cut_at_stops, stop_strings
 from stages import bench as bench_stage
 
 REPO = Path(__file__).resolve().parents[1]

@@ -68,12 +68,12 @@ def cut_at_stop(tokenizer, ids: list[int], eos: set[int], stops: tuple[str, ...]
     return ids, False
 
 
-def lmeval_vllm_args(params) -> dict:
-    """Engine settings for lm-eval's `vllm` model (math benchmarks), from the same params as ours."""
+def lmeval_vllm_args(*, memory_fraction: float, enforce_eager: bool, max_num_seqs: int, lora_rank: int) -> dict:
+    """Engine settings for lm-eval's `vllm` model (math benchmarks), the same as our engine's
+    (`populora.lm.engines.VllmSampler.lmeval_vllm_args`)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    cfg = params.sampler
-    return {"gpu_memory_utilization": cfg.memory_fraction, "enforce_eager": cfg.enforce_eager,
-            "max_num_seqs": cfg.max_num_seqs, "max_lora_rank": supported_rank(params.lora.rank)}
+    return {"gpu_memory_utilization": memory_fraction, "enforce_eager": enforce_eager,
+            "max_num_seqs": max_num_seqs, "max_lora_rank": supported_rank(lora_rank)}
 
 
 class VllmEngine:
