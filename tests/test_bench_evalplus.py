@@ -157,7 +157,7 @@ def test_adapter_that_does_not_load_fails_clearly(tmp_path, tiny_model_dir, monk
 
 
 def test_export_folder_without_adapter_files_fails_clearly(tmp_path):
-    from populora.bench.runners import adapter_of
+    from populora.bench.models import adapter_of
 
     model_dir = export_folder(tmp_path / "m", "population-student0", "adapter")
     with pytest.raises(BenchError, match="adapter_model.safetensors.*re-run the export stage"):

@@ -16,6 +16,7 @@ pass (`run`) and scoring, and what they share:
                    official prompt and code extraction; `livecodebench_grading` runs every test case in the
                    verifier's sandbox and compares outputs as lcb_runner does;
 * `runners`        the literal table from a family to its `run`, and `run_benchmark`;
+* `models`         the benchmarked models: the bare base, an arm's exported members;
 * `settings`       one benchmark's settings, resolved once from params (`settings_for`);
 * `stats`          Wilson intervals per result, paired-bootstrap intervals of differences;
 * `diagnostics`    answer diagnostics (truncated, no answer, copies of the input or an argument);

@@ -37,7 +37,7 @@ from populora.selfplay.parsing import parse_answer
 from populora.selfplay.roles import make_plan
 
 if TYPE_CHECKING:  # annotations only: the runner table (runners.py) imports this module
-    from populora.bench.runners import BenchModel
+    from populora.bench.models import BenchModel
     from populora.bench.settings import BenchSettings
 
 BENCHMARKS = {"cruxeval_o": "code_o", "cruxeval_i": "code_i"}

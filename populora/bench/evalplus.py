@@ -54,7 +54,7 @@ from populora.bench import CODE_BENCHMARKS, BenchError, data_file
 from populora.core.io import write_jsonl
 
 if TYPE_CHECKING:
-    from populora.bench.runners import BenchModel
+    from populora.bench.models import BenchModel
     from populora.bench.settings import BenchSettings
 
 # AZR's evaluation flags (`--min-time-limit 10 --gt-time-limit-factor 8`; evalplus defaults are

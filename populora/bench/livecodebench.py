@@ -48,7 +48,7 @@ from populora.bench import LIVECODEBENCH_HUB, BenchError, livecodebench_file
 from populora.core.io import write_jsonl
 
 if TYPE_CHECKING:  # annotations only: the runner table (runners.py) imports this module
-    from populora.bench.runners import BenchModel
+    from populora.bench.models import BenchModel
     from populora.bench.settings import BenchSettings
 
 FIELDS = ("question_title", "question_content", "platform", "question_id", "contest_id", "contest_date",

@@ -32,7 +32,7 @@ from populora.bench.math_grading import extract_answer
 from populora.core.io import write_json, write_jsonl
 
 if TYPE_CHECKING:  # annotations only: the runner table (runners.py) imports this module
-    from populora.bench.runners import BenchModel
+    from populora.bench.models import BenchModel
     from populora.bench.settings import BenchSettings
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "workflow" / "lm_eval_tasks"
