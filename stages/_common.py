@@ -1,4 +1,4 @@
-"""Shared plumbing for stage command lines: arguments, params, logging, seeds, checkpoints.
+"""Shared plumbing for stage command lines: arguments, params, logging, GPU claims.
 
 Every stage is `python -m stages.<name> --params params.yaml [--arm A --gen G] --<input> PATH ...
 --<output> PATH --log PATH`, each flag named after what it holds (`--proposals`, `--trained`);
@@ -8,7 +8,6 @@ paths always arrive as arguments (see workflow/dag.py).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 import os
 import shutil
@@ -30,6 +29,9 @@ def stage_parser(description: str, *, arm: bool = True, gen: bool = True) -> arg
     if gen:
         parser.add_argument("--gen", required=True, type=int, help="generation number (0-based)")
     parser.add_argument("--log", default=None, help="also write this stage's log here")
+    parser.add_argument("--claim-gpu", action="store_true",
+                        help="claim a free GPU before any model loads (workflow/dag.py passes it to the stages it "
+                        "declares with a gpu; see claim_gpu)")
     return parser
 
 
@@ -50,18 +52,18 @@ def configure_logging(args: argparse.Namespace, stage: str) -> logging.Logger:
 
 
 def setup(args: argparse.Namespace, stage: str, *, claim: bool = True) -> tuple[Params, logging.Logger]:
-    """Configure logging (stderr + --log file), claim a GPU for a GPU stage (unless `claim` is false:
-    the stage claims its own, see stages/update.py), load params and check that the device they ask for
-    is here (`require_device`), failing fast with a clear message."""
+    """Configure logging (stderr + --log file), claim a GPU when the DAG says so (`--claim-gpu`; unless
+    `claim` is false: the stage claims its own, see stages/update.py), load params and check that the
+    device they ask for is here (`require_device`), failing fast with a clear message."""
     configure_logging(args, stage)
-    if stage in GPU_STAGES and claim:
+    if getattr(args, "claim_gpu", False) and claim:
         claim_gpu(logging.getLogger(stage))
     try:
         params = load_params(args.params)
     except ParamsError as error:
         logging.getLogger(stage).error("%s", error)
         raise SystemExit(2) from None
-    if stage in GPU_STAGES and claim:
+    if getattr(args, "claim_gpu", False) and claim:
         require_device(params, logging.getLogger(stage), stage)
     return params, logging.getLogger(stage)
 
@@ -94,7 +96,6 @@ def _log_uncaught(log: logging.Logger) -> None:
     sys.excepthook = hook
 
 
-GPU_STAGES = frozenset({"propose", "solve", "update", "bench"})  # tests/test_gpu_slots.py checks workflow/dag.py
 _CLAIMED: list = []  # open lock files: a device stays ours until this process exits
 
 
@@ -169,10 +170,11 @@ def claim_gpu(log: logging.Logger, *, poll_s: float = 2.0, count: int = 1) -> st
         time.sleep(poll_s)
 
 
-def derive_seed(base_seed: int, *parts: object) -> int:
-    """A stable 31-bit seed per (run seed, stage, arm, generation, ...)."""
-    digest = hashlib.sha256(":".join(str(p) for p in (base_seed, *parts)).encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+def keep_gpu_claims_across_exec() -> None:
+    """Let the device locks this process holds survive an `os.exec*` (exec closes non-inheritable
+    files): a stage that replaces itself by a launcher (`accelerate launch`) keeps its devices."""
+    for handle in _CLAIMED:
+        os.set_inheritable(handle.fileno(), True)
 
 
 @contextmanager

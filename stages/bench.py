@@ -46,8 +46,9 @@ import time
 from pathlib import Path
 
 from populora.bench import BenchError
-from populora.bench.lmeval_runner import TASKS_DIR
-from populora.bench.runners import base_model_entry, exported_models, run_benchmark
+from populora.bench.lmeval import TASKS_DIR
+from populora.bench.models import base_model_entry, exported_models
+from populora.bench.runners import run_benchmark
 from populora.bench.settings import settings_for
 from populora.config import benchmarked_refs
 from populora.core.io import read_json, replace_dir, staging_dir, write_json

@@ -28,6 +28,7 @@ from populora.core.io import (
     write_json,
 )
 from populora.core.rows import BufferEntry, Task, read_rows, write_rows
+from populora.core.seeds import derive_seed
 from populora.core.state import (
     ADAPTERS,
     BUFFER,
@@ -44,7 +45,7 @@ from populora.lm.adapters import delta_norm, read_state_dict
 from populora.population.evolution import append_lineage
 from populora.selfplay import generation_metrics as gm
 from populora.selfplay.tasks import extend_buffer, is_valid_task
-from stages._common import derive_seed, setup, stage_parser
+from stages._common import setup, stage_parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,11 +23,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from populora.core.io import read_json, replace_dir, staging_dir, write_json
+from populora.core.seeds import derive_seed
 from populora.core.state import ADAPTERS, EVOLUTION, RATINGS, load_state
 from populora.lm.adapters import read_state_dict, write_adapter
 from populora.population.evolution import accumulate_rewards, plan_generation_replacement
 from populora.population.operators import make_child
-from stages._common import derive_seed, setup, stage_parser
+from stages._common import setup, stage_parser
 
 
 def is_scheduled(gen: int, interval: int) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from populora.config import members_of_arm, slots_of_arm
 from populora.core.io import replace_dir, staging_dir
 from populora.core.rows import BufferEntry, write_rows
+from populora.core.seeds import derive_seed
 from populora.core.state import ADAPTERS, BUFFER, State, save_state
 from populora.lm.adapters import create_adapters
 from populora.lm.model import load_base, lora_config
@@ -19,7 +20,7 @@ from populora.population import ratings as rating_lib
 from populora.population.evolution import founder_events, member_id
 from populora.selfplay.tasks import buffer_entry, is_copyable, program_keys, seed_proposals
 from populora.verifier import IsolationError, verify_rows
-from stages._common import derive_seed, setup, stage_parser, timed
+from stages._common import setup, stage_parser, timed
 
 
 def main(argv: list[str] | None = None) -> int:

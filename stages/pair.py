@@ -12,9 +12,10 @@ student slots). The baseline pairs `solo` with itself. Schemes: `populora.popula
 from __future__ import annotations
 
 from populora.core.io import write_json
+from populora.core.seeds import derive_seed
 from populora.core.state import load_state
 from populora.population.ratings import pfsp_pairing, round_robin_pairing
-from stages._common import derive_seed, setup, stage_parser
+from stages._common import setup, stage_parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import random
 
 from populora.core.rows import Proposal, write_rows
+from populora.core.seeds import derive_seed
 from populora.core.state import adapter_dirs, load_buffer, load_state
 from populora.lm.engines import load_sampler
 from populora.lm.sampling import GenRow, run_plans
 from populora.selfplay.prompts import chat_wrapper
 from populora.selfplay.roles import proposal_rows, proposer_jobs
 from populora.selfplay.tasks import mark_duplicates
-from stages._common import derive_seed, setup, stage_parser, timed
+from stages._common import setup, stage_parser, timed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,13 +15,14 @@ import random
 
 from populora.core.io import read_json
 from populora.core.rows import Answer, SolveTask, Task, read_rows, write_rows
+from populora.core.seeds import derive_seed
 from populora.core.state import adapter_dirs, load_buffer, load_state
 from populora.lm.engines import load_sampler
 from populora.lm.sampling import GenRow, run_plans
 from populora.selfplay.parsing import parse_answer
 from populora.selfplay.prompts import chat_wrapper
 from populora.selfplay.roles import assign_tasks, solver_jobs
-from stages._common import derive_seed, setup, stage_parser, timed
+from stages._common import setup, stage_parser, timed
 
 TASK_FIELDS = ("task_id", "type", "program", "inputs", "outputs", "message", "teacher", "gen", "origin", "author")
 

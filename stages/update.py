@@ -38,8 +38,9 @@ from pathlib import Path
 from populora.config import update_part_slots
 from populora.core.io import replace_dir, staging_dir, write_json
 from populora.core.rows import Rollout, read_rows
+from populora.core.seeds import derive_seed
 from populora.core.state import ADAPTERS, OPTIMIZER, UPDATE_STATS, adapter_dirs
-from stages._common import _CLAIMED, claim_gpu, derive_seed, require_device, setup, stage_parser, timed
+from stages._common import claim_gpu, keep_gpu_claims_across_exec, require_device, setup, stage_parser, timed
 
 LAUNCHED = "LOCAL_RANK"  # set by torchrun / accelerate launch in each process it starts
 
@@ -56,8 +57,7 @@ def relaunch(argv: list[str], processes: int, mixed_precision: str) -> None:
     command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
                "--num_machines", "1", "--mixed_precision", mixed_precision, "--dynamo_backend", "no",
                "--main_process_port", str(_free_port()), "-m", "stages.update", *argv]
-    for handle in _CLAIMED:  # the device locks live on in the launcher (exec closes non-inheritable files)
-        os.set_inheritable(handle.fileno(), True)
+    keep_gpu_claims_across_exec()  # the device locks live on in the launcher
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, command)
@@ -89,12 +89,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     processes = params.update.processes
     if processes > 1 and LAUNCHED not in os.environ:
-        claim_gpu(log, count=processes)  # the N devices of this job, before the processes start
-        require_device(params, log, "update")
+        if args.claim_gpu:
+            claim_gpu(log, count=processes)  # the N devices of this job, before the processes start
+            require_device(params, log, "update")
         log.info("launching %d processes for %s", processes, ", ".join(slots))
         relaunch(argv, processes, params.update.mixed_precision or "no")
-    claim_gpu(log)
-    require_device(params, log, "update")  # model.device: cuda with no CUDA here stops before the base loads
+    if args.claim_gpu:
+        claim_gpu(log)
+        require_device(params, log, "update")  # model.device: cuda with no CUDA here stops before the base loads
     return train(args, params, log, slots)
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from populora.bench import BenchError
-from populora.bench import evalplus_eval as ev
-from populora.bench.codegen import INSTRUCTION_PREFIX, RESPONSE_PREFIX, build_prompt, cut_at_stops, stop_strings
+from populora.bench import evalplus as ev
+from populora.bench.evalplus import INSTRUCTION_PREFIX, RESPONSE_PREFIX, build_prompt, cut_at_stops, stop_strings
 from stages import bench as bench_stage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -157,7 +157,7 @@ def test_adapter_that_does_not_load_fails_clearly(tmp_path, tiny_model_dir, monk
 
 
 def test_export_folder_without_adapter_files_fails_clearly(tmp_path):
-    from populora.bench.runners import adapter_of
+    from populora.bench.models import adapter_of
 
     model_dir = export_folder(tmp_path / "m", "population-student0", "adapter")
     with pytest.raises(BenchError, match="adapter_model.safetensors.*re-run the export stage"):

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from populora.bench import MATH_BENCHMARKS, BenchError
-from populora.bench import lmeval_runner as lm
+from populora.bench import lmeval as lm
 from populora.core.refs import TEACHER, ModelRef
 from stages import bench as bench_stage
 

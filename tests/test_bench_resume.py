@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from populora.bench import BenchError
-from populora.bench.runners import BenchModel
+from populora.bench.models import BenchModel
 from populora.config import parse_params
 from populora.core.refs import ModelRef
 from stages import bench

@@ -105,6 +105,7 @@ def test_verify_stage_marks_copyable_tasks_only_when_asked(tmp_path):
     assert verdicts[True] == [(False, "copyable"), (True, None), (False, "copyable")]
 
 
+@pytest.mark.slow  # stage subprocesses on the tiny model: the full suite runs it
 def test_init_leaves_the_identity_seed_out_when_rejecting_copyable(tiny_model_dir, tmp_path):
     buffers = {}
     for reject in (False, True):

@@ -168,7 +168,7 @@ def test_fresh_checkout_status_and_dry_run(project, tmp_path):
 
 
 @pytest.mark.xfail(strict=True, reason="DVC 3.67.1 bug iterative/dvc#9818: a dry run hashes missing deps for "
-                   "the run cache; README documents `dvc repro --dry --force-downstream`")
+                   "the run cache; docs/dvc.md documents `dvc repro --dry --force-downstream`")
 @pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_plain_dry_run_on_a_fresh_checkout(project, tmp_path):
     clone = tmp_path / "clone"

@@ -8,7 +8,7 @@ recorded scores equal to the update's), the update in a bf16 model under Acceler
 against the hf engine (greedy parity in float32, the recorded log-prob gap of sampled tokens) and
 lm-eval's `vllm` model with an adapter. Then a probe at Qwen2.5-7B's shape (random bf16 weights
 built on the GPU, rank-16 LoRA on all 7 linear modules, the overlay's update settings) writes
-torch.cuda.max_memory_allocated to benchmarks/measured/ (MEASURED): commit that file.
+torch.cuda.max_memory_allocated to perf/measured/ (MEASURED): commit that file.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from populora.lm.sampling import GenRow, run_plans
 from populora.selfplay import prompts
 
 REPO = Path(__file__).resolve().parents[1]
-MEASURED = REPO / "benchmarks" / "measured"
+MEASURED = REPO / "perf" / "measured"
 NO_CUDA = ("needs CUDA: " + (f"torch {torch.__version__} is a CPU build" if not torch.version.cuda else
                              f"torch {torch.__version__} sees no CUDA device"))
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)]
@@ -206,8 +206,8 @@ def test_lmeval_vllm_model_with_an_adapter(model_dir, adapters, tmp_path):
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from populora.bench.lmeval_runner import evaluate_jsonable
-    from populora.lm.vllm_engine import lmeval_vllm_args
+    from populora.bench.lmeval import evaluate_jsonable
+    from populora.lm.engines import pick_sampler
 
     data = tmp_path / "data" / "math" / "gsm8k"
     data.mkdir(parents=True)
@@ -217,7 +217,7 @@ def test_lmeval_vllm_model_with_an_adapter(model_dir, adapters, tmp_path):
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     raw["sampler"].update(engine="vllm", memory_fraction=0.3, enforce_eager=False)
     raw["lora"]["rank"], raw["update"]["max_seq_len"] = 4, 1024
-    settings = lmeval_vllm_args(parse_params(raw))
+    settings = pick_sampler(parse_params(raw)).lmeval_vllm_args()
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:  # as the bench stage
         results = pool.submit(evaluate_jsonable, "gsm8k", base_model=model_dir, adapter=adapters["a"],
                               data_dir=tmp_path / "data", limit=2, max_new_tokens=16, batch_size=64, dtype="float32",

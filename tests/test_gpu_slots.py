@@ -48,8 +48,20 @@ def _wait_for(paths, timeout=60):
         time.sleep(0.05)
 
 
-def test_gpu_stages_in_common_match_the_dag():
-    assert _common.GPU_STAGES == {s.module.removeprefix("stages.") for s in STAGES if s.gpu}  # bench_base runs stages.bench
+def test_the_dag_tells_its_gpu_stages_to_claim_a_device(tmp_path, monkeypatch):
+    """The DAG's `gpu` stages, and only they, get --claim-gpu; a stage claims a device only with it."""
+    for stage in STAGES:
+        command = stage.command({k: "X" for k in (*stage.inputs, *stage.outputs)}, dict.fromkeys(stage.wildcards, "0"), "L")
+        assert command.endswith(" --claim-gpu") == bool(stage.gpu), stage.name
+    claims = []
+    monkeypatch.setattr(_common, "claim_gpu", lambda log, **kwargs: claims.append(kwargs))
+    params = tmp_path / "params.yaml"
+    params.write_text((REPO / "params.yaml").read_text())
+    parser = _common.stage_parser("test", arm=False, gen=False)
+    _common.setup(parser.parse_args(["--params", str(params)]), "pair")
+    assert claims == []
+    _common.setup(parser.parse_args(["--params", str(params), "--claim-gpu"]), "solve")
+    assert claims == [{}]
 
 
 def test_concurrent_gpu_jobs_get_distinct_devices(tmp_path):

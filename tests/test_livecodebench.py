@@ -232,6 +232,7 @@ def _stage_params(tmp_path: Path, data_dir: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # stage subprocesses on the tiny model: the full suite runs it
 def test_bench_stage_and_summary_on_the_fixture(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
     params = _stage_params(tmp_path, write_release(tmp_path / "data"))

@@ -1,5 +1,6 @@
 """The study command: experiments from `dvc exp show --json`, grouped by arm and ablation, mean and
-spread across seeds, paired-by-seed intervals; slow: a real DVC queue of two seeds on tiny params."""
+spread across seeds with the t-interval, population minus baseline with the committed study's
+two-level bootstrap (populora.report.study_runs); slow: a real DVC queue of two seeds on tiny params."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import json
 import os
 import time
 
+import numpy as np
 import pytest
 
 from populora.report import study
+from populora.report.study_runs import two_level_bootstrap
 from tests.conftest import REPO
 from tests.dvc_project import BIN, new_dvc_project
 from tests.dvc_project import run as _run
@@ -61,25 +64,46 @@ def test_groups_have_mean_and_spread_across_seeds():
     assert ("population", "reward.teacher_mode=learnability", "bench.cruxeval_o.teachers.mean") in rows
 
 
-def test_pairs_by_seed_with_t_intervals():
-    result = study.summarize_study(study.experiments(SHOWN))
-    paired = {(p["ablation"], p["key"]): p for p in result["paired"]}
-    row = paired[("reward.teacher_mode=learnability", "bench.cruxeval_o.mean")]
-    assert row["differences"] == [pytest.approx(0.02), pytest.approx(0.06)] and row["mean"] == pytest.approx(0.04)
-    centre, low, high = row["interval"]
-    assert low == pytest.approx(0.04 - 12.706 * 0.028284 / 2 ** 0.5, abs=1e-4) and high > 0 > low  # 2 seeds: wide
-    assert study.verdict(row["interval"]) == "no detectable difference"
-    assert study.verdict((0.1, 0.05, 0.15)) == "population higher" and study.verdict(None) == "needs >= 2 seeds"
-    assert not any(p["ablation"].endswith("zero_sum") for p in result["paired"])  # no baseline with zero_sum
+# per-problem verdicts of the students (one teacher + one student: population-student0; baseline-solo)
+PROBLEMS = [f"p{i}" for i in range(20)]
+VERDICTS = {
+    "pop0": {"cruxeval_o": {"population-student0": {p: int(i < 6) for i, p in enumerate(PROBLEMS)}}},
+    "pop1": {"cruxeval_o": {"population-student0": {p: int(i < 5) for i, p in enumerate(PROBLEMS)}}},
+    "base0": {"cruxeval_o": {"baseline-solo": {p: int(i < 2) for i, p in enumerate(PROBLEMS)}}},
+    "base1": {"cruxeval_o": {"baseline-solo": {p: int(i in (0, 9)) for i, p in enumerate(PROBLEMS)}}},
+}
+
+
+def test_population_minus_baseline_uses_the_studys_two_level_bootstrap():
+    result = study.summarize_study(study.experiments(SHOWN), VERDICTS)
+    [row] = result["comparisons"]  # zero_sum has no baseline: no comparison there
+    assert (row["ablation"], row["bench"], row["left"], row["right"]) == (
+        "reward.teacher_mode=learnability", "cruxeval_o", "population", "baseline")
+    pop = np.array([[VERDICTS[e]["cruxeval_o"]["population-student0"][p] for p in PROBLEMS] for e in ("pop0", "pop1")], float)
+    base = np.array([[VERDICTS[e]["cruxeval_o"]["baseline-solo"][p] for p in PROBLEMS] for e in ("base0", "base1")], float)
+    assert (row["delta"], row["low"], row["high"]) == two_level_bootstrap(pop, base)
+    assert row["delta"] == pytest.approx(0.175) and row["seeds"] == [2, 2]
+    assert row["verdict"] == ("no detectable difference" if row["low"] <= 0 <= row["high"] else "population higher")
+    missing = study.summarize_study(study.experiments(SHOWN), {k: v for k, v in VERDICTS.items() if k != "base1"})
+    assert missing["comparisons"][0]["seeds"] == [2, 1]  # an experiment without verdicts is left out
+    assert study.summarize_study(study.experiments(SHOWN))["comparisons"] == []
+
+
+def test_groups_get_the_t_interval_of_the_study():
+    rows = {(r["arms"], r["ablation"], r["key"]): r for r in study.summarize_study(study.experiments(SHOWN))["groups"]}
+    centre, low, high = rows[("population", "reward.teacher_mode=learnability", "bench.cruxeval_o.mean")]["interval"]
+    assert centre == pytest.approx(0.12) and low == pytest.approx(0.12 - 12.7062 * 0.028284 / 2 ** 0.5, abs=1e-4)
+    assert rows[("population", "reward.teacher_mode=zero_sum", "bench.cruxeval_o.mean")]["interval"] is None
 
 
 def test_study_command_writes_table_json_and_figure(tmp_path):
     shown = tmp_path / "shown.json"
     shown.write_text(json.dumps(SHOWN))
-    assert study.main(["--out", str(tmp_path / "study"), "--exp-json", str(shown)]) == 0
+    # --repo: no DVC project, so no verdicts; the table of seeds stands, the comparison says why it is missing
+    assert study.main(["--out", str(tmp_path / "study"), "--exp-json", str(shown), "--repo", str(tmp_path)]) == 0
     text = (tmp_path / "study" / "study.md").read_text()
     assert "| population | reward.teacher_mode=learnability | bench.cruxeval_o.mean | 2 | 0.120 |" in text
-    assert "no detectable difference" in text
+    assert "no per-problem verdicts to compare" in text
     assert json.loads((tmp_path / "study" / "study.json").read_text())["ablations"] == ["reward.teacher_mode"]
     assert (tmp_path / "study" / "study.png").stat().st_size > 10_000
     shown.write_text(json.dumps(_shown([])))
@@ -118,3 +142,8 @@ def test_study_of_a_queue_of_two_seeds(tmp_path, tiny_params_dict):
     assert rows["bench.cruxeval_o.mean"]["n"] == 2 and rows["bench.cruxeval_o.mean"]["seeds"] == [0, 1]
     assert rows["bench.cruxeval_o.mean"]["arms"] == "baseline"
     assert (tmp_path / "study" / "study.png").is_file()
+    # the per-problem verdicts the comparisons use come from each experiment's commit, through DVC
+    found = study.experiments(json.loads(_run(root, f"{BIN}/dvc", "exp", "show", "--json").stdout))
+    for experiment in found:
+        verdicts = study.experiment_verdicts(root, experiment)
+        assert sorted(verdicts["cruxeval_o"]) == ["baseline-solo"] and len(verdicts["cruxeval_o"]["baseline-solo"]) == 2

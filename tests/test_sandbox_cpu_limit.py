@@ -1,6 +1,6 @@
 """The verdict "timeout" is decided by CPU time, so a busy machine does not change verdicts.
 
-    .venv/bin/python -m pytest tests/test_sandbox_cpu_limit.py -q -s     (-s prints the wall times)
+    .venv/bin/python -m pytest tests/test_sandbox_cpu_limit.py -m "" -q -s     (slow: -m "" selects it; -s prints the wall times)
 
 The same programs (quick ones, ones that need 0.5, 1.0 and 1.5 s of CPU, an infinite loop) run under
 a 2 s CPU limit, first on the machine as it is, then beside 2 busy loops per core started by the

@@ -164,6 +164,7 @@ def test_accounting_keys_exist_and_add_up():
     assert solo["per_adapter.teachers.optimizer_steps"] == solo["per_adapter.students.optimizer_steps"] == 4
 
 
+@pytest.mark.slow  # stage subprocesses on the tiny model: the full suite runs it
 def test_per_role_update_takes_steps_per_role(tiny_model_dir, tmp_path):
     """role_steps: per_role gives an adapter in both roles `steps` optimizer steps per role; joint
     gives `steps` in all (the single agent's mixed update)."""

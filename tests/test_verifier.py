@@ -377,15 +377,11 @@ def test_required_layers_config():
                                                "seccomp")
     assert VerifySection(required_layers="all").required_layers == LAYERS
     assert VerifySection(required_layers=["seccomp", "fs_jail", "seccomp"]).required_layers == ("fs_jail", "seccomp")
-    with pytest.warns(FutureWarning, match="require_isolation: true is deprecated"):
-        assert VerifySection(require_isolation=True).required_layers == LAYERS
-    with pytest.warns(FutureWarning, match="require_isolation: false is deprecated"):
-        assert VerifySection(require_isolation=False).required_layers == ()
     from populora.config import ParamsError, parse_params
     with pytest.raises(ParamsError, match=r"verify.required_layers: unknown sandbox layers \['teleport'\].*Fix:"):
         parse_params({"verify": {"required_layers": ["teleport"]}})
-    with pytest.raises(ParamsError, match="both set: keep only required_layers"):
-        parse_params({"verify": {"require_isolation": True, "required_layers": []}})
+    with pytest.raises(ParamsError, match="verify.require_isolation: unknown key.*required_layers"):
+        parse_params({"verify": {"require_isolation": True}})  # the old all-or-nothing key: required_layers now
     with pytest.raises(ParamsError, match="wall_timeout_s .* is below timeout_s"):
         parse_params({"verify": {"timeout_s": 2, "wall_timeout_s": 1}})
 
@@ -439,7 +435,7 @@ def write_params(tmp_path: Path, **verify) -> Path:
 
 def test_stages_run_without_uid_drop_by_default(tmp_path):
     """What an ordinary user gets (every layer but uid_drop) meets the default: the stage runs and
-    says so; `all` (and the old require_isolation: true) refuses it."""
+    says so; `all` refuses it."""
     write_lines(tmp_path / "proposals.jsonl", seed_rows())
     args = ("stages.verify", "--proposals", str(tmp_path / "proposals.jsonl"), "--out", str(tmp_path / "tasks.jsonl"),
             "--isolation", str(tmp_path / "isolation.json"))
@@ -450,20 +446,18 @@ def test_stages_run_without_uid_drop_by_default(tmp_path):
     report = json.loads((tmp_path / "isolation.json").read_text())
     assert report["required"] == list(DEFAULT_LAYERS) and report["layers"]["uid_drop"] is False
     assert all(row["valid"] for row in read_lines(tmp_path / "tasks.jsonl"))
-    for verify in ({"required_layers": "all"}, {"require_isolation": True}):
-        refused = run_stage_raw(*args[:-2], "--params", str(write_params(tmp_path, **verify)),
-                                env={SKIP_ENV: "uid_drop"})
-        assert refused.returncode == 3 and "uid_drop: off. Fix: run as root" in refused.stderr, refused.stderr
+    refused = run_stage_raw(*args[:-2], "--params", str(write_params(tmp_path, required_layers="all")),
+                            env={SKIP_ENV: "uid_drop"})
+    assert refused.returncode == 3 and "uid_drop: off. Fix: run as root" in refused.stderr, refused.stderr
 
 
 def test_stages_warn_and_run_when_isolation_is_not_required(tmp_path):
-    params = write_params(tmp_path, require_isolation=False)  # the old key: no layer required
+    params = write_params(tmp_path, required_layers=[])  # no layer required
     write_lines(tmp_path / "proposals.jsonl", seed_rows())
     result = run_stage_raw("stages.verify", "--params", str(params), "--proposals",
                            str(tmp_path / "proposals.jsonl"), "--out", str(tmp_path / "tasks.jsonl"),
                            "--isolation", str(tmp_path / "isolation.json"), env={SKIP_ENV: "uid_drop,seccomp"})
     assert result.returncode == 0, result.stderr
-    assert "require_isolation: false is deprecated" in result.stderr
     assert "SANDBOX DEGRADED" in result.stderr and "seccomp" in result.stderr
     report = json.loads((tmp_path / "isolation.json").read_text())
     assert report["required"] == [] and report["layers"]["uid_drop"] is False

@@ -95,10 +95,10 @@ def _params(**sections) -> object:
 def test_lmeval_vllm_model_gets_the_window_and_every_request_at_once(monkeypatch, tmp_path):
     import lm_eval
 
-    from populora.bench import lmeval_runner
-    from populora.lm.vllm_engine import lmeval_vllm_args
+    from populora.bench import lmeval as lmeval_runner
+    from populora.lm.engines import pick_sampler
 
-    args = lmeval_vllm_args(_params(update={"max_seq_len": 8192}, sampler={"engine": "vllm"}))
+    args = pick_sampler(_params(update={"max_seq_len": 8192}, sampler={"engine": "vllm"})).lmeval_vllm_args()
     assert args["max_model_len"] == 8192
     seen = {}
     monkeypatch.setattr(lm_eval, "simple_evaluate", lambda **kwargs: seen.update(kwargs) or {"results": {}})

@@ -43,7 +43,7 @@ GPU_THREADS = 4  # Snakemake threads of a GPU stage (at most the cores given): t
 # claimed, so Snakemake runs --cores of them side by side. On the 2-core machine two model stages
 # side by side on 1 thread each took 0.59x (gsm8k + humaneval_plus, 2 problems) and 0.74x
 # (cruxeval_o + cruxeval_i, 60 problems) the wall time of the same two one after the other on 2
-# threads (scripts/bench_cpu_threads.sh): process start-up and small batches use one core.
+# threads (perf/cpu_threads.sh): process start-up and small batches use one core.
 CPU_MODEL_THREADS = 1
 UPDATE_DIR = f"{GEN_DIR}/update/{{part}}"  # one update job's adapters, optimizer moments and statistics
 LOG = f"{RESULTS}/logs/{{stage}}/{{key}}.log"
@@ -73,7 +73,9 @@ class Stage:
     directories: tuple[str, ...] = ()  # output keys that are folders
     metrics: tuple[str, ...] = ()  # output keys that are DVC metrics (small JSON, not cached)
     params: tuple[str, ...] = ()  # params.yaml sections (or dotted keys) the stage reads
-    gpu: int | str = 0  # Snakemake `resources: gpu=...`: stages that run the model (a params key: that many)
+    # Snakemake `resources: gpu=...`: stages that run the model (a params key: that many); their command
+    # carries --claim-gpu, so the stage claims its device (stages/_common.claim_gpu)
+    gpu: int | str = 0
     # CPU threads (Snakemake `threads`, SLURM cpus-per-task): a params key holding the count (the
     # sandbox stages: `verify.workers`); else GPU_THREADS for a GPU stage, 1 for the others
     threads: str | None = None
@@ -127,7 +129,8 @@ class Stage:
 
         flags = [f"--{w} {wildcards[w]}" for w in self.wildcards]
         flags += [flag(k) for k in (*self.inputs, *self.outputs)]
-        return f"python -m {self.module} --params params.yaml {' '.join(flags)} --log {log}"
+        claim = " --claim-gpu" if self.gpu else ""  # a stage that runs the model takes a free device of its own
+        return f"python -m {self.module} --params params.yaml {' '.join(flags)} --log {log}{claim}"
 
     def log_template(self) -> str:
         key = "-".join(f"{{{w}}}" for w in self.wildcards) or "all"

@@ -10,7 +10,7 @@ engine its start-up and, with `sampler.enforce_eager: false`, torch.compile and 
 (verify and grade: every run to `verify.timeout_s`, an upper bound; the benchmarks' grading: a typical
 cost per answer) or the update's FLOPs. A job's SLURM runtime is MARGIN x the estimate + SLACK_MIN
 minutes. Nothing here is measured: the rates are the ASSUMED constants below, for one H100 80 GB;
-replace one with a measurement (benchmarks/measured/) and every figure follows. With
+replace one with a measurement (perf/measured/) and every figure follows. With
 `model.device: cpu` there is no estimate: the profile's default runtime applies.
 """
 

@@ -2,20 +2,24 @@
 
 Every benchmarked model (the bare base, each final member of each arm) runs every benchmark of
 `params.bench.benchmarks` in its own stage, `python -m stages.bench --model M --bench B ...`.
-This package holds the pieces:
+This package holds one module per benchmark family, each with its loading, prompts, generation
+pass (`run`) and scoring, and what they share:
 
-* `codegen`        greedy batched generation with evalplus's instruct prompt and sanitizer;
+* `evalplus`       HumanEval+ / MBPP+: evalplus's instruct prompt and sanitizer, batched generation,
+                   scoring with evalplus's own `check_correctness` on the selected subset;
+* `lmeval`         the math suite: the task files of `workflow/lm_eval_tasks/` run as shipped with
+                   `lm_eval.simple_evaluate`; `math_grading` holds its answer extraction and equivalence
+                   (also imported by the tasks' own hooks, `workflow/lm_eval_tasks/utils.py`);
 * `cruxeval`       CRUXEval-O / -I (code_o / code_i) with the students' solver prompt or the official one,
                    graded by the project's sandboxed verifier;
-* `stats`          Wilson intervals per result, paired-bootstrap intervals of differences;
-* `evalplus_eval`  problem loading (offline file or official download) and scoring with evalplus's
-                   own `check_correctness` on expected outputs of the selected subset;
 * `livecodebench`  LiveCodeBench code generation (opt-in): the release from the hub or a local copy, the
                    official prompt and code extraction; `livecodebench_grading` runs every test case in the
                    verifier's sandbox and compares outputs as lcb_runner does;
-* `math_grading`   answer extraction and equivalence for the math suite (used by the lm-eval tasks);
-* `lmeval_runner`  runs the task files of `workflow/lm_eval_tasks/` as shipped with `lm_eval.simple_evaluate`
-                   (data folder through lm-eval's task metadata);
+* `runners`        the literal table from a family to its `run`, and `run_benchmark`;
+* `models`         the benchmarked models: the bare base, an arm's exported members;
+* `settings`       one benchmark's settings, resolved once from params (`settings_for`);
+* `stats`          Wilson intervals per result, paired-bootstrap intervals of differences;
+* `diagnostics`    answer diagnostics (truncated, no answer, copies of the input or an argument);
 * the flat `results/metrics.json`, the report and its figures are in `populora.report`.
 
 Data: `bench.data_dir` (default `../shared/benchmarks`, overridden by the `POPULORA_BENCHMARKS`

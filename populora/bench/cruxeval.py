@@ -25,13 +25,20 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from populora.bench import BenchError
+from populora.core.io import write_jsonl
 from populora.selfplay import prompts
 from populora.selfplay.parsing import parse_answer
 from populora.selfplay.roles import make_plan
+
+if TYPE_CHECKING:  # annotations only: the runner table (runners.py) imports this module
+    from populora.bench.models import BenchModel
+    from populora.bench.settings import BenchSettings
 
 BENCHMARKS = {"cruxeval_o": "code_o", "cruxeval_i": "code_i"}
 DATA_FILE = "cruxeval/cruxeval.jsonl"
@@ -189,3 +196,61 @@ def extract(text: str, task_type: str, *, prompt: str, mode: str, truncated: boo
     if prompt == "official":
         return parse_official(text, task_type)
     return parse_answer(text, task_type, mode=mode, truncated=truncated)
+
+
+# ---------------------------------------------------------------- the runner
+
+def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log) -> dict[str, dict]:
+    """CRUXEval-O/-I of every model in one generation pass (rows select their model's adapter)."""
+    from populora.bench.diagnostics import answer_diagnostics
+    from populora.lm.sampling import GenRow, run_plans
+    from populora.selfplay.prompts import chat_wrapper
+    from populora.verifier import grade_rows
+
+    bench = settings.benchmark
+    task_type, cfg = BENCHMARKS[bench], settings.cruxeval
+    data_dir = settings.data_dir
+    scored, pool = split(load_rows(data_dir), settings.limit)
+    tasks = [task_row(row, task_type) for row in scored]
+    pool_tasks = [task_row(row, task_type) for row in pool]
+    log.info("%s: %d problems (%s) from %s, %s prompt, %d model(s) in one pass", bench, len(tasks), task_type,
+             data_dir or OFFICIAL_URL, cfg.prompt, len(models))
+    adapters = {name: path for model in models for name, path in model.adapters.items()}
+    tokenizer, lm = settings.load_model(base_model, adapters)
+    built = plans(tasks, pool_tasks, prompt=cfg.prompt, mode=settings.solve_mode, worked_examples=cfg.worked_examples,
+                     chat=chat_wrapper(tokenizer))
+    start = time.perf_counter()
+    rows = [GenRow(plan, model.name if model.adapter is not None else None) for model in models for plan, _ in built]
+    outputs = run_plans(lm, tokenizer, rows, temperature=0.0, top_p=1.0, max_new_tokens=settings.max_new_tokens,
+                        batch_size=settings.batch_size, seed=0, desc=bench)
+    generation_s = time.perf_counter() - start
+    del lm
+    all_tasks = tasks * len(models)
+    answers = []
+    for task, output in zip(all_tasks, outputs):
+        answer, reason = extract(output.completion, task_type, prompt=cfg.prompt, mode=settings.solve_mode,
+                                    truncated=output.truncated)
+        answers.append({"task_id": task["task_id"], "answer": answer, "parse_reason": reason})
+    log.info("grading %d answers in the verifier's sandbox", len(answers))
+    graded = grade_rows(all_tasks, answers, settings.verify)
+    results = {}
+    for index, model in enumerate(models):
+        part = slice(index * len(tasks), (index + 1) * len(tasks))
+        samples = [{"task_id": t["task_id"], "type": task_type, "program": t["program"], "input": t["inputs"][0],
+                    "gold_output": t["outputs"][0], "examples": examples, "completion": o.completion,
+                    "truncated": o.truncated, "tokens": o.tokens_generated, "answer": g["answer"],
+                    "parse_reason": g["parse_reason"], "correct": bool(g["correct"]), "reason": g["reason"]}
+                   for t, (_, examples), o, g in zip(tasks, built, outputs[part], graded[part])]
+        write_jsonl(out / model.name / "samples.jsonl", samples)
+        correct = sum(row["correct"] for row in samples)
+        results[model.name] = {
+            "diagnostics": answer_diagnostics(samples), "max_new_tokens": settings.max_new_tokens,
+            "n": len(samples), "per_problem": {row["task_id"]: int(row["correct"]) for row in samples},
+            "metrics": {"pass@1": correct / len(samples) if samples else 0.0}, "prompt": cfg.prompt,
+            "mode": settings.solve_mode if cfg.prompt == "project" else "official",
+            "worked_examples": cfg.worked_examples if cfg.prompt == "project" else 2,
+            "generation_s": round(generation_s, 1), "models_in_pass": len(models),
+            "s_per_problem": round(generation_s / max(1, len(rows)), 2),
+            "tokens": sum(row["tokens"] for row in samples), "harness": "populora.verifier",
+            "data": str(data_dir) if data_dir else OFFICIAL_URL}
+    return results

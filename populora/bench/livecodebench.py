@@ -41,8 +41,15 @@ import re
 import zlib
 from datetime import date, datetime, time
 from pathlib import Path
+from time import perf_counter
+from typing import TYPE_CHECKING
 
 from populora.bench import LIVECODEBENCH_HUB, BenchError, livecodebench_file
+from populora.core.io import write_jsonl
+
+if TYPE_CHECKING:  # annotations only: the runner table (runners.py) imports this module
+    from populora.bench.models import BenchModel
+    from populora.bench.settings import BenchSettings
 
 FIELDS = ("question_title", "question_content", "platform", "question_id", "contest_id", "contest_date",
           "starter_code", "difficulty", "public_test_cases", "private_test_cases", "metadata")
@@ -223,3 +230,56 @@ def extract_code(completion: str) -> str:
     if len(fences) < 2:
         return ""
     return "\n".join(lines[fences[-2] + 1:fences[-1]])
+
+
+# ---------------------------------------------------------------- the runner
+
+def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log) -> dict[str, dict]:
+    """LiveCodeBench of every model in one greedy generation pass (rows select their model's adapter),
+    every test case of every solution run in the verifier's sandbox (populora/bench/livecodebench*.py)."""
+    from collections import Counter
+
+    from populora.bench.livecodebench_grading import grade
+    from populora.lm.plans import Plan, Step
+    from populora.lm.sampling import GenRow, run_plans
+
+    bench = settings.benchmark
+    cfg = settings.livecodebench
+    problems, source = load_problems(settings.data_dir, cfg, settings.limit)
+    log.info("%s: %d problems of %s (contests %s to %s) from %s, %d model(s) in one pass", bench, len(problems),
+             cfg.release, cfg.start_date or "the first", cfg.end_date or "the last", source, len(models))
+    adapters = {name: path for model in models for name, path in model.adapters.items()}
+    tokenizer, lm = settings.load_model(base_model, adapters)
+    plans = [Plan(prompt=chat_prompt(problem, tokenizer), steps=(Step("", stop=None),)) for problem in problems]
+    rows = [GenRow(plan, model.name if model.adapter is not None else None) for model in models for plan in plans]
+    start = perf_counter()
+    outputs = run_plans(lm, tokenizer, rows, temperature=0.0, top_p=1.0, max_new_tokens=settings.max_new_tokens,
+                        batch_size=settings.batch_size, seed=0, desc=bench)
+    generation_s = perf_counter() - start
+    del lm
+    codes = [extract_code(output.completion) for output in outputs]
+    log.info("running the tests of %d solutions in the sandbox (%g s per test)", len(codes), cfg.timeout_s)
+    verdicts = grade(list(zip(problems * len(models), codes)), settings.verify, timeout_s=cfg.timeout_s,
+                     memory_mb=cfg.memory_mb, log=log)
+    results = {}
+    for index, model in enumerate(models):
+        part = slice(index * len(problems), (index + 1) * len(problems))
+        samples = [{"task_id": p["task_id"], "title": p["title"], "platform": p["platform"], "difficulty": p["difficulty"],
+                    "contest_date": p["contest_date"], "functional": bool(p["fn_name"]), "prompt": plan.prompt,
+                    "completion": o.completion, "code": code, "tokens": o.tokens_generated, "hit_token_limit": o.truncated,
+                    **v} for p, plan, o, code, v in zip(problems, plans, outputs[part], codes[part], verdicts[part])]
+        write_jsonl(out / model.name / "samples.jsonl", samples)
+        correct = sum(row["passed"] for row in samples)
+        by_difficulty = {level: {"n": sum(r["difficulty"] == level for r in samples),
+                                 "correct": sum(r["passed"] for r in samples if r["difficulty"] == level)}
+                         for level in sorted({r["difficulty"] for r in samples})}
+        results[model.name] = {
+            "n": len(samples), "per_problem": {row["task_id"]: int(row["passed"]) for row in samples},
+            "metrics": {"pass@1": correct / len(samples)}, "by_difficulty": by_difficulty,
+            "reasons": dict(Counter(row["reason"] for row in samples if row["reason"])),
+            "hit_token_limit": sum(row["hit_token_limit"] for row in samples), "release": cfg.release,
+            "start_date": cfg.start_date and cfg.start_date.isoformat(),
+            "end_date": cfg.end_date and cfg.end_date.isoformat(), "timeout_s": cfg.timeout_s,
+            "harness": "populora.bench.livecodebench_grading (lcb_runner's judging, populora.sandbox)",
+            "generation_s": round(generation_s, 1), "models_in_pass": len(models), "data": source}
+    return results

@@ -6,21 +6,22 @@
 `settings_for` is the only place a benchmark's limit (`bench.limits[<b>]`, else `bench.limit`),
 its answer cap (CRUXEval: `bench.cruxeval.max_new_tokens`, else `bench.max_new_tokens`), its data
 folder and its runner are worked out; the runners read the frozen `BenchSettings` and never the
-params sections. The model loader keeps the whole params privately (`load_model`): the generation
-engine, dtype and LoRA rank are the sampler's business (`populora.lm.engines.load_sampler`), the same
-as in training.
+params sections. The generation engine comes resolved too: `sampler` is what
+`populora.lm.engines.pick_sampler` picked from `sampler.engine` (with its dtype, device, LoRA rank),
+the same engine as in training.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from populora.bench import LIVECODEBENCH_BENCHMARKS, BenchError, benchmark_kind, resolve_data_dir
 
 if TYPE_CHECKING:  # only for the annotations: the stage validated these sections before
-    from populora.config import CruxevalSection, LiveCodeBenchSection, Params, VerifySection
+    from populora.config import CruxevalSection, LiveCodeBenchSection, VerifySection
+    from populora.lm.engines import HfSampler, VllmSampler
 
 # which runner scores a benchmark, by its kind (LiveCodeBench is a code benchmark with its own runner)
 RUNNER_OF_KIND = {"code": "evalplus", "math": "lm_eval", "cruxeval": "cruxeval"}
@@ -45,34 +46,26 @@ class BenchSettings:
     cruxeval: CruxevalSection  # frozen: sections are validated pydantic models
     livecodebench: LiveCodeBenchSection
     verify: VerifySection  # the sandbox that grades CRUXEval and LiveCodeBench
-    engine: str  # sampler.engine: hf | vllm
-    dtype: str
+    sampler: HfSampler | VllmSampler  # the engine sampler.engine picked (populora.lm.engines)
+    dtype: str  # lm-eval's own hf model (the bare base on math)
     device: str
     tasks_dir: Path | None = None  # lm-eval task templates (math)
-    _params: Params | None = field(default=None, repr=False, compare=False)  # for the sampler only
 
     def load_model(self, base_model: Path, adapters: dict[str, Path]):
         """Tokenizer and sampler of `sampler.engine`: the base with `adapters` (name -> PEFT folder)
         stacked on it (hf) or served as LoRA requests (vllm); every adapter at once, rows pick theirs."""
-        from populora.lm.engines import load_sampler
-
         try:
-            return load_sampler(base_model, adapters, self._params)
+            return self.sampler.load(base_model, adapters)
         except Exception as error:  # noqa: BLE001  (safetensors, PEFT and transformers raise many kinds)
             raise BenchError(f"model {', '.join(adapters) or 'base'} did not load (base {base_model}, adapters "
                              f"{', '.join(map(str, adapters.values())) or 'none'}): "
                              f"{type(error).__name__}: {error}. Fix: re-run the base_model / export stages; an "
                              "adapter must come from the same base model and LoRA settings.") from error
 
-    def lmeval_vllm_args(self) -> dict:
-        """Engine settings for lm-eval's own `vllm` model (math with `sampler.engine: vllm`)."""
-        from populora.lm.vllm_engine import lmeval_vllm_args
-
-        return lmeval_vllm_args(self._params)
-
 
 def settings_for(params, benchmark: str, tasks_dir: str | Path | None = None) -> BenchSettings:
     """Resolve `benchmark`'s settings from validated params (see the module docstring)."""
+    from populora.lm.engines import pick_sampler
     from populora.lm.model import pick_device
 
     cruxeval = benchmark_kind(benchmark) == "cruxeval"
@@ -81,6 +74,5 @@ def settings_for(params, benchmark: str, tasks_dir: str | Path | None = None) ->
         max_new_tokens=params.bench.cruxeval.max_new_tokens if cruxeval else params.bench.max_new_tokens,
         batch_size=params.bench.batch_size, data_dir=resolve_data_dir(params.bench.data_dir),
         solve_mode=params.solve.mode, cruxeval=params.bench.cruxeval, livecodebench=params.bench.livecodebench,
-        verify=params.verify, engine=params.sampler.engine, dtype=params.model.dtype,
-        device=str(pick_device(params.model.device)), tasks_dir=Path(tasks_dir) if tasks_dir else None,
-        _params=params)
+        verify=params.verify, sampler=pick_sampler(params), dtype=params.model.dtype,
+        device=str(pick_device(params.model.device)), tasks_dir=Path(tasks_dir) if tasks_dir else None)

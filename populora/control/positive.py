@@ -24,7 +24,6 @@ per-task verdicts; the comparisons with exact McNemar p; pass or fail), `control
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 import platform
 import random
@@ -37,14 +36,10 @@ import yaml
 from populora.config import ParamsError, merge, parse_params
 from populora.control.families import FAMILIES, family_tasks
 from populora.core.io import read_json, write_json, write_text
+from populora.core.seeds import derive_seed as seed_of
 
 log = logging.getLogger("positive_control")
 ADAPTER = "control"
-
-
-def seed_of(*parts: object) -> int:
-    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
 def load_params(params: str | Path, overlay: str | Path | None):

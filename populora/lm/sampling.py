@@ -196,7 +196,8 @@ class Sampled:
     hit_eos: bool
 
 
-def _stop_window(stops: tuple[str, ...]) -> int:
+def stop_window(stops: tuple[str, ...]) -> int:
+    """How many trailing tokens can hold a stop string: the decoded tail `sample_batch` checks."""
     return max((len(s) for s in stops), default=0) + 2  # tokens that can hold a stop string: >= 1 char each, + slack
 
 
@@ -238,7 +239,7 @@ def sample_batch(model, tokenizer, contexts: list[list[int]], *, budget: int, st
         ids, attention, positions = carried.feed(contexts, done, pad, device)
         cache = carried.cache
     eos = set(_eos_ids(model, tokenizer))
-    window = _stop_window(stops)
+    window = stop_window(stops)
     rows = [Sampled([], [], False) for _ in contexts]
     adapters = adapters or [None] * n
     selection = model.select(adapters) if isinstance(model, MultiLoraModel) else _no_adapters(adapters)

@@ -38,7 +38,7 @@ import logging
 import os
 from pathlib import Path
 
-from populora.lm.sampling import Sampled, _stop_window
+from populora.lm.sampling import Sampled, stop_window
 
 log = logging.getLogger(__name__)
 # LoRA ranks vLLM compiles kernels for (vllm.config.lora: MaxLoRARanks)
@@ -57,14 +57,14 @@ def _stop_fired(tokenizer, ids: list[int], stops: tuple[str, ...]) -> bool:
     """sample_batch's stop rule on the last token: a stop string in the decoded tail."""
     if not stops or not ids:
         return False
-    tail = tokenizer.decode(ids[-_stop_window(stops):], skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    tail = tokenizer.decode(ids[-stop_window(stops):], skip_special_tokens=True, clean_up_tokenization_spaces=False)
     return any(stop in tail for stop in stops)
 
 
 def cut_at_stop(tokenizer, ids: list[int], eos: set[int], stops: tuple[str, ...]) -> tuple[list[int], bool]:
     """`ids` up to the first token where `sample_batch` would have ended the row: an EOS id, or a
     stop string in the decoded tail of the last tokens. Returns (ids, ended on EOS)."""
-    window = _stop_window(stops)
+    window = stop_window(stops)
     for position, token in enumerate(ids):
         if token in eos:
             return ids[: position + 1], True
@@ -76,15 +76,14 @@ def cut_at_stop(tokenizer, ids: list[int], eos: set[int], stops: tuple[str, ...]
     return ids, False
 
 
-def lmeval_vllm_args(params) -> dict:
-    """Engine settings for lm-eval's `vllm` model (math benchmarks), from the same params as ours: its
-    context window is `update.max_seq_len` too (lm-eval cuts a longer prompt's oldest tokens to leave
-    room for the answer cap)."""
+def lmeval_vllm_args(*, memory_fraction: float, enforce_eager: bool, max_num_seqs: int, lora_rank: int,
+                     max_model_len: int) -> dict:
+    """Engine settings for lm-eval's `vllm` model (math benchmarks), the same as our engine's
+    (`populora.lm.engines.VllmSampler.lmeval_vllm_args`): its context window is `update.max_seq_len`
+    too (lm-eval cuts a longer prompt's oldest tokens to leave room for the answer cap)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    cfg = params.sampler
-    return {"gpu_memory_utilization": cfg.memory_fraction, "enforce_eager": cfg.enforce_eager,
-            "max_num_seqs": cfg.max_num_seqs, "max_lora_rank": supported_rank(params.lora.rank),
-            "max_model_len": params.update.max_seq_len}
+    return {"gpu_memory_utilization": memory_fraction, "enforce_eager": enforce_eager,
+            "max_num_seqs": max_num_seqs, "max_lora_rank": supported_rank(lora_rank), "max_model_len": max_model_len}
 
 
 class VllmEngine:

@@ -8,10 +8,11 @@
 * `tables`      the report's benchmark tables and claims, read from the metrics;
 * `dynamics`    the training-dynamics figures (n per point, Wilson bands on rates);
 * `markdown`    `write_report`: `report.md` with all figures;
-* `study`       `python -m populora.report.study --out DIR`: mean and spread across seeds of DVC
-                experiments, per arm and ablation, from `dvc exp show --json`;
 * `study_runs`  `python -m populora.report.study_runs study/runs --out study`: the CPU study's
-                table and figure from the committed runs (scripts/study.sh).
+                table and figure from the committed runs (scripts/study.sh), and its statistics
+                (t-interval across seeds, two-level bootstrap between controls);
+* `study`       `python -m populora.report.study --out DIR`: the same statistics over DVC experiments
+                of your own, per arm and ablation, from `dvc exp show --json`.
 """
 
 # one arm's training dynamics, one row per generation: <dynamics>/<arm>/dynamics.json, written by

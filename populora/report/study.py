@@ -1,24 +1,25 @@
-"""A study across DVC experiments: mean and spread across seeds per arm and ablation, with paired
-intervals between the arms, from `dvc exp show --json` (never by re-reading result files by hand).
+"""A study across DVC experiments, with the statistics of the committed CPU study
+(`populora.report.study_runs`): mean across seeds with a 95% t-interval per arm and ablation, and
+population minus baseline by a two-level bootstrap over seeds and problems.
 
-    dvc exp run --queue -S base.seed=0 -S 'dag.arms=[population]'     # ... one per seed and arm
+    dvc exp run --queue -S 'base.seed=0,1,2' -S 'dag.arms=[population],[baseline]'   # seeds x arms
     dvc queue start && dvc queue status                                # wait until every run succeeded
     python -m populora.report.study --out results/study               # table + figure of the experiments
 
-Experiments are grouped by the arms they ran (`dag.arms`) and by their ablation: every parameter
-that differs between the experiments, except `base.seed` and `dag.arms` (`default` when none does).
-For every headline key of `results/metrics.json` (populora/report/metrics.py: `bench.<b>.mean`,
-`.best`, `.weakest`, `.teachers.mean`, `.base`, side-by-side `.population.*` / `.baseline`, paired
-`.diff.*.delta`, and the `avg.<group>.*` aggregates) a group gets n (seeds), mean, standard
-deviation, min and max across seeds.
+Experiments come from `dvc exp show --json` and are grouped by the arms they ran (`dag.arms`) and
+by their ablation: every parameter that differs between the experiments, except `base.seed` and
+`dag.arms` (`default` when none does). For every headline key of `results/metrics.json`
+(populora/report/metrics.py: `bench.<b>.mean`, `.best`, `.weakest`, `.teachers.mean`, `.base`,
+side-by-side `.population.*` / `.baseline`, paired `.diff.*.delta`, and the `avg.<group>.*`
+aggregates) a group gets n (seeds), mean, standard deviation, min, max and the mean's 95%
+Student-t interval across seeds (`study_runs.t_interval`; needs 2 seeds).
 
-Paired intervals: within an ablation, a population-only and a baseline-only experiment with the
-same `base.seed` form a pair; per headline key (`mean`, `best`, `weakest`) the per-seed
-differences (population - baseline) get their mean and a 95% Student-t interval over seeds
-(needs at least 2 seeds; with few seeds it is wide, as it should be). A run of both arms in one
-experiment contributes its own per-problem paired differences (`bench.<b>.diff.*.delta`), whose
-across-seed mean and t-interval are reported the same way. An interval that covers 0 is
-"no detectable difference".
+Between arms: within an ablation, the population-only experiments against the baseline-only ones,
+per benchmark, the difference of the students' mean pass@1 (the baseline's adapter is its student)
+with `study_runs.comparison`: the two-level bootstrap (seeds resampled within each arm, then
+problems, one draw for both sides), on the per-problem verdicts of each experiment's
+`results/bench/<arm>/<benchmark>/<model>.json`, read from the experiment's commit through DVC
+(`dvc.api.DVCFileSystem`). An interval that covers 0 is "no detectable difference".
 
 Writes `study.md` (tables), `study.json` (the same numbers) and `study.png` (per key: one dot per
 seed and the mean +- sd per group).
@@ -35,15 +36,15 @@ import sys
 from pathlib import Path
 from statistics import mean, stdev
 
+from populora.core.refs import arm_refs
+from populora.report.study_runs import StudyRunsError, comparison, t_interval
+
 METRICS_FILE = "results/metrics.json"
+BENCH_DIR = "results/bench"  # <arm>/<benchmark>/<model>.json, as workflow/dag.py writes them
 PARAMS_FILE = "params.yaml"
 NOT_ABLATIONS = ("base.seed", "dag.arms")
 HEADLINE = re.compile(r"^(bench|avg)\.[^.]+\.(mean|best|weakest|teachers\.mean|base|baseline|population\.(mean|best|weakest)"
                       r"|diff\.[a-z_]+\.delta)$")
-PAIRED_KEYS = ("mean", "best", "weakest")
-# Two-sided 95% Student-t quantiles by degrees of freedom (1..30); 1.96 beyond.
-T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-       2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
 class StudyError(RuntimeError):
@@ -98,22 +99,65 @@ def group_of(experiment: dict, ablations: list[str]) -> tuple[str, str]:
     return arms, ablation
 
 
-def t_interval(values: list[float]) -> tuple[float, float, float] | None:
-    """(mean, low, high): 95% Student-t interval of the mean; None with fewer than 2 values."""
-    if len(values) < 2:
-        return None
-    centre, sd = mean(values), stdev(values)
-    half = (T95[len(values) - 2] if len(values) - 1 <= len(T95) else 1.96) * sd / math.sqrt(len(values))
-    return round(centre, 6), round(centre - half, 6), round(centre + half, 6)
-
-
 def spread(values: list[float]) -> dict:
     return {"n": len(values), "mean": round(mean(values), 6), "sd": round(stdev(values), 6) if len(values) > 1 else 0.0,
             "min": min(values), "max": max(values)}
 
 
-def summarize_study(found: list[dict]) -> dict:
-    """{"groups": [...], "paired": [...], "ablations": [...]} (see the module docstring)."""
+def students_of(experiment: dict) -> tuple[str, list[str]]:
+    """The arm a one-arm experiment ran and its students' model names (the baseline's one adapter)."""
+    params = experiment["params"]
+    arm = params["dag.arms"][0]
+    refs = arm_refs(arm, int(params.get("population.teachers", 1)), int(params.get("population.students", 1)))
+    return arm, [ref.name for ref in refs["students"]]
+
+
+def experiment_verdicts(repo: Path, experiment: dict) -> dict[str, dict[str, dict[str, int]]]:
+    """{benchmark: {student: per-problem verdicts}} of a one-arm experiment, read from its commit
+    through DVC (the results are DVC outputs, kept in the cache of the project that ran it)."""
+    from dvc.api import DVCFileSystem
+
+    arm, students = students_of(experiment)
+    fs = DVCFileSystem(str(repo), rev=experiment["rev"])
+    verdicts: dict[str, dict[str, dict[str, int]]] = {}
+    for bench in experiment["params"].get("bench.benchmarks", ()):
+        for model in students:
+            path = f"{BENCH_DIR}/{arm}/{bench}/{model}.json"
+            if fs.exists(path):
+                verdicts.setdefault(bench, {})[model] = json.loads(fs.read_text(path))["per_problem"]
+    return verdicts
+
+
+def arm_comparisons(groups: dict[tuple[str, str], list[dict]], verdicts: dict[str, dict]) -> tuple[list[dict], list[str]]:
+    """Per ablation and benchmark: population minus baseline (`study_runs.comparison`) over the
+    experiments whose verdicts are known; and a note for every pair that could not be compared."""
+    rows, notes = [], []
+    for ablation in sorted({a for _, a in groups}):
+        sides = {arm: [e for e in groups.get((arm, ablation), []) if verdicts.get(e["name"])]
+                 for arm in ("population", "baseline")}
+        if not (groups.get(("population", ablation)) and groups.get(("baseline", ablation))):
+            continue
+        if not all(sides.values()):
+            notes.append(f"{ablation}: no per-problem verdicts to compare (run with --repo at the DVC project)")
+            continue
+        runs = {arm: [{"name": e["name"], "students": students_of(e)[1], "models": students_of(e)[1],
+                       "verdicts": verdicts[e["name"]]} for e in members] for arm, members in sides.items()}
+        benches = sorted(set.intersection(*(set(r["verdicts"]) for side in runs.values() for r in side)))
+        for bench in benches:
+            if any(set(r["students"]) - set(r["verdicts"][bench]) for side in runs.values() for r in side):
+                notes.append(f"{ablation} {bench}: a student's result is missing")
+                continue
+            try:
+                rows.append({"ablation": ablation, **comparison("population", "baseline", runs["population"],
+                                                                  runs["baseline"], bench)})
+            except StudyRunsError as error:
+                notes.append(f"{ablation} {bench}: {error}")
+    return rows, notes
+
+
+def summarize_study(found: list[dict], verdicts: dict[str, dict] | None = None) -> dict:
+    """{"groups": [...], "comparisons": [...], "ablations": [...]} (see the module docstring);
+    `verdicts`: experiment name -> `experiment_verdicts` (none: the comparisons are left out)."""
     if not found:
         raise StudyError("no finished experiment with results/metrics.json in `dvc exp show`. Fix: run experiments "
                          "first (dvc exp run / dvc queue start) and wait until they succeed.")
@@ -126,45 +170,23 @@ def summarize_study(found: list[dict]) -> dict:
         keys = sorted({k for e in members for k, v in e["metrics"].items() if HEADLINE.match(k) and _is_number(v)})
         for key in keys:
             values = [float(e["metrics"][key]) for e in members if _is_number(e["metrics"].get(key))]
-            row = {"arms": arms, "ablation": ablation, "key": key, **spread(values),
-                   "seeds": sorted(e["params"].get("base.seed") for e in members if _is_number(e["metrics"].get(key)))}
-            if ".diff." in key:
-                row["interval"] = t_interval(values)
-            rows.append(row)
-    paired = []
-    for ablation in sorted({a for _, a in groups}):
-        population = {e["params"].get("base.seed"): e for e in groups.get(("population", ablation), [])}
-        baseline = {e["params"].get("base.seed"): e for e in groups.get(("baseline", ablation), [])}
-        seeds = sorted(set(population) & set(baseline), key=str)
-        if not seeds:
-            continue
-        keys = sorted({k for k in population[seeds[0]]["metrics"] if k.rsplit(".", 1)[-1] in PAIRED_KEYS
-                       and k.count(".") == 2 and _is_number(population[seeds[0]]["metrics"][k])})
-        for key in keys:
-            pairs = [(population[s]["metrics"].get(key), baseline[s]["metrics"].get(key)) for s in seeds]
-            differences = [float(p) - float(b) for p, b in pairs if _is_number(p) and _is_number(b)]
-            if differences:
-                paired.append({"ablation": ablation, "key": key, "n": len(differences), "seeds": seeds,
-                               "differences": [round(d, 6) for d in differences],
-                               "mean": round(mean(differences), 6), "interval": t_interval(differences)})
-    return {"ablations": ablations, "experiments": [e["name"] for e in found], "groups": rows, "paired": paired}
+            rows.append({"arms": arms, "ablation": ablation, "key": key, **spread(values), "interval": t_interval(values),
+                         "seeds": sorted(e["params"].get("base.seed") for e in members
+                                         if _is_number(e["metrics"].get(key)))})
+    compared, notes = arm_comparisons(groups, verdicts or {})
+    return {"ablations": ablations, "experiments": [e["name"] for e in found], "groups": rows,
+            "comparisons": compared, "notes": notes}
 
 
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def verdict(interval) -> str:
-    if interval is None:
-        return "needs >= 2 seeds"
-    _, low, high = interval
-    return "no detectable difference" if low <= 0 <= high else ("population higher" if low > 0 else "baseline higher")
-
-
 def markdown(study: dict) -> str:
     lines = ["# Study across DVC experiments", "",
              f"{len(study['experiments'])} experiments: {', '.join(study['experiments'])}.",
              f"Ablation parameters: {', '.join(study['ablations']) or 'none (every experiment differs only by seed / arms)'}.",
+             "Statistics as in the committed CPU study (populora/report/study_runs.py).",
              "", "## Mean and spread across seeds", "",
              "| arms | ablation | key | seeds | mean | sd | min | max | 95% t-interval |", "|---|---|---|---|---|---|---|---|---|"]
     for row in study["groups"]:
@@ -172,18 +194,17 @@ def markdown(study: dict) -> str:
         shown = "" if interval is None else f"[{interval[1]:+.3f}, {interval[2]:+.3f}]"
         lines.append(f"| {row['arms']} | {row['ablation']} | {row['key']} | {row['n']} | {row['mean']:.3f} | "
                      f"{row['sd']:.3f} | {row['min']:.3f} | {row['max']:.3f} | {shown} |")
-    lines += ["", "## Paired by seed: population - baseline", ""]
-    if study["paired"]:
-        lines += ["| ablation | key | seeds | per-seed differences | mean | 95% t-interval | verdict |",
-                  "|---|---|---|---|---|---|---|"]
-        for row in study["paired"]:
-            interval = row["interval"]
-            shown = "-" if interval is None else f"[{interval[1]:+.3f}, {interval[2]:+.3f}]"
-            lines.append(f"| {row['ablation']} | {row['key']} | {row['n']} | {', '.join(f'{d:+.3f}' for d in row['differences'])} "
-                         f"| {row['mean']:+.3f} | {shown} | {verdict(interval)} |")
+    lines += ["", "## Population - baseline (two-level bootstrap: seeds, then problems)", ""]
+    if study["comparisons"]:
+        lines += ["| ablation | benchmark | seeds (population v baseline) | students' pass@1 difference | 95% interval | verdict |",
+                  "|---|---|---|---|---|---|"]
+        for row in study["comparisons"]:
+            lines.append(f"| {row['ablation']} | {row['bench']} | {row['seeds'][0]} v {row['seeds'][1]} | "
+                         f"{row['delta']:+.3f} | [{row['low']:+.3f}, {row['high']:+.3f}] | {row['verdict']} |")
     else:
-        lines.append("No pairs: run population-only and baseline-only experiments with the same seeds "
+        lines.append("No comparison: run population-only and baseline-only experiments of the same ablation "
                      "(`-S 'dag.arms=[population]'`, `-S 'dag.arms=[baseline]'`).")
+    lines += [f"* {note}" for note in study.get("notes", [])]
     return "\n".join(lines) + "\n"
 
 
@@ -222,6 +243,20 @@ def exp_show(repo: Path, all_commits: bool) -> list[dict]:
     return json.loads(done.stdout)
 
 
+def read_verdicts(repo: Path, found: list[dict]) -> dict[str, dict]:
+    """`experiment_verdicts` of every one-arm experiment whose results DVC can still read."""
+    verdicts = {}
+    for experiment in found:
+        if len(experiment["params"].get("dag.arms", ())) != 1:
+            continue  # a run of both arms compares them itself (its `.diff.*` keys)
+        try:
+            verdicts[experiment["name"]] = experiment_verdicts(repo, experiment)
+        except Exception as error:  # noqa: BLE001  (DVC raises many kinds: no project, no such rev, no cache)
+            print(f"study: {experiment['name']}: its per-problem verdicts are not readable through DVC "
+                  f"({type(error).__name__}: {error}); left out of the comparisons", file=sys.stderr)
+    return verdicts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="folder for study.md, study.json and study.png")
@@ -232,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         shown = json.loads(Path(args.exp_json).read_text()) if args.exp_json else exp_show(Path(args.repo), args.all_commits)
         found = experiments(shown)
-        study = summarize_study(found)
+        study = summarize_study(found, read_verdicts(Path(args.repo), found) if found else {})
     except (StudyError, OSError, json.JSONDecodeError) as error:
         print(f"study: {error}", file=sys.stderr)
         return 1

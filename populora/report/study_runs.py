@@ -45,7 +45,6 @@ import yaml
 from populora.bench.diagnostics import TRAINING_TYPES, copied_ids
 from populora.core.io import write_json, write_text
 from populora.core.refs import arm_refs
-from populora.report.study import t_interval
 from populora.report.study_tables import BENCHES, markdown, plot
 
 BOOTSTRAP = 4000
@@ -58,7 +57,7 @@ def nocopy(control: str) -> str:
     return control[: -len("-null")] + "-nocopy-null" if control.endswith("-null") else control + "-nocopy"
 
 
-# the comparisons that answer the study's question (README "CPU study": how to read the grid);
+# the comparisons that answer the study's question (study/README.md: how to read the grid);
 # the same again between `-nocopy` controls (no copyable task, no identity seed), never across the
 # two: a `-nocopy` study runs at a later commit than the grid it would be compared with
 _GRID_COMPARISONS = (("2t2s", "1t1s"), ("2t2s", "baseline"), ("1t1s", "baseline"), ("2t2s", "2t2s-noevo"),
@@ -70,6 +69,18 @@ CONTROL_ORDER = _GRID_ORDER + tuple(nocopy(control) for control in _GRID_ORDER)
 
 class StudyRunsError(RuntimeError):
     """The run folders cannot be summarised; the message says why."""
+
+
+def t_interval(values: list[float]) -> tuple[float, float, float] | None:
+    """(mean, low, high): the 95% Student-t interval of the mean across seeds (run-to-run drift);
+    None with fewer than 2 values."""
+    from scipy.stats import t
+
+    if len(values) < 2:
+        return None
+    centre, sd = mean(values), stdev(values)
+    half = float(t.ppf(0.975, len(values) - 1)) * sd / math.sqrt(len(values))
+    return round(centre, 6), round(centre - half, 6), round(centre + half, 6)
 
 
 def load_run(folder: Path) -> dict:
@@ -232,6 +243,19 @@ def control_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def comparison(left: str, right: str, left_runs: list[dict], right_runs: list[dict], bench: str,
+               score: str = "verdicts") -> dict:
+    """`left` minus `right` on `bench`: the difference of the students' mean pass@1 with the
+    two-level bootstrap interval (seeds within each side, then problems); also what
+    `populora.report.study` reports between the arms of DVC experiments."""
+    a, _ = score_matrix(left_runs, bench, score=score)
+    b, _ = score_matrix(right_runs, bench, score=score)
+    delta, low, high = two_level_bootstrap(a, b)
+    return {"left": left, "right": right, "bench": bench, "score": "pass@1" if score == "verdicts" else "copies wrong",
+            "seeds": [a.shape[0], b.shape[0]], "delta": delta, "low": low, "high": high,
+            "verdict": "no detectable difference" if low <= 0 <= high else (f"{left} higher" if low > 0 else f"{right} higher")}
+
+
 def comparisons(runs: list[dict]) -> list[dict]:
     groups = _group(runs)
     out = []
@@ -242,12 +266,7 @@ def comparisons(runs: list[dict]) -> list[dict]:
             for bench in BENCHES:
                 if score == "copy_free" and not _scored(groups[left] + groups[right], bench, score):
                     continue
-                a, _ = score_matrix(groups[left], bench, score=score)
-                b, _ = score_matrix(groups[right], bench, score=score)
-                delta, low, high = two_level_bootstrap(a, b)
-                out.append({"left": left, "right": right, "bench": bench, "score": "pass@1" if score == "verdicts" else "copies wrong",
-                            "seeds": [a.shape[0], b.shape[0]], "delta": delta, "low": low, "high": high,
-                            "verdict": "no detectable difference" if low <= 0 <= high else (f"{left} higher" if low > 0 else f"{right} higher")})
+                out.append(comparison(left, right, groups[left], groups[right], bench, score))
     return out
 
 

@@ -53,7 +53,7 @@ def _reference_block(index: int, ref: dict) -> str:
 # AZR's formatting example. Free-form mode keeps it; scaffolded mode leaves it out, because a small
 # model copies it verbatim (a two-argument signature with a list input, or `[3, 1, 2]` whatever the
 # signature). Measured on SmolLM2-135M, code_o + code_i at generation 0, 24 proposals
-# (benchmarks/bench_proposer_validity.py): 3/16 valid with it (fence-only stops), 14/24 without (PROGRAM_STOPS).
+# (perf/proposer_validity.py): 3/16 valid with it (fence-only stops), 14/24 without (PROGRAM_STOPS).
 AZR_IO_EXAMPLE = ("def f(name: str, info: dict):\n    # code logic here\n    return result",
                   "'John', {'age': 20, 'city': 'New York'}")
 

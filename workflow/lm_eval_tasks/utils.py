@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from populora.bench import DATA_ENV
-from populora.bench.lmeval_runner import OFFICIAL_MATH_DATA
+from populora.bench.lmeval import OFFICIAL_MATH_DATA
 from populora.bench.math_grading import gold_answer, grade, question_of
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "benchmarks"

@@ -22,10 +22,18 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
+from importlib.metadata import version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from populora.bench import BenchError, data_file
 from populora.bench.math_grading import extract_answer
+from populora.core.io import write_json, write_jsonl
+
+if TYPE_CHECKING:  # annotations only: the runner table (runners.py) imports this module
+    from populora.bench.models import BenchModel
+    from populora.bench.settings import BenchSettings
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "workflow" / "lm_eval_tasks"
 # The files of ../shared/benchmarks/math are the AZR evaluation data; this is where they are
@@ -236,3 +244,64 @@ def evaluate_jsonable(benchmark: str, **kwargs) -> dict:
     """`evaluate` in a worker process (the `vllm` engine: one process per model): its result comes
     back pickled, so as its JSON-safe copy (lm-eval's own holds local functions)."""
     return jsonable(evaluate(benchmark, **kwargs))
+
+
+# ---------------------------------------------------------------- the runner
+
+def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log) -> dict[str, dict]:
+    """The lm-eval math task of every model; samples and lm-eval's own files under `out/<model>/`.
+    The bare base runs as lm-eval's `hf` model; members share one generation pass (stacked adapters)."""
+    bench = settings.benchmark
+    data_dir = settings.data_dir
+    limit = settings.limit
+    log.info("%s through lm-eval (%s, first %s problems), %d model(s)", bench, data_dir or "official data",
+             limit or "all", len(models))
+    members = [model for model in models if model.adapter is not None]
+    vllm = settings.sampler.lmeval_vllm_args()  # None: lm-eval's hf model and the project's stacked model
+    runs, start = {}, time.perf_counter()
+    if vllm is not None:
+        # lm-eval's own vllm model, one engine per model, each in a process of its own: an engine's
+        # memory (weights, KV cache reservation) is only given back when its process ends
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+
+        for model in models:
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                runs[model.name] = pool.submit(
+                    evaluate_jsonable, bench, base_model=base_model, adapter=model.adapter, data_dir=data_dir,
+                    limit=limit,
+                    max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
+                    dtype=settings.dtype, device=settings.device,
+                    harness_dir=out / model.name / "harness", tasks_dir=settings.tasks_dir,
+                    vllm=vllm).result()
+        members = []
+    for model in models:
+        if model.adapter is None and model.name not in runs:
+            runs[model.name] = evaluate(
+                bench, base_model=base_model, adapter=None, data_dir=data_dir, limit=limit,
+                max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
+                dtype=settings.dtype, device=settings.device,
+                harness_dir=out / model.name / "harness", tasks_dir=settings.tasks_dir)
+    if members:
+        tokenizer, multilora = settings.load_model(base_model, {m.name: m.adapter for m in members})
+        runs.update(evaluate_members(
+            bench, multilora=multilora, tokenizer=tokenizer, members={m.name: out / m.name / "harness" for m in members},
+            base_model=base_model, adapters={m.name: m.adapter for m in members}, data_dir=data_dir, limit=limit,
+            max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size, tasks_dir=settings.tasks_dir))
+        del multilora
+    run_s = time.perf_counter() - start  # the lm-eval runs whole, generation included
+    results = {}
+    for model in models:
+        run, samples = runs[model.name], out / model.name
+        rows = sample_rows(run, bench)
+        write_jsonl(samples / "samples.jsonl", rows)
+        write_jsonl(samples / "harness" / "lm_eval_samples.jsonl", jsonable(run["samples"][task_name(bench)]))
+        write_json(samples / "harness" / "results.json", jsonable({k: v for k, v in run.items() if k != "samples"}))
+        results[model.name] = {
+            "n": len(rows), "per_problem": {str(row["doc_id"]): int(row["correct"]) for row in rows},
+            "metrics": {"accuracy": accuracy(run, bench)}, "stderr": {"accuracy": stderr(run, bench)},
+            "harness": f"lm_eval {version('lm_eval')}", "run_s": round(run_s, 1),
+            "models_in_pass": len(members) if model.adapter is not None else 1,
+            "data": str(data_dir) if data_dir else OFFICIAL_MATH_DATA}
+    return results

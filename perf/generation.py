@@ -19,13 +19,13 @@ same three variants on vLLM (`populora.lm.vllm_engine`: every adapter a LoRARequ
 batching; `ignore_eos` for exactly `--tokens` per row; the sampled token's logprob recorded, as in
 production). vLLM's peak RSS includes the KV cache it reserves (`--memory-fraction` of host memory).
 
-    .venv/bin/python benchmarks/bench_generation.py --shape smollm2-135m --batch 16 --adapters 4 \
-        --json results/bench_generation.json
-    .venv/bin/python benchmarks/bench_generation.py --model smollm2 --batch 64 --adapters 4 --tokens 96 \
-        --json results/bench_generation_hf.json
-    .venv-vllm/bin/python benchmarks/bench_generation.py --engine vllm --model smollm2 --batch 64 --adapters 4 \
-        --tokens 96 --json results/bench_generation_vllm.json
-    python benchmarks/bench_generation.py --shape qwen2-7b --batch 64 --adapters 8 --rank 16 \
+    .venv/bin/python perf/generation.py --shape smollm2-135m --batch 16 --adapters 4 \
+        --json results/perf_generation.json
+    .venv/bin/python perf/generation.py --model smollm2 --batch 64 --adapters 4 --tokens 96 \
+        --json results/perf_generation_hf.json
+    .venv-vllm/bin/python perf/generation.py --engine vllm --model smollm2 --batch 64 --adapters 4 \
+        --tokens 96 --json results/perf_generation_vllm.json
+    python perf/generation.py --shape qwen2-7b --batch 64 --adapters 8 --rank 16 \
         --targets all --dtype bfloat16 --json OUT.json        # on a GPU
 """
 
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine == "vllm":
         if not args.model:
             parser.error("--engine vllm needs --model (vLLM loads a model folder)")
-        return bench_vllm(args)
+        return measure_vllm(args)
 
     device, dtype = pick_device(args.device), getattr(torch, args.dtype)
     if args.compile and device.type != "cuda":
@@ -227,7 +227,7 @@ def real_model_dir(model: str) -> Path:
         return Path(model)
     from populora.lm.model import materialize_base_model
 
-    out = Path(__file__).resolve().parents[1] / "cache" / "bench_smollm2"
+    out = Path(__file__).resolve().parents[1] / "cache" / "perf_smollm2"
     if not (out / "config.json").is_file():
         materialize_base_model("smollm2", out)
     return out
@@ -251,7 +251,7 @@ def load_real(model_dir: Path, dtype: torch.dtype, device: torch.device):
     return model.eval().requires_grad_(False)
 
 
-def bench_vllm(args) -> int:
+def measure_vllm(args) -> int:
     """The three variants on the vllm engine, same rows, adapters and token counts as the hf ones."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt

@@ -12,7 +12,7 @@ would generate (the run's params, the arm's state and buffer of that generation,
 It reports the median wall time of each, their ratio, the tokens fed to the model (prompt +
 prefill + decode, rows x width of every forward call) and whether both gave the same tokens.
 
-    .venv/bin/python benchmarks/bench_plan_steps.py RUN_DIR [--arm population] [--gen 0] \
+    .venv/bin/python perf/plan_steps.py RUN_DIR [--arm population] [--gen 0] \
         [--threads 1] [--repeats 2] [--types code_o code_i code_f] [--json OUT.json]
 
 RUN_DIR is a checkout whose `results/` holds a finished run (e.g. a fresh clone after
@@ -33,12 +33,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from populora.config import load_params  # noqa: E402
 from populora.core.io import write_json  # noqa: E402
+from populora.core.seeds import derive_seed  # noqa: E402
 from populora.core.state import adapter_dirs, load_buffer, load_state  # noqa: E402
 from populora.lm.engines import load_sampler  # noqa: E402
 from populora.lm.sampling import GenRow, run_plans  # noqa: E402
 from populora.selfplay.prompts import chat_wrapper  # noqa: E402
 from populora.selfplay.roles import proposer_jobs  # noqa: E402
-from stages._common import derive_seed  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Verifier throughput: verified proposals per second, sandboxed verifier vs naive executors.
 
-    .venv/bin/python benchmarks/bench_verifier.py [--proposals 300] [--repeats 3] [--workers 2] [--json out.json]
+    .venv/bin/python perf/verifier.py [--proposals 300] [--repeats 3] [--workers 2] [--json out.json]
 
 Workload: simple code_o proposals (one input each), all valid. Three executors, each with
 `--workers` parallel workers, interleaved per repeat so background load hits them alike:
@@ -51,7 +51,7 @@ def make_proposals(n: int) -> list[dict]:
     for i in range(n):
         program, arguments = TEMPLATES[i % len(TEMPLATES)]
         k, m = i % 7 + 1, i % 5 + 2
-        rows.append({"task_id": f"bench-{i}", "type": "code_o", "program": program.format(k=k, m=m),
+        rows.append({"task_id": f"perf-{i}", "type": "code_o", "program": program.format(k=k, m=m),
                      "inputs": [arguments.format(i=i, k=k)], "message": None})
     return rows
 

@@ -4,7 +4,7 @@
 # the base model's bench stage on a pair of startup-heavy benchmarks (2 problems each) and on a
 # pair of compute-heavy ones (CRUXEval-O/I, bench.limits). Needs a finished base model stage.
 #
-#   bash scripts/bench_cpu_threads.sh [PROJECT]   # PROJECT: a run folder with results/base_model (default: .)
+#   bash perf/cpu_threads.sh [PROJECT]   # PROJECT: a run folder with results/base_model (default: .)
 #
 # Prints the wall time of each way and their ratio; run it on an idle machine.
 set -euo pipefail

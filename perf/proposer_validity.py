@@ -5,8 +5,8 @@ verifies), samples them from the bare base model (a generation-0 adapter is the 
 initialises B = 0), parses and verifies them, and prints validity per task type and reason.
 A measurement tool for prompt work; the propose/verify stages are the production path.
 
-    .venv/bin/python benchmarks/bench_proposer_validity.py --base-model results/base_model \
-        --per-type 8 --types code_o code_i code_f --json results/bench_proposer_validity.json
+    .venv/bin/python perf/proposer_validity.py --base-model results/base_model \
+        --per-type 8 --types code_o code_i code_f --json results/perf_proposer_validity.json
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def main() -> int:
     tokenizer, model = load_base(args.base_model, dtype=params.model.dtype, device=params.model.device)
     jobs = proposer_jobs(["base"], buffer, per_type=args.per_type, references=cfg.references,
                          n_inputs=cfg.code_f_inputs, mode=cfg.mode, chat=chat_wrapper(tokenizer),
-                         rng=random.Random(args.seed), arm="bench", gen=0)
+                         rng=random.Random(args.seed), arm="perf", gen=0)
     jobs = [(meta, plan) for meta, plan in jobs if meta["type"] in args.types]
     start = time.perf_counter()
     results = run_plans(model, tokenizer, [GenRow(plan, None) for _, plan in jobs], temperature=cfg.temperature,

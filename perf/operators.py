@@ -3,7 +3,7 @@
 28 layers x (q, k, v, o, gate, up, down) = 196 modules, rank 16 by default (~40 M adapter
 parameters). Factors are random and B is non-zero, like a trained adapter.
 
-    .venv/bin/python benchmarks/bench_operators.py --repeats 5 --json results/bench_operators.json
+    .venv/bin/python perf/operators.py --repeats 5 --json results/perf_operators.json
 """
 
 from __future__ import annotations
