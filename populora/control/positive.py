@@ -178,8 +178,12 @@ def markdown(result: dict) -> str:
              f"{c['steps']} steps x {c['tasks_per_step']} tasks x {c['samples']} answers at temperature "
              f"{c['temperature']}; held-out pool {c['heldout']} tasks, greedy. Update: lr {result['update']['learning_rate']:g}, "
              f"{result['update']['steps']} optimizer step(s) per batch, loss per {result['update']['loss_reduction']}, "
-             f"advantage baseline {result['advantage_baseline']}. Wall {result['wall_s'] / 60:.1f} min "
-             f"on {result['machine']['cpus']} CPU(s).", "",
+             f"advantage baseline {result['advantage_baseline']}.", "",
+             "Wall: base model on the held-out pool " + (f"{result['base_wall_s'] / 60:.1f} min" if result.get("base_wall_s")
+                                                           else "(not recorded)")
+             + "; " + ", ".join(f"{name} {arm['wall_s'] / 60:.1f} min" for name, arm in result["arms"].items())
+             + f" (each in its own process when run with --jobs); this invocation {result['wall_s'] / 60:.1f} min, on "
+             f"{result['machine']['cpus']} CPU(s) ({result['machine']['cpu']}).", "",
              f"**{'PASS' if result['summary']['passed'] else 'FAIL'}** ({result['summary']['bar']}).", "",
              "| arm | held-out accuracy (%) |", "| --- | ---: |"]
     lines += [f"| {name} | {acc} |" for name, acc in result["summary"]["accuracy"].items()]
@@ -342,8 +346,9 @@ def main(argv: list[str] | None = None) -> int:
         if base_file.is_file():
             base = [bool(x) for x in read_json(base_file)["verdicts"]]
         else:
+            t0 = time.monotonic()
             base = base_verdicts(params, base_model, tasks, buffer, sandbox, str(accelerator.device))
-            write_json(base_file, {"verdicts": [int(x) for x in base]})
+            write_json(base_file, {"verdicts": [int(x) for x in base], "wall_s": round(time.monotonic() - t0, 1)})
         log.info("base held-out accuracy %.3f", sum(base) / len(base))
         if args.arm:
             write_json(out / "arms" / f"{args.arm}.json",
@@ -368,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
               "solve": {k: getattr(params.solve, k) for k in ("mode", "worked_examples", "max_new_tokens", "top_p")},
               "lora": params.lora.model_dump(), "machine": machine(), "wall_s": round(time.monotonic() - started, 1),
               "command": "python -m populora.control.positive " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "arms": arms, "summary": compare(params, base, arms)}
+              "base_wall_s": read_json(base_file).get("wall_s"), "arms": arms, "summary": compare(params, base, arms)}
     result["summary"]["base_verdicts"] = [int(x) for x in base]
     write_json(out / "result.json", result)
     write_text(out / "control.md", markdown(result))
