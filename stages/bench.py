@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             models = [base_model_entry()]
         log.info("benchmarking %s on %s (limit %s, max_new_tokens %d)", ", ".join(m.name for m in models),
                  args.bench, settings.limit, settings.max_new_tokens)
-        if settings.engine == "vllm":
+        if settings.sampler.name == "vllm":
             results = run_resumable(settings, models, Path(args.base_model), tmp, Path(args.results), params, log)
         else:  # hf: every member in one stacked pass
             results = run_benchmark(settings, models, Path(args.base_model), tmp, log)

@@ -122,6 +122,9 @@ def test_bench_stage_on_the_tiny_model(tmp_path, tiny_model_dir, monkeypatch, be
     assert [r["task_id"] for r in rows] == list(result["per_problem"])
     assert all(r["reason"] or r["correct"] for r in rows)  # every verdict has a reason or is correct
     assert all(r["examples"] == [] for r in rows) if prompt == "official" else all(len(r["examples"]) == 1 for r in rows)
+    # the gold answer's log-likelihood, one per problem, a negative number of nats
+    assert list(result["per_problem_gold_logprob"]) == list(result["per_problem"])
+    assert all(v < 0 for v in result["per_problem_gold_logprob"].values()) and result["gold_loglik"]["tokens"] > n
 
 
 def test_limits_override_limit_and_are_validated():
@@ -177,6 +180,7 @@ def test_every_member_in_one_pass_answers_as_when_benchmarked_alone(tmp_path, ti
         single = json.loads((tmp_path / f"alone-{slot}" / f"{model}.json").read_text())
         assert together["n"] == single["n"] == 3 and together["member"] == f"population/{slot}@g000"
         assert together["per_problem"] == single["per_problem"] and together["models_in_pass"] == 2
+        assert together["per_problem_gold_logprob"] == pytest.approx(single["per_problem_gold_logprob"], abs=1e-4)
         read = lambda folder, model=model: [json.loads(line)["completion"] for line in (folder / model / "samples.jsonl").read_text().splitlines()]  # noqa: E731
         assert read(tmp_path / "together") == read(tmp_path / f"alone-{slot}")
         completions[slot] = read(tmp_path / "together")

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from populora.bench import BenchError
+from populora.bench.gold_loglik import GoldItem, gold_logprobs
 from populora.core.io import write_jsonl
 from populora.selfplay import prompts
 from populora.selfplay.parsing import parse_answer
@@ -198,6 +199,17 @@ def extract(text: str, task_type: str, *, prompt: str, mode: str, truncated: boo
     return parse_answer(text, task_type, mode=mode, truncated=truncated)
 
 
+def gold_item(task: dict, plan: prompts.Plan, adapter: str | None, prompt: str) -> GoldItem:
+    """What a model should write after the benchmark's own prompt to be right: the gold answer and
+    the end of its block (project prompt: after the answer fence's prefill; official prompt: the
+    assertion and `[/ANSWER]`), scored teacher-forced by `populora.bench.gold_loglik`."""
+    if prompt == "official":
+        call = f"assert f({task['inputs'][0]}) == {task['outputs'][0]}"
+        return GoldItem(plan.prompt, f"{call}\n{ANSWER_END}", adapter)
+    gold = task["outputs"][0] if task["type"] == "code_o" else task["inputs"][0]
+    return GoldItem(plan.prompt + plan.steps[0].prefill, f"{gold}\n```", adapter)
+
+
 # ---------------------------------------------------------------- the runner
 
 def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log) -> dict[str, dict]:
@@ -224,6 +236,11 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
     outputs = run_plans(lm, tokenizer, rows, temperature=0.0, top_p=1.0, max_new_tokens=settings.max_new_tokens,
                         batch_size=settings.batch_size, seed=0, desc=bench)
     generation_s = time.perf_counter() - start
+    gold_items = [gold_item(task, plan, model.name if model.adapter is not None else None, cfg.prompt)
+                  for model in models for task, (plan, _) in zip(tasks, built)]
+    start = time.perf_counter()
+    gold = gold_logprobs(lm, tokenizer, gold_items, batch_size=settings.batch_size) if hasattr(lm, "parameters") else None
+    gold_s = time.perf_counter() - start
     del lm
     all_tasks = tasks * len(models)
     answers = []
@@ -243,7 +260,12 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
                    for t, (_, examples), o, g in zip(tasks, built, outputs[part], graded[part])]
         write_jsonl(out / model.name / "samples.jsonl", samples)
         correct = sum(row["correct"] for row in samples)
+        own_gold = gold[part] if gold is not None else None
         results[model.name] = {
+            **({"per_problem_gold_logprob": {t["task_id"]: round(v, 6) for t, (v, _) in zip(tasks, own_gold)},
+                "gold_loglik": {"mean": round(sum(v for v, _ in own_gold) / len(own_gold), 6) if own_gold else None,
+                                "tokens": sum(n for _, n in own_gold), "seconds": round(gold_s, 1)}}
+               if own_gold is not None else {"gold_loglik": {"skipped": "the vllm engine gives no forward pass"}}),
             "diagnostics": answer_diagnostics(samples), "max_new_tokens": settings.max_new_tokens,
             "n": len(samples), "per_problem": {row["task_id"]: int(row["correct"]) for row in samples},
             "metrics": {"pass@1": correct / len(samples) if samples else 0.0}, "prompt": cfg.prompt,
