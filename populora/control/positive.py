@@ -195,7 +195,7 @@ def markdown(result: dict) -> str:
     lines += ["", "Held-out accuracy (%) by step:", "", "| step | " + " | ".join(result["arms"]) + " |",
               "| ---: | " + " | ".join("---:" for _ in result["arms"]) + " |"]
     lines.append("| 0 | " + " | ".join(f"{result['summary']['accuracy']['base']}" for _ in result["arms"]) + " |")
-    for step in next(iter(result["arms"].values()))["heldout"]:
+    for step in _steps(next(iter(result["arms"].values()))):
         lines.append(f"| {step} | " + " | ".join(f"{100 * arm['heldout'][step]['accuracy']:.1f}"
                                                 for arm in result["arms"].values()) + " |")
     lines += ["", "Per step (training answers; the update's diagnostics of the step's last optimizer step):", "",
@@ -211,6 +211,11 @@ def markdown(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _steps(arm: dict) -> list[str]:
+    """The steps an arm was evaluated at, in order (JSON keys are strings: "16" sorts before "8")."""
+    return sorted(arm["heldout"], key=int)
+
+
 def plot(result: dict, path: Path) -> None:
     import matplotlib
 
@@ -222,8 +227,9 @@ def plot(result: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     base = result["summary"]["accuracy"]["base"]
     for name, arm in result["arms"].items():
-        steps = [0] + [int(s) for s in arm["heldout"]]
-        axes[0].plot(steps, [base] + [100 * arm["heldout"][s]["accuracy"] for s in arm["heldout"]], marker="o", label=name)
+        steps = _steps(arm)
+        axes[0].plot([0] + [int(s) for s in steps], [base] + [100 * arm["heldout"][s]["accuracy"] for s in steps],
+                     marker="o", label=name)
         axes[1].plot([r["step"] for r in arm["steps"]], [r["solve_rate"] for r in arm["steps"]], label=name)
         for sign, style in (("positive", "-"), ("negative", "--")):
             values = [(r["step"], r["optimizer_steps"][0].get(f"logprob_change_{sign}")) for r in arm["steps"]
