@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("benchmarking %s on %s (limit %s, max_new_tokens %d)", ", ".join(m.name for m in models),
                  args.bench, settings.limit, settings.max_new_tokens)
         if settings.sampler.name == "vllm":
-            results = run_resumable(settings, models, Path(args.base_model), tmp, Path(args.results), params, log)
+            results = run_resumable(settings, models, Path(args.base_model), tmp, Path(args.results), log)
         else:  # hf: every member in one stacked pass
             results = run_benchmark(settings, models, Path(args.base_model), tmp, log)
     except BaseException as error:
@@ -101,14 +101,14 @@ def main(argv: list[str] | None = None) -> int:
 PARTIAL = ".partial"  # beside --results: the models an earlier attempt finished
 
 
-def run_resumable(settings, models, base_model: Path, out: Path, results: Path, params, log) -> dict[str, dict]:
+def run_resumable(settings, models, base_model: Path, out: Path, results: Path, log) -> dict[str, dict]:
     """`run_benchmark` one model at a time, each finished model kept in `<results>.partial/` (its result
     and folder) under a key; a model whose key matches is taken back instead of run again."""
     keep = Path(f"{results}{PARTIAL}")
     keep.mkdir(parents=True, exist_ok=True)
     done = {}
     for model in models:
-        key, saved = _key(params, base_model, model), keep / f"{model.name}.json"
+        key, saved = _key(settings, base_model, model), keep / f"{model.name}.json"
         record = read_json(saved) if saved.is_file() else {}
         if record.get("key") == key and (keep / model.name).is_dir():
             log.info("%s on %s: kept from an earlier attempt (%s)", model.name, settings.benchmark, keep)
@@ -121,16 +121,16 @@ def run_resumable(settings, models, base_model: Path, out: Path, results: Path, 
     return done
 
 
-def _key(params, base_model: Path, model) -> str:
-    """What a model's result depends on: params, the project's code, the base model's and the adapter's
-    files (names, sizes, modification times)."""
+def _key(settings, base_model: Path, model) -> str:
+    """What a model's result depends on: the benchmark's resolved settings (what it reads of params), the
+    project's code, the base model's and the adapter's files (names, sizes, modification times)."""
     def files(folder):
         return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in Path(folder).iterdir() if p.is_file())
 
     root = Path(__file__).resolve().parents[1]  # any change to the project's code: run again
     code = hashlib.sha256(b"".join(p.read_bytes() for folder in ("populora", "stages", "workflow/lm_eval_tasks")
                                    for p in sorted((root / folder).rglob("*.py")))).hexdigest()
-    parts = {"params": params.model_dump(mode="json"), "code": code, "base": files(base_model),
+    parts = {"settings": repr(settings), "code": code, "base": files(base_model),
              "adapter": files(model.adapter) if model.adapter else None, "model": model.name}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 

@@ -15,6 +15,7 @@ import yaml
 
 from populora.bench import BenchError
 from populora.bench.models import BenchModel
+from populora.bench.settings import settings_for
 from populora.config import parse_params
 from populora.core.refs import ModelRef
 from stages import bench
@@ -57,8 +58,8 @@ def setup(tmp_path, monkeypatch):
 def _run(tmp_path, base, models, raw, attempt: int):
     out = tmp_path / f"staging{attempt}"
     out.mkdir()
-    settings = type("Settings", (), {"benchmark": "gsm8k"})()
-    return out, bench.run_resumable(settings, models, base, out, tmp_path / "gsm8k", parse_params(raw), Log())
+    settings = settings_for(parse_params(raw), "gsm8k")  # the key is the benchmark's resolved settings
+    return out, bench.run_resumable(settings, models, base, out, tmp_path / "gsm8k", Log())
 
 
 def test_a_retry_runs_only_the_models_not_finished(setup):

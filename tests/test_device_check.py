@@ -88,7 +88,8 @@ def test_the_paper_overlay_on_a_machine_without_cuda_stops_before_loading(stage,
                         "--rollouts", str(tmp_path / "r.jsonl"), "--trained", str(tmp_path / "trained")]}[stage]
     env = {**os.environ, "PYTHONPATH": str(REPO), "POPULORA_GPUS": ""}
     result = subprocess.run([sys.executable, "-m", f"stages.{stage}", "--params", str(tmp_path / "params.yaml"),
-                             "--arm", "population", "--base-model", str(missing), *flags], cwd=tmp_path, env=env,
+                             "--arm", "population", "--base-model", str(missing), *flags,
+                             "--claim-gpu"], cwd=tmp_path, env=env,  # as the DAG renders a GPU stage's command
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "model.device: cuda asks for a GPU" in result.stderr and "Fix: run on a GPU node" in result.stderr

@@ -41,6 +41,7 @@ def test_only_pick_sampler_reads_sampler_engine():
     for path in [*(REPO / "populora").rglob("*.py"), *(REPO / "stages").glob("*.py")]:
         code = re.sub(r'"""[\s\S]*?"""', "", path.read_text())  # docstrings may name the key
         code = re.sub(r"#.*", "", code)
+        code = re.sub(r"\"[^\"\n]*\"", '""', code)  # and messages that tell the user which key to set
         if re.search(r"\bsampler\.engine\b|\.engine\s*==", code):
             readers.append(path.relative_to(REPO).as_posix())
     assert readers == ["populora/lm/engines.py"]

@@ -158,7 +158,7 @@ STAGES: tuple[Stage, ...] = (
         "propose", "stages.propose", "gen",
         inputs={"base_model": BASE_MODEL, "state": PREV, "pairing": f"{GEN_DIR}/pairing.json"},
         outputs={"proposals": f"{GEN_DIR}/proposals.jsonl"},
-        params=("base.seed", "model.dtype", "model.device", "sampler", "lora.rank", "propose"), gpu=1,
+        params=("base.seed", "model.dtype", "model.device", "sampler", "lora.rank", "propose", "update.max_seq_len"), gpu=1,
     ),
     Stage(
         "verify", "stages.verify", "gen",
@@ -170,7 +170,8 @@ STAGES: tuple[Stage, ...] = (
         "solve", "stages.solve", "gen",
         inputs={"base_model": BASE_MODEL, "state": PREV, "pairing": f"{GEN_DIR}/pairing.json", "tasks": f"{GEN_DIR}/tasks.jsonl"},
         outputs={"answers": f"{GEN_DIR}/answers.jsonl", "solve_tasks": f"{GEN_DIR}/solve_tasks.jsonl"},
-        params=("base.seed", "model.dtype", "model.device", "sampler", "lora.rank", "solve", "propose.types"),
+        params=("base.seed", "model.dtype", "model.device", "sampler", "lora.rank", "solve", "propose.types",
+                "update.max_seq_len"),
         gpu=1,
     ),
     Stage(
@@ -222,6 +223,7 @@ LM_EVAL_TASKS = "workflow/lm_eval_tasks"
 # listed one by one: adding a benchmark to bench.benchmarks must not rerun the others; then CRUXEval's
 # (subset, prompt, grading) and LiveCodeBench's (release, contest window, test limits)
 BENCH_PARAMS = ("bench.data_dir", "bench.limit", "bench.max_new_tokens", "bench.batch_size", "sampler", "lora.rank",
+                "update.max_seq_len",
                 "model.dtype", "model.device", "bench.limits", "bench.cruxeval", "solve.mode", "verify", "bench.livecodebench")
 
 STAGES += (

@@ -53,7 +53,9 @@ def check_device(params, *, samples: bool = True) -> None:
     problem = cuda_problem()
     if problem:
         raise DeviceError(f"model.device: {device} asks for a GPU, but {problem}. {FIX}")
-    if samples and params.sampler.engine == "vllm":
+    from populora.lm.engines import pick_sampler  # the one reader of sampler.engine
+
+    if samples and pick_sampler(params).name == "vllm":
         try:
             platform = vllm_platform()
         except ImportError as error:
