@@ -31,10 +31,12 @@ problems in file order (null: all). Only the members of the roles in `bench.role
 The folder appears only when every model's benchmark succeeded (staged, then moved into place); a
 missing data file, an adapter that does not load or a harness error exits non-zero with a message
 that names the file or model and the fix, leaving earlier results untouched. With `sampler.engine:
-vllm` (one engine per model: lm-eval's for math, ours for the others) the models run one by one and
-each finished one is kept in `<results>.partial/` with a key of everything that made it (params,
-code, base and adapter files): a retry after a failure or a SLURM time-out takes those back and runs
-only the rest; the folder goes once the results are in place.
+vllm` the math benchmarks (lm-eval's vllm model, one process per model) run model by model and each
+finished one is kept in `<results>.partial/` with a key of everything that made it (the benchmark's
+settings, code, base and adapter files): a retry after a failure or a SLURM time-out takes those back
+and runs only the rest; the folder goes once the results are in place. The other families serve every
+model from one engine in one pass (starting and freeing an engine per model in one process leaked
+memory in vLLM's CPU build), so their retry starts over.
 """
 
 from __future__ import annotations
@@ -76,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
             models = [base_model_entry()]
         log.info("benchmarking %s on %s (limit %s, max_new_tokens %d)", ", ".join(m.name for m in models),
                  args.bench, settings.limit, settings.max_new_tokens)
-        if settings.sampler.name == "vllm":
+        if settings.sampler.name == "vllm" and settings.runner == "lm_eval":
+            # lm-eval's vllm model runs each model in a process of its own anyway: keep each finished one.
+            # Our engine serves every model at once: one engine started and freed per model leaked host
+            # memory in vLLM's CPU build (the vLLM lane's bench jobs ran out of KV-cache memory, 2026-11-25)
             results = run_resumable(settings, models, Path(args.base_model), tmp, Path(args.results), log)
         else:  # hf: every member in one stacked pass
             results = run_benchmark(settings, models, Path(args.base_model), tmp, log)

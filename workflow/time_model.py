@@ -181,8 +181,10 @@ def bench_models(params, arm: str | None) -> int:
 
 def bench_seconds(params, m: Model, bench: str, arm: str | None) -> float:
     """One benchmark for the base (`arm` None) or an arm's members: with vLLM one engine per model (math:
-    lm-eval's, each in its own process; the others: the bench stage runs models one by one, so a retry
-    resumes), with hf one model stacking every member; then the grading."""
+    lm-eval's, each in its own process, and a retry resumes; the other families now serve every model
+    from one engine, so for them this counts engine starts and model-by-model decoding they no longer
+    pay: an upper bound, the safe side for a SLURM runtime), with hf one model stacking every member;
+    then the grading."""
     b, models = params.bench, bench_models(params, arm)
     kind = KIND.get(bench, "math")
     n = min(SIZES[bench], b.limit_of(bench) or SIZES[bench])
