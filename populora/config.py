@@ -414,6 +414,19 @@ class ControlSection(_Section):
     max_p: float = Field(0.001, gt=0, lt=1, description="Pass bar: exact McNemar p of both differences.")
 
 
+class HeldoutSection(_Section):
+    """The held-out pool (populora/selfplay/heldout.py): verified code_o/code_i tasks made once by the base
+    model as teacher, never proposed, solved or trained on, answered greedily by every member at every
+    generation (stages.heldout_pool, stages.heldout)."""
+
+    per_type: int = Field(8, ge=0, description="Pool tasks per trained type (code_o, code_i among propose.types); "
+                          "0: no pool, nothing scored.")
+    seed: int = Field(0, description="Seed of the pool (proposals, worked examples), independent of base.seed so "
+                      "that every run of a study shares one pool.")
+    max_rounds: int = Field(12, ge=1, description="Rounds of base-model proposals (per_type per type each) before "
+                            "the pool is taken as it is, short (logged and recorded in base.json).")
+
+
 class Params(_Section):
     base: BaseSection = BaseSection()
     model: ModelSection = ModelSection()
@@ -432,6 +445,7 @@ class Params(_Section):
     evolve: EvolveSection = EvolveSection()
     bench: BenchSection = BenchSection()
     control: ControlSection = ControlSection()
+    heldout: HeldoutSection = HeldoutSection()
 
     @model_validator(mode="after")
     def _cross_checks(self):

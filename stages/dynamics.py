@@ -2,11 +2,18 @@
 
     python -m stages.dynamics --params params.yaml --arm population \
         --metrics results/population/gen000/metrics.json results/population/gen001/metrics.json \
-        --state results/population/gen001/checkpoint --dynamics results/dynamics/population/dynamics.json \
-        --summary results/dynamics/population/summary.json --family-tree results/dynamics/population/family_tree.png
+        --heldout results/population/gen000/heldout.json results/population/gen001/heldout.json \
+        --heldout-base results/heldout/base.json --state results/population/gen001/checkpoint \
+        --dynamics results/dynamics/population/dynamics.json --summary results/dynamics/population/summary.json \
+        --family-tree results/dynamics/population/family_tree.png \
+        --heldout-verdicts results/dynamics/population/heldout_verdicts.json
 
 summary.json holds the last generation's values plus means over generations under stable keys,
-so `dvc metrics diff` compares arms and experiments directly.
+so `dvc metrics diff` compares arms and experiments directly. Each generation's row carries its
+held-out accuracies (`heldout.<member|students|teachers|base>.accuracy`, the base's the same in every
+row); `--heldout-verdicts` gets the per-task verdicts of every generation and of the base
+(`{"base": {...}, "generations": [{member: {task_id: 0|1}}, ...], "roles": ...}`), which the report
+pairs across arms.
 """
 
 from __future__ import annotations
@@ -69,12 +76,22 @@ def arm_summary(rows: list[dict], roles: dict[str, list[str]] | None = None) -> 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0], gen=False)
     parser.add_argument("--metrics", nargs="+", required=True, help="per-generation metrics.json, in order")
-    for flag in ("--state", "--dynamics", "--summary", "--family-tree"):
+    parser.add_argument("--heldout", nargs="+", required=True, help="per-generation heldout.json, in order")
+    for flag in ("--heldout-base", "--state", "--dynamics", "--summary", "--family-tree", "--heldout-verdicts"):
         parser.add_argument(flag, required=True)
     args = parser.parse_args(argv)
     params, log = setup(args, "dynamics")
-    rows = plot_table([read_json(path) for path in args.metrics])
+    if len(args.heldout) != len(args.metrics):
+        log.error("%d metrics files but %d held-out scores: one of each per generation", len(args.metrics),
+                  len(args.heldout))
+        return 1
+    base = read_json(args.heldout_base)
+    scores = [read_json(path) for path in args.heldout]
+    rows = plot_table([read_json(path) | score["metrics"] | base["metrics"] for path, score in zip(args.metrics, scores)])
     write_json(args.dynamics, rows)
+    write_json(args.heldout_verdicts, {"base": base["verdicts"].get("base", {}),
+                                       "generations": [score["verdicts"] for score in scores],
+                                       "roles": scores[-1].get("roles", {}) if scores else {}})
     state = load_state(args.state)
     write_json(args.summary, arm_summary(rows, {"teachers": list(state.teachers), "students": list(state.students)}))
     draw_family_tree(state.lineage, args.family_tree)

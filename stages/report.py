@@ -7,7 +7,8 @@ Writes `report.md`, `benchmarks.png`, and (with dynamics) `dynamics.png`, `compl
 `ratings.png` into `--report` (see populora/report/): the benchmark results of `dag.arms`' members
 and the base model on `bench.benchmarks` (`--results`, as bench_summary reads them; the figure and
 the score table), the statistics bench_summary computed from them (`--metrics`, never computed
-again here) and each arm's `<dynamics>/<arm>/dynamics.json`. The folder is built aside and moved
+again here) and each arm's `<dynamics>/<arm>/dynamics.json` and `heldout_verdicts.json` (the held-out
+pool's per-generation table, populora/report/heldout.py). The folder is built aside and moved
 into place at the end.
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from populora.bench import BenchError
 from populora.config import benchmarked_models
 from populora.core.io import read_json, replace_dir, staging_dir
-from populora.report import DYNAMICS_TABLE
+from populora.report import DYNAMICS_TABLE, HELDOUT_VERDICTS
 from populora.report.markdown import write_report
 from populora.report.metrics import read_results
 from stages._common import setup, stage_parser
@@ -38,12 +39,14 @@ def main(argv: list[str] | None = None) -> int:
         metrics = read_json(args.metrics)
         dynamics = {arm: read_json(Path(args.dynamics) / arm / DYNAMICS_TABLE)
                     for arm in params.dag.arms} if args.dynamics else {}
+        heldout = {arm: read_json(path) for arm in params.dag.arms
+                   if args.dynamics and (path := Path(args.dynamics) / arm / HELDOUT_VERDICTS).is_file()}
     except (BenchError, OSError, ValueError) as error:
         log.error("could not read the report inputs: %s", error)
         return 1
     tmp = staging_dir(args.report)
     try:
-        path = write_report(results, metrics, dynamics, tmp)
+        path = write_report(results, metrics, dynamics, tmp, heldout)
     except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(error, BenchError):

@@ -12,6 +12,9 @@ program; the wall-clock backstop is verify.wall_timeout_s), --memory-mb, --max-o
 --workers override single keys of it. The DAG also passes --arm/--gen/--log. With
 `propose.reject_copyable` (or --reject-copyable) a valid code_o/code_i task whose output equals an
 argument of its input becomes invalid with reason `copyable` (populora.selfplay.tasks.mark_copyable).
+With --heldout POOL (the held-out pool, stages.heldout_pool) a valid task whose program is a pool
+program becomes invalid with reason `heldout` (populora.selfplay.heldout.mark_heldout): no pool task
+is ever solved or trained on.
 
 Isolation: the log names every sandbox layer, whether it is on, how the sandbox got them (as root,
 in a user namespace, or neither) and which are required. With a layer of verify.required_layers off,
@@ -32,7 +35,8 @@ import time
 from collections import Counter
 
 from populora.config import load_params
-from populora.core.io import write_json, write_jsonl
+from populora.core.io import read_jsonl, write_json, write_jsonl
+from populora.selfplay.heldout import mark_heldout
 from populora.selfplay.tasks import CODE_F_INPUTS, mark_copyable
 from populora.verifier import isolation_report, verify_rows
 from stages._sandbox import REFUSED, add_common_args, progress_bar, read_rows, setup, start_sandbox
@@ -64,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reject-copyable", action="store_true",
                         help="mark code_o/code_i tasks whose output is an argument of the input invalid "
                              "(reason copyable; default: params' propose.reject_copyable)")
+    parser.add_argument("--heldout", default=None,
+                        help="the held-out pool (JSONL): tasks with one of its programs become invalid (reason heldout)")
     add_common_args(parser)
     args = parser.parse_args(argv)
     config, log = setup(args, "verify")
@@ -80,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             out = verify_rows(rows, config, sandbox=box, progress=update, code_f_inputs=code_f_inputs_of(args))
         if reject_copyable_of(args):
             out = mark_copyable(out)
+        if args.heldout:
+            out = mark_heldout(out, read_jsonl(args.heldout))
         elapsed = time.perf_counter() - start
     write_jsonl(args.out, out)
     valid = sum(row["valid"] for row in out)

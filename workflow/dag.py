@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from populora.report import DYNAMICS_TABLE
+from populora.report import DYNAMICS_TABLE, HELDOUT_VERDICTS
 
 RESULTS = "results"
 BASE_MODEL = f"{RESULTS}/base_model"
@@ -45,6 +45,8 @@ GPU_THREADS = 4  # Snakemake threads of a GPU stage (at most the cores given): t
 # (cruxeval_o + cruxeval_i, 60 problems) the wall time of the same two one after the other on 2
 # threads (perf/cpu_threads.sh): process start-up and small batches use one core.
 CPU_MODEL_THREADS = 1
+HELDOUT_POOL = f"{RESULTS}/heldout/pool.jsonl"  # the held-out pool, made once (populora/selfplay/heldout.py)
+HELDOUT_BASE = f"{RESULTS}/heldout/base.json"  # the base model's verdicts on it
 UPDATE_DIR = f"{GEN_DIR}/update/{{part}}"  # one update job's adapters, optimizer moments and statistics
 LOG = f"{RESULTS}/logs/{{stage}}/{{key}}.log"
 
@@ -142,6 +144,12 @@ STAGES: tuple[Stage, ...] = (
         "base_model", "stages.base_model", "global",
         outputs={"base_model": BASE_MODEL}, directories=("base_model",), params=("model.base_model",),
     ),
+    Stage(  # the held-out pool: the base model proposes, the sandbox verifies; then the base answers it
+        "heldout_pool", "stages.heldout_pool", "global",
+        inputs={"base_model": BASE_MODEL}, outputs={"pool": HELDOUT_POOL, "base": HELDOUT_BASE},
+        params=("heldout", "propose", "solve", "buffer.seeds", "verify", "model.dtype", "model.device", "sampler",
+                "update.max_seq_len"), gpu=1,
+    ),
     Stage(
         "init", "stages.init", "arm",
         inputs={"base_model": BASE_MODEL}, outputs={"checkpoint": INIT_DIR}, directories=("checkpoint",),
@@ -162,7 +170,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "verify", "stages.verify", "gen",
-        inputs={"proposals": f"{GEN_DIR}/proposals.jsonl"},
+        inputs={"proposals": f"{GEN_DIR}/proposals.jsonl", "heldout": HELDOUT_POOL},  # pool programs are refused
         outputs={"out": f"{GEN_DIR}/tasks.jsonl", "isolation": f"{GEN_DIR}/isolation.json"},
         params=("verify", "propose.code_f_inputs", "propose.reject_copyable"), threads="verify.workers",
     ),
@@ -213,6 +221,12 @@ STAGES: tuple[Stage, ...] = (
         outputs={"checkpoint": f"{GEN_DIR}/checkpoint", "metrics": f"{GEN_DIR}/metrics.json"},
         directories=("checkpoint",), metrics=("metrics",), params=("base.seed", "buffer.max_size", "propose.per_type"),
     ),
+    Stage(  # every member of the checkpoint answers the held-out pool, greedy (the learning curves)
+        "heldout", "stages.heldout", "gen",
+        inputs={"base_model": BASE_MODEL, "pool": HELDOUT_POOL, "state": f"{GEN_DIR}/checkpoint"},
+        outputs={"scores": f"{GEN_DIR}/heldout.json"},
+        params=("solve", "verify", "model.dtype", "model.device", "sampler", "lora.rank", "update.max_seq_len"), gpu=1,
+    ),
 )
 
 LAST_CHECKPOINT = f"{ARM_DIR}/gen{{last}}/checkpoint"  # {last}: the final generation of the run
@@ -229,10 +243,12 @@ BENCH_PARAMS = ("bench.data_dir", "bench.limit", "bench.max_new_tokens", "bench.
 STAGES += (
     Stage(
         "dynamics", "stages.dynamics", "arm", local=True,
-        inputs={"metrics": f"{GEN_DIR}/metrics.json", "state": LAST_CHECKPOINT},
+        inputs={"metrics": f"{GEN_DIR}/metrics.json", "heldout": f"{GEN_DIR}/heldout.json", "heldout_base": HELDOUT_BASE,
+                "state": LAST_CHECKPOINT},
         outputs={"dynamics": f"{DYNAMICS_DIR}/{{arm}}/{DYNAMICS_TABLE}", "summary": f"{DYNAMICS_DIR}/{{arm}}/summary.json",
-                 "family_tree": f"{DYNAMICS_DIR}/{{arm}}/family_tree.png"},
-        metrics=("summary",), fan_in={"metrics": "gen"},
+                 "family_tree": f"{DYNAMICS_DIR}/{{arm}}/family_tree.png",
+                 "heldout_verdicts": f"{DYNAMICS_DIR}/{{arm}}/{HELDOUT_VERDICTS}"},
+        metrics=("summary",), fan_in={"metrics": "gen", "heldout": "gen"},
     ),
     Stage(
         "export", "stages.export", "arm", local=True,

@@ -18,3 +18,4 @@
 # one arm's training dynamics, one row per generation: <dynamics>/<arm>/dynamics.json, written by
 # the dynamics stage (its path set in workflow/dag.py), read by the report stage
 DYNAMICS_TABLE = "dynamics.json"
+HELDOUT_VERDICTS = "heldout_verdicts.json"  # per arm, next to DYNAMICS_TABLE: the held-out pool's verdicts

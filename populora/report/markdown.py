@@ -18,6 +18,7 @@ from pathlib import Path
 from populora.core.io import write_text
 from populora.report.dynamics import final_dynamics_table, plot_complexity, plot_dynamics, plot_ratings
 from populora.report.figures import plot_benchmarks
+from populora.report.heldout import HELDOUT_NOTE, heldout_table
 from populora.report.metrics import best_weakest_members, refs_of, result_intervals, score_table
 from populora.report.tables import (
     HEADLINE_NOTE,
@@ -30,8 +31,9 @@ from populora.report.tables import (
 
 
 def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[str, list[dict]],
-                 out_dir: str | Path) -> Path:
-    """Write report.md and its figures into `out_dir`; returns the Markdown path."""
+                 out_dir: str | Path, heldout: dict[str, dict] | None = None) -> Path:
+    """Write report.md and its figures into `out_dir`; returns the Markdown path. `heldout` maps an arm
+    to its held-out verdicts (`heldout_verdicts.json`, populora/report/heldout.py)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     table, counts = score_table(results)
@@ -82,6 +84,9 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
         "## Training dynamics",
         "",
     ]
+    pool_table = heldout_table(heldout or {})
+    if pool_table:
+        sections += ["### Held-out pool (in-distribution learning curves)", "", HELDOUT_NOTE, "", pool_table, ""]
     if dynamics:
         plot_dynamics(dynamics, out_dir / "dynamics.png")
         plot_complexity(dynamics, out_dir / "complexity.png")

@@ -24,6 +24,9 @@ class Panel:
 
 
 PANELS: tuple[Panel, ...] = (
+    Panel("heldout", "Held-out pool accuracy, greedy (populora/selfplay/heldout.py)",
+          ("heldout.students.accuracy", "heldout.teachers.accuracy", "heldout.base.accuracy"),
+          ("held-out accuracy, students", "held-out accuracy, teachers", "held-out accuracy, base model")),
     Panel("solve_rate", "Student solve rate per task type", tuple(f"{t}.solve_rate" for t in TASK_TYPES),
           tuple(f"solve rate, {TYPE_TITLES[t]}" for t in TASK_TYPES)),
     Panel("validity", "Proposal validity rate", tuple(f"{t}.validity_rate" for t in TASK_TYPES),
@@ -43,12 +46,13 @@ PANELS: tuple[Panel, ...] = (
 COMPARISONS: tuple[tuple[str, str, str], ...] = (
     ("validity_rate", "validity_rate", "Proposal validity rate, all types"),
     ("solve_rate", "solve_rate", "Student solve rate, all types"),
+    ("heldout", "heldout.students.accuracy", "Students' held-out pool accuracy (greedy)"),
     ("teacher_reward", "teacher_reward_mean", "Mean teacher reward"),
     ("student_reward", "student_reward_mean", "Mean student reward"),
 )
 
 # Sample size behind a rate: (successes, n) suffixes of the same row.
-RATE_COUNTS = {"solve_rate": ("solved", "attempts"), "validity_rate": ("valid", "proposals")}
+RATE_COUNTS = {"solve_rate": ("solved", "attempts"), "validity_rate": ("valid", "proposals"), "accuracy": ("correct", "n")}
 
 
 def sample_size_keys(key: str) -> tuple[str | None, str] | None:

@@ -1,0 +1,103 @@
+"""Stage heldout_pool: make the held-out pool once (the base model proposes, the sandbox verifies) and
+score the base model on it.
+
+    python -m stages.heldout_pool --params params.yaml --base-model results/base_model \
+        --pool results/heldout/pool.jsonl --base results/heldout/base.json
+
+The pool (populora/selfplay/heldout.py) holds `heldout.per_type` verified code_o/code_i tasks (the
+trained types among `propose.types`), each with its worked examples; `--base` gets the base model's
+greedy verdicts on it (`{"metrics": ..., "verdicts": {"base": {task_id: 0|1}}, "size": ...}`). Round r
+asks the base model, in the teacher's prompt, for `per_type` proposals per type (references from the
+seed tasks and the pool so far, seed derived from `heldout.seed`, not `base.seed`); rounds stop when
+the pool is full or after `heldout.max_rounds` (a short pool is logged and kept). With
+`heldout.per_type: 0` both files are written empty and no model loads.
+"""
+
+from __future__ import annotations
+
+import random
+
+from populora.core.io import write_json, write_jsonl
+from populora.core.seeds import derive_seed
+from populora.lm.engines import load_sampler
+from populora.lm.sampling import GenRow, run_plans
+from populora.selfplay.heldout import (
+    accept_into_pool,
+    attach_examples,
+    pool_is_full,
+    pool_types,
+)
+from populora.selfplay.prompts import chat_wrapper
+from populora.selfplay.roles import proposal_rows, proposer_jobs
+from populora.selfplay.tasks import is_copyable, mark_duplicates, seed_proposals
+from populora.verifier import IsolationError, sandbox_for, verify_rows
+from stages._common import setup, stage_parser, timed
+from stages.heldout import score_members
+
+
+def verified_seeds(params, sandbox) -> list[dict]:
+    """The seed tasks as the init stage keeps them (verified; without copyable ones under reject_copyable)."""
+    code_f_inputs = params.propose.code_f_inputs
+    seeds = [row for row in verify_rows(seed_proposals(params.buffer.seeds, code_f_inputs), params.verify,
+                                        sandbox=sandbox, code_f_inputs=code_f_inputs) if row["valid"]]
+    return [row for row in seeds if not (params.propose.reject_copyable and is_copyable(row))]
+
+
+def build_pool(params, model, tokenizer, seeds: list[dict], sandbox, log) -> list[dict]:
+    cfg, per_type = params.propose, params.heldout.per_type
+    types = pool_types(cfg.types)
+    chat = chat_wrapper(tokenizer)
+    pool: list[dict] = []
+    for round_index in range(params.heldout.max_rounds):
+        seed = derive_seed(params.heldout.seed, "heldout_pool", round_index)
+        jobs = proposer_jobs(["base"], [*seeds, *pool], per_type=per_type, references=cfg.references,
+                             n_inputs=cfg.code_f_inputs, mode=cfg.mode, chat=chat, rng=random.Random(seed),
+                             arm="heldout", gen=round_index, types=types)
+        results = run_plans(model, tokenizer, [GenRow(plan, None) for _, plan in jobs], temperature=cfg.temperature,
+                            top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, seed=seed,
+                            desc=f"heldout pool round {round_index}")
+        rows = mark_duplicates(proposal_rows(jobs, results, mode=cfg.mode, n_inputs=cfg.code_f_inputs), [*seeds, *pool])
+        parsed = [row for row in rows if row["parse_reason"] is None]
+        verified = verify_rows(parsed, params.verify, sandbox=sandbox, code_f_inputs=cfg.code_f_inputs)
+        pool = accept_into_pool(pool, verified, seeds, per_type=per_type, types=types)
+        log.info("round %d: %d proposals, %d parsed, %d valid; pool %s", round_index, len(rows), len(parsed),
+                 sum(r["valid"] for r in verified), {t: sum(p["type"] == t for p in pool) for t in types})
+        if pool_is_full(pool, per_type, types):
+            break
+    else:
+        log.warning("held-out pool short after %d rounds: %s of %d per type (heldout.max_rounds)",
+                    params.heldout.max_rounds, {t: sum(p["type"] == t for p in pool) for t in types}, per_type)
+    return attach_examples(pool, seeds, params.solve.worked_examples, derive_seed(params.heldout.seed, "examples"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = stage_parser(__doc__.splitlines()[0], arm=False, gen=False)
+    for flag in ("--base-model", "--pool", "--base"):
+        parser.add_argument(flag, required=True)
+    args = parser.parse_args(argv)
+    params, log = setup(args, "heldout_pool")
+    if params.heldout.per_type == 0 or not pool_types(params.propose.types):
+        write_jsonl(args.pool, [])
+        write_json(args.base, {"metrics": {}, "verdicts": {}, "size": {}})
+        log.info("no held-out pool (heldout.per_type: 0 or no code_o/code_i in propose.types)")
+        return 0
+    try:
+        with sandbox_for(params.verify) as sandbox:
+            seeds = verified_seeds(params, sandbox)
+            tokenizer, model = load_sampler(args.base_model, {}, params)
+            with timed(log, "building the held-out pool"):
+                pool = build_pool(params, model, tokenizer, seeds, sandbox, log)
+            with timed(log, f"scoring the base model on {len(pool)} held-out tasks"):
+                metrics, table = score_members(params, model, tokenizer, pool, [None], {}, sandbox)
+    except IsolationError as error:  # a layer of verify.required_layers is missing
+        log.error("%s", error)
+        return 3
+    write_jsonl(args.pool, pool)
+    size = {t: sum(p["type"] == t for p in pool) for t in pool_types(params.propose.types)}
+    write_json(args.base, {"metrics": metrics, "verdicts": table, "size": size, "per_type": params.heldout.per_type})
+    log.info("held-out pool of %d tasks %s; base accuracy %s", len(pool), size, metrics.get("heldout.base.accuracy"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,149 @@
+"""The held-out pool: what enters it (pure), that training can never see it (verify's `heldout`
+reason), its metrics and paired report table, and its two stages on the tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from populora.selfplay.heldout import (
+    accept_into_pool,
+    attach_examples,
+    heldout_metrics,
+    mark_heldout,
+    scoring_jobs,
+    verdict_table,
+)
+from populora.selfplay.tasks import BUILTIN_SEEDS, program_key, seed_proposals
+from populora.verifier import verify_rows
+
+
+def _task(task_id, program, inputs, task_type="code_o"):
+    return {"task_id": task_id, "type": task_type, "program": program, "inputs": [inputs], "message": None}
+
+
+@pytest.fixture(scope="module")
+def verified():
+    rows = [
+        _task("p0", "def f(a):\n    return a + 1", "3"),
+        _task("p1", "def f(b):\n    return b + 7", "5"),           # same program as p0 once names/constants are normalised
+        _task("p2", "def f(xs):\n    return sorted(xs)[0]", "[3, 1, 2]", "code_i"),
+        _task("p3", "def f(x):\n    return x", "'hi'"),            # copyable: echoing the input is right
+        _task("p4", "def f(x):\n    return 1 / 0", "1"),           # invalid: raises
+        _task("p5", "def f(s):\n    return s.upper()", "'ab'"),
+        _task("p6", "def f(s):\n    return len(s) * 2", "'abc'"),
+    ]
+    return verify_rows(rows)
+
+
+def seeds():
+    return verify_rows(seed_proposals("builtin"))
+
+
+def test_pool_takes_valid_new_uncopyable_programs_up_to_per_type(verified):
+    pool = accept_into_pool([], verified, seeds(), per_type=2)
+    assert [(t["task_id"], t["source"]) for t in pool] == [
+        ("heldout-code_o-000", "p0"), ("heldout-code_i-000", "p2"), ("heldout-code_o-001", "p5")]
+    assert all(t["outputs"] for t in pool)
+    # a later round adds only what is new, and never past per_type
+    more = accept_into_pool(pool, verified, seeds(), per_type=3)
+    assert [t["source"] for t in more] == ["p0", "p2", "p5", "p6"]
+
+
+def test_pool_leaves_out_seed_programs():
+    seed_rows = seeds()
+    again = [{**row, "task_id": f"copy-{row['task_id']}"} for row in seed_rows]
+    assert accept_into_pool([], again, seed_rows, per_type=10) == []
+    assert BUILTIN_SEEDS  # the builtin seeds are what the pipeline's buffer starts from
+
+
+def test_examples_are_fixed_per_task_and_never_the_task_program(verified):
+    pool = accept_into_pool([], verified, seeds(), per_type=2)
+    first = attach_examples(pool, seeds(), 2, seed=5)
+    assert first == attach_examples(pool, seeds(), 2, seed=5)
+    for task in first:
+        assert task["examples"] and all(e["type"] == task["type"] for e in task["examples"])
+        assert all(program_key(e["program"]) != program_key(task["program"]) for e in task["examples"])
+
+
+def test_verify_refuses_pool_programs_so_training_never_sees_them(verified):
+    pool = accept_into_pool([], verified, seeds(), per_type=2)
+    marked = mark_heldout(verified, pool)
+    assert {r["task_id"]: r["reason"] for r in marked if r["reason"] == "heldout"} == {
+        "p0": "heldout", "p1": "heldout", "p2": "heldout", "p5": "heldout"}  # p1: p0's program, renamed
+    assert [r["valid"] for r in marked if r["task_id"] in ("p3", "p6")] == [True, True]
+    assert mark_heldout(verified, []) == verified
+
+
+def test_every_member_sees_the_same_prompt(verified):
+    pool = attach_examples(accept_into_pool([], verified, seeds(), per_type=2), seeds(), 1, seed=0)
+    jobs = scoring_jobs(pool, ["a", "b", None], mode="scaffolded", chat=lambda p: f"<u>{p}</u>")
+    assert len(jobs) == 3 * len(pool)
+    by_member = {}
+    for meta, plan in jobs:
+        by_member.setdefault(meta["member"], []).append(plan)
+    assert set(by_member) == {"a", "b", "base"}
+    assert by_member["a"] == by_member["b"] == by_member["base"]
+
+
+def test_metrics_per_member_role_and_type():
+    pool = [{"task_id": "o1", "type": "code_o"}, {"task_id": "o2", "type": "code_o"}, {"task_id": "i1", "type": "code_i"}]
+    graded = [{"member": "s0", "task_id": "o1", "correct": True}, {"member": "s0", "task_id": "o2", "correct": False},
+              {"member": "s0", "task_id": "i1", "correct": True}, {"member": "s1", "task_id": "o1", "correct": False}]
+    table = verdict_table(graded)
+    metrics = heldout_metrics(table, pool, {"students": ["s0", "s1"]})
+    assert metrics["heldout.s0.accuracy"] == pytest.approx(2 / 3)
+    assert metrics["heldout.s1.accuracy"] == 0  # no verdict counts wrong
+    assert (metrics["heldout.students.correct"], metrics["heldout.students.n"]) == (2, 6)
+    assert metrics["heldout.s0.code_o.accuracy"] == 0.5 and metrics["heldout.s0.code_i.accuracy"] == 1
+
+
+def test_report_table_pairs_arms_and_base_per_generation():
+    from populora.report.heldout import heldout_table
+
+    ids = [f"t{i}" for i in range(20)]
+    base = {t: 0 for t in ids}
+    population = {"base": base, "roles": {"students": ["s0", "s1"]},
+                  "generations": [{"s0": {t: 1 for t in ids}, "s1": {t: 1 for t in ids}}]}
+    baseline = {"base": base, "roles": {"students": ["solo"]}, "generations": [{"solo": {t: 0 for t in ids}}]}
+    table = heldout_table({"population": population, "baseline": baseline})
+    row = table.splitlines()[2].split(" | ")
+    assert row[1:4] == ["100.0", "0.0", "0.0"]
+    assert "+100.0 [+100.0, +100.0]" in table and table.count("+0.0 [+0.0, +0.0]") == 1
+    assert heldout_table({"population": {"base": {}, "generations": []}}) == ""
+
+
+def test_stages_build_an_empty_pool_and_score_members_on_the_tiny_model(tiny_model_dir, tiny_params_dict, tmp_path):
+    """The random tiny model proposes nothing valid: the pool stage runs its rounds, writes an empty pool
+    and a base record; the scoring stage then answers a hand-made pool with every member of a checkpoint."""
+    from stages import heldout, heldout_pool, init
+
+    params = tmp_path / "params.yaml"
+    raw = {**tiny_params_dict, "heldout": {"per_type": 2, "seed": 0, "max_rounds": 1}}
+    params.write_text(yaml.safe_dump(raw))
+    pool_path, base_path = tmp_path / "pool.jsonl", tmp_path / "base.json"
+    assert heldout_pool.main(["--params", str(params), "--base-model", str(tiny_model_dir), "--pool", str(pool_path),
+                              "--base", str(base_path)]) == 0
+    record = json.loads(base_path.read_text())
+    made = [json.loads(line) for line in pool_path.read_text().splitlines()]
+    assert record["size"] == {t: sum(p["type"] == t for p in made) for t in ("code_o", "code_i")}
+    assert record["per_type"] == 2 and set(record["verdicts"].get("base", {})) == {p["task_id"] for p in made}
+    # score a real pool (verified tasks) with every member of a fresh checkpoint
+    checkpoint = tmp_path / "init"
+    assert init.main(["--params", str(params), "--arm", "population", "--base-model", str(tiny_model_dir),
+                      "--checkpoint", str(checkpoint)]) == 0
+    rows = verify_rows([_task("a", "def f(a):\n    return a + 1", "3"), _task("b", "def f(s):\n    return s * 2", "'ab'", "code_i")])
+    pool = attach_examples(accept_into_pool([], rows, seeds(), per_type=2), seeds(), 1, seed=0)
+    pool_path.write_text("".join(json.dumps(t) + "\n" for t in pool))
+    scores = tmp_path / "heldout.json"
+    assert heldout.main(["--params", str(params), "--arm", "population", "--gen", "0", "--base-model", str(tiny_model_dir),
+                         "--pool", str(pool_path), "--state", str(checkpoint), "--scores", str(scores)]) == 0
+    result = json.loads(scores.read_text())
+    from populora.core.state import load_state
+
+    state = load_state(checkpoint)
+    assert set(result["verdicts"]) == {*state.teachers, *state.students} and len(result["verdicts"]) == 4
+    assert all(set(v) == {"heldout-code_o-000", "heldout-code_i-000"} for v in result["verdicts"].values())
+    assert result["metrics"]["heldout.students.n"] == 4 and result["roles"]["students"]
