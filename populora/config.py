@@ -423,8 +423,11 @@ class HeldoutSection(_Section):
                           "0: no pool, nothing scored.")
     seed: int = Field(0, description="Seed of the pool (proposals, worked examples), independent of base.seed so "
                       "that every run of a study shares one pool.")
-    max_rounds: int = Field(12, ge=1, description="Rounds of base-model proposals (per_type per type each) before "
+    max_rounds: int = Field(12, ge=1, description="Rounds of base-model proposals (one batch, propose.batch_size, each) before "
                             "the pool is taken as it is, short (logged and recorded in base.json).")
+    roles: tuple[Literal["students", "teachers"], ...] = Field(
+        ("students", "teachers"), min_length=1, description="Whose members answer the pool every generation (the "
+        "baseline's one adapter is both): students only halves the cost of a 2T-2S generation.")
 
 
 class Params(_Section):

@@ -9,6 +9,13 @@
 #   bash scripts/study.sh /path/to/study-clone 2t2s:0 baseline:0 1t1s:0 ...
 #   python -m populora.report.study_runs study/runs --out study     # table + figure across seeds
 #
+# STUDY_OVERLAY (default params/cpu-study.yaml) is the overlay the clone applies, STUDY_RUNS (default
+# study/runs) where runs are committed: the learning study (issue 34) is
+#   STUDY_OVERLAY=params/learning-study.yaml STUDY_RUNS=study/learning/runs bash scripts/study.sh CLONE 1t1s:0 ...
+# Its held-out pool (results/heldout/pool.jsonl: the same for every run of a clone, DVC's run cache
+# restores it) is copied once beside the runs (<STUDY_RUNS>/../heldout_pool.jsonl), the base model's
+# verdicts on it into each run (heldout_base.json).
+#
 # Controls (params changes on top of the overlay):
 #   baseline        the AZR single agent: one adapter, both roles, one joint update
 #   baseline-roles  the same with update.role_steps=per_role (steps per role, as 1T-1S takes them)
@@ -82,22 +89,24 @@ clone=${1:?usage: scripts/study.sh STUDY_CLONE CONTROL:SEED ...}
 shift
 export PATH="$here/.venv/bin:$PATH"
 
-source=${STUDY_SOURCE:-$(cat "$here"/study/runs/*/run.json 2>/dev/null | sed -n 's/.*"source_commit": "\([0-9a-f]*\)".*/\1/p' | head -1 || true)}
+overlay=${STUDY_OVERLAY:-params/cpu-study.yaml}
+runs=${STUDY_RUNS:-study/runs}
+source=${STUDY_SOURCE:-$(cat "$here/$runs"/*/run.json 2>/dev/null | sed -n 's/.*"source_commit": "\([0-9a-f]*\)".*/\1/p' | head -1 || true)}
 source=${source:-$(git -C "$here" rev-parse HEAD)}
 if [ ! -d "$clone/.git" ]; then
   git clone -q "$here" "$clone"
   git -C "$clone" checkout -q -B study "$source"
   ln -s "$here/.venv" "$clone/.venv"
-  (cd "$clone" && PYTHONPATH="$clone" python -m populora.config params.yaml --overlay params/cpu-study.yaml > params.study.yaml \
+  (cd "$clone" && PYTHONPATH="$clone" python -m populora.config params.yaml --overlay "$overlay" > params.study.yaml \
      && mv params.study.yaml params.yaml && PYTHONPATH="$clone" python -m workflow.render_dvc \
-     && git -c user.name=study -c user.email=study@localhost commit -qam "CPU study: params/cpu-study.yaml applied")
+     && git -c user.name=study -c user.email=study@localhost commit -qam "CPU study: $overlay applied")
 fi
 
 failed=()
 for item in "$@"; do
   control=${item%%:*}; seed=${item##*:}; name="$control-s$seed"
-  dest="$here/study/runs/$name"
-  if [ -d "$dest" ]; then echo "$name: already in study/runs, skipped"; continue; fi
+  dest="$here/$runs/$name"
+  if [ -d "$dest" ]; then echo "$name: already in $runs, skipped"; continue; fi
   mapfile -t flags < <(control_flags "$control")
   arm=population; [[ $control == baseline* ]] && arm=baseline
   git -C "$clone" checkout -q params.yaml  # -S edits the work tree's params.yaml: start from the overlay
@@ -121,6 +130,10 @@ for item in "$@"; do
   # the students' training answers per generation: how many copy what the task showed
   PYTHONPATH="$here" python -m populora.bench.diagnostics --training "$clone/results/$arm" > "$tmp/training_answers.json"
   cp "$clone/params.yaml" "$tmp/params.yaml"
+  if [ -s "$clone/results/heldout/pool.jsonl" ]; then  # the held-out pool: once per study, the base's verdicts per run
+    cp "$clone/results/heldout/base.json" "$tmp/heldout_base.json"
+    [ -f "$here/$runs/../heldout_pool.jsonl" ] || cp "$clone/results/heldout/pool.jsonl" "$here/$runs/../heldout_pool.jsonl"
+  fi
   # committed results name the benchmark data as params do (../shared/...), never this machine's path
   shared=$(cd "$here/.." && pwd)/shared
   find "$tmp" -name '*.json' -exec sed -i "s#\"$shared/#\"../shared/#g" {} +
@@ -128,9 +141,10 @@ for item in "$@"; do
     "$control" "$seed" "$name" "$wall" "$(machine_json)" "$(git -C "$clone" rev-parse HEAD~1)" "$(git -C "$clone" rev-parse HEAD)" > "$tmp/run.json"
   mv "$tmp" "$dest"
   for attempt in 1 2 3 4 5; do  # the checkout may be busy (another git command): retry
-    if (cd "$here" && git add "study/runs/$name" && git commit -q -m "Study run $name ($wall s)" -- "study/runs/$name"); then break; fi
+    if (cd "$here" && git add "$runs/$name" "$runs/../heldout_pool.jsonl" 2>/dev/null; git add "$runs/$name" \
+        && git commit -q -m "Study run $name ($wall s)" -- "$runs/$name" $(ls "$here/$runs/../heldout_pool.jsonl" 2>/dev/null)); then break; fi
     sleep 20
   done
-  echo "$(date -u +%FT%TZ) $name: done in $wall s, committed to study/runs/$name"
+  echo "$(date -u +%FT%TZ) $name: done in $wall s, committed to $runs/$name"
 done
 if (( ${#failed[@]} )); then echo "failed: ${failed[*]}" >&2; exit 1; fi

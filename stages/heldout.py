@@ -4,7 +4,7 @@
         --pool results/heldout/pool.jsonl --state results/population/gen000/checkpoint \
         --scores results/population/gen000/heldout.json
 
-Writes `{"metrics": {heldout.<member|students|teachers>.accuracy, ...}, "verdicts": {member: {task_id: 0|1}},
+Members of the roles in `heldout.roles` answer. Writes `{"metrics": {heldout.<member|students|teachers>.accuracy, ...}, "verdicts": {member: {task_id: 0|1}},
 "roles": {...}}` (populora/selfplay/heldout.py): the prompts are the pool's own (same worked examples
 for every member, arm and generation), so verdicts pair task by task across arms and generations.
 An empty pool writes empty scores and loads no model.
@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     params, log = setup(args, "heldout")
     pool = read_jsonl(args.pool)
     state = load_state(args.state)
-    members = list(dict.fromkeys([*state.teachers, *state.students]))
-    roles = {"students": list(state.students), "teachers": list(state.teachers)}
+    roles = {role: list(getattr(state, role)) for role in params.heldout.roles}  # students, teachers
+    members = list(dict.fromkeys(m for role in roles.values() for m in role))
     if not pool:
         write_json(args.scores, {"metrics": {}, "verdicts": {}, "roles": roles})
         log.info("empty held-out pool: nothing scored")

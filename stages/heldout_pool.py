@@ -7,7 +7,8 @@ score the base model on it.
 The pool (populora/selfplay/heldout.py) holds `heldout.per_type` verified code_o/code_i tasks (the
 trained types among `propose.types`), each with its worked examples; `--base` gets the base model's
 greedy verdicts on it (`{"metrics": ..., "verdicts": {"base": {task_id: 0|1}}, "size": ...}`). Round r
-asks the base model, in the teacher's prompt, for `per_type` proposals per type (references from the
+asks the base model, in the teacher's prompt, for one batch of proposals (`propose.batch_size`, split
+over the types; on the 2-core CPU about 8 of 32 SmolLM2-135M proposals enter; references from the
 seed tasks and the pool so far, seed derived from `heldout.seed`, not `base.seed`); rounds stop when
 the pool is full or after `heldout.max_rounds` (a short pool is logged and kept). With
 `heldout.per_type: 0` both files are written empty and no model loads.
@@ -48,9 +49,10 @@ def build_pool(params, model, tokenizer, seeds: list[dict], sandbox, log) -> lis
     types = pool_types(cfg.types)
     chat = chat_wrapper(tokenizer)
     pool: list[dict] = []
+    per_round = max(1, -(-cfg.batch_size // len(types)))  # one full batch of proposals per round
     for round_index in range(params.heldout.max_rounds):
         seed = derive_seed(params.heldout.seed, "heldout_pool", round_index)
-        jobs = proposer_jobs(["base"], [*seeds, *pool], per_type=per_type, references=cfg.references,
+        jobs = proposer_jobs(["base"], [*seeds, *pool], per_type=per_round, references=cfg.references,
                              n_inputs=cfg.code_f_inputs, mode=cfg.mode, chat=chat, rng=random.Random(seed),
                              arm="heldout", gen=round_index, types=types)
         results = run_plans(model, tokenizer, [GenRow(plan, None) for _, plan in jobs], temperature=cfg.temperature,

@@ -148,7 +148,7 @@ STAGES: tuple[Stage, ...] = (
         "heldout_pool", "stages.heldout_pool", "global",
         inputs={"base_model": BASE_MODEL}, outputs={"pool": HELDOUT_POOL, "base": HELDOUT_BASE},
         params=("heldout", "propose", "solve", "buffer.seeds", "verify", "model.dtype", "model.device", "sampler",
-                "update.max_seq_len"), gpu=1,
+                "lora.rank", "update.max_seq_len"), gpu=1,
     ),
     Stage(
         "init", "stages.init", "arm",
@@ -225,7 +225,8 @@ STAGES: tuple[Stage, ...] = (
         "heldout", "stages.heldout", "gen",
         inputs={"base_model": BASE_MODEL, "pool": HELDOUT_POOL, "state": f"{GEN_DIR}/checkpoint"},
         outputs={"scores": f"{GEN_DIR}/heldout.json"},
-        params=("solve", "verify", "model.dtype", "model.device", "sampler", "lora.rank", "update.max_seq_len"), gpu=1,
+        params=("heldout.roles", "solve", "verify", "model.dtype", "model.device", "sampler", "lora.rank",
+                "update.max_seq_len"), gpu=1,
     ),
 )
 
