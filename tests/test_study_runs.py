@@ -180,3 +180,34 @@ def test_training_copies_by_generation_per_run(runs, tmp_path):
     assert main([str(runs), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "study.md").read_text()
     assert "| 1t1s-s0 | code_o | 0/16 (0; 2) | 3/16 (1; 2) | 6/16 (0; 2) |" in text
+
+
+def _heldout(root: Path, control: str, seed: int, rates: list[float], *, arm: str = "population") -> None:
+    """The run's held-out verdicts per generation (students at `rates[g]`, the base at 0.2), by slot."""
+    rng = random.Random(f"heldout{control}{seed}")
+    ids = [f"heldout-code_o-{i:03d}" for i in range(100)]
+    slots = ["solo"] if arm == "baseline" else ["student0", "student1"]
+    _write(root / f"{control}-s{seed}" / "dynamics" / arm / "heldout_verdicts.json", {
+        "base": {t: int(k < 20) for k, t in enumerate(ids)}, "roles": {"students": slots},
+        "generations": [{slot: {t: int(rng.random() < rate) for t in ids} for slot in slots} for rate in rates]})
+
+
+def test_heldout_pool_is_read_as_a_benchmark_with_learning_curves(runs, tmp_path):
+    for seed in range(3):
+        _heldout(runs, "2t2s", seed, [0.2, 0.5, 0.8])
+        _heldout(runs, "baseline", seed, [0.2, 0.2, 0.2], arm="baseline")
+    study = summarize(load_runs(runs))
+    rows = {row["control"]: row for row in study["controls"]}
+    assert "heldout" not in rows["1t1s"]["bench"]  # no pool in that control's runs
+    final = rows["2t2s"]["bench"]["heldout"]
+    assert final["base"] == pytest.approx(0.2) and final["students"]["mean"] == pytest.approx(0.8, abs=0.06)
+    curves = study["heldout_curves"]
+    assert set(curves["controls"]) == {"2t2s", "baseline"} and len(curves["controls"]["2t2s"]) == 3
+    by_gen = {c["generation"]: c for c in curves["comparisons"] if (c["left"], c["right"]) == ("2t2s", "baseline")}
+    assert by_gen[0]["low"] <= 0 <= by_gen[0]["high"]  # equal at generation 0
+    assert by_gen[2]["low"] > 0.4  # the population pulled away
+    final_cmp = [c for c in study["comparisons"] if c["bench"] == "heldout"]
+    assert final_cmp and final_cmp[0]["verdict"] == "2t2s higher"
+    assert main([str(runs), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "study.md").read_text()
+    assert "## Held-out pool by generation" in text and "| 2t2s - baseline |" in text

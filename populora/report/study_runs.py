@@ -45,7 +45,8 @@ import yaml
 from populora.bench.diagnostics import TRAINING_TYPES, copied_ids
 from populora.core.io import write_json, write_text
 from populora.core.refs import arm_refs
-from populora.report.study_tables import BENCHES, markdown, plot
+from populora.report import HELDOUT_VERDICTS
+from populora.report.study_tables import BENCHES, READ_BENCHES, markdown, plot
 
 BOOTSTRAP = 4000
 ACCOUNTING = ("optimizer_steps", "trained_tokens", "rollouts_with_signal", "delta_norm")
@@ -92,7 +93,7 @@ def load_run(folder: Path) -> dict:
     verdicts: dict[str, dict[str, dict[str, int]]] = {}
     copy_free: dict[str, dict[str, dict[str, int]]] = {}
     diagnostics: dict[str, dict[str, dict]] = {}
-    for bench in BENCHES:
+    for bench in BENCHES:  # the benchmark results; the held-out pool comes from the dynamics below
         results = sorted((folder / "bench" / arm / bench).glob("*.json"))
         base = folder / "bench" / "base" / bench / "base.json"
         for result_file in [*results, *([base] if base.is_file() else [])]:
@@ -104,15 +105,31 @@ def load_run(folder: Path) -> dict:
             answers = result_file.with_suffix("") / "answers.json"
             if answers.is_file():
                 copy_free.setdefault(bench, {})[model] = without_copies(result["per_problem"], json.loads(answers.read_text()))
-    models = sorted(m for m in verdicts.get(BENCHES[0], {}) if m != "base")
+    refs_of = arm_refs(arm, params["population"]["teachers"], params["population"]["students"])
+    curve = heldout_generations(folder / "dynamics" / arm / HELDOUT_VERDICTS, refs_of)
+    if curve:  # the held-out pool, read as one more benchmark: the final generation's verdicts and the base's
+        verdicts["heldout"] = {**curve["generations"][-1], "base": curve["base"]}
+    first = next((b for b in READ_BENCHES if b in verdicts), None)
+    models = sorted(m for m in verdicts.get(first, {}) if m != "base")
     # the roles as the run's own params assigned them (runs of older code record no role in their results)
-    refs = arm_refs(arm, params["population"]["teachers"], params["population"]["students"])["students"]
-    students = [m for m in models if m in {ref.name for ref in refs}]
+    students = [m for m in models if m in {ref.name for ref in refs_of["students"]}]
     return {"name": folder.name, "control": run["control"], "seed": run["seed"], "wall_s": run.get("wall_s"),
             "machine": run.get("machine"), "arm": arm,
             "models": models, "students": students, "verdicts": verdicts, "copy_free": copy_free,
             "diagnostics": diagnostics, "summary": summary, "training": _read_optional(folder / "training_answers.json"),
-            "generations": params["dag"]["generations"]}
+            "generations": params["dag"]["generations"], "heldout_curve": curve.get("generations", [])}
+
+
+def heldout_generations(path: Path, refs: dict) -> dict:
+    """The held-out verdicts of a run (`dynamics/<arm>/heldout_verdicts.json`) keyed by model name
+    (`population-student0`, as the benchmarks name models): `{"base": {...}, "generations": [{model:
+    {task: 0|1}}, ...]}`; empty for runs without a pool."""
+    doc = _read_optional(path)
+    if not doc.get("base") or not doc.get("generations"):
+        return {}
+    names = {ref.slot: ref.name for group in refs.values() for ref in group}
+    return {"base": doc["base"],
+            "generations": [{names.get(slot, slot): table for slot, table in gen.items()} for gen in doc["generations"]]}
 
 
 def _read_optional(path: Path) -> dict:
@@ -207,7 +224,7 @@ def control_rows(runs: list[dict]) -> list[dict]:
         row = {"control": control, "seeds": [r["seed"] for r in members], "arm": members[0]["arm"],
                "wall_s": _interval([float(r["wall_s"]) for r in members if r["wall_s"] is not None] or [math.nan]),
                "bench": {}, "accounting": {}, "diagnostics": {}}
-        for bench in BENCHES:
+        for bench in READ_BENCHES:
             if not all(bench in r["verdicts"] for r in members):
                 continue
             students, _ = score_matrix(members, bench, "students")
@@ -227,7 +244,7 @@ def control_rows(runs: list[dict]) -> list[dict]:
             diag = {key: [] for key in (*DIAGNOSTICS, "mean_answer_tokens")}
             for run in members:
                 for model in run["students"]:
-                    d = run["diagnostics"][bench].get(model) or {}
+                    d = run["diagnostics"].get(bench, {}).get(model) or {}
                     if d.get("n"):
                         for key in DIAGNOSTICS:
                             diag[key].append(d[key] / d["n"])
@@ -263,7 +280,9 @@ def comparisons(runs: list[dict]) -> list[dict]:
         if left not in groups or right not in groups:
             continue
         for score in ("verdicts", "copy_free"):
-            for bench in BENCHES:
+            for bench in READ_BENCHES:
+                if not all(bench in r["verdicts"] for r in groups[left] + groups[right]):
+                    continue
                 if score == "copy_free" and not _scored(groups[left] + groups[right], bench, score):
                     continue
                 out.append(comparison(left, right, groups[left], groups[right], bench, score))
@@ -282,7 +301,7 @@ def run_rows(runs: list[dict]) -> list[dict]:
                "seed": None if is_base else run["seed"], "wall_s": None if is_base else run["wall_s"],
                "machine": None if is_base else run["machine"], "bench": {}}
         models = ["base"] if is_base else run["students"]
-        for bench in BENCHES:
+        for bench in READ_BENCHES:
             if bench not in run["verdicts"]:
                 continue
             entry = {"pass@1": round(float(np.mean([np.mean(list(run["verdicts"][bench][m].values())) for m in models])), 6)}
@@ -290,7 +309,7 @@ def run_rows(runs: list[dict]) -> list[dict]:
                 entry["copies_wrong"] = round(float(np.mean([np.mean(list(run["copy_free"][bench][m].values()))
                                                              for m in models])), 6)
             if not is_base:
-                diag = [run["diagnostics"][bench].get(m) or {} for m in models]
+                diag = [run["diagnostics"].get(bench, {}).get(m) or {} for m in models]
                 for key in ("copies_input", "copies_argument"):
                     shares = [d[key] / d["n"] for d in diag if d.get("n")]
                     if shares:
@@ -303,9 +322,37 @@ def run_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def curve_matrix(runs: list[dict], gen: int) -> np.ndarray:
+    """[seeds, tasks] of the students' mean held-out verdict after generation `gen`."""
+    ids = sorted(runs[0]["verdicts"]["heldout"]["base"])
+    return np.array([[mean(run["heldout_curve"][gen][m][i] for m in run["students"]) for i in ids] for run in runs], dtype=float)
+
+
+def heldout_curves(runs: list[dict]) -> dict:
+    """The learning curves on the held-out pool: per control and generation the students' accuracy per
+    seed (mean and t-interval), the base's, and per generation the comparisons of COMPARISONS
+    (two-level bootstrap). Empty when no run has a pool."""
+    groups = {c: rs for c, rs in _group(runs).items() if all(r["heldout_curve"] for r in rs)}
+    if not groups:
+        return {}
+    base = next(iter(groups.values()))[0]["verdicts"]["heldout"]["base"]
+    out = {"base": round(float(np.mean(list(base.values()))), 6), "n_tasks": len(base), "controls": {}, "comparisons": []}
+    for control, members in groups.items():
+        gens = min(len(r["heldout_curve"]) for r in members)
+        out["controls"][control] = [_interval(list(curve_matrix(members, g).mean(axis=1))) for g in range(gens)]
+    for left, right in COMPARISONS:
+        if left in groups and right in groups:
+            gens = min(len(out["controls"][left]), len(out["controls"][right]))
+            for g in range(gens):
+                delta, low, high = two_level_bootstrap(curve_matrix(groups[left], g), curve_matrix(groups[right], g))
+                out["comparisons"].append({"left": left, "right": right, "generation": g, "delta": delta, "low": low,
+                                           "high": high})
+    return out
+
+
 def summarize(runs: list[dict]) -> dict:
     return {"runs": [r["name"] for r in runs], "controls": control_rows(runs), "comparisons": comparisons(runs),
-            "per_run": run_rows(runs), "training_copies": training_copy_rows(runs)}
+            "per_run": run_rows(runs), "training_copies": training_copy_rows(runs), "heldout_curves": heldout_curves(runs)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,9 @@ from pathlib import Path
 from populora.bench.stats import minimum_detectable_effect
 
 BENCHES = ("cruxeval_o", "cruxeval_i")  # the benchmarks the study reads, in table order
-
+# what the tables compare: the held-out pool (a run's final generation, where the run has one) first
+READ_BENCHES = ("heldout", *BENCHES)
+TITLES = {"heldout": "held-out pool (in-distribution, greedy)", "cruxeval_o": "cruxeval_o", "cruxeval_i": "cruxeval_i"}
 
 def _pts(value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -19,12 +21,10 @@ def _pts(value) -> str:
     text = f"{100 * value:.1f}"
     return "0.0" if text == "-0.0" else text  # a tiny negative rounds to zero, not to "-0.0"
 
-
 def _ci(entry: dict) -> str:
     if entry["low"] is None:
         return f"{_pts(entry['mean'])} (n={entry['n']})"
     return f"{_pts(entry['mean'])} [{_pts(entry['low'])}, {_pts(entry['high'])}] (n={entry['n']})"
-
 
 def _adapter_totals(acc: dict) -> str:
     """"12 / 1,626 / 176 / 10.6": optimizer steps / trained tokens / rollouts with signal / sum of ||B A||_F."""
@@ -33,7 +33,6 @@ def _adapter_totals(acc: dict) -> str:
         return "-"
     steps, tokens, signal, moved = values
     return f"{steps:g} / {tokens:,.0f} / {signal:g} / {moved:.1f}"
-
 
 def per_run_table(rows: list[dict]) -> list[str]:
     """One line per run (and the base model): CRUXEval-O/I raw and with copies counted wrong, the
@@ -57,14 +56,34 @@ def per_run_table(rows: list[dict]) -> list[str]:
                      f"{'' if row['wall_s'] is None else round(row['wall_s'] / 60)} | {(row['machine'] or {}).get('features', '')} |")
     return lines + [""]
 
+def curve_table(curves: dict) -> list[str]:
+    """The held-out learning curves: per control the students' accuracy after each generation (mean over
+    seeds [95% t-interval]), then per generation each comparison (two-level bootstrap)."""
+    gens = max(len(v) for v in curves["controls"].values())
+    lines = ["## Held-out pool by generation", "",
+             f"{curves['n_tasks']} tasks; the base model scores {_pts(curves['base'])}. Students' accuracy after each "
+             "generation, mean over seeds [95% t-interval].", "",
+             "| control | " + " | ".join(f"gen {g}" for g in range(gens)) + " |", "|---|" + "---|" * gens]
+    for control, points in curves["controls"].items():
+        lines.append(f"| {control} | " + " | ".join(_ci(p).split(" (n=")[0] for p in points) + " |")
+    if curves["comparisons"]:
+        lines += ["", "| comparison | " + " | ".join(f"gen {g}" for g in range(gens)) + " |", "|---|" + "---|" * gens]
+        pairs = dict.fromkeys((c["left"], c["right"]) for c in curves["comparisons"])
+        for left, right in pairs:
+            cells = {c["generation"]: f"{_pts(c['delta'])} [{_pts(c['low'])}, {_pts(c['high'])}]"
+                     for c in curves["comparisons"] if (c["left"], c["right"]) == (left, right)}
+            lines.append(f"| {left} - {right} | " + " | ".join(cells.get(g, "") for g in range(gens)) + " |")
+    return lines + [""]
 
 def markdown(study: dict) -> str:
     lines = ["# CPU study: does the population help?", "",
              f"{len(study['runs'])} runs: {', '.join(study['runs'])}.", "",
              "Scores are pass@1 in points (students' mean; the baseline's adapter is its student), mean over seeds "
              "with a 95% t-interval across seeds.", ""]
-    for bench in BENCHES:
-        lines += [f"## {bench}", "", "| control | seeds | students | all members | students - base | base | per seed |",
+    for bench in READ_BENCHES:
+        if not any(bench in row["bench"] for row in study["controls"]):
+            continue
+        lines += [f"## {TITLES[bench]}", "", "| control | seeds | students | all members | students - base | base | per seed |",
                   "|---|---|---|---|---|---|---|"]
         for row in study["controls"]:
             entry = row["bench"].get(bench)
@@ -73,13 +92,15 @@ def markdown(study: dict) -> str:
                              f"{_ci(entry['students_minus_base'])} | {_pts(entry['base'])} | "
                              f"{', '.join(_pts(v) for v in entry['students']['values'])} |")
         lines.append("")
+    if study.get("heldout_curves"):
+        lines += curve_table(study["heldout_curves"])
     if study.get("per_run"):
         lines += per_run_table(study["per_run"])
     lines += ["## With copied answers counted wrong", "",
               "An answer that copies the input or one argument scores 0 even where it is right (the base model too).", "",
               "| control | benchmark | students | students - base | base |", "|---|---|---|---|---|"]
     for row in study["controls"]:
-        for bench in BENCHES:
+        for bench in READ_BENCHES:
             entry = row["bench"].get(bench, {}).get("copy_free")
             if entry:
                 lines.append(f"| {row['control']} | {bench} | {_ci(entry['students'])} | {_ci(entry['students_minus_base'])} | "
@@ -123,15 +144,19 @@ def markdown(study: dict) -> str:
             lines.append(f"| {r['run']} | {r['type']} | " + " | ".join(cells + [""] * (gens - len(cells))) + " |")
     return "\n".join(lines) + "\n"
 
-
 def plot(study: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(BENCHES), figsize=(6 * len(BENCHES), 4.2), squeeze=False)
-    for ax, bench in zip(axes[0], BENCHES):
+    benches = [b for b in READ_BENCHES if any(b in r["bench"] for r in study["controls"])]
+    curves = study.get("heldout_curves") or {}
+    panels = len(benches) + bool(curves)
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.2), squeeze=False)
+    if curves:
+        plot_curves(axes[0][-1], curves)
+    for ax, bench in zip(axes[0], benches):
         rows = [r for r in study["controls"] if bench in r["bench"]]
         for x, row in enumerate(rows):
             entry = row["bench"][bench]["students"]
@@ -152,11 +177,25 @@ def plot(study: dict, path: Path) -> None:
                            label="base, copies counted wrong")
             ax.legend(fontsize=8)
         ax.set_xticks(range(len(rows)), [r["control"] for r in rows], fontsize=8, rotation=15)
-        ax.set_ylabel("students' pass@1 (points)")
-        ax.set_title(f"{bench}: seeds (dots), mean and 95% t-interval", fontsize=9)
+        ax.set_ylabel("students' accuracy (points)" if bench == "heldout" else "students' pass@1 (points)")
+        ax.set_title(f"{TITLES[bench]}: seeds (dots), mean and 95% t-interval", fontsize=9)
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
-
+def plot_curves(ax, curves: dict) -> None:
+    """Held-out accuracy per generation: every control's seeds (thin lines) and their mean (thick), the base."""
+    colors = ["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:gray", "tab:olive", "tab:cyan"]
+    for k, (control, points) in enumerate(curves["controls"].items()):
+        color = colors[k % len(colors)]
+        gens = list(range(len(points)))
+        for seed in range(points[0]["n"]):
+            ax.plot(gens, [100 * p["values"][seed] for p in points], color=color, lw=0.8, alpha=0.45)
+        ax.plot(gens, [100 * p["mean"] for p in points], color=color, lw=2.2, marker="o", label=control)
+    ax.axhline(100 * curves["base"], color="tab:red", ls="--", lw=1, label="base model")
+    ax.set_xlabel("generation")
+    ax.set_ylabel("students' held-out accuracy (points)")
+    ax.set_title(f"held-out pool ({curves['n_tasks']} tasks): seeds (thin), mean (thick)", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
