@@ -84,7 +84,8 @@ def _command(stage):
     def render(wildcards, input, output):
         item = _item(stage, wildcards)
         paths = {**{k: stage.inputs[k].format(**item) if k in stage.collects else getattr(input, k) for k in stage.inputs},
-                 **{k: getattr(output, k) for k in stage.outputs}}
+                 **{k: getattr(output, k) for k in stage.outputs},
+                 **{k: template.format(**item) for k, template in stage.side.items()}}  # live files, not declared
         return stage.command(paths, {w: wildcards[w] for w in stage.wildcards},
                              log=stage.log_template().format(**wildcards))
 

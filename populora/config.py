@@ -430,6 +430,31 @@ class HeldoutSection(_Section):
         "baseline's one adapter is both): students only halves the cost of a 2T-2S generation.")
 
 
+TRACKER_PACKAGES = {"tensorboard": "tensorboardX", "wandb": "wandb"}  # tracking.report_to -> the module it needs
+
+
+class TrackingSection(_Section):
+    """Optional experiment trackers fed from the live history (populora/report/trackers.py)."""
+
+    report_to: tuple[Literal["tensorboard", "wandb"], ...] = Field(
+        (), description="Trackers that get every generation's figures while the run goes on: tensorboard "
+        "(tensorboardX event files under results/tracking/<arm>/tensorboard), wandb (offline, under "
+        "results/tracking/<arm>/wandb; needs `pip install wandb`). Empty: none (the live history and "
+        "`dvc plots` are always written).")
+    project: str = Field("populora", min_length=1, description="The W&B project name of the runs.")
+
+    @field_validator("report_to")
+    @classmethod
+    def _installed(cls, value: tuple) -> tuple:
+        import importlib.util
+
+        missing = [name for name in value if importlib.util.find_spec(TRACKER_PACKAGES[name]) is None]
+        if missing:
+            raise ValueError(f"{', '.join(missing)} needs the {', '.join(TRACKER_PACKAGES[m] for m in missing)} package, "
+                             "which is not installed; pip install it, or leave it out of tracking.report_to")
+        return value
+
+
 class Params(_Section):
     base: BaseSection = BaseSection()
     model: ModelSection = ModelSection()
@@ -449,6 +474,7 @@ class Params(_Section):
     bench: BenchSection = BenchSection()
     control: ControlSection = ControlSection()
     heldout: HeldoutSection = HeldoutSection()
+    tracking: TrackingSection = TrackingSection()
 
     @model_validator(mode="after")
     def _cross_checks(self):

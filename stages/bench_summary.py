@@ -1,6 +1,12 @@
 """Stage bench_summary: every benchmark result in one flat DVC metrics file.
 
-    python -m stages.bench_summary --params params.yaml --results results/bench --metrics results/metrics.json
+    python -m stages.bench_summary --params params.yaml --results results/bench --dynamics results/dynamics \
+        --metrics results/metrics.json --headline results/headline.json
+
+`--headline` gets the run's few dozen headline figures (populora/report/headline.py: per group the
+students' mean, best and weakest, the baseline, the base and their differences; the held-out pool and
+the last solve rate from `--dynamics`), the one DVC metrics file: what `dvc exp show` and
+`dvc metrics diff` read. `--metrics` gets every figure below, as a plain output.
 
 `--results` is the bench stages' folder; the results of `dag.arms`' members and the base model on
 `bench.benchmarks` are read from it (`<base|arm>/<benchmark>/<model>.json`).
@@ -15,9 +21,13 @@ Wilson interval (`bench.<b>.correct.<model>`, `bench.<b>.ci.<model>.low|high`).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from populora.bench import BenchError
 from populora.config import benchmarked_models
-from populora.core.io import write_json
+from populora.core.io import read_json, write_json
+from populora.report import DYNAMICS_SUMMARY
+from populora.report.headline import headline_metrics
 from populora.report.metrics import benchmark_metrics, best_weakest_members, read_results, refs_of, score_table
 from stages._common import setup, stage_parser
 
@@ -25,7 +35,9 @@ from stages._common import setup, stage_parser
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0], arm=False, gen=False)
     parser.add_argument("--results", required=True, help="the bench stages' folder (results/bench)")
-    parser.add_argument("--metrics", required=True, help="the metrics JSON")
+    parser.add_argument("--dynamics", required=True, help="the dynamics stages' folder (results/dynamics): <arm>/summary.json")
+    parser.add_argument("--metrics", required=True, help="the full metrics JSON")
+    parser.add_argument("--headline", required=True, help="the headline metrics JSON (the DVC metrics)")
     args = parser.parse_args(argv)
     params, log = setup(args, "bench_summary")
     try:
@@ -36,11 +48,20 @@ def main(argv: list[str] | None = None) -> int:
     except (BenchError, OSError, KeyError, ValueError) as error:
         log.error("could not summarise the benchmark results: %s", error)
         return 1
+    # the arms' training summaries (the held-out pool, the last solve rate); bench results alone still summarise
+    found = {arm: Path(args.dynamics) / arm / DYNAMICS_SUMMARY for arm in params.dag.arms}
+    summaries = {arm: read_json(path) for arm, path in found.items() if path.is_file()}
+    if len(summaries) < len(found):
+        log.warning("no training summary for %s: the headline has no held-out or solve-rate figures for it",
+                    ", ".join(sorted(set(found) - set(summaries))))
+    headline = headline_metrics(metrics, summaries)
     write_json(args.metrics, metrics)
+    write_json(args.headline, headline)
     for role, extremes in chosen.items():
         if extremes:
             log.info("population best %s %s, weakest %s (by overall aggregate)", role[:-1], *extremes)
-    log.info("%d metrics from %d results written to %s", len(metrics), len(results), args.metrics)
+    log.info("%d metrics from %d results written to %s; %d headline figures to %s", len(metrics), len(results),
+             args.metrics, len(headline), args.headline)
     return 0
 
 

@@ -6,13 +6,16 @@ plus this generation's metrics.
         --ratings results/population/gen000/ratings.json \
         --tasks results/population/gen000/tasks.jsonl --stats results/population/gen000/reward_stats.json \
         --pairing results/population/gen000/pairing.json --isolation results/population/gen000/isolation.json \
-        --checkpoint results/population/gen000/checkpoint --metrics results/population/gen000/metrics.json
+        --checkpoint results/population/gen000/checkpoint --metrics results/population/gen000/metrics.json \
+        --history results/dynamics/population/dynamics.json --steps results/dynamics/population/update_steps.json \
+        --progress results/progress.json --tracking results/tracking
 
 The checkpoint holds adapters (the trained ones, hard-linked, and evolution's children; a
 replaced member's trained adapter stays under replaced/ for the benchmarks),
 optimizer moments (none for a child), `State` (ratings, members, reward records, lineage,
 coverage hashes) and the task buffer with this generation's valid tasks appended. metrics.json is
-flat and numeric (sorted keys; definitions in `populora.selfplay.generation_metrics`).
+flat and numeric (sorted keys; definitions in `populora.selfplay.generation_metrics`); it also goes
+into the arm's live history (`--history`, `--steps`, `--progress`, `--tracking`: populora/report/live.py).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from populora.lm.adapters import delta_norm, read_state_dict
 from populora.population.evolution import append_lineage
 from populora.selfplay import generation_metrics as gm
 from populora.selfplay.tasks import extend_buffer, is_valid_task
-from stages._common import setup, stage_parser
+from stages._common import add_live_flags, record_live, setup, stage_parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("--state", "--trained", "--evolved", "--ratings", "--tasks", "--stats", "--pairing", "--isolation", "--checkpoint",
                  "--metrics"):
         parser.add_argument(flag, required=True)
+    add_live_flags(parser)
     args = parser.parse_args(argv)
     params, log = setup(args, "checkpoint")
     prev = load_state(args.state)
@@ -89,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                **gm.isolation_metrics(read_json(args.isolation))}
     write_json(args.metrics, metrics)
     replace_dir(tmp, args.checkpoint)
+    record_live(args, params.tracking, log, metrics, drop_later=True)  # rows after this generation are an earlier run's
     log.info("checkpoint: %d valid tasks added; coverage %d (+%d), matched %d (+%d)",
              sum(is_valid_task(t) for t in tasks), len(coverage), coverage_metrics["coverage.new_programs"],
              len(matched), coverage_metrics["coverage.matched.new_programs"])

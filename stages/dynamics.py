@@ -4,11 +4,13 @@
         --metrics results/population/gen000/metrics.json results/population/gen001/metrics.json \
         --heldout results/population/gen000/heldout.json results/population/gen001/heldout.json \
         --heldout-base results/heldout/base.json --state results/population/gen001/checkpoint \
-        --dynamics results/dynamics/population/dynamics.json --summary results/dynamics/population/summary.json \
-        --family-tree results/dynamics/population/family_tree.png \
-        --heldout-verdicts results/dynamics/population/heldout_verdicts.json
+        --dynamics results/dynamics/population/dynamics.json --update-steps results/dynamics/population/update_steps.json \
+        --summary results/dynamics/population/summary.json --family-tree results/dynamics/population/family_tree.png \
+        --heldout-verdicts results/dynamics/population/heldout_verdicts.json --progress results/progress.json
 
-summary.json holds the last generation's values plus means over generations under stable keys,
+The two tables are the live history the checkpoint and heldout stages kept while the run went on
+(populora/report/live.py), written here whole from every generation's files: the final word, whatever
+an interruption left there. summary.json holds the last generation's values plus means over generations under stable keys,
 so `dvc metrics diff` compares arms and experiments directly. Each generation's row carries its
 held-out accuracies (`heldout.<member|students|teachers|base>.accuracy`, the base's the same in every
 row); `--heldout-verdicts` gets the per-task verdicts of every generation and of the base
@@ -23,19 +25,12 @@ from statistics import mean
 from populora.core.io import read_json, write_json
 from populora.core.state import load_state
 from populora.report.figures import draw_family_tree
+from populora.report.live import plot_table, write_progress, write_tables
 from stages._common import setup, stage_parser
 
 MEAN_KEYS = ("teacher_reward_mean", "student_reward_mean", "validity_rate", "solve_rate",
              "code_o.solve_rate", "code_i.solve_rate", "code_f.solve_rate",
              "code_o.validity_rate", "code_i.validity_rate", "code_f.validity_rate")
-
-
-def plot_table(rows: list[dict]) -> list[dict]:
-    """Every row with every key: DVC's plot renderer fails ("argument of type 'NoneType' is not
-    iterable") when rows have different keys. A reason never seen in a generation counted 0 there;
-    any other missing value is null."""
-    keys = sorted({key for row in rows for key in row})
-    return [{key: row.get(key, 0 if ".reason." in key else None) for key in keys} for row in rows]
 
 
 ACCOUNTED = ("optimizer_steps", "trained_tokens", "rollouts_with_signal")  # summed over the run per slot
@@ -77,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0], gen=False)
     parser.add_argument("--metrics", nargs="+", required=True, help="per-generation metrics.json, in order")
     parser.add_argument("--heldout", nargs="+", required=True, help="per-generation heldout.json, in order")
-    for flag in ("--heldout-base", "--state", "--dynamics", "--summary", "--family-tree", "--heldout-verdicts"):
+    for flag in ("--heldout-base", "--state", "--dynamics", "--update-steps", "--summary", "--family-tree",
+                 "--heldout-verdicts", "--progress"):
         parser.add_argument(flag, required=True)
     args = parser.parse_args(argv)
     params, log = setup(args, "dynamics")
@@ -88,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     base = read_json(args.heldout_base)
     scores = [read_json(path) for path in args.heldout]
     rows = plot_table([read_json(path) | score["metrics"] | base["metrics"] for path, score in zip(args.metrics, scores)])
-    write_json(args.dynamics, rows)
+    write_tables(args.dynamics, args.update_steps, rows)  # the live history, whole (populora/report/live.py)
+    write_progress(args.progress, args.arm, rows)
     write_json(args.heldout_verdicts, {"base": base["verdicts"].get("base", {}),
                                        "generations": [score["verdicts"] for score in scores],
                                        "roles": scores[-1].get("roles", {}) if scores else {}})

@@ -27,13 +27,13 @@ from populora.selfplay.heldout import (
     attach_examples,
     pool_is_full,
     pool_types,
+    score_members,
 )
 from populora.selfplay.prompts import chat_wrapper
 from populora.selfplay.roles import proposal_rows, proposer_jobs
 from populora.selfplay.tasks import is_copyable, mark_duplicates, seed_proposals
 from populora.verifier import IsolationError, sandbox_for, verify_rows
 from stages._common import setup, stage_parser, timed
-from stages.heldout import score_members
 
 
 def verified_seeds(params, sandbox) -> list[dict]:

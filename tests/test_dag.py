@@ -147,7 +147,7 @@ def test_stage_flags_equal_its_declared_inputs_and_outputs(stage):
     parser = _parser_of(stage.module)
     flags = {opt: action.required for action in parser._actions for opt in action.option_strings
              if opt.startswith("--") and opt != "--help"}
-    declared = {f"--{k.replace('_', '-')}" for k in (*stage.wildcards, *stage.inputs, *stage.outputs)}
+    declared = {f"--{k.replace('_', '-')}" for k in (*stage.wildcards, *stage.inputs, *stage.outputs, *stage.side)}
     declared |= {"--params", "--log", *(["--claim-gpu"] if stage.gpu else [])}
     extra = set(flags) - declared - {"--claim-gpu"}  # every stage_parser offers it; the DAG passes it to gpu stages
     assert declared <= set(flags), f"{stage.name}: the DAG passes flags the stage lacks: {sorted(declared - set(flags))}"

@@ -41,15 +41,30 @@ def test_both_experiments_are_recorded_with_their_params(experiments):
     assert {"learnability", "zerosum"} <= names
 
 
-def test_metrics_diff_lists_the_benchmark_summary_under_stable_keys(experiments):
+def test_metrics_diff_lists_the_headline_under_stable_keys(experiments):
     diff = json.loads(_run(experiments, f"{BIN}/dvc", "metrics", "diff", "learnability", "zerosum", "--all", "--json").stdout)
-    summary = diff["results/metrics.json"]
-    for key in ("bench.gsm8k.population.mean", "bench.gsm8k.population.best", "bench.gsm8k.population.weakest",
-                "bench.gsm8k.baseline", "bench.gsm8k.base", "avg.math.population.mean", "avg.overall.baseline"):
+    assert set(diff) == {"results/headline.json"}, sorted(diff)  # the one metrics file of a finished experiment
+    summary = diff["results/headline.json"]
+    for key in ("math.mean", "math.best", "math.weakest", "math.baseline", "math.base", "math.mean_minus_baseline",
+                "overall.mean", "overall.baseline", "solve_rate.mean", "solve_rate.baseline"):
         assert key in summary, f"{key} missing from dvc metrics diff: {sorted(summary)[:20]}"
         assert set(summary[key]) >= {"old", "new"}
     # the base model is untouched by the reward mode: same score in both experiments
-    assert summary["bench.gsm8k.base"]["old"] == summary["bench.gsm8k.base"]["new"]
+    assert summary["math.base"]["old"] == summary["math.base"]["new"]
+
+
+def test_exp_show_has_a_readable_number_of_metric_columns(experiments):
+    """`dvc exp show`: the headline and the live progress are the only metrics (a few dozen columns, not the
+    thousand of the full tables, which stay plain outputs)."""
+    csv = _run(experiments, f"{BIN}/dvc", "exp", "show", "--csv", "--drop", "/").stdout  # '/': the dependency-hash columns
+    header = csv.splitlines()[0].split(",")
+    shown = json.loads(_run(experiments, f"{BIN}/dvc", "exp", "show", "--json").stdout)
+    metric_files = {name for commit in shown for exp in commit.get("experiments") or [] for rev in exp["revs"]
+                    for name in ((rev.get("data") or {}).get("metrics") or {})}
+    assert metric_files <= {"results/headline.json", "results/progress.json"}, metric_files
+    metric_columns = [c for c in header if c.split(".")[0] in {"math", "overall", "code", "cruxeval", "heldout",
+                                                               "solve_rate", "population", "baseline"}]
+    assert 10 <= len(metric_columns) <= 45, metric_columns
 
 
 def test_params_diff_shows_the_changed_reward_mode(experiments):
@@ -85,13 +100,11 @@ def arm_experiments(experiments) -> Path:
 def test_arms_as_experiments_diff_under_arm_independent_keys(arm_experiments):
     diff = json.loads(_run(arm_experiments, f"{BIN}/dvc", "metrics", "diff", "baseline", "population", "--all",
                            "--json").stdout)
-    summary = diff["results/metrics.json"]
-    for key in ("bench.gsm8k.mean", "bench.gsm8k.best", "bench.gsm8k.weakest", "bench.gsm8k.students.mean",
-                "bench.gsm8k.base", "bench.gsm8k.diff.mean_minus_base.delta"):
+    summary = diff["results/headline.json"]
+    for key in ("math.mean", "math.best", "math.weakest", "math.base", "math.mean_minus_base", "solve_rate.mean"):
         assert summary.get(key, {}).keys() >= {"old", "new"}, f"{key}: {summary.get(key)} ({sorted(summary)[:20]})"
-    # each experiment benchmarked its own arm only: the other arm's members are absent on one side
-    assert summary["bench.gsm8k.member.baseline-solo"].get("new") is None
-    assert summary["bench.gsm8k.member.population-student0"].get("old") is None
+    # each experiment ran one arm: no baseline-side keys in either
+    assert "math.baseline" not in summary and "math.mean_minus_baseline" not in summary
     params = json.loads(_run(arm_experiments, f"{BIN}/dvc", "params", "diff", "baseline", "population",
                              "--json").stdout)
     arms = params["params.yaml"]["dag.arms"]  # DVC shows list values as their string form

@@ -139,7 +139,10 @@ def test_stages_build_an_empty_pool_and_score_members_on_the_tiny_model(tiny_mod
     pool_path.write_text("".join(json.dumps(t) + "\n" for t in pool))
     scores = tmp_path / "heldout.json"
     assert heldout.main(["--params", str(params), "--arm", "population", "--gen", "0", "--base-model", str(tiny_model_dir),
-                         "--pool", str(pool_path), "--state", str(checkpoint), "--scores", str(scores)]) == 0
+                         "--pool", str(pool_path), "--heldout-base", str(base_path), "--state", str(checkpoint),
+                         "--scores", str(scores), "--history", str(tmp_path / "dynamics.json"),
+                         "--steps", str(tmp_path / "steps.json"), "--progress", str(tmp_path / "progress.json"),
+                         "--tracking", str(tmp_path / "tracking")]) == 0
     result = json.loads(scores.read_text())
     from populora.core.state import load_state
 
@@ -147,3 +150,7 @@ def test_stages_build_an_empty_pool_and_score_members_on_the_tiny_model(tiny_mod
     assert set(result["verdicts"]) == {*state.teachers, *state.students} and len(result["verdicts"]) == 4
     assert all(set(v) == {"heldout-code_o-000", "heldout-code_i-000"} for v in result["verdicts"].values())
     assert result["metrics"]["heldout.students.n"] == 4 and result["roles"]["students"]
+    # the live history got generation 0's held-out accuracies
+    live = json.loads((tmp_path / "dynamics.json").read_text())
+    assert [row["generation"] for row in live] == [0]
+    assert live[0]["heldout.students.accuracy"] == result["metrics"]["heldout.students.accuracy"]

@@ -156,6 +156,13 @@ def test_interrupted_run_resumes_to_the_same_artifacts(finished, project, tmp_pa
     target = "results/dynamics/population/dynamics.json"
     first = _snakemake(other, "results/population/gen001/rollouts.jsonl")  # stops mid-generation 1
     assert first.returncode == 0, first.stderr[-2000:]
+    # the live history exists during the run: generation 0's row, before any dynamics stage ran
+    history = other / "results/dynamics/population/dynamics.json"
+    assert [row["generation"] for row in json.loads(history.read_text())] == [0]
+    assert not (other / "results/dynamics/population/summary.json").exists()
+    assert json.loads((other / "results/progress.json").read_text())["population.generation"] == 0
+    steps = json.loads((other / "results/dynamics/population/update_steps.json").read_text())
+    assert steps and {row["generation"] for row in steps} == {0} and "student0.loss" in steps[0]
     env = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([f"{BIN}/snakemake", target, "--cores", "2", "--resources", "gpu=1"], cwd=other, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -164,8 +171,17 @@ def test_interrupted_run_resumes_to_the_same_artifacts(finished, project, tmp_pa
         time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the running stage dies mid-way, Snakemake releases its lock
     proc.wait(timeout=120)
-    resumed = _snakemake(other, target)  # the same command again
+    # the same command again, up to the last generation's checkpoint and held-out scores (not the dynamics
+    # stage, which would write the tables whole): the live history has one row per generation
+    resumed = _snakemake(other, "results/population/gen001/heldout.json", "results/population/gen000/heldout.json")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    live = json.loads(history.read_text())
+    assert [row["generation"] for row in live] == [0, 1]
+    resumed = _snakemake(other, target)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = json.loads(history.read_text())  # the dynamics stage's tables, from every generation's files
+    assert [{k: v for k, v in row.items() if v is not None} for row in final] == [
+        {k: v for k, v in row.items() if v is not None} for row in live]
     for gen in ("000", "001"):
         for name in ("checkpoint", "metrics.json", "rollouts.jsonl", "tasks.jsonl", "answers.jsonl"):
             a, b = finished / "population" / f"gen{gen}" / name, other / "results/population" / f"gen{gen}" / name

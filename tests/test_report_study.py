@@ -22,7 +22,7 @@ def _exp(name: str, seed: int, arms: list[str], metrics: dict, mode: str = "lear
     params = {"base": {"seed": seed}, "dag": {"arms": arms, "generations": 1}, "reward": {"teacher_mode": mode}}
     state = {"rev": rev or f"{name:0<40}"[:40], "name": name, "error": None, "experiments": None,
              "data": {"rev": "x", "params": {"params.yaml": {"data": params}},
-                      "metrics": {"results/metrics.json": {"data": metrics}}}}
+                      "metrics": {"results/headline.json": {"data": metrics}}}}
     return {"revs": [state], "executor": None, "name": name}
 
 
@@ -34,15 +34,13 @@ def _shown(experiments: list[dict]) -> list[dict]:
 
 
 SHOWN = _shown([
-    _exp("pop0", 0, ["population"], {"bench.cruxeval_o.mean": 0.10, "bench.cruxeval_o.best": 0.2, "avg.overall.mean": 0.05,
-                                      "bench.cruxeval_o.n": 50, "bench.cruxeval_o.teachers.mean": 0.04}),
-    _exp("pop1", 1, ["population"], {"bench.cruxeval_o.mean": 0.14, "bench.cruxeval_o.best": 0.2, "avg.overall.mean": 0.07,
-                                      "bench.cruxeval_o.n": 50, "bench.cruxeval_o.teachers.mean": 0.06}),
-    _exp("base0", 0, ["baseline"], {"bench.cruxeval_o.mean": 0.08, "bench.cruxeval_o.best": 0.08, "avg.overall.mean": 0.04,
-                                     "bench.cruxeval_o.n": 50}),
-    _exp("base1", 1, ["baseline"], {"bench.cruxeval_o.mean": 0.08, "bench.cruxeval_o.best": 0.08, "avg.overall.mean": 0.04,
-                                     "bench.cruxeval_o.n": 50}),
-    _exp("zs0", 0, ["population"], {"bench.cruxeval_o.mean": 0.30, "avg.overall.mean": 0.1}, mode="zero_sum"),
+    _exp("pop0", 0, ["population"], {"cruxeval.mean": 0.10, "cruxeval.best": 0.2, "overall.mean": 0.05,
+                                      "cruxeval.base": 0.04}),
+    _exp("pop1", 1, ["population"], {"cruxeval.mean": 0.14, "cruxeval.best": 0.2, "overall.mean": 0.07,
+                                      "cruxeval.base": 0.06}),
+    _exp("base0", 0, ["baseline"], {"cruxeval.mean": 0.08, "cruxeval.best": 0.08, "overall.mean": 0.04}),
+    _exp("base1", 1, ["baseline"], {"cruxeval.mean": 0.08, "cruxeval.best": 0.08, "overall.mean": 0.04}),
+    _exp("zs0", 0, ["population"], {"cruxeval.mean": 0.30, "overall.mean": 0.1}, mode="zero_sum"),
 ])
 
 
@@ -56,12 +54,11 @@ def test_experiments_skip_queued_and_flatten():
 def test_groups_have_mean_and_spread_across_seeds():
     result = study.summarize_study(study.experiments(SHOWN))
     rows = {(r["arms"], r["ablation"], r["key"]): r for r in result["groups"]}
-    pop = rows[("population", "reward.teacher_mode=learnability", "bench.cruxeval_o.mean")]
+    pop = rows[("population", "reward.teacher_mode=learnability", "cruxeval.mean")]
     assert pop["n"] == 2 and pop["seeds"] == [0, 1] and pop["mean"] == pytest.approx(0.12)
     assert pop["sd"] == pytest.approx(0.028284, abs=1e-6) and (pop["min"], pop["max"]) == (0.10, 0.14)
-    assert rows[("population", "reward.teacher_mode=zero_sum", "bench.cruxeval_o.mean")]["n"] == 1
-    assert ("population", "reward.teacher_mode=learnability", "bench.cruxeval_o.n") not in rows  # not a headline key
-    assert ("population", "reward.teacher_mode=learnability", "bench.cruxeval_o.teachers.mean") in rows
+    assert rows[("population", "reward.teacher_mode=zero_sum", "cruxeval.mean")]["n"] == 1
+    assert ("population", "reward.teacher_mode=learnability", "cruxeval.base") in rows
 
 
 # per-problem verdicts of the students (one teacher + one student: population-student0; baseline-solo)
@@ -91,9 +88,9 @@ def test_population_minus_baseline_uses_the_studys_two_level_bootstrap():
 
 def test_groups_get_the_t_interval_of_the_study():
     rows = {(r["arms"], r["ablation"], r["key"]): r for r in study.summarize_study(study.experiments(SHOWN))["groups"]}
-    centre, low, high = rows[("population", "reward.teacher_mode=learnability", "bench.cruxeval_o.mean")]["interval"]
+    centre, low, high = rows[("population", "reward.teacher_mode=learnability", "cruxeval.mean")]["interval"]
     assert centre == pytest.approx(0.12) and low == pytest.approx(0.12 - 12.7062 * 0.028284 / 2 ** 0.5, abs=1e-4)
-    assert rows[("population", "reward.teacher_mode=zero_sum", "bench.cruxeval_o.mean")]["interval"] is None
+    assert rows[("population", "reward.teacher_mode=zero_sum", "cruxeval.mean")]["interval"] is None
 
 
 def test_study_command_writes_table_json_and_figure(tmp_path):
@@ -102,7 +99,7 @@ def test_study_command_writes_table_json_and_figure(tmp_path):
     # --repo: no DVC project, so no verdicts; the table of seeds stands, the comparison says why it is missing
     assert study.main(["--out", str(tmp_path / "study"), "--exp-json", str(shown), "--repo", str(tmp_path)]) == 0
     text = (tmp_path / "study" / "study.md").read_text()
-    assert "| population | reward.teacher_mode=learnability | bench.cruxeval_o.mean | 2 | 0.120 |" in text
+    assert "| population | reward.teacher_mode=learnability | cruxeval.mean | 2 | 0.120 |" in text
     assert "no per-problem verdicts to compare" in text
     assert json.loads((tmp_path / "study" / "study.json").read_text())["ablations"] == ["reward.teacher_mode"]
     assert (tmp_path / "study" / "study.png").stat().st_size > 10_000
@@ -139,8 +136,8 @@ def test_study_of_a_queue_of_two_seeds(tmp_path, tiny_params_dict):
     result = json.loads((tmp_path / "study" / "study.json").read_text())
     assert sorted(result["experiments"]) == ["seed0", "seed1"] and result["ablations"] == []
     rows = {r["key"]: r for r in result["groups"]}
-    assert rows["bench.cruxeval_o.mean"]["n"] == 2 and rows["bench.cruxeval_o.mean"]["seeds"] == [0, 1]
-    assert rows["bench.cruxeval_o.mean"]["arms"] == "baseline"
+    assert rows["cruxeval.mean"]["n"] == 2 and rows["cruxeval.mean"]["seeds"] == [0, 1]
+    assert rows["cruxeval.mean"]["arms"] == "baseline"
     assert (tmp_path / "study" / "study.png").is_file()
     # the per-problem verdicts the comparisons use come from each experiment's commit, through DVC
     found = study.experiments(json.loads(_run(root, f"{BIN}/dvc", "exp", "show", "--json").stdout))

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-from populora.report import DYNAMICS_TABLE, HELDOUT_VERDICTS
+from populora.report import DYNAMICS_SUMMARY, DYNAMICS_TABLE, HELDOUT_VERDICTS
 
 RESULTS = "results"
 BASE_MODEL = f"{RESULTS}/base_model"
@@ -47,6 +47,13 @@ GPU_THREADS = 4  # Snakemake threads of a GPU stage (at most the cores given): t
 CPU_MODEL_THREADS = 1
 HELDOUT_POOL = f"{RESULTS}/heldout/pool.jsonl"  # the held-out pool, made once (populora/selfplay/heldout.py)
 HELDOUT_BASE = f"{RESULTS}/heldout/base.json"  # the base model's verdicts on it
+DYNAMICS_DIR = f"{RESULTS}/dynamics"  # one folder per arm: dynamics.json, update_steps.json, summary.json, family_tree.png
+HISTORY = f"{DYNAMICS_DIR}/{{arm}}/{DYNAMICS_TABLE}"  # the live history (populora/report/live.py), one row per generation
+UPDATE_STEPS = f"{DYNAMICS_DIR}/{{arm}}/update_steps.json"  # one row per optimizer step
+PROGRESS = f"{RESULTS}/progress.json"  # the last finished generation per arm (a top-level DVC metric)
+HEADLINE = f"{RESULTS}/headline.json"  # the run's headline figures: the only DVC metrics of a stage
+TRACKING = f"{RESULTS}/tracking"  # the optional trackers (tracking.report_to): one folder per arm
+LIVE = {"history": HISTORY, "steps": UPDATE_STEPS, "progress": PROGRESS, "tracking": TRACKING}
 UPDATE_DIR = f"{GEN_DIR}/update/{{part}}"  # one update job's adapters, optimizer moments and statistics
 LOG = f"{RESULTS}/logs/{{stage}}/{{key}}.log"
 
@@ -88,10 +95,15 @@ class Stage:
     # folder inputs: key -> the stages that write under the folder (every item of their scopes);
     # the flag gets the folder, the stage reads the items of the params' arms and benchmarks
     collects: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # live files the stage updates as it finishes (flag -> path template): the run's history while it runs
+    # (populora/report/live.py). Several stages write them, so no engine has them as an input or an
+    # output (the `dynamics` stage, which writes the tables whole at the end, declares them as its own)
+    side: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         assert self.scope in SCOPES, f"{self.name}: unknown scope {self.scope!r}"
         assert not set(self.inputs) & set(self.outputs), f"{self.name}: a key is both input and output"
+        assert not set(self.side) & (set(self.inputs) | set(self.outputs)), f"{self.name}: a side file is declared"
         assert set(self.fan_in) <= set(self.inputs), f"{self.name}: fan_in names a key that is not an input"
         assert set(self.collects) <= set(self.inputs), f"{self.name}: collects names a key that is not an input"
         assert not set(self.fan_in) & set(self.collects), f"{self.name}: a key both fans in and collects"
@@ -130,7 +142,7 @@ class Stage:
             return f"--{key.replace('_', '-')} {value if isinstance(value, str) else ' '.join(value)}"
 
         flags = [f"--{w} {wildcards[w]}" for w in self.wildcards]
-        flags += [flag(k) for k in (*self.inputs, *self.outputs)]
+        flags += [flag(k) for k in (*self.inputs, *self.outputs, *self.side)]
         claim = " --claim-gpu" if self.gpu else ""  # a stage that runs the model takes a free device of its own
         return f"python -m {self.module} --params params.yaml {' '.join(flags)} --log {log}{claim}"
 
@@ -219,19 +231,19 @@ STAGES: tuple[Stage, ...] = (
                 "stats": f"{GEN_DIR}/reward_stats.json", "pairing": f"{GEN_DIR}/pairing.json",
                 "isolation": f"{GEN_DIR}/isolation.json"},
         outputs={"checkpoint": f"{GEN_DIR}/checkpoint", "metrics": f"{GEN_DIR}/metrics.json"},
-        directories=("checkpoint",), metrics=("metrics",), params=("base.seed", "buffer.max_size", "propose.per_type"),
+        directories=("checkpoint",), params=("base.seed", "buffer.max_size", "propose.per_type", "tracking"),
+        side=LIVE,
     ),
     Stage(  # every member of the checkpoint answers the held-out pool, greedy (the learning curves)
         "heldout", "stages.heldout", "gen",
-        inputs={"base_model": BASE_MODEL, "pool": HELDOUT_POOL, "state": f"{GEN_DIR}/checkpoint"},
+        inputs={"base_model": BASE_MODEL, "pool": HELDOUT_POOL, "heldout_base": HELDOUT_BASE, "state": f"{GEN_DIR}/checkpoint"},
         outputs={"scores": f"{GEN_DIR}/heldout.json"},
         params=("heldout.roles", "solve", "verify", "model.dtype", "model.device", "sampler", "lora.rank",
-                "update.max_seq_len"), gpu=1,
+                "update.max_seq_len", "tracking"), gpu=1, side=LIVE,
     ),
 )
 
 LAST_CHECKPOINT = f"{ARM_DIR}/gen{{last}}/checkpoint"  # {last}: the final generation of the run
-DYNAMICS_DIR = f"{RESULTS}/dynamics"  # one folder per arm: dynamics.json, summary.json, family_tree.png
 MODELS_DIR = f"{RESULTS}/models"  # base/ and one folder per arm holding a folder per final member
 BENCH_DIR = f"{RESULTS}/bench"  # <base|arm>/<benchmark>/: <model>.json and <model>/ (samples, harness files)
 LM_EVAL_TASKS = "workflow/lm_eval_tasks"
@@ -246,10 +258,10 @@ STAGES += (
         "dynamics", "stages.dynamics", "arm", local=True,
         inputs={"metrics": f"{GEN_DIR}/metrics.json", "heldout": f"{GEN_DIR}/heldout.json", "heldout_base": HELDOUT_BASE,
                 "state": LAST_CHECKPOINT},
-        outputs={"dynamics": f"{DYNAMICS_DIR}/{{arm}}/{DYNAMICS_TABLE}", "summary": f"{DYNAMICS_DIR}/{{arm}}/summary.json",
+        outputs={"dynamics": HISTORY, "update_steps": UPDATE_STEPS, "summary": f"{DYNAMICS_DIR}/{{arm}}/{DYNAMICS_SUMMARY}",
                  "family_tree": f"{DYNAMICS_DIR}/{{arm}}/family_tree.png",
                  "heldout_verdicts": f"{DYNAMICS_DIR}/{{arm}}/{HELDOUT_VERDICTS}"},
-        metrics=("summary",), fan_in={"metrics": "gen", "heldout": "gen"},
+        fan_in={"metrics": "gen", "heldout": "gen"}, side={"progress": PROGRESS},
     ),
     Stage(
         "export", "stages.export", "arm", local=True,
@@ -269,8 +281,9 @@ STAGES += (
     ),
     Stage(
         "bench_summary", "stages.bench_summary", "global", local=True,
-        inputs={"results": BENCH_DIR}, collects={"results": ("bench_base", "bench")},
-        outputs={"metrics": f"{RESULTS}/metrics.json"}, metrics=("metrics",), params=("dag.arms", "bench.benchmarks", "bench.roles", "population"),
+        inputs={"results": BENCH_DIR, "dynamics": DYNAMICS_DIR},
+        collects={"results": ("bench_base", "bench"), "dynamics": ("dynamics",)},
+        outputs={"metrics": f"{RESULTS}/metrics.json", "headline": HEADLINE}, metrics=("headline",), params=("dag.arms", "bench.benchmarks", "bench.roles", "population"),
     ),
     Stage(
         "report", "stages.report", "global", local=True,

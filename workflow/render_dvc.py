@@ -44,7 +44,18 @@ import yaml
 
 from populora.config import ParamsError, load_params
 from populora.core.io import write_json
-from workflow.dag import BASE_MODEL, RESULTS, SCOPES, STAGES, Stage, code_deps, gen_label, prev_dir, resolve_input
+from workflow.dag import (
+    BASE_MODEL,
+    PROGRESS,
+    RESULTS,
+    SCOPES,
+    STAGES,
+    Stage,
+    code_deps,
+    gen_label,
+    prev_dir,
+    resolve_input,
+)
 
 HEADER = "# GENERATED from workflow/dag.py by `python -m workflow.render_dvc`; do not edit by hand.\n"
 GUARD = "dag_shape"
@@ -68,7 +79,7 @@ def matrix(scope: str, params) -> dict:
 def render_stage(stage: Stage, params) -> dict:
     item = {**ITEM, "last": gen_label(params.dag.generations - 1)}
     paths = {key: resolve_input(stage, key, item, params) if key in stage.fan_in else template.format(**item)
-             for key, template in {**stage.inputs, **stage.outputs}.items()}
+             for key, template in {**stage.inputs, **stage.outputs, **stage.side}.items()}
     deps = [path for key in stage.inputs for path in ([paths[key]] if isinstance(paths[key], str) else paths[key])]
     outs = [paths[key] for key in stage.outputs if key not in stage.metrics]
     metrics = [paths[key] for key in stage.outputs if key in stage.metrics]
@@ -91,6 +102,9 @@ def render(params_path: str = "params.yaml") -> str:
     params = load_params(params_path)
     guard = {"cmd": GUARD_CMD, "always_changed": True, "outs": [{GUARD_STAMP: {"cache": False}}]}
     document = {"stages": {GUARD: guard, **{stage.name: render_stage(stage, params) for stage in STAGES}}}
+    # the live progress of a run (populora/report/live.py): several stages write it, none owns it,
+    # so it is a top-level metric, which `dvc exp show` reads during a run
+    document["metrics"] = [PROGRESS]
     document["plots"] = plots_section(params)
     return HEADER + yaml.dump(document, Dumper=_NoAliases, sort_keys=False, width=1000)
 

@@ -40,6 +40,7 @@ GRADE_S = {"code": 2.0, "cruxeval": 0.5, "livecodebench": 20.0, "math": 0.0}  # 
 PROMPT = {"propose": 500, "per_reference": 250, "solve": 800, "per_example": 400, "bench": 1000}  # tokens
 SCAFFOLD_STEPS = 3       # scaffolded plans: generated segments per row (free_form: 1)
 MARGIN, SLACK_MIN = 1.5, 10
+POOL_ACCEPTED = 0.25     # share of a heldout_pool round's proposals that enter the pool (8 of 32 on the CPU)
 
 # ---- model shapes: parameters, layers, KV heads, head size (the hub's config.json of each) ----
 @dataclass(frozen=True)
@@ -168,6 +169,20 @@ def job_seconds(stage: str, params, item: dict) -> float | None:
         return PROCESS_S + m.weights / READ_BYTES_S + m.train_s(tokens)
     if stage in ("bench", "bench_base"):
         return bench_seconds(params, m, item["bench"], arm)
+    pool_types = [t for t in prop.types if t in ("code_o", "code_i")]
+    pool = params.heldout.per_type * len(pool_types)
+    if stage == "heldout_pool" and pool:  # rounds of one proposal batch, about a quarter of them valid
+        rounds = min(params.heldout.max_rounds, math.ceil(pool / (POOL_ACCEPTED * prop.batch_size)))
+        return (m.start_s() + rounds * (m.generate_s(prop.batch_size, p_prompt, p_new, prop.batch_size, adapters=False)
+                                        + prop.batch_size * 2 * params.verify.timeout_s / params.verify.workers)
+                + m.generate_s(pool, s_prompt, s_new, solve.batch_size, adapters=False)
+                + pool * params.verify.timeout_s / params.verify.workers)
+    if stage == "heldout" and pool:  # every member of heldout.roles answers the pool, greedy
+        members = len({m_ for role in params.heldout.roles for m_ in roles[role]})
+        return (m.start_s() + m.generate_s(members * pool, s_prompt, s_new, solve.batch_size)
+                + members * pool * params.verify.timeout_s / params.verify.workers)
+    if stage in ("heldout_pool", "heldout"):  # no pool: the stage writes empty files
+        return PROCESS_S
     if stage == "update_gather":
         return PROCESS_S
     return None
@@ -217,8 +232,10 @@ def one_gpu_seconds(params) -> tuple[float, float, list[tuple[str, str, float]]]
             if seconds is None:
                 seconds = LOCAL_S
             elif stage.gpu and params.sampler.engine == "vllm" and not params.sampler.enforce_eager:
-                engines = 1 if stage.name in ("propose", "solve") else 0 if stage.name == "update" else (
-                    bench_models(params, item.get("arm")))
+                pooled = params.heldout.per_type > 0 and {"code_o", "code_i"} & set(params.propose.types)
+                engines = (1 if stage.name in ("propose", "solve") else 0 if stage.name == "update" else
+                           int(bool(pooled)) if stage.name in ("heldout_pool", "heldout") else
+                           bench_models(params, item.get("arm")))
                 seconds -= (GRAPHS_S - GRAPHS_CACHED_S) * (engines - (1 if first and engines else 0))
                 first = first and not engines
             jobs.append((stage.name, key, seconds))

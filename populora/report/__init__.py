@@ -7,6 +7,9 @@
 * `figures`     the benchmark figure and the family tree (atomic PNG writes);
 * `tables`      the report's benchmark tables and claims, read from the metrics;
 * `dynamics`    the training-dynamics figures (n per point, Wilson bands on rates);
+* `live`        the live history (the dynamics tables while the run goes on, progress.json) and
+                `trackers` (TensorBoard, W&B offline) fed from it;
+* `headline`    `results/headline.json`, the run's few dozen headline figures (the DVC metrics);
 * `markdown`    `write_report`: `report.md` with all figures;
 * `study_runs`  `python -m populora.report.study_runs study/runs --out study`: the CPU study's
                 table and figure from the committed runs (scripts/study.sh), and its statistics
@@ -18,4 +21,5 @@
 # one arm's training dynamics, one row per generation: <dynamics>/<arm>/dynamics.json, written by
 # the dynamics stage (its path set in workflow/dag.py), read by the report stage
 DYNAMICS_TABLE = "dynamics.json"
+DYNAMICS_SUMMARY = "summary.json"  # per arm, next to DYNAMICS_TABLE: the last generation's values and the run's totals
 HELDOUT_VERDICTS = "heldout_verdicts.json"  # per arm, next to DYNAMICS_TABLE: the held-out pool's verdicts

@@ -8,10 +8,10 @@ population minus baseline by a two-level bootstrap over seeds and problems.
 
 Experiments come from `dvc exp show --json` and are grouped by the arms they ran (`dag.arms`) and
 by their ablation: every parameter that differs between the experiments, except `base.seed` and
-`dag.arms` (`default` when none does). For every headline key of `results/metrics.json`
-(populora/report/metrics.py: `bench.<b>.mean`, `.best`, `.weakest`, `.teachers.mean`, `.base`,
-side-by-side `.population.*` / `.baseline`, paired `.diff.*.delta`, and the `avg.<group>.*`
-aggregates) a group gets n (seeds), mean, standard deviation, min, max and the mean's 95%
+`dag.arms` (`default` when none does). For every key of `results/headline.json`, the run's DVC
+metrics (populora/report/headline.py: per group `code`, `math`, `cruxeval`, `overall` the students'
+`mean`, `best`, `weakest`, the `base`, `baseline` and differences; the held-out pool; the last solve
+rate) a group gets n (seeds), mean, standard deviation, min, max and the mean's 95%
 Student-t interval across seeds (`study_runs.t_interval`; needs 2 seeds).
 
 Between arms: within an ablation, the population-only experiments against the baseline-only ones,
@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -39,12 +38,10 @@ from statistics import mean, stdev
 from populora.core.refs import arm_refs
 from populora.report.study_runs import StudyRunsError, comparison, t_interval
 
-METRICS_FILE = "results/metrics.json"
+METRICS_FILE = "results/headline.json"  # the DVC metrics of a run (workflow/dag.py HEADLINE)
 BENCH_DIR = "results/bench"  # <arm>/<benchmark>/<model>.json, as workflow/dag.py writes them
 PARAMS_FILE = "params.yaml"
 NOT_ABLATIONS = ("base.seed", "dag.arms")
-HEADLINE = re.compile(r"^(bench|avg)\.[^.]+\.(mean|best|weakest|teachers\.mean|base|baseline|population\.(mean|best|weakest)"
-                      r"|diff\.[a-z_]+\.delta)$")
 
 
 class StudyError(RuntimeError):
@@ -159,7 +156,7 @@ def summarize_study(found: list[dict], verdicts: dict[str, dict] | None = None) 
     """{"groups": [...], "comparisons": [...], "ablations": [...]} (see the module docstring);
     `verdicts`: experiment name -> `experiment_verdicts` (none: the comparisons are left out)."""
     if not found:
-        raise StudyError("no finished experiment with results/metrics.json in `dvc exp show`. Fix: run experiments "
+        raise StudyError("no finished experiment with results/headline.json in `dvc exp show`. Fix: run experiments "
                          "first (dvc exp run / dvc queue start) and wait until they succeed.")
     ablations = ablation_keys(found)
     groups: dict[tuple[str, str], list[dict]] = {}
@@ -167,7 +164,7 @@ def summarize_study(found: list[dict], verdicts: dict[str, dict] | None = None) 
         groups.setdefault(group_of(experiment, ablations), []).append(experiment)
     rows = []
     for (arms, ablation), members in sorted(groups.items()):
-        keys = sorted({k for e in members for k, v in e["metrics"].items() if HEADLINE.match(k) and _is_number(v)})
+        keys = sorted({k for e in members for k, v in e["metrics"].items() if _is_number(v)})
         for key in keys:
             values = [float(e["metrics"][key]) for e in members if _is_number(e["metrics"].get(key))]
             rows.append({"arms": arms, "ablation": ablation, "key": key, **spread(values), "interval": t_interval(values),

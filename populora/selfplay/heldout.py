@@ -23,9 +23,12 @@ import random
 from collections.abc import Callable, Iterable
 from statistics import mean
 
+from populora.lm.sampling import GenRow, run_plans
 from populora.selfplay import prompts
+from populora.selfplay.parsing import parse_answer
 from populora.selfplay.roles import make_plan, worked_example_pool
 from populora.selfplay.tasks import is_copyable, program_key, program_keys
+from populora.verifier import grade_rows
 
 HELDOUT_TYPES = ("code_o", "code_i")  # a code_f answer is a program: scored by hidden pairs, not in the pool
 BASE = "base"  # the member name of the bare base model in verdict tables
@@ -146,3 +149,19 @@ def heldout_metrics(table: dict[str, dict[str, int]], pool: list[dict], roles: d
 def per_task_mean(table: dict[str, dict[str, int]], members: list[str], task_ids: list[str]) -> list[float]:
     """Per task, the mean verdict of `members` (a role's score on each task, for paired comparisons)."""
     return [mean(table.get(m, {}).get(t, 0) for m in members) for t in task_ids]
+
+
+def score_members(params, model, tokenizer, pool: list[dict], members: list[str | None],
+                  roles: dict[str, list[str]], sandbox) -> tuple[dict, dict]:
+    """(metrics, verdict table) of `members` (adapter names on `model`; None: the bare base) on `pool`,
+    greedy, with the solver's settings (`solve.mode`, `solve.max_new_tokens`, `solve.batch_size`)."""
+    cfg = params.solve
+    jobs = scoring_jobs(pool, members, mode=cfg.mode, chat=prompts.chat_wrapper(tokenizer))
+    results = run_plans(model, tokenizer, [GenRow(plan, meta["student"]) for meta, plan in jobs], temperature=0.0,
+                        top_p=1.0, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, seed=0, desc="heldout")
+    rows = []
+    for (meta, _), result in zip(jobs, results):
+        answer, reason = parse_answer(result.completion, meta["type"], mode=cfg.mode, truncated=result.truncated)
+        rows.append({**meta, "answer": answer, "parse_reason": reason})
+    table = verdict_table(grade_rows(pool, rows, params.verify, sandbox=sandbox))
+    return heldout_metrics(table, pool, roles), table
