@@ -5,7 +5,7 @@ and by every stage, so a malformed file fails before any model loads. Errors nam
 what was wrong, and how to fix it:
 
     params.yaml: population.students: Input should be greater than or equal to 1 (got 0).
-      Fix: at least one student is needed; students solve the teachers' tasks.
+      Fix: At least one student is needed; students solve the teachers' tasks.
 
 Check a file by hand with `python -m populora.config params.yaml`.
 """
@@ -20,9 +20,14 @@ from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 TASK_TYPES = ("code_o", "code_i", "code_f")
 ARMS = ("population", "baseline")
+EMBEDDED_MODEL = "smollm2"  # populora.lm.model.EMBEDDED_MODEL (that module imports torch)
+MAX_TEMPERATURE = 10.0  # above it every token is about equally likely: no use for sampling or PFSP weights
+MIN_TEMPERATURE = 0.01  # vLLM samples any temperature in (0, 0.01) at 0.01, so the update would score other odds
+MAX_NEW_TOKENS = 32768  # hard cap on every max_new_tokens; propose/solve (and bench on vLLM) also stay below the window
 
 
 class ParamsError(ValueError):
@@ -55,6 +60,37 @@ class ModelSection(_Section):
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights dtype; float32 on CPU.")
     device: str = Field("cpu", description="'cpu', 'auto' (cuda when present) or 'cuda'. With 'cpu' the model "
                         "stages claim no GPU and take one thread each, so Snakemake runs them side by side.")
+
+    @field_validator("base_model")
+    @classmethod
+    def _local_folder_present(cls, value: str) -> str:
+        """A local folder must be there now (resolved as the base_model stage resolves it,
+        `populora.core.paths.project_path`); a hub id is only looked up by that stage."""
+        if value == EMBEDDED_MODEL:
+            return value
+        from populora.core.paths import project_path
+
+        folder = project_path(value)
+        if folder.exists():
+            if not (folder / "config.json").is_file():
+                raise ValueError(f"{folder} is not a Hugging Face model folder (no config.json in it)")
+        elif looks_like_path(value):
+            raise ValueError(f"no folder at {folder}")
+        return value
+
+
+def looks_like_path(value: str) -> bool:
+    """A `model.base_model` meant as a local folder, not a hub id (`org/name`): absolute, starting with
+    `.` or `~`, more than one `/` deep, or ending in `/`. A bare `org/name` that is not a local folder is
+    a hub id."""
+    return Path(value).is_absolute() or value.startswith((".", "~", "/")) or value.count("/") > 1 or value.endswith("/")
+
+
+def _sampling_temperature(value: float) -> float:
+    if 0 < value < MIN_TEMPERATURE:
+        raise ValueError(f"a temperature between 0 and {MIN_TEMPERATURE:g} is neither greedy (0) nor one vLLM "
+                         f"samples at (it raises it to {MIN_TEMPERATURE:g})")
+    return value
 
 
 class SamplerSection(_Section):
@@ -117,10 +153,15 @@ class BufferSection(_Section):
 
 
 class SamplingSection(_Section):
-    temperature: float = Field(0.7, ge=0, description="Sampling temperature (0 = greedy).")
+    temperature: float = Field(0.7, ge=0, le=MAX_TEMPERATURE, description="Sampling temperature (0 = greedy).")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
-    max_new_tokens: int = Field(160, ge=1, description="Cap on generated tokens per segment.")
+    max_new_tokens: int = Field(160, ge=1, le=MAX_NEW_TOKENS, description="Cap on generated tokens per segment.")
     batch_size: int = Field(32, ge=1, description="Rows per generate() call (rows of different adapters are mixed).")
+
+    @field_validator("temperature")
+    @classmethod
+    def _greedy_or_sampled(cls, value: float) -> float:
+        return _sampling_temperature(value)
 
 
 class ProposeSection(SamplingSection):
@@ -134,8 +175,9 @@ class ProposeSection(SamplingSection):
     references: int = Field(2, ge=0, description="Reference tasks from the buffer shown in each proposer prompt (AZR K).")
     code_f_inputs: int = Field(10, ge=2, le=10, description="Inputs a code_f proposal must give (first half shown, rest "
                                "hidden; at most 10, what the seed tasks carry).")
-    temperature: float = Field(0.6, ge=0, description="Proposer sampling temperature.")
-    max_new_tokens: int = Field(128, ge=1, description="Cap on generated tokens per proposal segment.")
+    temperature: float = Field(0.6, ge=0, le=MAX_TEMPERATURE, description="Proposer sampling temperature (0 = greedy).")
+    max_new_tokens: int = Field(128, ge=1, le=MAX_NEW_TOKENS, description="Cap on generated tokens per proposal "
+                                "segment (below update.max_seq_len).")
     reject_duplicates: bool = Field(
         True, description="A code_o/code_i proposal whose normalised program is already in the buffer is invalid "
         "(reason `duplicate`): copying a reference earns a teacher nothing."
@@ -155,8 +197,9 @@ class SolveSection(SamplingSection):
     fill_in: Literal["newest", "uniform"] = Field(
         "newest", description="Buffer tasks for slots whose teacher has no valid task: newest first, or uniform "
         "over the buffer (AZR).")
-    temperature: float = Field(0.5, ge=0, description="Solver sampling temperature.")
-    max_new_tokens: int = Field(96, ge=1, description="Cap on generated answer tokens.")
+    temperature: float = Field(0.5, ge=0, le=MAX_TEMPERATURE, description="Solver sampling temperature (0 = greedy).")
+    max_new_tokens: int = Field(96, ge=1, le=MAX_NEW_TOKENS, description="Cap on generated answer tokens (below "
+                                "update.max_seq_len).")
 
 
 class VerifySection(_Section):
@@ -258,7 +301,7 @@ class RatingsSection(_Section):
 
 class PairingSection(_Section):
     strategy: Literal["pfsp", "round_robin"] = Field("pfsp", description="pfsp: favour near-balanced matchups.")
-    temperature: float = Field(1.0, gt=0, description="PFSP weighting temperature.")
+    temperature: float = Field(1.0, gt=0, le=MAX_TEMPERATURE, description="PFSP weighting temperature.")
 
 
 # Names of populora.population.operators.MUTATIONS and CROSSOVERS (kept here so validating params does not
@@ -306,7 +349,8 @@ class CruxevalSection(_Section):
     )
     worked_examples: int = Field(1, ge=0, description="Worked examples in the project prompt (CRUXEval rows outside the scored slice).")
     max_new_tokens: int = Field(
-        48, ge=8, description="Answer token cap (gold answers: 99% within 40 tokens; a batch decodes until its longest row stops)."
+        48, ge=8, le=MAX_NEW_TOKENS,
+        description="Answer token cap (gold answers: 99% within 40 tokens; a batch decodes until its longest row stops)."
     )
 
 
@@ -351,7 +395,7 @@ class BenchSection(_Section):
         description="Per-benchmark first-N problems, overriding `limit` (null = the full set).",
     )
     cruxeval: CruxevalSection = CruxevalSection()
-    max_new_tokens: int = Field(96, ge=16, description="Generation cap per benchmark answer.")
+    max_new_tokens: int = Field(96, ge=16, le=MAX_NEW_TOKENS, description="Generation cap per benchmark answer.")
     batch_size: int = Field(16, ge=1, description="Prompts per generate call.")
 
     @field_validator("limits")
@@ -412,6 +456,11 @@ class ControlSection(_Section):
     seed: int = Field(0, description="Seed of the tasks, the initial adapter and the sampling (shared by the arms).")
     min_gain: float = Field(15.0, description="Pass bar: real minus base and real minus shuffled, in points.")
     max_p: float = Field(0.001, gt=0, lt=1, description="Pass bar: exact McNemar p of both differences.")
+
+    @field_validator("temperature")
+    @classmethod
+    def _sampled(cls, value: float) -> float:
+        return _sampling_temperature(value)
 
 
 class HeldoutSection(_Section):
@@ -493,16 +542,63 @@ class Params(_Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _token_budgets_fit_the_window(self):
+        """Every generated row must fit update.max_seq_len with its prompt: the window a rollout is trained in
+        (left-truncated past it) and, on vLLM, the engine's window (max_model_len) for every pass, benchmarks
+        included. The hf engine's benchmark passes are not trained and have no window of ours."""
+        window = self.update.max_seq_len
+        budgets = {"propose.max_new_tokens": self.propose.max_new_tokens,
+                   "solve.max_new_tokens": self.solve.max_new_tokens}
+        if self.sampler.engine == "vllm":
+            budgets |= {"bench.max_new_tokens": self.bench.max_new_tokens,
+                        "bench.cruxeval.max_new_tokens": self.bench.cruxeval.max_new_tokens}
+        where = ("the window a rollout is trained in and vLLM's max_model_len" if self.sampler.engine == "vllm"
+                 else "the window a rollout is trained in (left-truncated past it)")
+        errors = [
+            InitErrorDetails(
+                type=PydanticCustomError(
+                    "token_budget", f"{budget} new tokens leave no room for the prompt in update.max_seq_len = "
+                    f"{window}, {where}",
+                    {"fix": f"Lower {key} below update.max_seq_len ({window}), leaving room for the prompt, or "
+                     "raise update.max_seq_len (it costs update memory and, on vLLM, KV cache)."}),
+                loc=tuple(key.split(".")), input=budget)
+            for key, budget in budgets.items() if budget >= window]
+        if errors:  # keyed errors, formatted as the fields' own (a plain ValueError here would have no key)
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
 
+
+_SAMPLING_TEMPERATURE_FIX = (f"Use 0 (greedy) or a temperature from {MIN_TEMPERATURE:g} to {MAX_TEMPERATURE:g}; "
+                             "1.0 samples the model's own distribution, 0.5 to 1.0 is usual.")
+_MAX_NEW_TOKENS_FIX = (f"Give the new tokens an answer needs, at most {MAX_NEW_TOKENS}; propose and solve, and every "
+                       "benchmark on vLLM, also stay below update.max_seq_len, with room for the prompt.")
+
+# Every fix is a sentence: it starts with a capital letter (tests/test_config.py checks).
 _FIXES = {
-    "verify.required_layers": "list sandbox layers among fs_jail, ipc_namespace, mount_namespace, net_namespace, "
+    "verify.required_layers": "List sandbox layers among fs_jail, ipc_namespace, mount_namespace, net_namespace, "
     "seccomp, uid_drop, or write `all`; the default (all but uid_drop) is what an ordinary user gets where user "
     "namespaces are allowed.",
-    "population.students": "at least one student is needed; students solve the teachers' tasks.",
-    "population.teachers": "at least one teacher is needed; teachers propose the tasks.",
-    "dag.generations": "use a whole number of generations, 1 or more.",
-    "dag.arms": "list population and/or baseline, each once.",
-    "bench.data_dir": "point bench.data_dir (or the POPULORA_BENCHMARKS environment variable) at the folder holding "
+    "model.base_model": f"Give an existing local Hugging Face model folder (a relative path is taken from the "
+    "directory the pipeline runs in, the project root), a Hugging Face model id such as Qwen/Qwen2.5-7B, or "
+    f"{EMBEDDED_MODEL} for the embedded SmolLM2-135M-Instruct.",
+    "propose.temperature": _SAMPLING_TEMPERATURE_FIX,
+    "solve.temperature": _SAMPLING_TEMPERATURE_FIX,
+    "control.temperature": f"Use a temperature from {MIN_TEMPERATURE:g} to 2 (1.0 samples the model's own "
+    "distribution): the control learns from sampled answers; its held-out answers are greedy already.",
+    "pairing.temperature": f"Use a PFSP temperature above 0 and at most {MAX_TEMPERATURE:g}: weights are "
+    "f(p) ** (1 / temperature), so 1 keeps f, lower sharpens it, higher flattens it toward uniform.",
+    "propose.top_p": "Use a nucleus mass above 0 and at most 1 (1.0 keeps every token).",
+    "solve.top_p": "Use a nucleus mass above 0 and at most 1 (1.0 keeps every token).",
+    "propose.max_new_tokens": _MAX_NEW_TOKENS_FIX,
+    "solve.max_new_tokens": _MAX_NEW_TOKENS_FIX,
+    "bench.max_new_tokens": _MAX_NEW_TOKENS_FIX,
+    "bench.cruxeval.max_new_tokens": _MAX_NEW_TOKENS_FIX,
+    "population.students": "At least one student is needed; students solve the teachers' tasks.",
+    "population.teachers": "At least one teacher is needed; teachers propose the tasks.",
+    "dag.generations": "Use a whole number of generations, 1 or more.",
+    "dag.arms": "List population and/or baseline, each once.",
+    "bench.data_dir": "Point bench.data_dir (or the POPULORA_BENCHMARKS environment variable) at the folder holding "
     "evalplus/, math/ and cruxeval/ (see ../shared/benchmarks/README.md), drop the benchmarks whose files are missing "
     "from bench.benchmarks, or set bench.data_dir: null to use the official downloads.",
 }
@@ -515,25 +611,45 @@ def _format_errors(error: ValidationError, source: str) -> str:
         if item["type"] == "extra_forbidden":
             section = key.rsplit(".", 1)[0] if "." in key else None
             known = sorted((Params.model_fields if section is None else _section_fields(section)) or [])
-            lines.append(f"  {key}: unknown key. Fix: remove it or use one of: {', '.join(known)}.")
+            lines.append(f"  {key}: unknown key. Fix: Remove it or use one of: {', '.join(known)}.")
             continue
         message = item["msg"].removeprefix("Value error, ")
         got = f" (got {item.get('input')!r})" if item["loc"] else ""
-        fix = _FIXES.get(key) or _describe(key)
+        fix = (item.get("ctx") or {}).get("fix") or _FIXES.get(key) or _describe(key)
         lines.append(f"  {key}: {message}{got}.{' Fix: ' + fix if fix else ''}")
     return "\n".join(lines)
 
 
+def _field(key: str):
+    """The pydantic field of a dotted key (`lora.rank`, `bench.cruxeval.max_new_tokens`), or None."""
+    model, info = Params, None
+    for part in key.split("."):
+        info = (getattr(model, "model_fields", None) or {}).get(part)
+        if info is None:
+            return None
+        model = info.annotation
+    return info
+
+
 def _section_fields(section: str):
-    field = Params.model_fields.get(section)
+    field = _field(section)
     return getattr(field.annotation, "model_fields", None) if field else None
 
 
+def lower_first(text: str) -> str:
+    """`text` with its first letter lowercased to follow "expected", unless its first word is an acronym
+    or a name with capitals inside (LoRA, CPU-time, TrueSkill, PFSP), which keep their case.
+
+    >>> lower_first("Sampling temperature."), lower_first("LoRA rank r."), lower_first("CPU-time limit.")
+    ('sampling temperature.', 'LoRA rank r.', 'CPU-time limit.')
+    """
+    word = text.split(maxsplit=1)[0] if text.strip() else ""
+    return text[:1].lower() + text[1:] if word[1:] == word[1:].lower() else text
+
+
 def _describe(key: str) -> str:
-    section, _, name = key.partition(".")
-    fields = _section_fields(section) or {}
-    info = fields.get(name)
-    return f"expected {info.description[0].lower()}{info.description[1:]}" if info and info.description else ""
+    info = _field(key)
+    return f"Expected {lower_first(info.description)}" if info and info.description else ""
 
 
 def parse_params(raw: dict | None, source: str = "params.yaml") -> Params:
@@ -551,7 +667,7 @@ def parse_params(raw: dict | None, source: str = "params.yaml") -> Params:
 def load_params(path: str | Path = "params.yaml") -> Params:
     path = Path(path)
     if not path.is_file():
-        raise ParamsError(f"{path} not found. Fix: run from the repository root or pass --params PATH.")
+        raise ParamsError(f"{path} not found. Fix: Run from the repository root or pass --params PATH.")
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as error:

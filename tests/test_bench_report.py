@@ -86,6 +86,30 @@ def test_dynamics_points_carry_their_sample_sizes():
     plt.close(fig)
 
 
+def test_dynamics_titles_do_not_overlap(tmp_path, monkeypatch):
+    """The long coverage titles of the bottom row ran into each other, and the suptitle into the top
+    row's: every title (wrapped) keeps clear of every other."""
+    from itertools import combinations
+
+    from populora.report import dynamics as module
+
+    boxes, write = [], module.write_figure
+
+    def write_and_measure(path, fig, dpi=110):
+        write(path, fig, dpi=dpi)  # draws, so the layout is the saved one
+        renderer = fig.canvas.get_renderer()
+        titles = [ax.title for ax in fig.axes if ax.get_title()] + list(fig.texts)  # fig.texts: the suptitle
+        boxes.extend((text.get_text(), text.get_window_extent(renderer)) for text in titles)
+
+    monkeypatch.setattr(module, "write_figure", write_and_measure)
+    dynamics = {"population": synthetic_dynamics("population"), "baseline": synthetic_dynamics("baseline")}
+    module.plot_dynamics(dynamics, tmp_path / "dynamics.png")
+    assert len(boxes) > 10 and any("grows with the number of teachers" in title for title, _ in boxes)
+    for (first, a), (second, b) in combinations(boxes, 2):
+        assert not a.overlaps(b), (first, second)
+    assert _is_real_png(tmp_path / "dynamics.png")
+
+
 def test_report_single_arm_without_dynamics(tmp_path):
     only_baseline = {k: v for k, v in SCORES.items() if not k.startswith("population")}
     results = synthetic_results(only_baseline)

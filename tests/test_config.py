@@ -26,7 +26,7 @@ def test_tiny_params_are_valid():
 @pytest.mark.parametrize(
     "raw, key, hint",
     [
-        ({"population": {"students": 0}}, "population.students", "at least one student"),
+        ({"population": {"students": 0}}, "population.students", "At least one student"),
         ({"propose": {"temperature": "hot"}}, "propose.temperature", "valid number"),
         ({"propose": {"tempreature": 0.5}}, "propose.tempreature", "unknown key"),
         ({"dag": {"generations": 1.5}}, "dag.generations", "whole number"),
@@ -111,3 +111,141 @@ def test_params_yaml_spells_out_every_key():
         return out
 
     assert missing(Params(), raw) == []
+
+
+# Params that pass a type check and would fail later (at the base_model stage, in the sampler, past the
+# window) are refused before any work, by load_params and by `python -m populora.config`.
+
+def _refused_by_cli_and_loader(tmp_path, raw: dict) -> str:
+    """The error `python -m populora.config FILE` prints (exit 2); load_params raises the same."""
+    from populora.config import main
+
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ParamsError) as error:
+        load_params(path)
+    import contextlib
+    import io
+
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        assert main([str(path)]) == 2
+    assert stderr.getvalue().strip() == str(error.value)
+    return str(error.value)
+
+
+@pytest.mark.parametrize(
+    "raw, key, problem, fix",
+    [
+        ({"model": {"base_model": "./models/no-such-model"}}, "model.base_model", "no folder at",
+         "Fix: Give an existing local Hugging Face model folder"),
+        ({"model": {"base_model": "/no/such/model/folder"}}, "model.base_model", "no folder at /no/such/model/folder",
+         "a Hugging Face model id such as Qwen/Qwen2.5-7B"),
+        ({"model": {"base_model": "models/qwen/7b"}}, "model.base_model", "no folder at", "Fix: Give an existing"),
+        ({"model": {"base_model": "Qwen2.5-7B/"}}, "model.base_model", "no folder at", "Fix: Give an existing"),
+        ({"solve": {"temperature": 1e9}}, "solve.temperature", "less than or equal to 10",
+         "Fix: Use 0 (greedy) or a temperature from 0.01 to 10"),
+        ({"propose": {"temperature": 0.001}}, "propose.temperature", "neither greedy", "Fix: Use 0 (greedy)"),
+        ({"control": {"temperature": 0.001}}, "control.temperature", "neither greedy", "Fix: Use a temperature from 0.01 to 2"),
+        ({"pairing": {"temperature": 50}}, "pairing.temperature", "less than or equal to 10", "Fix: Use a PFSP temperature"),
+        ({"solve": {"max_new_tokens": 100000000}}, "solve.max_new_tokens", "less than or equal to 32768",
+         "Fix: Give the new tokens an answer needs, at most 32768"),
+        ({"bench": {"cruxeval": {"max_new_tokens": 100000000}}}, "bench.cruxeval.max_new_tokens",
+         "less than or equal to 32768", "at most 32768"),
+        ({"solve": {"max_new_tokens": 1024}}, "solve.max_new_tokens", "leave no room for the prompt in update.max_seq_len = 1024",
+         "Fix: Lower solve.max_new_tokens below update.max_seq_len (1024)"),
+        ({"propose": {"max_new_tokens": 4096}, "update": {"max_seq_len": 2048}}, "propose.max_new_tokens",
+         "(got 4096)", "Fix: Lower propose.max_new_tokens below update.max_seq_len (2048)"),
+        ({"sampler": {"engine": "vllm"}, "bench": {"max_new_tokens": 2048}}, "bench.max_new_tokens",
+         "vLLM's max_model_len", "Fix: Lower bench.max_new_tokens below update.max_seq_len (1024)"),
+    ],
+)
+def test_params_that_would_fail_later_are_refused(tmp_path, raw, key, problem, fix):
+    message = _refused_by_cli_and_loader(tmp_path, raw)
+    line = next((line for line in message.splitlines() if line.strip().startswith(f"{key}:")), None)
+    assert line is not None, message
+    assert problem in line and fix in line, line
+
+
+def test_the_three_bad_params_of_one_file_are_reported_together(tmp_path):
+    bad = tmp_path / "params.yaml"
+    bad.write_text(yaml.safe_dump({"model": {"base_model": "./models/missing"}, "solve": {"temperature": 1e9,
+                                                                                        "max_new_tokens": 100000000}}))
+    result = subprocess.run([sys.executable, "-m", "populora.config", str(bad)], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 2
+    for key in ("model.base_model", "solve.temperature", "solve.max_new_tokens"):
+        assert f"  {key}: " in result.stderr and "Fix: " in result.stderr.split(f"  {key}: ")[1].splitlines()[0], result.stderr
+
+
+def test_base_model_accepts_the_embedded_model_hub_ids_and_existing_folders(tmp_path, monkeypatch):
+    for value in ("smollm2", "Qwen/Qwen2.5-7B", "HuggingFaceTB/SmolLM2-135M-Instruct", "gpt2"):
+        assert parse_params({"model": {"base_model": value}}).model.base_model == value
+    folder = tmp_path / "project" / "models" / "base"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path / "project")  # relative paths resolve from the working directory, as the stage's
+    for value in (str(folder), "models/base", "./models/base", "../project/models/base/"):
+        parse_params({"model": {"base_model": value}})
+    monkeypatch.setenv("HOME", str(tmp_path / "project"))
+    parse_params({"model": {"base_model": "~/models/base"}})
+    with pytest.raises(ParamsError, match=r"model.base_model: no folder at .*models/other"):
+        parse_params({"model": {"base_model": "~/models/other"}})
+    (folder / "config.json").unlink()  # a folder, but not a model's (what the base_model stage would choke on)
+    with pytest.raises(ParamsError, match=r"model.base_model: .*is not a Hugging Face model folder \(no config.json"):
+        parse_params({"model": {"base_model": "models/base"}})
+
+
+@pytest.mark.parametrize("temperature", [0, 0.01, 1.0, 10])
+def test_greedy_and_sane_temperatures_pass(temperature):
+    parse_params({"propose": {"temperature": temperature}, "solve": {"temperature": temperature}})
+
+
+def test_benchmark_budgets_meet_the_window_only_on_vllm():
+    """The hf engine's benchmark passes are not trained and have no window of ours; vLLM's is update.max_seq_len."""
+    assert parse_params({"bench": {"max_new_tokens": 4096}}).bench.max_new_tokens == 4096
+    with pytest.raises(ParamsError, match="bench.max_new_tokens"):
+        parse_params({"sampler": {"engine": "vllm"}, "bench": {"max_new_tokens": 4096}})
+    parse_params({"sampler": {"engine": "vllm"}, "bench": {"max_new_tokens": 4096}, "update": {"max_seq_len": 8192}})
+
+
+@pytest.mark.parametrize("overlay", sorted(path.name for path in (REPO / "params").glob("*.yaml")) + ["tiny"])
+def test_every_overlay_still_validates(overlay):
+    from populora.config import merge
+
+    path = TINY_PARAMS if overlay == "tiny" else REPO / "params" / overlay
+    raw = merge(yaml.safe_load((REPO / "params.yaml").read_text()), yaml.safe_load(path.read_text()))
+    if "livecodebench" in raw["bench"].get("benchmarks", ()):  # it needs the hub or a local copy to validate
+        raw["bench"]["benchmarks"] = [b for b in raw["bench"]["benchmarks"] if b != "livecodebench"]
+    parse_params(raw, str(path))
+
+
+def test_fix_messages_keep_acronyms_and_start_with_a_capital():
+    from pydantic import BaseModel
+
+    from populora.config import _FIXES, Params, _describe, lower_first
+
+    assert lower_first("LoRA rank r.") == "LoRA rank r." and lower_first("CPU-time limit.") == "CPU-time limit."
+    assert lower_first("Sampling temperature.") == "sampling temperature." and lower_first("A cap.") == "a cap."
+    for raw, key, expected in [({"lora": {"rank": 0}}, "lora.rank", "Fix: Expected LoRA rank r"),
+                               ({"verify": {"timeout_s": 0}}, "verify.timeout_s", "Fix: Expected CPU-time limit")]:
+        with pytest.raises(ParamsError) as error:
+            parse_params(raw)
+        assert key in str(error.value) and expected in str(error.value), str(error.value)
+
+    def keys(model, prefix=""):
+        for name in type(model).model_fields:
+            value = getattr(model, name)
+            nested = isinstance(value, BaseModel)
+            yield from keys(value, f"{prefix}{name}.") if nested else [f"{prefix}{name}"]
+
+    fixes = {key: _describe(key) for key in keys(Params())} | _FIXES
+    assert len(fixes) > 100
+    for key, fix in fixes.items():
+        assert fix[:1].isupper(), (key, fix)
+        first = fix.removeprefix("Expected ").split(maxsplit=1)[0]
+        assert not (first[:1].islower() and first != first.lower() and first[1:] != first[1:].lower()), (key, fix)
+    with pytest.raises(ParamsError, match=r"propose.tempreature: unknown key. Fix: Remove it"):
+        parse_params({"propose": {"tempreature": 0.5}})
+    with pytest.raises(ParamsError, match=r"bench.cruxeval.promt: unknown key. Fix: Remove it or use one of: "
+                                          r"max_new_tokens, prompt, worked_examples"):
+        parse_params({"bench": {"cruxeval": {"promt": "official"}}})

@@ -41,8 +41,8 @@ def queued_from(cwd: str | Path) -> Path | None:
 def project_path(value: str | os.PathLike) -> Path:
     """`value` as an absolute path: relative to the working directory (the project root), or,
     when it does not exist there and this runs in a DVC temporary workspace, to the project
-    the experiment was queued from."""
-    path = Path(value)
+    the experiment was queued from. A leading `~` is the home folder."""
+    path = Path(value).expanduser()
     if path.is_absolute() or path.exists():
         return path.resolve()
     origin = queued_from(Path.cwd())

@@ -15,6 +15,7 @@ stages/dynamics.py). Either arm may be missing.
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -31,6 +32,7 @@ from populora.report.panels import PANELS, TASK_TYPES, sample_size_keys  # noqa:
 COMPLEXITY = ("ast_depth", "cyclomatic_complexity", "loc", "distinct_variables")
 COMPLEXITY_TITLES = {"ast_depth": "AST depth", "cyclomatic_complexity": "cyclomatic complexity",
                      "loc": "lines of code", "distinct_variables": "distinct variables"}
+TITLE_WIDTH = 44  # characters per line of a subplot title: one of a 13-inch row of three, at 9 pt
 
 
 def _series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
@@ -86,8 +88,9 @@ def _panel(ax, dynamics: dict[str, list[dict]], key: str, title: str) -> None:
 
 
 def _finish_generation_axes(ax, title: str, drawn: bool) -> None:
-    """Title, generation x axis with whole-number ticks, grid, and a legend or a "no data" mark."""
-    ax.set_title(title, fontsize=10)
+    """Title (wrapped: long ones would run into their neighbours'), generation x axis with whole-number
+    ticks, grid, and a legend or a "no data" mark."""
+    ax.set_title("\n".join(textwrap.wrap(title, TITLE_WIDTH)), fontsize=9)
     ax.set_xlabel("generation", fontsize=9)
     ax.grid(alpha=0.3)
     if drawn:
@@ -102,13 +105,13 @@ def plot_dynamics(dynamics: dict[str, list[dict]], path: Path) -> None:
     subplots = [(field, title) for panel in PANELS for field, title in zip(panel.fields, panel.field_titles)]
     columns = 3
     rows = -(-len(subplots) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(13, 3.3 * rows), squeeze=False)
+    # constrained layout makes room for two-line titles and the suptitle (tight_layout let them overlap)
+    fig, axes = plt.subplots(rows, columns, figsize=(13, 3.4 * rows), squeeze=False, layout="constrained")
     for ax, (key, title) in zip(axes.flat, subplots):
         _panel(ax, dynamics, key, title)
     for ax in list(axes.flat)[len(subplots):]:
         ax.axis("off")
     fig.suptitle("Training dynamics: population vs baseline (bands: 95% Wilson; n per point)")
-    fig.tight_layout()
     write_figure(path, fig, dpi=110)
     plt.close(fig)
 
