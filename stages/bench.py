@@ -41,8 +41,6 @@ memory in vLLM's CPU build), so their retry starts over.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import time
 from pathlib import Path
@@ -50,6 +48,7 @@ from pathlib import Path
 from populora.bench import BenchError
 from populora.bench.lmeval import TASKS_DIR
 from populora.bench.models import base_model_entry, exported_models
+from populora.bench.partial import Partial
 from populora.bench.runners import run_benchmark
 from populora.bench.settings import settings_for
 from populora.config import benchmarked_refs
@@ -83,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
             # Our engine serves every model at once: one engine started and freed per model leaked host
             # memory in vLLM's CPU build (the vLLM lane's bench jobs ran out of KV-cache memory, 2026-11-25)
             results = run_resumable(settings, models, Path(args.base_model), tmp, Path(args.results), log)
-        else:  # hf: every member in one stacked pass
-            results = run_benchmark(settings, models, Path(args.base_model), tmp, log)
+        else:  # hf: every member in one stacked pass; finished problems kept in <results>.partial/
+            partial = Partial(Path(f"{args.results}{PARTIAL}"), settings, Path(args.base_model))
+            results = run_benchmark(settings, models, Path(args.base_model), tmp, log, partial=partial)
     except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(error, BenchError):
@@ -108,36 +108,24 @@ PARTIAL = ".partial"  # beside --results: the models an earlier attempt finished
 
 def run_resumable(settings, models, base_model: Path, out: Path, results: Path, log) -> dict[str, dict]:
     """`run_benchmark` one model at a time, each finished model kept in `<results>.partial/` (its result
-    and folder) under a key; a model whose key matches is taken back instead of run again."""
+    and folder) under a key; a model whose key matches is taken back instead of run again, and the
+    one that was running takes back its finished requests (lm-eval's request cache)."""
     keep = Path(f"{results}{PARTIAL}")
     keep.mkdir(parents=True, exist_ok=True)
+    partial = Partial(keep, settings, base_model)
     done = {}
     for model in models:
-        key, saved = _key(settings, base_model, model), keep / f"{model.name}.json"
+        key, saved = partial.key(model), keep / f"{model.name}.json"
         record = read_json(saved) if saved.is_file() else {}
         if record.get("key") == key and (keep / model.name).is_dir():
             log.info("%s on %s: kept from an earlier attempt (%s)", model.name, settings.benchmark, keep)
             done[model.name] = record["result"]
         else:
             shutil.rmtree(keep / model.name, ignore_errors=True)
-            done.update(run_benchmark(settings, [model], base_model, keep, log))
+            done.update(run_benchmark(settings, [model], base_model, keep, log, partial=partial))
             write_json(saved, {"key": key, "result": done[model.name]})
         shutil.copytree(keep / model.name, out / model.name)
     return done
-
-
-def _key(settings, base_model: Path, model) -> str:
-    """What a model's result depends on: the benchmark's resolved settings (what it reads of params), the
-    project's code, the base model's and the adapter's files (names, sizes, modification times)."""
-    def files(folder):
-        return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in Path(folder).iterdir() if p.is_file())
-
-    root = Path(__file__).resolve().parents[1]  # any change to the project's code: run again
-    code = hashlib.sha256(b"".join(p.read_bytes() for folder in ("populora", "stages", "workflow/lm_eval_tasks")
-                                   for p in sorted((root / folder).rglob("*.py")))).hexdigest()
-    parts = {"settings": repr(settings), "code": code, "base": files(base_model),
-             "adapter": files(model.adapter) if model.adapter else None, "model": model.name}
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
 if __name__ == "__main__":
