@@ -30,13 +30,20 @@ problems in file order (null: all). Only the members of the roles in `bench.role
 
 The folder appears only when every model's benchmark succeeded (staged, then moved into place); a
 missing data file, an adapter that does not load or a harness error exits non-zero with a message
-that names the file or model and the fix, leaving earlier results untouched. With `sampler.engine:
-vllm` the math benchmarks (lm-eval's vllm model, one process per model) run model by model and each
-finished one is kept in `<results>.partial/` with a key of everything that made it (the benchmark's
-settings, code, base and adapter files): a retry after a failure or a SLURM time-out takes those back
-and runs only the rest; the folder goes once the results are in place. The other families serve every
-model from one engine in one pass (starting and freeing an engine per model in one process leaked
-memory in vLLM's CPU build), so their retry starts over.
+that names the file or model and the fix, leaving earlier results untouched.
+
+A job that is killed (a SLURM time-out, SIGKILL, a failure) keeps what it finished in
+`<results>.partial/`, under a key of everything that made it (the benchmark's settings, the
+project's code, the base model's and each adapter's files: `populora.bench.partial`), and a rerun
+takes it back: CRUXEval, EvalPlus and LiveCodeBench generate in pieces of problems, each piece
+kept as it finishes, so the rerun generates only the other pieces, in the batches an uninterrupted
+run would have used; lm-eval keeps every finished request in its own request cache (`use_cache`:
+the bare base, batch by batch), and the stacked members' pass keeps every member's generations
+batch by batch. With `sampler.engine: vllm` the math benchmarks (lm-eval's vllm model, one process
+per model) run model by model and each finished model is kept whole; lm-eval hands vLLM all of a
+model's requests at once, so its request cache there fills only when that model's generation
+ends. The folder goes once the results are in place. Progress (generation, grading, checks) is a bar on a terminal and a
+plain log line every 30 s elsewhere (`populora.core.progress`).
 """
 
 from __future__ import annotations
@@ -103,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-PARTIAL = ".partial"  # beside --results: the models an earlier attempt finished
+PARTIAL = ".partial"  # beside --results: what an earlier attempt finished (populora.bench.partial)
 
 
 def run_resumable(settings, models, base_model: Path, out: Path, results: Path, log) -> dict[str, dict]:

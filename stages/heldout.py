@@ -12,7 +12,10 @@ An empty pool writes empty scores and loads no model.
 
 from __future__ import annotations
 
+import logging
+
 from populora.core.io import read_jsonl, write_json
+from populora.core.progress import Progress
 from populora.core.state import adapter_dirs, load_state
 from populora.lm.engines import load_sampler
 from populora.lm.sampling import GenRow, run_plans
@@ -21,6 +24,8 @@ from populora.selfplay.parsing import parse_answer
 from populora.selfplay.prompts import chat_wrapper
 from populora.verifier import IsolationError, grade_rows, sandbox_for
 from stages._common import setup, stage_parser, timed
+
+log = logging.getLogger("heldout")
 
 
 def score_members(params, model, tokenizer, pool: list[dict], members: list[str | None],
@@ -35,7 +40,8 @@ def score_members(params, model, tokenizer, pool: list[dict], members: list[str 
     for (meta, _), result in zip(jobs, results):
         answer, reason = parse_answer(result.completion, meta["type"], mode=cfg.mode, truncated=result.truncated)
         rows.append({**meta, "answer": answer, "parse_reason": reason})
-    table = verdict_table(grade_rows(pool, rows, params.verify, sandbox=sandbox))
+    with Progress(len(rows), "heldout grading", unit="answers", log=log) as progress:
+        table = verdict_table(grade_rows(pool, rows, params.verify, sandbox=sandbox, progress=progress.update))
     return heldout_metrics(table, pool, roles), table
 
 

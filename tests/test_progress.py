@@ -70,7 +70,7 @@ def test_work_kept_from_before_counts_but_does_not_speed_up_the_estimate(capture
     progress = Progress(100, "cruxeval_o", unit="problems", log=log, every_s=10, initial=50, clock=clock, mode="log")
     clock.now = 10
     progress.update(10)
-    assert stream.getvalue().splitlines() == ["cruxeval_o: 60/100 problems (60%), 10.0 s elapsed, ~40.0 s left"]
+    assert stream.getvalue().splitlines() == ["cruxeval_o: 60/100 problems (60%), 10.0 s elapsed, ~40 s left"]
 
 
 def test_on_a_terminal_a_bar_is_drawn_and_disabled_reports_nothing(captured, monkeypatch):
@@ -89,6 +89,7 @@ def test_on_a_terminal_a_bar_is_drawn_and_disabled_reports_nothing(captured, mon
 
 def test_durations():
     assert [duration(s) for s in (0.04, 59.94, 61, 3725)] == ["0.0 s", "59.9 s", "1 min 01 s", "1 h 02 min"]
+    assert duration(6.6, tenths=False) == "7 s"
 
 
 def test_a_stage_log_holds_plain_progress_lines(tmp_path):

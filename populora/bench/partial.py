@@ -17,8 +17,11 @@ in place; a failure, a SLURM time-out or a SIGKILL leaves it for the rerun.
   uninterrupted run would have and ends with the same answers. Scoring (the sandbox, evalplus's
   checks) and the gold answers' log-likelihood run over every problem after generation, each time.
 * lm-eval: its request cache (`use_cache`, a sqlite file per model that lm-eval fills as requests
-  finish) at `lm_eval_cache(model)`, `_lm_eval/<model>-<key>`; the stacked members' pass keeps its
-  generations per batch in `_lm_eval/members-<key>.jsonl` (populora/bench/lmeval.py).
+  finish: batch by batch with its hf model; with its vllm model, which is given every request at
+  once, when the model's generation ends) at `lm_eval_cache(model)`, `_lm_eval/<model>-<key>`. The
+  stacked members' pass generates every member's answers at the first member's requests, so it
+  keeps them itself, per batch, in `_lm_eval/members-<key>.jsonl` (populora/bench/lmeval.py): a
+  per-model cache would hold only the first member's.
 """
 
 from __future__ import annotations

@@ -53,10 +53,10 @@ def progress_every_s() -> float:
         return DEFAULT_EVERY_S
 
 
-def duration(seconds: float) -> str:
-    """12.3 s, 4 min 05 s, 2 h 03 min."""
+def duration(seconds: float, *, tenths: bool = True) -> str:
+    """12.3 s (12 s without `tenths`), 4 min 05 s, 2 h 03 min."""
     if seconds < 60:
-        return f"{seconds:.1f} s"
+        return f"{seconds:.1f} s" if tenths else f"{round(seconds)} s"
     if seconds < 3600:
         return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
     return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60):02d} min"
@@ -141,7 +141,7 @@ class Progress:
             text += f", {duration(elapsed)} elapsed"
             done = self.n - self.initial
             if self.total is not None and done > 0 and elapsed > 0:
-                text += f", ~{duration(max(0, self.total - self.n) * elapsed / done)} left"
+                text += f", ~{duration(max(0, self.total - self.n) * elapsed / done, tenths=False)} left"
         return text + (f"; {self.note}" if self.note else "")
 
     def _emit(self, text: str) -> None:
