@@ -151,14 +151,16 @@ def expected_outputs(problems: dict[str, dict], dataset: str) -> dict[str, dict]
 
     not_none = MBPP_OUTPUT_NOT_NONE_TASKS if dataset == "mbpp" else []
     expected = {}
-    for task_id, problem in problems.items():
-        code = problem["prompt"] + problem["canonical_solution"]
-        oracle = {}
-        for split in ("base", "plus"):
-            oracle[split], oracle[f"{split}_time"] = trusted_exec(
-                code, problem[f"{split}_input"], problem["entry_point"], record_time=True,
-                output_not_none=problem["entry_point"] in not_none)
-        expected[task_id] = oracle
+    with Progress(len(problems), f"{dataset} expected outputs", unit="problems", log=log) as progress:
+        for task_id, problem in problems.items():
+            code = problem["prompt"] + problem["canonical_solution"]
+            oracle = {}
+            for split in ("base", "plus"):
+                oracle[split], oracle[f"{split}_time"] = trusted_exec(
+                    code, problem[f"{split}_input"], problem["entry_point"], record_time=True,
+                    output_not_none=problem["entry_point"] in not_none)
+            expected[task_id] = oracle
+            progress.update()
     return expected
 
 

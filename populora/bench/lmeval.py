@@ -16,6 +16,12 @@ lm-eval runs once per member, but the first run generates the answers of all mem
 pass (each row through its member's adapter) and the others take theirs from it, so prompts,
 post-processing, filters and metrics are lm-eval's own for every member. `limit=N` makes
 lm-eval evaluate the first N documents of the test file, in file order.
+
+A killed job's finished requests are kept for the rerun (`populora.bench.partial`): lm-eval's own
+request cache (`use_cache`) for a model run alone, and for the members' pass a store of every
+member's generated ids per batch (lm-eval's cache is per model, and the first member's requests
+generate everyone's answers). Progress: one unit per finished request, as plain log lines off a
+terminal (`populora.core.progress`), instead of lm-eval's tqdm bar.
 """
 
 from __future__ import annotations
