@@ -1,0 +1,15 @@
+"""The pipeline's stages, one thin command line each (`python -m stages.<name>`; README "The pipeline").
+
+Off a terminal (a stage log, SLURM's output file) the progress bars of the libraries the stages call
+(transformers, lm-eval, datasets) would fill the logs with carriage returns: before any of them is
+imported, this package turns tqdm off where a caller does not choose, and redraws at most once a
+minute where one does (tqdm's TQDM_* environment defaults; a value the user set wins). The stages'
+own progress is `populora.core.progress`: plain log lines there.
+"""
+
+import os as _os
+import sys as _sys
+
+if not (getattr(_sys.stderr, "isatty", None) and _sys.stderr.isatty()):
+    _os.environ.setdefault("TQDM_DISABLE", "1")
+    _os.environ.setdefault("TQDM_MININTERVAL", "60")

@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 
 from populora.config import ParamsError, VerifySection, load_params
+from populora.core.progress import Progress
 from populora.sandbox import Sandbox
 from populora.verifier import IsolationError, open_sandbox, verify_config
 from stages._common import configure_logging
@@ -70,8 +70,8 @@ def read_rows(path: str) -> list:
     return rows
 
 
-def progress_bar(total: int, what: str):
-    """A tqdm callback (silent when stderr is not a terminal)."""
-    from tqdm import tqdm
-    bar = tqdm(total=total, desc=what, unit="row", disable=None, file=sys.stderr)
-    return bar, bar.update
+def progress_bar(total: int, what: str, unit: str = "rows"):
+    """(the loop's progress, its callback): a bar on a terminal, else a log line through the stage's
+    logger every 30 s and a final one (`populora.core.progress`)."""
+    progress = Progress(total, what, unit=unit, log=logging.getLogger(what))
+    return progress, progress.update

@@ -30,19 +30,24 @@ problems in file order (null: all). Only the members of the roles in `bench.role
 
 The folder appears only when every model's benchmark succeeded (staged, then moved into place); a
 missing data file, an adapter that does not load or a harness error exits non-zero with a message
-that names the file or model and the fix, leaving earlier results untouched. With `sampler.engine:
-vllm` the math benchmarks (lm-eval's vllm model, one process per model) run model by model and each
-finished one is kept in `<results>.partial/` with a key of everything that made it (the benchmark's
-settings, code, base and adapter files): a retry after a failure or a SLURM time-out takes those back
-and runs only the rest; the folder goes once the results are in place. The other families serve every
-model from one engine in one pass (starting and freeing an engine per model in one process leaked
-memory in vLLM's CPU build), so their retry starts over.
+that names the file or model and the fix, leaving earlier results untouched.
+
+A job that is killed (a SLURM time-out, SIGKILL, a failure) keeps what it finished in
+`<results>.partial/`, under a key of everything that made it (the benchmark's settings, the
+project's code, the base model's and each adapter's files: `populora.bench.partial`), and a rerun
+takes it back: CRUXEval, EvalPlus and LiveCodeBench generate in pieces of problems, each piece
+kept as it finishes, so the rerun generates only the other pieces, in the batches an uninterrupted
+run would have used; lm-eval keeps every finished request in its own request cache (`use_cache`:
+the bare base, batch by batch), and the stacked members' pass keeps every member's generations
+batch by batch. With `sampler.engine: vllm` the math benchmarks (lm-eval's vllm model, one process
+per model) run model by model and each finished model is kept whole; lm-eval hands vLLM all of a
+model's requests at once, so its request cache there fills only when that model's generation
+ends. The folder goes once the results are in place. Progress (generation, grading, checks) is a bar on a terminal and a
+plain log line every 30 s elsewhere (`populora.core.progress`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import time
 from pathlib import Path
@@ -50,6 +55,7 @@ from pathlib import Path
 from populora.bench import BenchError
 from populora.bench.lmeval import TASKS_DIR
 from populora.bench.models import base_model_entry, exported_models
+from populora.bench.partial import Partial
 from populora.bench.runners import run_benchmark
 from populora.bench.settings import settings_for
 from populora.config import benchmarked_refs
@@ -83,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
             # Our engine serves every model at once: one engine started and freed per model leaked host
             # memory in vLLM's CPU build (the vLLM lane's bench jobs ran out of KV-cache memory, 2026-11-25)
             results = run_resumable(settings, models, Path(args.base_model), tmp, Path(args.results), log)
-        else:  # hf: every member in one stacked pass
-            results = run_benchmark(settings, models, Path(args.base_model), tmp, log)
+        else:  # hf: every member in one stacked pass; finished problems kept in <results>.partial/
+            partial = Partial(Path(f"{args.results}{PARTIAL}"), settings, Path(args.base_model))
+            results = run_benchmark(settings, models, Path(args.base_model), tmp, log, partial=partial)
     except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(error, BenchError):
@@ -103,41 +110,29 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-PARTIAL = ".partial"  # beside --results: the models an earlier attempt finished
+PARTIAL = ".partial"  # beside --results: what an earlier attempt finished (populora.bench.partial)
 
 
 def run_resumable(settings, models, base_model: Path, out: Path, results: Path, log) -> dict[str, dict]:
     """`run_benchmark` one model at a time, each finished model kept in `<results>.partial/` (its result
-    and folder) under a key; a model whose key matches is taken back instead of run again."""
+    and folder) under a key; a model whose key matches is taken back instead of run again, and the
+    one that was running takes back its finished requests (lm-eval's request cache)."""
     keep = Path(f"{results}{PARTIAL}")
     keep.mkdir(parents=True, exist_ok=True)
+    partial = Partial(keep, settings, base_model)
     done = {}
     for model in models:
-        key, saved = _key(settings, base_model, model), keep / f"{model.name}.json"
+        key, saved = partial.key(model), keep / f"{model.name}.json"
         record = read_json(saved) if saved.is_file() else {}
         if record.get("key") == key and (keep / model.name).is_dir():
             log.info("%s on %s: kept from an earlier attempt (%s)", model.name, settings.benchmark, keep)
             done[model.name] = record["result"]
         else:
             shutil.rmtree(keep / model.name, ignore_errors=True)
-            done.update(run_benchmark(settings, [model], base_model, keep, log))
+            done.update(run_benchmark(settings, [model], base_model, keep, log, partial=partial))
             write_json(saved, {"key": key, "result": done[model.name]})
         shutil.copytree(keep / model.name, out / model.name)
     return done
-
-
-def _key(settings, base_model: Path, model) -> str:
-    """What a model's result depends on: the benchmark's resolved settings (what it reads of params), the
-    project's code, the base model's and the adapter's files (names, sizes, modification times)."""
-    def files(folder):
-        return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in Path(folder).iterdir() if p.is_file())
-
-    root = Path(__file__).resolve().parents[1]  # any change to the project's code: run again
-    code = hashlib.sha256(b"".join(p.read_bytes() for folder in ("populora", "stages", "workflow/lm_eval_tasks")
-                                   for p in sorted((root / folder).rglob("*.py")))).hexdigest()
-    parts = {"settings": repr(settings), "code": code, "base": files(base_model),
-             "adapter": files(model.adapter) if model.adapter else None, "model": model.name}
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
 if __name__ == "__main__":

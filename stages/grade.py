@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         return REFUSED
     with box:
         start = time.perf_counter()
-        bar, update = progress_bar(len(answers), "grade")
+        bar, update = progress_bar(len(answers), "grade", "answers")
         with bar:
             out = grade_rows(tasks, answers, config, sandbox=box, progress=update)
         elapsed = time.perf_counter() - start

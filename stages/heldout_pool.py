@@ -19,6 +19,7 @@ from __future__ import annotations
 import random
 
 from populora.core.io import write_json, write_jsonl
+from populora.core.progress import Progress
 from populora.core.seeds import derive_seed
 from populora.lm.engines import load_sampler
 from populora.lm.sampling import GenRow, run_plans
@@ -60,7 +61,9 @@ def build_pool(params, model, tokenizer, seeds: list[dict], sandbox, log) -> lis
                             desc=f"heldout pool round {round_index}")
         rows = mark_duplicates(proposal_rows(jobs, results, mode=cfg.mode, n_inputs=cfg.code_f_inputs), [*seeds, *pool])
         parsed = [row for row in rows if row["parse_reason"] is None]
-        verified = verify_rows(parsed, params.verify, sandbox=sandbox, code_f_inputs=cfg.code_f_inputs)
+        with Progress(len(parsed), f"heldout pool round {round_index} verify", unit="proposals", log=log) as progress:
+            verified = verify_rows(parsed, params.verify, sandbox=sandbox, code_f_inputs=cfg.code_f_inputs,
+                                   progress=progress.update)
         pool = accept_into_pool(pool, verified, seeds, per_type=per_type, types=types)
         log.info("round %d: %d proposals, %d parsed, %d valid; pool %s", round_index, len(rows), len(parsed),
                  sum(r["valid"] for r in verified), {t: sum(p["type"] == t for p in pool) for t in types})

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.isolation:
             write_json(args.isolation, isolation_report(box, config))
         start = time.perf_counter()
-        bar, update = progress_bar(len(rows), "verify")
+        bar, update = progress_bar(len(rows), "verify", "proposals")
         with bar:
             out = verify_rows(rows, config, sandbox=box, progress=update, code_f_inputs=code_f_inputs_of(args))
         if reject_copyable_of(args):

@@ -18,6 +18,7 @@ pass (`run`) and scoring, and what they share:
 * `runners`        the literal table from a family to its `run`, and `run_benchmark`;
 * `models`         the benchmarked models: the bare base, an arm's exported members;
 * `settings`       one benchmark's settings, resolved once from params (`settings_for`);
+* `partial`        what a killed bench job keeps in `<results>.partial/` and a rerun takes back;
 * `stats`          Wilson intervals per result, paired-bootstrap intervals of differences;
 * `diagnostics`    answer diagnostics (truncated, no answer, copies of the input or an argument);
 * the flat `results/metrics.json`, the report and its figures are in `populora.report`.

@@ -33,12 +33,14 @@ from typing import TYPE_CHECKING
 from populora.bench import BenchError
 from populora.bench.gold_loglik import GoldItem, gold_logprobs
 from populora.core.io import write_jsonl
+from populora.core.progress import Progress
 from populora.selfplay import prompts
 from populora.selfplay.parsing import parse_answer
 from populora.selfplay.roles import make_plan
 
 if TYPE_CHECKING:  # annotations only: the runner table (runners.py) imports this module
     from populora.bench.models import BenchModel
+    from populora.bench.partial import Partial
     from populora.bench.settings import BenchSettings
 
 BENCHMARKS = {"cruxeval_o": "code_o", "cruxeval_i": "code_i"}
@@ -212,9 +214,12 @@ def gold_item(task: dict, plan: prompts.Plan, adapter: str | None, prompt: str) 
 
 # ---------------------------------------------------------------- the runner
 
-def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log) -> dict[str, dict]:
-    """CRUXEval-O/-I of every model in one generation pass (rows select their model's adapter)."""
+def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log,
+        partial: Partial | None = None) -> dict[str, dict]:
+    """CRUXEval-O/-I of every model in one generation pass (rows select their model's adapter), in
+    pieces of problems kept in `partial` as they finish (`populora.bench.partial`)."""
     from populora.bench.diagnostics import answer_diagnostics
+    from populora.bench.partial import generate_in_pieces, piece_size
     from populora.lm.sampling import GenRow, run_plans
     from populora.selfplay.prompts import chat_wrapper
     from populora.verifier import grade_rows
@@ -231,31 +236,44 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
     tokenizer, lm = settings.load_model(base_model, adapters)
     built = plans(tasks, pool_tasks, prompt=cfg.prompt, mode=settings.solve_mode, worked_examples=cfg.worked_examples,
                      chat=chat_wrapper(tokenizer))
+
+    def generate(indices: list[int], progress) -> dict[str, list[dict]]:
+        rows = [GenRow(built[i][0], model.name if model.adapter is not None else None)
+                for model in models for i in indices]
+        made = run_plans(lm, tokenizer, rows, temperature=0.0, top_p=1.0, max_new_tokens=settings.max_new_tokens,
+                         batch_size=settings.batch_size, seed=0, desc=bench, progress=progress)
+        return {model.name: [{"completion": o.completion, "truncated": o.truncated, "tokens": o.tokens_generated}
+                             for o in made[k * len(indices):(k + 1) * len(indices)]]
+                for k, model in enumerate(models)}
+
     start = time.perf_counter()
-    rows = [GenRow(plan, model.name if model.adapter is not None else None) for model in models for plan, _ in built]
-    outputs = run_plans(lm, tokenizer, rows, temperature=0.0, top_p=1.0, max_new_tokens=settings.max_new_tokens,
-                        batch_size=settings.batch_size, seed=0, desc=bench)
+    generated = generate_in_pieces(partial, models, [t["task_id"] for t in tasks], generate,
+                                   size=piece_size(settings, len(models)),
+                                   cost=lambda i: len(built[i][0].steps) * len(models), desc=bench, unit="steps",
+                                   log=log)
+    outputs = [output for model in models for output in generated[model.name]]
     generation_s = time.perf_counter() - start
     gold_items = [gold_item(task, plan, model.name if model.adapter is not None else None, cfg.prompt)
                   for model in models for task, (plan, _) in zip(tasks, built)]
     start = time.perf_counter()
     gold = gold_logprobs(lm, tokenizer, gold_items, batch_size=settings.batch_size) if hasattr(lm, "parameters") else None
     gold_s = time.perf_counter() - start
-    del lm
+    lm = None  # free the model before grading (the generate closure holds it too)
     all_tasks = tasks * len(models)
     answers = []
     for task, output in zip(all_tasks, outputs):
-        answer, reason = extract(output.completion, task_type, prompt=cfg.prompt, mode=settings.solve_mode,
-                                    truncated=output.truncated)
+        answer, reason = extract(output["completion"], task_type, prompt=cfg.prompt, mode=settings.solve_mode,
+                                 truncated=output["truncated"])
         answers.append({"task_id": task["task_id"], "answer": answer, "parse_reason": reason})
     log.info("grading %d answers in the verifier's sandbox", len(answers))
-    graded = grade_rows(all_tasks, answers, settings.verify)
+    with Progress(len(answers), f"{bench} grading", unit="answers", log=log) as progress:
+        graded = grade_rows(all_tasks, answers, settings.verify, progress=progress.update)
     results = {}
     for index, model in enumerate(models):
         part = slice(index * len(tasks), (index + 1) * len(tasks))
         samples = [{"task_id": t["task_id"], "type": task_type, "program": t["program"], "input": t["inputs"][0],
-                    "gold_output": t["outputs"][0], "examples": examples, "completion": o.completion,
-                    "truncated": o.truncated, "tokens": o.tokens_generated, "answer": g["answer"],
+                    "gold_output": t["outputs"][0], "examples": examples, "completion": o["completion"],
+                    "truncated": o["truncated"], "tokens": o["tokens"], "answer": g["answer"],
                     "parse_reason": g["parse_reason"], "correct": bool(g["correct"]), "reason": g["reason"]}
                    for t, (_, examples), o, g in zip(tasks, built, outputs[part], graded[part])]
         write_jsonl(out / model.name / "samples.jsonl", samples)
@@ -272,7 +290,7 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
             "mode": settings.solve_mode if cfg.prompt == "project" else "official",
             "worked_examples": cfg.worked_examples if cfg.prompt == "project" else 2,
             "generation_s": round(generation_s, 1), "models_in_pass": len(models),
-            "s_per_problem": round(generation_s / max(1, len(rows)), 2),
+            "s_per_problem": round(generation_s / max(1, len(outputs)), 2),
             "tokens": sum(row["tokens"] for row in samples), "harness": "populora.verifier",
             "data": str(data_dir) if data_dir else OFFICIAL_URL}
     return results

@@ -4,7 +4,8 @@ evalplus 0.3.1 does them.
     results = run(settings, models, base_model, out, log)     # every model in one generation pass
 
 Generation runs the prompts of `evalplus.codegen` in batches through `model.generate` (left
-padding, greedy), with a tqdm bar, every model's rows in one pass (stacked adapters). What is
+padding, greedy), every model's rows in one pass (stacked adapters), in pieces of problems kept
+for a rerun (`populora.bench.partial`), with progress lines (`populora.core.progress`). What is
 reused from evalplus, so scores stay comparable with `evalplus.codegen --greedy`:
 
 * the instruct prompt: `make_raw_chat_prompt` with evalplus's instruction and response prefixes
@@ -39,11 +40,12 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import logging
 import multiprocessing
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from importlib.metadata import version
@@ -51,11 +53,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from populora.bench import CODE_BENCHMARKS, BenchError, data_file
+from populora.bench.partial import Partial, piece_size
 from populora.core.io import write_jsonl
+from populora.core.progress import Progress
 
 if TYPE_CHECKING:
     from populora.bench.models import BenchModel
     from populora.bench.settings import BenchSettings
+
+log = logging.getLogger(__name__)
 
 # AZR's evaluation flags (`--min-time-limit 10 --gt-time-limit-factor 8`; evalplus defaults are
 # 1 s and 4x): generous limits keep a slow shared CPU from turning correct solutions into timeouts.
@@ -145,14 +151,16 @@ def expected_outputs(problems: dict[str, dict], dataset: str) -> dict[str, dict]
 
     not_none = MBPP_OUTPUT_NOT_NONE_TASKS if dataset == "mbpp" else []
     expected = {}
-    for task_id, problem in problems.items():
-        code = problem["prompt"] + problem["canonical_solution"]
-        oracle = {}
-        for split in ("base", "plus"):
-            oracle[split], oracle[f"{split}_time"] = trusted_exec(
-                code, problem[f"{split}_input"], problem["entry_point"], record_time=True,
-                output_not_none=problem["entry_point"] in not_none)
-        expected[task_id] = oracle
+    with Progress(len(problems), f"{dataset} expected outputs", unit="problems", log=log) as progress:
+        for task_id, problem in problems.items():
+            code = problem["prompt"] + problem["canonical_solution"]
+            oracle = {}
+            for split in ("base", "plus"):
+                oracle[split], oracle[f"{split}_time"] = trusted_exec(
+                    code, problem[f"{split}_input"], problem["entry_point"], record_time=True,
+                    output_not_none=problem["entry_point"] in not_none)
+            expected[task_id] = oracle
+            progress.update()
     return expected
 
 
@@ -183,16 +191,28 @@ def _check_serially(dataset: str, problems: dict[str, dict], expected: dict[str,
     return verdicts
 
 
+CHECK_CHUNK = 10  # solutions per call into the checking worker: how often progress is reported
+
+
 def check_solutions(dataset: str, problems: dict[str, dict], expected: dict[str, dict],
-                    solutions: dict[str, str]) -> dict[str, dict]:
+                    solutions: dict[str, str], *, desc: str = "evalplus checks", log=log) -> dict[str, dict]:
     """evalplus's verdict per task: {"base_status", "plus_status", "base_passed_tests", "plus_passed_tests"}.
 
     The checks run in one freshly *spawned* worker: evalplus's sandbox forks and caps the address
     space at 4 GiB, which a fork of this process (torch, a model, maybe a CUDA context) exceeds.
+    They go to it `CHECK_CHUNK` solutions at a time, the progress (`desc`) counted between calls.
     """
+    ids = list(solutions)
+    verdicts: dict[str, dict] = {}
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-        return pool.submit(_check_serially, dataset, problems, expected, solutions).result()
+    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool, \
+            Progress(len(ids), desc, unit="solutions", log=log) as progress:
+        for start in range(0, len(ids), CHECK_CHUNK):
+            part = ids[start:start + CHECK_CHUNK]
+            verdicts.update(pool.submit(_check_serially, dataset, {t: problems[t] for t in part},
+                                        {t: expected[t] for t in part}, {t: solutions[t] for t in part}).result())
+            progress.update(len(part))
+    return verdicts
 
 
 def pass_at_1(verdicts: dict[str, dict]) -> dict[str, float]:
@@ -271,77 +291,99 @@ def cut_at_stops(text: str, stops: list[str]) -> str:
 
 
 def greedy_generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch_size: int,
-                    stops: list[str], desc: str = "generate",
-                    adapter_names: list[str | None] | None = None) -> list[tuple[str, int, bool]]:
+                    stops: list[str], desc: str = "generate", adapter_names: list[str | None] | None = None,
+                    progress: Progress | None = None) -> list[tuple[str, int, bool]]:
     """(text cut at the first stop, new tokens, hit the token limit) per prompt, in order.
 
     `adapter_names` (one per prompt) routes each row through its adapter on a stacked multi-LoRA
-    model (`populora.lm.multilora`), so several models' prompts share the batches."""
-    if hasattr(model, "generate_texts"):  # the vllm engine (populora.lm.vllm_engine): it batches itself
-        outputs = model.generate_texts(prompts, max_new_tokens=max_new_tokens, stops=stops,
-                                       adapters=adapter_names or [None] * len(prompts))
-        return [(cut_at_stops(text, stops), len(ids),
-                 len(ids) >= max_new_tokens and tokenizer.eos_token_id not in ids and not any(s in text for s in stops))
-                for text, ids in outputs]
+    model (`populora.lm.multilora`), so several models' prompts share the batches. Progress counts
+    prompts (`populora.core.progress`, as `desc`), on `progress` when the caller passes its own."""
+    own = progress is None
+    progress = Progress(len(prompts), desc, unit="prompts", log=log) if own else progress
+    with progress if own else nullcontext():
+        if hasattr(model, "generate_texts"):  # the vllm engine (populora.lm.vllm_engine): it batches itself
+            outputs = model.generate_texts(prompts, max_new_tokens=max_new_tokens, stops=stops,
+                                           adapters=adapter_names or [None] * len(prompts))
+            progress.update(len(prompts))
+            return [(cut_at_stops(text, stops), len(ids),
+                     len(ids) >= max_new_tokens and tokenizer.eos_token_id not in ids
+                     and not any(s in text for s in stops))
+                    for text, ids in outputs]
+        return _generate_batches(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                 stops=stops, adapter_names=adapter_names, progress=progress)
+
+
+def _generate_batches(model, tokenizer, prompts, *, max_new_tokens, batch_size, stops, adapter_names, progress):
     import torch
-    from tqdm import tqdm
 
     device = next(model.parameters()).device
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths share a batch
     results: list[tuple[str, int, bool] | None] = [None] * len(prompts)
-    with tqdm(total=len(prompts), desc=desc, unit="prompt") as progress:
-        for start in range(0, len(order), batch_size):
-            batch = order[start:start + batch_size]
-            # The chat template already holds every special token the model expects.
-            encoded = tokenizer([prompts[i] for i in batch], return_tensors="pt", padding=True,
-                                add_special_tokens=False).to(device)
-            routing = {} if adapter_names is None else {"adapter_names": [adapter_names[i] for i in batch]}
-            with torch.no_grad():
-                output = model.generate(
-                    **encoded, max_new_tokens=max_new_tokens, do_sample=False, temperature=None, top_p=None,
-                    top_k=None, stop_strings=stops, tokenizer=tokenizer, pad_token_id=tokenizer.pad_token_id, **routing,
-                )
-            for index, token_ids in zip(batch, output[:, encoded["input_ids"].shape[1]:]):
-                ids = [t for t in token_ids.tolist() if t != tokenizer.pad_token_id]
-                text = tokenizer.decode(ids, skip_special_tokens=True)
-                stopped = tokenizer.eos_token_id in ids or any(s in text for s in stops)
-                results[index] = (cut_at_stops(text, stops), len(ids), len(ids) >= max_new_tokens and not stopped)
-            progress.update(len(batch))
+    for start in range(0, len(order), batch_size):
+        batch = order[start:start + batch_size]
+        # The chat template already holds every special token the model expects.
+        encoded = tokenizer([prompts[i] for i in batch], return_tensors="pt", padding=True,
+                            add_special_tokens=False).to(device)
+        routing = {} if adapter_names is None else {"adapter_names": [adapter_names[i] for i in batch]}
+        with torch.no_grad():
+            output = model.generate(
+                **encoded, max_new_tokens=max_new_tokens, do_sample=False, temperature=None, top_p=None,
+                top_k=None, stop_strings=stops, tokenizer=tokenizer, pad_token_id=tokenizer.pad_token_id, **routing,
+            )
+        for index, token_ids in zip(batch, output[:, encoded["input_ids"].shape[1]:]):
+            ids = [t for t in token_ids.tolist() if t != tokenizer.pad_token_id]
+            text = tokenizer.decode(ids, skip_special_tokens=True)
+            stopped = tokenizer.eos_token_id in ids or any(s in text for s in stops)
+            results[index] = (cut_at_stops(text, stops), len(ids), len(ids) >= max_new_tokens and not stopped)
+        progress.update(len(batch))
     return results  # type: ignore[return-value]
 
 
-def generate_member_solutions(model, tokenizer, problems: dict[str, dict], dataset: str,
-                              adapter_names: list[str | None], *, max_new_tokens: int,
-                              batch_size: int) -> dict[str | None, list[Completion]]:
-    """One greedy, sanitized solution per problem (in the order of `problems`) for each adapter of
-    a stacked multi-LoRA model, in one pass (every problem once per adapter, sharing batches);
-    [None] is the model as it is."""
+def generate_member_solutions(model, tokenizer, problems: dict[str, dict], dataset: str, models: list[BenchModel],
+                              *, max_new_tokens: int, batch_size: int, size: int, partial: Partial | None = None,
+                              log=log) -> dict[str, list[Completion]]:
+    """One greedy, sanitized solution per problem (in the order of `problems`) for each of `models`
+    (the base, or adapters of a stacked multi-LoRA model), in one pass (every problem once per model,
+    sharing batches), in pieces of `size` problems kept in `partial` as they finish
+    (`populora.bench.partial`)."""
     from evalplus.sanitize import sanitize
+
+    from populora.bench.partial import generate_in_pieces
 
     stops = stop_strings(tokenizer, dataset)
     task_ids = list(problems)
     prompts = [build_prompt(problems[t]["prompt"], tokenizer) for t in task_ids]
-    routing = None if adapter_names == [None] else [name for name in adapter_names for _ in prompts]
-    outputs = greedy_generate(model, tokenizer, prompts * len(adapter_names), max_new_tokens=max_new_tokens,
-                              batch_size=batch_size, stops=stops, desc=f"codegen {dataset}", adapter_names=routing)
-    per_adapter = {}
-    for index, name in enumerate(adapter_names):
+    names = [m.name if m.adapter is not None else None for m in models]
+
+    def generate(indices: list[int], progress) -> dict[str, list]:
+        chosen = [prompts[i] for i in indices]
+        routing = None if names == [None] else [name for name in names for _ in chosen]
+        made = greedy_generate(model, tokenizer, chosen * len(names), max_new_tokens=max_new_tokens,
+                               batch_size=batch_size, stops=stops, adapter_names=routing, progress=progress)
+        return {m.name: [list(row) for row in made[k * len(indices):(k + 1) * len(indices)]]
+                for k, m in enumerate(models)}
+
+    outputs = generate_in_pieces(partial, models, task_ids, generate, size=size, cost=lambda i: len(models),
+                                 desc=f"codegen {dataset}", unit="prompts", log=log)
+    per_model = {}
+    for m in models:
         completions = []
-        part = outputs[index * len(prompts):(index + 1) * len(prompts)]
-        for task_id, prompt, (text, n_tokens, hit_limit) in zip(task_ids, prompts, part):
+        for task_id, prompt, (text, n_tokens, hit_limit) in zip(task_ids, prompts, outputs[m.name]):
             # evalplus.codegen: a chat model's output is the solution; a base model continues the prompt.
             raw = problems[task_id]["prompt"].strip() + "\n" + text if is_direct_completion(tokenizer) else text
             solution = sanitize(raw, entrypoint=problems[task_id]["entry_point"])
             completions.append(Completion(task_id, prompt, raw, solution, n_tokens, hit_limit))
-        per_adapter[name] = completions
-    return per_adapter
+        per_model[m.name] = completions
+    return per_model
 
 
 # ---------------------------------------------------------------- the runner
 
-def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log) -> dict[str, dict]:
-    """EvalPlus (HumanEval+ / MBPP+) of every model, generated in one pass with stacked adapters;
-    each model's samples and evalplus's own files under `out/<model>/`."""
+def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log,
+        partial: Partial | None = None) -> dict[str, dict]:
+    """EvalPlus (HumanEval+ / MBPP+) of every model, generated in one pass with stacked adapters, in
+    pieces of problems kept in `partial` as they finish; each model's samples and evalplus's own
+    files under `out/<model>/`."""
     bench = settings.benchmark
     dataset = CODE_BENCHMARKS[bench]
     data_dir = settings.data_dir
@@ -351,20 +393,19 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
     expected = expected_outputs(problems, dataset)
     adapters = {name: path for model in models for name, path in model.adapters.items()}
     tokenizer, lm = settings.load_model(base_model, adapters)
-    names = [model.name if model.adapter is not None else None for model in models]
     start = time.perf_counter()
-    generated = generate_member_solutions(lm, tokenizer, problems, dataset, names,
-                                          max_new_tokens=settings.max_new_tokens,
-                                          batch_size=settings.batch_size)
+    generated = generate_member_solutions(lm, tokenizer, problems, dataset, models,
+                                          max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
+                                          size=piece_size(settings, len(models)), partial=partial, log=log)
     generation_s = time.perf_counter() - start
     del lm  # free memory before the sandboxed checks
     results = {}
-    for model, name in zip(models, names):
-        completions = generated[name]
+    for model in models:
+        completions = generated[model.name]
         samples = out / model.name
         solutions = {c.task_id: c.solution for c in completions}
         log.info("%s: scoring %d solutions with evalplus's check_correctness", model.name, len(solutions))
-        verdicts = check_solutions(dataset, problems, expected, solutions)
+        verdicts = check_solutions(dataset, problems, expected, solutions, desc=f"{bench} {model.name} checks", log=log)
         scores = pass_at_1(verdicts)
         rows = [{**c.__dict__, **{k: v for k, v in verdicts[c.task_id].items() if not k.endswith("_fail_tests")},
                  "passed": verdicts[c.task_id]["plus_status"] == "pass" and verdicts[c.task_id]["base_status"] == "pass"}

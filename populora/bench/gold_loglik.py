@@ -15,9 +15,14 @@ exactly the ones scored. The result per item is the summed log-probability of th
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
+
+from populora.core.progress import Progress
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -44,9 +49,6 @@ def _encode(tokenizer, text: str) -> list[int]:
 def gold_logprobs(model, tokenizer, items: list[GoldItem], *, batch_size: int = 8) -> list[tuple[float, int]]:
     """(summed log-prob of the gold tokens, number of gold tokens) per item, in order. Only the gold
     positions get logits (`populora.selfplay.update.selected_logprobs`, at temperature 1)."""
-    from populora.lm.multilora import MultiLoraModel
-    from populora.selfplay.update import Sequence, selected_logprobs
-
     contexts = [_encode(tokenizer, item.context) for item in items]
     golds = [_encode(tokenizer, item.gold) for item in items]
     rows, spans = split_ids(contexts, golds)
@@ -55,6 +57,15 @@ def gold_logprobs(model, tokenizer, items: list[GoldItem], *, batch_size: int = 
     out: list[tuple[float, int]] = [(0.0, 0)] * len(items)
     scored = [i for i in range(len(items)) if spans[i][0] > 0 and spans[i][1] > spans[i][0]]
     order = sorted(scored, key=lambda i: len(rows[i]))  # similar lengths share a batch
+    with Progress(len(order), "gold answers' log-likelihood", unit="items", log=log) as progress:
+        _score_batches(model, rows, spans, items, order, out, pad, device, batch_size, progress)
+    return out
+
+
+def _score_batches(model, rows, spans, items, order, out, pad, device, batch_size, progress) -> None:
+    from populora.lm.multilora import MultiLoraModel
+    from populora.selfplay.update import Sequence, selected_logprobs
+
     for start in range(0, len(order), batch_size):
         batch = order[start:start + batch_size]
         sequences = []
@@ -75,4 +86,4 @@ def gold_logprobs(model, tokenizer, items: list[GoldItem], *, batch_size: int = 
             n = len(sequence.targets)
             out[i] = (float(logprobs[offset:offset + n].double().sum()), n)
             offset += n
-    return out
+        progress.update(len(batch))

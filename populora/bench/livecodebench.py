@@ -49,6 +49,7 @@ from populora.core.io import write_jsonl
 
 if TYPE_CHECKING:  # annotations only: the runner table (runners.py) imports this module
     from populora.bench.models import BenchModel
+    from populora.bench.partial import Partial
     from populora.bench.settings import BenchSettings
 
 FIELDS = ("question_title", "question_content", "platform", "question_id", "contest_id", "contest_date",
@@ -234,12 +235,15 @@ def extract_code(completion: str) -> str:
 
 # ---------------------------------------------------------------- the runner
 
-def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log) -> dict[str, dict]:
+def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log,
+        partial: Partial | None = None) -> dict[str, dict]:
     """LiveCodeBench of every model in one greedy generation pass (rows select their model's adapter),
-    every test case of every solution run in the verifier's sandbox (populora/bench/livecodebench*.py)."""
+    in pieces of problems kept in `partial` as they finish (`populora.bench.partial`); every test case
+    of every solution run in the verifier's sandbox (populora/bench/livecodebench*.py)."""
     from collections import Counter
 
     from populora.bench.livecodebench_grading import grade
+    from populora.bench.partial import generate_in_pieces, piece_size
     from populora.lm.plans import Plan, Step
     from populora.lm.sampling import GenRow, run_plans
 
@@ -251,13 +255,23 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
     adapters = {name: path for model in models for name, path in model.adapters.items()}
     tokenizer, lm = settings.load_model(base_model, adapters)
     plans = [Plan(prompt=chat_prompt(problem, tokenizer), steps=(Step("", stop=None),)) for problem in problems]
-    rows = [GenRow(plan, model.name if model.adapter is not None else None) for model in models for plan in plans]
+
+    def generate(indices: list[int], progress) -> dict[str, list[dict]]:
+        rows = [GenRow(plans[i], model.name if model.adapter is not None else None) for model in models for i in indices]
+        made = run_plans(lm, tokenizer, rows, temperature=0.0, top_p=1.0, max_new_tokens=settings.max_new_tokens,
+                         batch_size=settings.batch_size, seed=0, desc=bench, progress=progress)
+        return {model.name: [{"completion": o.completion, "truncated": o.truncated, "tokens": o.tokens_generated}
+                             for o in made[k * len(indices):(k + 1) * len(indices)]]
+                for k, model in enumerate(models)}
+
     start = perf_counter()
-    outputs = run_plans(lm, tokenizer, rows, temperature=0.0, top_p=1.0, max_new_tokens=settings.max_new_tokens,
-                        batch_size=settings.batch_size, seed=0, desc=bench)
+    generated = generate_in_pieces(partial, models, [p["task_id"] for p in problems], generate,
+                                   size=piece_size(settings, len(models)), cost=lambda i: len(models), desc=bench,
+                                   unit="steps", log=log)
+    outputs = [output for model in models for output in generated[model.name]]
     generation_s = perf_counter() - start
-    del lm
-    codes = [extract_code(output.completion) for output in outputs]
+    lm = None  # free the model before grading (the generate closure holds it too)
+    codes = [extract_code(output["completion"]) for output in outputs]
     log.info("running the tests of %d solutions in the sandbox (%g s per test)", len(codes), cfg.timeout_s)
     verdicts = grade(list(zip(problems * len(models), codes)), settings.verify, timeout_s=cfg.timeout_s,
                      memory_mb=cfg.memory_mb, log=log)
@@ -266,7 +280,7 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
         part = slice(index * len(problems), (index + 1) * len(problems))
         samples = [{"task_id": p["task_id"], "title": p["title"], "platform": p["platform"], "difficulty": p["difficulty"],
                     "contest_date": p["contest_date"], "functional": bool(p["fn_name"]), "prompt": plan.prompt,
-                    "completion": o.completion, "code": code, "tokens": o.tokens_generated, "hit_token_limit": o.truncated,
+                    "completion": o["completion"], "code": code, "tokens": o["tokens"], "hit_token_limit": o["truncated"],
                     **v} for p, plan, o, code, v in zip(problems, plans, outputs[part], codes[part], verdicts[part])]
         write_jsonl(out / model.name / "samples.jsonl", samples)
         correct = sum(row["passed"] for row in samples)

@@ -36,10 +36,12 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 
+from populora.core.progress import Progress
 from populora.sandbox import Call, Job, Limits, RunResult
 from populora.verifier.pool import sandbox_for
 
@@ -272,7 +274,14 @@ def grade(pairs: list[tuple[dict, str]], verify_config, *, timeout_s: float, mem
     if 0 < sys.get_int_max_str_digits() < INT_DIGITS:  # expected outputs and results may hold huge integers
         sys.set_int_max_str_digits(INT_DIGITS)
     unique = list({(problem["task_id"], code): (problem, code) for problem, code in pairs}.values())
-    with sandbox_for(verify_config, log=log) as box, ThreadPoolExecutor(max(1, verify_config.workers)) as pool:
-        done = pool.map(lambda pair: grade_one(box, *pair, timeout_s=timeout_s, memory_mb=memory_mb), unique)
+    with sandbox_for(verify_config, log=log) as box, ThreadPoolExecutor(max(1, verify_config.workers)) as pool, \
+            Progress(len(unique), "livecodebench tests", unit="solutions", log=log or logging.getLogger(__name__)) \
+            as progress:
+        def one(pair):
+            verdict = grade_one(box, *pair, timeout_s=timeout_s, memory_mb=memory_mb)
+            progress.update()
+            return verdict
+
+        done = pool.map(one, unique)
         verdicts = {(problem["task_id"], code): verdict for (problem, code), verdict in zip(unique, done)}
     return [verdicts[(problem["task_id"], code)] for problem, code in pairs]

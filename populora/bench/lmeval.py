@@ -16,11 +16,21 @@ lm-eval runs once per member, but the first run generates the answers of all mem
 pass (each row through its member's adapter) and the others take theirs from it, so prompts,
 post-processing, filters and metrics are lm-eval's own for every member. `limit=N` makes
 lm-eval evaluate the first N documents of the test file, in file order.
+
+A killed job's finished requests are kept for the rerun (`populora.bench.partial`): lm-eval's own
+request cache (`use_cache`) for a model run alone, and for the members' pass a store of every
+member's generated ids per batch (lm-eval's cache is per model, and the first member's requests
+generate everyone's answers). Progress: one unit per finished request, as plain log lines off a
+terminal (`populora.core.progress`), instead of lm-eval's tqdm bar.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+import logging
+import os
 import shutil
 import time
 from importlib.metadata import version
@@ -30,10 +40,14 @@ from typing import TYPE_CHECKING
 from populora.bench import BenchError, data_file
 from populora.bench.math_grading import extract_answer
 from populora.core.io import write_json, write_jsonl
+from populora.core.progress import Progress
 
 if TYPE_CHECKING:  # annotations only: the runner table (runners.py) imports this module
     from populora.bench.models import BenchModel
+    from populora.bench.partial import Partial
     from populora.bench.settings import BenchSettings
+
+log = logging.getLogger(__name__)
 
 TASKS_DIR = Path(__file__).resolve().parents[2] / "workflow" / "lm_eval_tasks"
 # The files of ../shared/benchmarks/math are the AZR evaluation data; this is where they are
@@ -80,10 +94,12 @@ def model_args(base_model: str | Path, adapter: str | Path | None, dtype: str, v
 
 def evaluate(benchmark: str, *, base_model: str | Path, adapter: str | Path | None, data_dir: Path | None,
              limit: int | None, max_new_tokens: int, batch_size: int, dtype: str, device: str,
-             harness_dir: Path, tasks_dir: Path = TASKS_DIR, vllm: dict | None = None) -> dict:
+             harness_dir: Path, tasks_dir: Path = TASKS_DIR, vllm: dict | None = None, cache: str | None = None) -> dict:
     """Run one math benchmark; returns lm-eval's results dict (with per-sample logs). With `vllm`
     (engine settings, see `model_args`) lm-eval's own `vllm` model generates, given every request at
-    once (`batch_size` is then unused).
+    once (`batch_size` is then unused); else lm-eval's `hf` model, reporting progress as the project's
+    loops do (`populora.core.progress`). `cache`: lm-eval's request cache (`use_cache`), which keeps
+    every finished request and answers it again on a rerun (`populora.bench.partial`).
 
     `tasks_dir` holds the task files; `harness_dir/tasks` receives copies of those that ran and the
     metadata and generation arguments passed to lm-eval (`lm_eval_args.json`)."""
@@ -95,13 +111,17 @@ def evaluate(benchmark: str, *, base_model: str | Path, adapter: str | Path | No
     gen_kwargs = {"max_gen_toks": max_new_tokens}
     _record_task_files(tasks_dir, Path(harness_dir), benchmark, metadata, gen_kwargs)
     manager = TaskManager(include_path=str(tasks_dir), include_defaults=False, metadata=metadata)
+    arguments = model_args(base_model, adapter, dtype, vllm)
     try:
+        if vllm is None:  # lm-eval's hf model as simple_evaluate builds it, with the project's progress lines
+            model = _progress_lm_class().create_from_arg_obj(arguments, {"batch_size": batch_size, "device": device})
+            model.progress_desc = f"{benchmark} (lm-eval)"
         results = lm_eval.simple_evaluate(
-            model="hf" if vllm is None else "vllm", model_args=model_args(base_model, adapter, dtype, vllm),
+            model=model if vllm is None else "vllm", model_args=None if vllm is None else arguments,
             # vllm: every request at once (batch_size auto), so vLLM's continuous batching fills the KV
             # cache (`sampler.max_num_seqs` rows in flight) instead of each chunk waiting for its longest row
             tasks=[task_name(benchmark)], limit=limit, batch_size=batch_size if vllm is None else "auto",
-            device=device, apply_chat_template=True, log_samples=True,
+            device=device, apply_chat_template=True, log_samples=True, use_cache=cache,
             task_manager=manager, gen_kwargs=gen_kwargs, random_seed=0, numpy_random_seed=0, torch_random_seed=0,
             fewshot_random_seed=0,
         )
@@ -109,48 +129,135 @@ def evaluate(benchmark: str, *, base_model: str | Path, adapter: str | Path | No
         raise BenchError(_explain(error, benchmark, base_model, adapter, metadata["data_dir"])) from error
     if results is None:
         raise BenchError(f"lm-eval returned no results for {benchmark}")
+    if vllm is None:  # recorded as when simple_evaluate is given the model's name and arguments
+        results["config"].update(model="hf", model_args=arguments)
     return results
+
+
+class _CountingHook:
+    """lm-eval's cache hook (called once per finished request), also advancing a progress."""
+
+    def __init__(self, hook, advance):
+        self.hook, self.advance = hook, advance
+
+    def add_partial(self, attr, req, res) -> None:
+        self.hook.add_partial(attr, req, res)
+        self.advance()
+
+
+@functools.cache
+def _progress_lm_class():
+    """`ProgressHFLM`: lm-eval's HF model whose `generate_until` reports through
+    `populora.core.progress` (one unit per finished request) instead of lm-eval's tqdm bar; defined
+    on first use (importing lm-eval's HF backend takes seconds)."""
+    from lm_eval.models.huggingface import HFLM
+
+    class ProgressHFLM(HFLM):
+        progress_desc = "lm-eval"
+
+        def generate_until(self, requests, disable_tqdm: bool = False):
+            with Progress(len(requests), self.progress_desc, unit="requests", log=log) as progress:
+                hook = self.cache_hook
+                self.cache_hook = _CountingHook(hook, progress.update)
+                try:
+                    return super().generate_until(requests, disable_tqdm=True)
+                finally:
+                    self.cache_hook = hook
+
+    return ProgressHFLM
+
+
+def _row_key(ids: list[int], new_tokens: int, stop, kwargs: dict) -> str:
+    """One generation row of the members' pass: the prompt's ids, the budget, the stops and lm-eval's
+    other generation arguments."""
+    text = json.dumps([ids, new_tokens, list(stop), sorted((k, repr(v)) for k, v in kwargs.items())])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _members_lm_class():
     """`MembersHFLM`, defined on first use (importing lm-eval's HF backend takes seconds)."""
-    from lm_eval.models.huggingface import HFLM
+    import torch
 
-    class MembersHFLM(HFLM):
+    class MembersHFLM(_progress_lm_class()):
         """lm-eval's HF model over a stacked multi-LoRA model: set `member`, then evaluate. A batch
         is generated for every member at once (the batch repeated per member, rows routed to their
-        adapters) the first time any member asks for it; the other members' rows wait in `_pending`."""
+        adapters) the first time any member asks for it; every member's generated ids are kept per row
+        (`rows`, and with `store` a JSONL file appended after each batch, which a rerun reads back:
+        `populora.bench.partial`), and the other members take theirs from there."""
 
-        def __init__(self, multilora, tokenizer, members: list[str | None], batch_size: int):
+        def __init__(self, multilora, tokenizer, members: list[str | None], batch_size: int,
+                     store: Path | None = None):
             super().__init__(pretrained=multilora.model, tokenizer=tokenizer, batch_size=batch_size)
             self.multilora, self.members, self.member = multilora, list(members), members[0]
-            self._pending: dict[tuple, dict] = {}
+            self.rows: dict[str, dict[str, list[int]]] = {}  # row key -> member -> generated ids
+            self.store, self.generated, self.asked = store, set(), {name: set() for name in self.members}
+            for line in (store.read_text().splitlines() if store is not None and store.is_file() else []):
+                try:
+                    batch = json.loads(line)
+                except json.JSONDecodeError:  # a line cut by a kill: its batch runs again
+                    continue
+                for key, outputs in batch.items():
+                    self.rows.setdefault(key, {}).update(outputs)
+            self.kept_rows = len(self.rows)
 
         def _model_generate(self, context, max_length, stop, **generation_kwargs):
-            key = (tuple(context.shape), context.cpu().numpy().tobytes(), max_length, tuple(stop))
-            if key not in self._pending:
-                rows, copies = context.shape[0], len(self.members)
-                mask = generation_kwargs.pop("attention_mask", None)
+            mask = generation_kwargs.pop("attention_mask", None)
+            width = context.shape[1]
+            keys = [_row_key(context[r][mask[r].bool()].tolist() if mask is not None else context[r].tolist(),
+                             max_length - width, stop, generation_kwargs) for r in range(context.shape[0])]
+            self.asked[self.member].update(keys)
+            missing = [r for r, key in enumerate(keys) if self.member not in self.rows.get(key, {})]
+            if missing:  # generate those rows for every member at once, each through its adapter
+                rows, copies = context[missing], len(self.members)
+                extra = dict(generation_kwargs)
                 if mask is not None:
-                    generation_kwargs["attention_mask"] = mask.repeat(copies, 1)
-                with self.multilora.select([name for name in self.members for _ in range(rows)]):
-                    output = super()._model_generate(context.repeat(copies, 1), max_length, stop, **generation_kwargs)
-                self._pending[key] = {name: output[i * rows:(i + 1) * rows] for i, name in enumerate(self.members)}
-            waiting = self._pending[key]
-            output = waiting.pop(self.member)
-            if not waiting:
-                del self._pending[key]
-            return output
+                    extra["attention_mask"] = mask[missing].repeat(copies, 1)
+                with self.multilora.select([name for name in self.members for _ in missing]):
+                    output = super()._model_generate(rows.repeat(copies, 1), max_length, stop, **extra)
+                pad = self.tokenizer.pad_token_id
+                made: dict[str, dict[str, list[int]]] = {}
+                for m, name in enumerate(self.members):
+                    for k, r in enumerate(missing):
+                        ids = output[m * len(missing) + k, width:].tolist()
+                        while ids and ids[-1] == pad:  # the batch's padding, skipped when decoded anyway
+                            ids.pop()
+                        made.setdefault(keys[r], {})[name] = ids
+                for key, outputs in made.items():
+                    self.rows.setdefault(key, {}).update(outputs)
+                self.generated.update(made)
+                if self.store is not None:
+                    _append_line(self.store, json.dumps(made))
+            generated = [self.rows[key][self.member] for key in keys]
+            longest = max((len(ids) for ids in generated), default=0)
+            tail = torch.full((len(keys), longest), self.tokenizer.pad_token_id, dtype=context.dtype,
+                              device=context.device)
+            for r, ids in enumerate(generated):
+                tail[r, :len(ids)] = torch.tensor(ids, dtype=context.dtype)
+            return torch.cat([context, tail], dim=1)
+
+        def unasked(self) -> dict[str, int]:
+            """Rows this run generated that a member never asked for (members asking different batches: a bug)."""
+            return {name: len(self.generated - asked) for name, asked in self.asked.items() if self.generated - asked}
 
     return MembersHFLM
 
 
+def _append_line(path: Path, line: str) -> None:
+    """One line appended and flushed to disk (a kill leaves at most a cut last line, skipped when read)."""
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(line + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
 def evaluate_members(benchmark: str, *, multilora, tokenizer, members: dict[str, Path], base_model: str | Path,
                      adapters: dict[str, Path], data_dir: Path | None, limit: int | None, max_new_tokens: int,
-                     batch_size: int, tasks_dir: Path = TASKS_DIR) -> dict[str, dict]:
+                     batch_size: int, tasks_dir: Path = TASKS_DIR, store: Path | None = None,
+                     log=log) -> dict[str, dict]:
     """Run one math benchmark for every member (name -> harness folder) of a stacked multi-LoRA
     model, generating for all of them in one pass; lm-eval's results dict per member, whose
-    `config.model_args` names the base and the member's adapter as for the `hf` model."""
+    `config.model_args` names the base and the member's adapter as for the `hf` model. `store`: the
+    file the pass keeps its generations in, batch by batch, and a rerun takes them back from."""
     import lm_eval
     from lm_eval.tasks import TaskManager
 
@@ -160,10 +267,13 @@ def evaluate_members(benchmark: str, *, multilora, tokenizer, members: dict[str,
     for harness_dir in members.values():
         _record_task_files(tasks_dir, Path(harness_dir), benchmark, metadata, gen_kwargs)
     manager = TaskManager(include_path=str(tasks_dir), include_defaults=False, metadata=metadata)
-    lm = _members_lm_class()(multilora, tokenizer, list(members), batch_size)
+    lm = _members_lm_class()(multilora, tokenizer, list(members), batch_size, store=store)
+    if lm.kept_rows:
+        log.info("%s: %d generated rows kept from an earlier attempt (%s)", benchmark, lm.kept_rows, store)
     results = {}
     for name in members:
         lm.member = name
+        lm.progress_desc = f"{benchmark} {name} (lm-eval)"
         try:
             result = lm_eval.simple_evaluate(
                 model=lm, tasks=[task_name(benchmark)], limit=limit, apply_chat_template=True, log_samples=True,
@@ -178,8 +288,11 @@ def evaluate_members(benchmark: str, *, multilora, tokenizer, members: dict[str,
         dtype = str(multilora.model.dtype).removeprefix("torch.")
         result["config"]["model_args"] = {**model_args(base_model, adapters[name], dtype), "stacked_with": list(members)}
         results[name] = result
-    if lm._pending:  # every member asks for the same batches; anything left means they did not
-        raise BenchError(f"{benchmark}: lm-eval asked the members for different batches; report this as a bug")
+    if lm.unasked():  # every member asks for the same rows; anything left means they did not
+        raise BenchError(f"{benchmark}: lm-eval asked the members for different rows ({lm.unasked()} generated "
+                         "and never asked for); report this as a bug")
+    log.info("%s: generated %d rows for %d member(s) (%d kept from an earlier attempt)", benchmark,
+             len(lm.generated), len(members), lm.kept_rows)
     return results
 
 
@@ -248,9 +361,12 @@ def evaluate_jsonable(benchmark: str, **kwargs) -> dict:
 
 # ---------------------------------------------------------------- the runner
 
-def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log) -> dict[str, dict]:
+def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log,
+        partial: Partial | None = None) -> dict[str, dict]:
     """The lm-eval math task of every model; samples and lm-eval's own files under `out/<model>/`.
-    The bare base runs as lm-eval's `hf` model; members share one generation pass (stacked adapters)."""
+    The bare base runs as lm-eval's `hf` model; members share one generation pass (stacked adapters).
+    With `partial` (`populora.bench.partial`) finished requests are kept there for a rerun: lm-eval's
+    request cache per model, the members' pass its own store of every member's generations."""
     bench = settings.benchmark
     data_dir = settings.data_dir
     limit = settings.limit
@@ -274,7 +390,7 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
                     max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
                     dtype=settings.dtype, device=settings.device,
                     harness_dir=out / model.name / "harness", tasks_dir=settings.tasks_dir,
-                    vllm=vllm).result()
+                    vllm=vllm, cache=partial.lm_eval_cache(model) if partial is not None else None).result()
         members = []
     for model in models:
         if model.adapter is None and model.name not in runs:
@@ -282,13 +398,15 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
                 bench, base_model=base_model, adapter=None, data_dir=data_dir, limit=limit,
                 max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
                 dtype=settings.dtype, device=settings.device,
-                harness_dir=out / model.name / "harness", tasks_dir=settings.tasks_dir)
+                harness_dir=out / model.name / "harness", tasks_dir=settings.tasks_dir,
+                cache=partial.lm_eval_cache(model) if partial is not None else None)
     if members:
         tokenizer, multilora = settings.load_model(base_model, {m.name: m.adapter for m in members})
         runs.update(evaluate_members(
             bench, multilora=multilora, tokenizer=tokenizer, members={m.name: out / m.name / "harness" for m in members},
             base_model=base_model, adapters={m.name: m.adapter for m in members}, data_dir=data_dir, limit=limit,
-            max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size, tasks_dir=settings.tasks_dir))
+            max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size, tasks_dir=settings.tasks_dir,
+            store=partial.members_store(members) if partial is not None else None, log=log))
         del multilora
     run_s = time.perf_counter() - start  # the lm-eval runs whole, generation included
     results = {}

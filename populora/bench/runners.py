@@ -4,7 +4,8 @@
 result per model (see stages/bench.py for the fields) and writes each model's per-problem samples
 and harness files under `<out>/<model>/`. Each benchmark family is one module with its own `run`
 (`RUNNERS`, below): `evalplus` (HumanEval+, MBPP+), `lmeval` (the math suite through lm-eval),
-`cruxeval` and `livecodebench`. Every family generates for all of its models in one pass with
+`cruxeval` and `livecodebench`; each takes a `partial` (`populora.bench.partial`, or None) and keeps
+there what a rerun after a kill can take back. Every family generates for all of its models in one pass with
 stacked adapters (`populora.lm.multilora`: each row of a batch runs through its model's adapter,
 the base-model rows through none). This module holds the table and what every result gets: the
 Wilson interval and the model's ref fields; the models themselves are `populora.bench.models`.
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from populora.bench import BenchError, cruxeval, evalplus, livecodebench, lmeval
 from populora.bench.models import BenchModel
+from populora.bench.partial import Partial
 from populora.bench.settings import BenchSettings
 from populora.bench.stats import wilson_interval
 
@@ -38,10 +40,12 @@ def with_uncertainty(result: dict, bench: str) -> dict:
 RUNNERS = {"evalplus": evalplus.run, "lm_eval": lmeval.run, "cruxeval": cruxeval.run, "livecodebench": livecodebench.run}
 
 
-def run_benchmark(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log) -> dict[str, dict]:
+def run_benchmark(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log,
+                  partial: Partial | None = None) -> dict[str, dict]:
     """Every model's result on the benchmark (with `correct`, its Wilson interval and the model's ref
-    fields); samples under `out/<model>/`."""
-    results = RUNNERS[settings.runner](settings, models, base_model, out, log)
+    fields); samples under `out/<model>/`. `partial` (`populora.bench.partial`): where finished work is
+    kept for a rerun and taken back from."""
+    results = RUNNERS[settings.runner](settings, models, base_model, out, log, partial=partial)
     return {model.name: {**with_uncertainty(results[model.name], settings.benchmark), **model.ref.fields(),
                          "member": model.member}
             for model in models}

@@ -32,8 +32,8 @@ import logging
 from dataclasses import dataclass, field
 
 import torch
-from tqdm import tqdm
 
+from populora.core.progress import Progress
 from populora.lm.multilora import MultiLoraModel
 from populora.lm.plans import Plan
 
@@ -327,6 +327,7 @@ def run_plans(
     seed: int,
     desc: str = "generate",
     carry_cache: bool = True,
+    progress: Progress | None = None,
 ) -> list[GenResult]:
     """Execute every row's plan; returns one GenResult per row, in order.
 
@@ -337,11 +338,17 @@ def run_plans(
     similar prompt length form a batch once and run all their steps together; with `carry_cache`
     the batch's KV cache goes from step to step (`CarriedCache`), else each step prefills the whole
     context again (the same batches and random draws: the results agree up to float rounding).
+
+    Progress (`populora.core.progress`: a bar on a terminal, else a log line every 30 s) counts plan
+    steps done, as `desc`; a caller that runs several passes of one job passes its own `progress`
+    (counting the steps of all of them), which is updated and left open.
     """
     engine = model if hasattr(model, "sample_contexts") else None
     device = None if engine else next(model.parameters()).device
     plans = _PlanState(tokenizer, rows)
-    progress = tqdm(total=sum(len(row.plan.steps) for row in rows), desc=desc, unit="step", leave=False)
+    own = progress is None
+    if own:
+        progress = Progress(sum(len(row.plan.steps) for row in rows), desc, unit="steps", log=log)
 
     def step_key(i: int, step_index: int) -> tuple:
         step = rows[i].plan.steps[step_index]
@@ -367,30 +374,39 @@ def run_plans(
             generator = torch.Generator(device=device).manual_seed(batch_seed)
             sampled = sample_batch(model, tokenizer, contexts, generator=generator, carried=carried, skip=skip,
                                    **sampling)
+        dropped = 0  # later steps of rows that stopped here (truncated): they count as done
         for position, (i, skipped, sample) in enumerate(zip(batch, skip, sampled)):
             if skipped:
                 continue
             plans.record(i, step_index, sample, budget=budget, sampling=sampling)
+            if plans.results[i].truncated:
+                dropped += len(rows[i].plan.steps) - step_index - 1
             if carried is not None:
                 carried.forget(position, len(plans.contexts[i]))
-        progress.update(len(steps))
+        progress.update(len(steps) + dropped)
 
-    if engine:  # the engine batches as it likes: one call per plan step and step kind
-        for step_index in range(max((len(row.plan.steps) for row in rows), default=0)):
-            active = [i for i in range(len(rows)) if plans.active(i, step_index)]
-            active.sort(key=lambda i: (*step_key(i, step_index), len(plans.contexts[i])))
-            for start, batch in _batches(active, len(active) or 1, key=lambda i: step_key(i, step_index)):
-                run_step(batch, step_index, start)
-    else:
-        def shape(i: int) -> tuple:
-            return tuple(step_key(i, k) for k in range(len(rows[i].plan.steps)))
+    try:
+        if engine:  # the engine batches as it likes: one call per plan step and step kind
+            for step_index in range(max((len(row.plan.steps) for row in rows), default=0)):
+                active = [i for i in range(len(rows)) if plans.active(i, step_index)]
+                active.sort(key=lambda i: (*step_key(i, step_index), len(plans.contexts[i])))
+                for start, batch in _batches(active, len(active) or 1, key=lambda i: step_key(i, step_index)):
+                    run_step(batch, step_index, start)
+        else:
+            def shape(i: int) -> tuple:
+                return tuple(step_key(i, k) for k in range(len(rows[i].plan.steps)))
 
-        order = sorted(range(len(rows)), key=lambda i: (shape(i), len(plans.contexts[i])))
-        for start, batch in _batches(order, batch_size, key=shape):
-            carried = CarriedCache(model, len(batch)) if carry_cache else None
-            for step_index in range(len(rows[batch[0]].plan.steps)):
-                run_step(batch, step_index, start, carried)
-    progress.close()
+            order = sorted(range(len(rows)), key=lambda i: (shape(i), len(plans.contexts[i])))
+            for start, batch in _batches(order, batch_size, key=shape):
+                carried = CarriedCache(model, len(batch)) if carry_cache else None
+                for step_index in range(len(rows[batch[0]].plan.steps)):
+                    run_step(batch, step_index, start, carried)
+    except BaseException:
+        if own:
+            progress.close(failed=True)
+        raise
+    if own:
+        progress.close()
     return plans.results
 
 

@@ -19,10 +19,12 @@ program reaches a buffer, a student or an update.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Callable, Iterable
 from statistics import mean
 
+from populora.core.progress import Progress
 from populora.lm.sampling import GenRow, run_plans
 from populora.selfplay import prompts
 from populora.selfplay.parsing import parse_answer
@@ -163,5 +165,6 @@ def score_members(params, model, tokenizer, pool: list[dict], members: list[str 
     for (meta, _), result in zip(jobs, results):
         answer, reason = parse_answer(result.completion, meta["type"], mode=cfg.mode, truncated=result.truncated)
         rows.append({**meta, "answer": answer, "parse_reason": reason})
-    table = verdict_table(grade_rows(pool, rows, params.verify, sandbox=sandbox))
+    with Progress(len(rows), "heldout grading", unit="answers", log=logging.getLogger("heldout")) as progress:
+        table = verdict_table(grade_rows(pool, rows, params.verify, sandbox=sandbox, progress=progress.update))
     return heldout_metrics(table, pool, roles), table

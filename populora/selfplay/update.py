@@ -27,6 +27,7 @@ micro-batches would leave DDP's per-backward collectives unmatched.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,8 +35,10 @@ import torch
 from safetensors.torch import save_file
 from torch.utils.checkpoint import checkpoint
 
+from populora.core.progress import Progress
 from populora.lm.sampling import process_logits
 
+log = logging.getLogger(__name__)
 LOGIT_CHUNK = 1024  # trained positions per lm-head chunk: chunk x vocab fp32 logits at a time
 
 
@@ -416,11 +419,19 @@ class AdapterUpdate:
                  "sequences": sum(len(plan["sequences"]) for plan in plans),
                  "truncated_sequences": sum(plan["truncated"] for plan in plans),
                  "micro_batches": sum(len(plan["batches"]) for plan in plans if plan["sequences"]), "steps": []}
+        rank, world = self.accelerator.process_index, self.accelerator.num_processes
+        passes = config.steps * sum(len(plan["batches"][rank::world]) for plan in plans if plan["sequences"])
+        steps = config.steps * sum(1 for plan in plans if plan["sequences"])
         self.model.train()
-        for step in range(config.steps):
-            for plan in plans:
-                if plan["sequences"]:
-                    stats["steps"].append(self._step(plan, on_policy=step == 0))
+        # one unit per micro-batch scored: forward and backward, and with diagnostics the re-scoring after the step
+        with Progress(passes * (2 if config.diagnostics else 1), f"update {self.adapter}", unit="micro-batch passes",
+                      log=log, enabled=self.accelerator.is_main_process) as progress:
+            for step in range(config.steps):
+                for plan in plans:
+                    if plan["sequences"]:
+                        note = f"optimizer step {len(stats['steps']) + 1}/{steps}"
+                        stats["steps"].append(self._step(plan, on_policy=step == 0,
+                                                         advance=lambda note=note: progress.update(note=note)))
         self.model.eval()
         stats["optimizer_steps"] = len(stats["steps"])
         stats["losses"] = [row["loss"] for row in stats["steps"]]
@@ -437,8 +448,9 @@ class AdapterUpdate:
             return selected_logprobs(self.unwrapped, chunk, self.tokenizer.pad_token_id, self.accelerator.device,
                                      entropy=entropy)
 
-    def _step(self, plan: dict, *, on_policy: bool) -> dict:
-        """One optimizer step over `plan`; returns its diagnostics."""
+    def _step(self, plan: dict, *, on_policy: bool, advance=lambda: None) -> dict:
+        """One optimizer step over `plan`; returns its diagnostics. `advance()` is called after each
+        micro-batch this process scores (the progress of `train`)."""
         accelerator, config = self.accelerator, self.config
         sequences, batches, weights, offsets = plan["sequences"], plan["batches"], plan["weights"], plan["offsets"]
         rank, world = accelerator.process_index, accelerator.num_processes
@@ -468,6 +480,7 @@ class AdapterUpdate:
             totals += torch.tensor([loss.item(), float(entropies.double().sum()), sum(gaps), len(gaps)],
                                    dtype=torch.float64, device=device)
             gap_max = torch.maximum(gap_max, torch.tensor([max(gaps, default=-1.0)], dtype=torch.float64, device=device))
+            advance()
         parameters = [self.params[name] for name in self.names]
         if world > 1:
             sum_gradients(parameters)
@@ -486,6 +499,7 @@ class AdapterUpdate:
                     chunk = [sequences[i] for i in batch]
                     owners = torch.tensor([s.rollout for s in chunk for _ in s.targets], device=device)
                     after.index_add_(0, owners, self._score(chunk, entropy=False).double())
+                    advance()
             if world > 1:
                 _all_reduce(after, "sum")
             scored = count > 0
