@@ -67,6 +67,9 @@ def step_rows(rows: list[dict]) -> list[dict]:
     keys: `step` (0, 1, ... over the whole run), `generation`, `step_in_generation` and
     `<slot>.<figure>`. Slots train side by side, so step k of a generation is one row for all of them."""
     out: list[dict] = []
+    # every slot's loss and gradient norm in every row (null where it took no step): DVC's plots need each field
+    slots = sorted({key.split(".", 1)[1] for row in rows for key in row if key.startswith("optimizer_steps.")})
+    always = {f"{slot}.{figure}": None for slot in slots for figure in ("loss", "grad_norm")}
     for row in sorted(rows, key=lambda r: r["generation"]):
         steps: dict[int, dict] = {}
         for key, value in row.items():
@@ -74,7 +77,7 @@ def step_rows(rows: list[dict]) -> list[dict]:
             if match and _finite(value):
                 steps.setdefault(int(match["step"]), {})[f"{match['slot']}.{match['figure']}"] = value
         for k in sorted(steps):
-            out.append({"step": len(out), "generation": row["generation"], "step_in_generation": k, **steps[k]})
+            out.append({"step": len(out), "generation": row["generation"], "step_in_generation": k, **always, **steps[k]})
     return plot_table(out)
 
 
