@@ -477,6 +477,20 @@ class HeldoutSection(_Section):
     roles: tuple[Literal["students", "teachers"], ...] = Field(
         ("students", "teachers"), min_length=1, description="Whose members answer the pool every generation (the "
         "baseline's one adapter is both): students only halves the cost of a 2T-2S generation.")
+    pool_file: str | None = Field(
+        None, description="A pool made before (the pool.jsonl of a heldout_pool stage, e.g. a study's committed "
+        "heldout_pool.jsonl) to reuse instead of proposing one: its tasks are verified again, the first per_type of "
+        "each type kept, the base model scored on them. null: the base model proposes the pool.")
+
+    @field_validator("pool_file")
+    @classmethod
+    def _pool_file_exists(cls, value: str | None) -> str | None:
+        from populora.core.paths import project_path
+
+        if value is not None and not project_path(value).is_file():
+            raise ValueError(f"no such file: {value} (resolved to {project_path(value)}); point heldout.pool_file at "
+                             "a pool.jsonl written by the heldout_pool stage, or set it to null")
+        return value
 
 
 TRACKER_PACKAGES = {"tensorboard": "tensorboardX", "wandb": "wandb"}  # tracking.report_to -> the module it needs

@@ -11,14 +11,16 @@ asks the base model, in the teacher's prompt, for one batch of proposals (`propo
 over the types; on the 2-core CPU about 8 of 32 SmolLM2-135M proposals enter; references from the
 seed tasks and the pool so far, seed derived from `heldout.seed`, not `base.seed`); rounds stop when
 the pool is full or after `heldout.max_rounds` (a short pool is logged and kept). With
-`heldout.per_type: 0` both files are written empty and no model loads.
+`heldout.pool_file` the pool is that file's (a study's committed pool), verified again, and no proposal
+is made. With `heldout.per_type: 0` both files are written empty and no model loads.
 """
 
 from __future__ import annotations
 
 import random
 
-from populora.core.io import write_json, write_jsonl
+from populora.core.io import read_jsonl, write_json, write_jsonl
+from populora.core.paths import project_path
 from populora.core.progress import Progress
 from populora.core.seeds import derive_seed
 from populora.lm.engines import load_sampler
@@ -75,6 +77,29 @@ def build_pool(params, model, tokenizer, seeds: list[dict], sandbox, log) -> lis
     return attach_examples(pool, seeds, params.solve.worked_examples, derive_seed(params.heldout.seed, "examples"))
 
 
+def reuse_pool(params, sandbox, log) -> list[dict]:
+    """The tasks of `heldout.pool_file` that the sandbox verifies again with the same outputs, the
+    first `heldout.per_type` of each type (their worked examples as they were made)."""
+    made = read_jsonl(project_path(params.heldout.pool_file))
+    types = pool_types(params.propose.types)
+    fields = ("task_id", "type", "program", "inputs", "message")
+    again = verify_rows([{k: row.get(k) for k in fields} for row in made], params.verify, sandbox=sandbox,
+                        code_f_inputs=params.propose.code_f_inputs)
+    kept, counts = [], dict.fromkeys(types, 0)
+    for row, check in zip(made, again):
+        same = check["valid"] and check["outputs"] == row.get("outputs")
+        if row.get("type") in counts and same and counts[row["type"]] < params.heldout.per_type:
+            kept.append(row)
+            counts[row["type"]] += 1
+    dropped = len(made) - len(kept)
+    log.info("reused %s: %d tasks kept %s, %d left out (beyond per_type, another type, or not verified again alike)",
+             params.heldout.pool_file, len(kept), counts, dropped)
+    if any(count < params.heldout.per_type for count in counts.values()):
+        log.warning("held-out pool short: %s of %d per type in %s", counts, params.heldout.per_type,
+                    params.heldout.pool_file)
+    return kept
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0], arm=False, gen=False)
     for flag in ("--base-model", "--pool", "--base"):
@@ -90,8 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         with sandbox_for(params.verify) as sandbox:
             seeds = verified_seeds(params, sandbox)
             tokenizer, model = load_sampler(args.base_model, {}, params)
-            with timed(log, "building the held-out pool"):
-                pool = build_pool(params, model, tokenizer, seeds, sandbox, log)
+            if params.heldout.pool_file:  # a pool made before: no proposals
+                pool = reuse_pool(params, sandbox, log)
+            else:
+                with timed(log, "building the held-out pool"):
+                    pool = build_pool(params, model, tokenizer, seeds, sandbox, log)
             with timed(log, f"scoring the base model on {len(pool)} held-out tasks"):
                 metrics, table = score_members(params, model, tokenizer, pool, [None], {}, sandbox)
     except IsolationError as error:  # a layer of verify.required_layers is missing

@@ -154,3 +154,32 @@ def test_stages_build_an_empty_pool_and_score_members_on_the_tiny_model(tiny_mod
     live = json.loads((tmp_path / "dynamics.json").read_text())
     assert [row["generation"] for row in live] == [0]
     assert live[0]["heldout.students.accuracy"] == result["metrics"]["heldout.students.accuracy"]
+
+
+def test_a_pool_made_before_is_reused_verified_again(tiny_model_dir, tiny_params_dict, tmp_path):
+    """`heldout.pool_file`: no proposals; the file's tasks verified again (a task whose outputs no longer match
+    is left out), the first per_type of each type kept, the base scored on them."""
+    from stages import heldout_pool
+
+    rows = verify_rows([_task("a", "def f(a):\n    return a * 7 - 2", "3"), _task("b", "def f(a):\n    return a * 3 + 11", "2"),
+                        _task("c", "def f(s):\n    return s[::-1] + 'z'", "'ab'", "code_i")])
+    made = attach_examples(accept_into_pool([], rows, seeds(), per_type=2), seeds(), 1, seed=0)
+    tampered = {**made[1], "outputs": ["999"]}  # its program gives 6: not verified alike
+    source = tmp_path / "committed_pool.jsonl"
+    source.write_text("".join(json.dumps(t) + "\n" for t in [made[0], tampered, made[2]]))
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump({**tiny_params_dict, "heldout": {"per_type": 1, "pool_file": str(source)}}))
+    pool_path, base_path = tmp_path / "pool.jsonl", tmp_path / "base.json"
+    assert heldout_pool.main(["--params", str(params), "--base-model", str(tiny_model_dir), "--pool", str(pool_path),
+                              "--base", str(base_path)]) == 0
+    kept = [json.loads(line) for line in pool_path.read_text().splitlines()]
+    assert len(made) == 3
+    assert [t["task_id"] for t in kept] == [made[0]["task_id"], made[2]["task_id"]] and kept[0] == made[0]
+    assert set(json.loads(base_path.read_text())["verdicts"]["base"]) == {t["task_id"] for t in kept}
+
+
+def test_a_missing_pool_file_is_refused_before_any_work(tiny_params_dict):
+    from populora.config import ParamsError, parse_params
+
+    with pytest.raises(ParamsError, match="heldout.pool_file"):
+        parse_params({**tiny_params_dict, "heldout": {"pool_file": "no/such/pool.jsonl"}})
