@@ -3,10 +3,10 @@
     python -m stages.report --params params.yaml --results results/bench --metrics results/metrics.json \
         --dynamics results/dynamics --timings results/benchmarks --report results/report
 
-Writes `report.md`, `benchmarks.png`, and (with dynamics) `dynamics.png`, `complexity.png`,
-`ratings.png` into `--report` (see populora/report/): the benchmark results of `dag.arms`' members
-and the base model on `bench.benchmarks` (`--results`, as bench_summary reads them; the figure and
-the score table), the statistics bench_summary computed from them (`--metrics`, never computed
+Writes `report.md` (and the same as one page with its figures inlined, `report.html`),
+`benchmarks.png`, and (with dynamics) `dynamics.png`, `complexity.png`, `ratings.png` into
+`--report` (see populora/report/): the benchmark results of `dag.arms`' members and the base model
+on `bench.benchmarks` (`--results`, as bench_summary reads them; the figure and the score table), the statistics bench_summary computed from them (`--metrics`, never computed
 again here) and each arm's `<dynamics>/<arm>/dynamics.json` and `heldout_verdicts.json` (the held-out
 pool's per-generation table, populora/report/heldout.py), and a table of the per-job timings Snakemake
 recorded under `--timings` (populora/report/timings.py; no dependency of the stage, and under DVC

@@ -95,6 +95,19 @@ def test_report_single_arm_without_dynamics(tmp_path):
     assert not (tmp_path / "dynamics.png").exists()
     assert "Only the baseline arm ran" in text and "No dynamics files" in text
     assert "## Per-job timings\n\nNo per-job timings (run under Snakemake for them)." in text
+    page = (tmp_path / "report.html").read_text()  # the same as one page: tables rendered, the figure inlined
+    assert "<table>" in page and "<td>gsm8k</td>" in page and "Per-job timings</h2>" in page
+    assert page.count('<img src="data:image/png;base64,') == 1 and "benchmarks.png" not in page
+
+
+def test_report_html_inlines_the_figures_it_finds(tmp_path):
+    from populora.report.html import report_html
+
+    (tmp_path / "a.png").write_bytes(b"\x89PNG fake")
+    page = report_html("# Title <x>\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n![A](a.png)\n\n![B](b.png)\n", tmp_path)
+    assert "<title>Title &lt;x&gt;</title>" in page and "<td>1</td>" in page
+    assert '<img src="data:image/png;base64,iVBORyBmYWtl" alt="A"' in page  # base64 of the file's bytes
+    assert '<img src="b.png" alt="B"' in page  # not there: the link stays
 
 
 def test_report_stage(tmp_path):

@@ -310,7 +310,7 @@ STAGES += (
         collects={"results": ("bench_base", "bench"), "dynamics": ("dynamics",)},
         untracked={"timings": BENCHMARKS_DIR},  # the other jobs' timings: they all ran before the report
         outputs={"report": f"{RESULTS}/report"}, directories=("report",), params=("dag.arms", "bench.benchmarks", "bench.roles", "population"),
-        shown={"report": Shown("Report", patterns=("{name}.png", "{name}.md"))},
+        shown={"report": Shown("Report", patterns=("{name}.html", "{name}.png", "{name}.md"))},
     ),
 )
 

@@ -1,7 +1,8 @@
 """The generated report: `write_report(results, dynamics, out_dir)` writes `report.md` with the
 benchmark figure (populora/report/figures.py) and tables (populora/report/tables.py) next to the
-training dynamics (populora/report/dynamics.py), and the per-job timings of a Snakemake run
-(populora/report/timings.py).
+training dynamics (populora/report/dynamics.py) and the per-job timings of a Snakemake run
+(populora/report/timings.py), and the same as one self-contained page, `report.html`
+(populora/report/html.py).
 
 `results` are the bench stage's result dicts, `metrics` the bench_summary stage's
 `results/metrics.json` computed from them (`populora.report.metrics.benchmark_metrics`; read, not
@@ -20,6 +21,7 @@ from populora.core.io import write_text
 from populora.report.dynamics import final_dynamics_table, plot_complexity, plot_dynamics, plot_ratings
 from populora.report.figures import plot_benchmarks
 from populora.report.heldout import HELDOUT_NOTE, heldout_table
+from populora.report.html import report_html
 from populora.report.metrics import best_weakest_members, refs_of, result_intervals, score_table
 from populora.report.tables import (
     HEADLINE_NOTE,
@@ -103,4 +105,5 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
     sections += ["## Per-job timings", "", *([TIMINGS_NOTE, ""] if timings else []), timings_table(timings or []), ""]
     path = out_dir / "report.md"
     write_text(path, "\n".join(sections))
+    write_text(out_dir / "report.html", report_html(path.read_text(), out_dir))  # the same, one page with its figures
     return path
