@@ -8,6 +8,8 @@
 * `tables`      the report's benchmark tables and claims, read from the metrics;
 * `dynamics`    the training-dynamics figures (n per point, Wilson bands on rates);
 * `markdown`    `write_report`: `report.md` with all figures;
+* `html`        `report.html`: report.md as one self-contained page (figures inlined);
+* `timings`     the per-job timings of a Snakemake run (its `benchmark:` files), summed per stage;
 * `study_runs`  `python -m populora.report.study_runs study/runs --out study`: the CPU study's
                 table and figure from the committed runs (scripts/study.sh), and its statistics
                 (t-interval across seeds, two-level bootstrap between controls);
