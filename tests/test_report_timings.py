@@ -17,6 +17,7 @@ def test_parse_benchmark_reads_wall_seconds_and_max_rss():
     assert parse_benchmark(tsv(12.5, "310.25")) == {"s": 12.5, "max_rss": 310.25}
     # a job faster than Snakemake's first sample: NA for every sampled value
     assert parse_benchmark(HEADER + "0.4\t0:00:00\tNA\tNA\tNA\tNA\tNA\tNA\tNA\tNA\n") == {"s": 0.4, "max_rss": None}
+    assert parse_benchmark(tsv(0.35, "0.00")) == {"s": 0.35, "max_rss": None}  # sampled after its process ended
     repeated = tsv(10, "100") + tsv(20, "300").split("\n", 1)[1]  # repeat(): one row per repetition
     assert parse_benchmark(repeated) == {"s": 15.0, "max_rss": 300.0}
     with pytest.raises(ValueError):

@@ -16,10 +16,9 @@ from markdown_it import MarkdownIt
 STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 80em; margin: 1.5em auto; padding: 0 1em; line-height: 1.45;
        color: #1f2933; }
-table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; display: block; overflow-x: auto; }
 th, td { border: 1px solid #cbd2d9; padding: 0.2em 0.6em; }
 th { background: #f0f4f8; }
-td:not(:first-child) { text-align: right; }
 img { max-width: 100%; }
 code { background: #f0f4f8; padding: 0 0.2em; border-radius: 3px; }
 """

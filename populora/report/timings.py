@@ -3,7 +3,7 @@
 
 Snakemake writes a header and one row per job (more with `repeat()`): `s` is the wall time in
 seconds and `max_rss` the largest resident set size in MiB that it sampled (at 0.5 s, then every
-30 s, so a lower bound of the peak; `NA` when the job ended before the first sample). DVC writes
+30 s, so a lower bound of the peak; `NA`, or 0.00, when the job ended before the first sample). DVC writes
 no such files: a run under DVC has no per-job timings.
 """
 
@@ -35,7 +35,8 @@ def parse_benchmark(text: str) -> dict[str, float | None]:
     walls = [s for row in rows if (s := _number(row.get("s"))) is not None]
     if not walls:
         raise ValueError("no row with a wall time (column s)")
-    rss = [r for row in rows if (r := _number(row.get("max_rss"))) is not None]
+    # 0.00 where the job's process had already ended when sampled (a job under a second): not a measurement
+    rss = [r for row in rows if (r := _number(row.get("max_rss"))) is not None and r > 0]
     return {"s": sum(walls) / len(walls), "max_rss": max(rss) if rss else None}
 
 
