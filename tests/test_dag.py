@@ -192,6 +192,18 @@ def test_every_job_is_timed_beside_its_log():
             Path(log).parents[1]).with_suffix("")  # <stage>/<key>, the log's
 
 
+def test_every_output_shown_in_the_snakemake_report_has_its_caption():
+    from workflow.dag import REPORT_CAPTIONS
+
+    assert (REPO / REPORT_CAPTIONS / "workflow.rst").is_file()  # the Snakefile's `report:` front page
+    shown = [stage for stage in STAGES if stage.shown]
+    assert {stage.name for stage in shown} >= {"report", "dynamics"}
+    for stage in shown:
+        assert (REPO / stage.caption()).is_file(), stage.caption()
+        for key, how in stage.shown.items():
+            assert bool(how.patterns) == (key in stage.directories), (stage.name, key)  # a folder needs patterns
+
+
 def test_the_report_runs_after_every_other_stage():
     """The report tabulates the benchmark files of every job, so every stage must be upstream of it
     (each engine then runs them first); the files are no dependency (DVC writes none)."""

@@ -50,8 +50,8 @@ HELDOUT_BASE = f"{RESULTS}/heldout/base.json"  # the base model's verdicts on it
 UPDATE_DIR = f"{GEN_DIR}/update/{{part}}"  # one update job's adapters, optimizer moments and statistics
 LOG = f"{RESULTS}/logs/{{stage}}/{{key}}.log"
 # Snakemake's `benchmark:` file of each job (wall seconds, max RSS, CPU time: one TSV row); DVC writes none
-BENCHMARK = f"{RESULTS}/benchmarks/{{stage}}/{{key}}.tsv"
 BENCHMARKS_DIR = f"{RESULTS}/benchmarks"
+BENCHMARK = f"{BENCHMARKS_DIR}/{{stage}}/{{key}}.tsv"
 REPORT_CAPTIONS = "workflow/report"  # captions (reStructuredText) of what `snakemake --report` shows
 
 
