@@ -3,6 +3,10 @@
     snakemake --cores all --resources gpu=1        # whole run: both arms, every generation, benchmarks
     snakemake -n                                   # dry run
     snakemake --profile profiles/slurm             # on a SLURM cluster (grouped jobs: a few per generation)
+    snakemake --report report.html                 # after a run: figures, report.md, per-job runtimes
+
+Every job records its timings (`benchmark:` wall s, max RSS, CPU time; beside its log) and the
+report stage tabulates them per stage (docs/dvc.md#per-job-timings-and-the-snakemake-report).
 
 params.yaml is validated before any rule is built, so a bad value fails here, naming the key.
 """
@@ -12,7 +16,7 @@ import sys
 sys.path.insert(0, workflow.basedir)
 
 from populora.config import ParamsError, load_params
-from workflow.dag import SCOPES, STAGES, collected_paths, final_targets, gen_label, resolve_input, scope_items
+from workflow.dag import REPORT_CAPTIONS, SCOPES, STAGES, collected_paths, final_targets, gen_label, resolve_input, scope_items
 from workflow.time_model import runtime_minutes
 
 try:
@@ -23,6 +27,8 @@ except ParamsError as error:
 GENERATIONS = PARAMS.dag.generations
 LAST = gen_label(GENERATIONS - 1)
 ITEMS = {scope: scope_items(scope, PARAMS) for scope in SCOPES}
+
+report: f"{REPORT_CAPTIONS}/workflow.rst"  # the HTML report's front page; each stage's caption beside it
 
 wildcard_constraints:
     arm="|".join(PARAMS.dag.arms),
@@ -50,6 +56,10 @@ def _outputs(stage):
     for key, template in stage.outputs.items():
         path = template.replace("{last}", LAST)
         outs[key] = directory(path) if key in stage.directories else path
+        if key in stage.shown:  # in `snakemake --report`'s HTML
+            shown = stage.shown[key]
+            outs[key] = report(outs[key], caption=stage.caption(), category=shown.category,
+                               subcategory=shown.subcategory, patterns=list(shown.patterns))
     return outs
 
 
@@ -106,6 +116,8 @@ for stage in STAGES:
             command=_command(stage),
         log:
             stage.log_template(),
+        benchmark:
+            stage.benchmark_template()  # one TSV row per job; the report stage tabulates them
         localrule: stage.local  # seconds-long CPU stages run on the submitting node, not as cluster jobs
         # a few cores per GPU job, not all; the sandbox stages one per worker (verify.workers).
         # Snakemake caps them at --cores (on a cluster: at the job's cpus-per-task, nothing local)

@@ -118,6 +118,20 @@ def test_report_single_arm_without_dynamics(tmp_path):
     assert _is_real_png(tmp_path / "benchmarks.png")
     assert not (tmp_path / "dynamics.png").exists()
     assert "Only the baseline arm ran" in text and "No dynamics files" in text
+    assert "## Per-job timings\n\nNo per-job timings (run under Snakemake for them)." in text
+    page = (tmp_path / "report.html").read_text()  # the same as one page: tables rendered, the figure inlined
+    assert "<table>" in page and "<td>gsm8k</td>" in page and "Per-job timings</h2>" in page
+    assert page.count('<img src="data:image/png;base64,') == 1 and "benchmarks.png" not in page
+
+
+def test_report_html_inlines_the_figures_it_finds(tmp_path):
+    from populora.report.html import report_html
+
+    (tmp_path / "a.png").write_bytes(b"\x89PNG fake")
+    page = report_html("# Title <x>\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n![A](a.png)\n\n![B](b.png)\n", tmp_path)
+    assert "<title>Title &lt;x&gt;</title>" in page and "<td>1</td>" in page
+    assert '<img src="data:image/png;base64,iVBORyBmYWtl" alt="A"' in page  # base64 of the file's bytes
+    assert '<img src="b.png" alt="B"' in page  # not there: the link stays
 
 
 def test_report_stage(tmp_path):
@@ -131,8 +145,19 @@ def test_report_stage(tmp_path):
     out, metrics = tmp_path / "report", tmp_path / "metrics.json"
     # the report reads bench_summary's metrics instead of computing them again: a marked value shows
     metrics.write_text(json.dumps({**benchmark_metrics(synthetic_results()), "bench.cruxeval_o.population.mean": 0.777}))
-    assert report_stage.main(["--params", str(params), "--results", str(tmp_path / "bench"), "--metrics", str(metrics),
-                              "--dynamics", str(tmp_path / "dynamics"), "--report", str(out)]) == 0
+    timings = tmp_path / "benchmarks"  # what Snakemake's benchmark: files leave (one TSV per job)
+    for stage, key, row in (("propose", "population-000", "41.5\t0:00:41\t812.3"),
+                            ("propose", "baseline-000", "20.5\t0:00:20\t640.0"), ("pair", "population-000", "1.2\t0:00:01\tNA")):
+        (timings / stage).mkdir(parents=True, exist_ok=True)
+        (timings / stage / f"{key}.tsv").write_text(f"s\th:m:s\tmax_rss\n{row}\n")
+    args = ["--params", str(params), "--results", str(tmp_path / "bench"), "--metrics", str(metrics),
+            "--dynamics", str(tmp_path / "dynamics"), "--report", str(out)]
+    assert report_stage.main([*args, "--timings", str(timings)]) == 0
     assert (out / "report.md").is_file() and _is_real_png(out / "dynamics.png")
-    assert "| cruxeval_o | 10 | 77.7 |" in (out / "report.md").read_text()
+    text = (out / "report.md").read_text()
+    assert "| cruxeval_o | 10 | 77.7 |" in text
+    assert "| `propose` | 2 | 62.0 | 31.0 | 812 |" in text and "| **all stages** | 3 | 63.2 | 20.5 | 812 |" in text
+    # under DVC the folder never exists: the report says so
+    assert report_stage.main([*args, "--timings", str(tmp_path / "absent")]) == 0
+    assert "No per-job timings (run under Snakemake for them)." in (out / "report.md").read_text()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".report")]  # no staging folder left

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO
 from workflow import render_dvc
-from workflow.dag import STAGES
+from workflow.dag import BENCHMARKS_DIR, STAGES
 
 BIN = str(Path(sys.executable).parent)
 
@@ -147,7 +147,8 @@ def test_stage_flags_equal_its_declared_inputs_and_outputs(stage):
     parser = _parser_of(stage.module)
     flags = {opt: action.required for action in parser._actions for opt in action.option_strings
              if opt.startswith("--") and opt != "--help"}
-    declared = {f"--{k.replace('_', '-')}" for k in (*stage.wildcards, *stage.inputs, *stage.outputs, *stage.side)}
+    declared = {f"--{k.replace('_', '-')}" for k in (*stage.wildcards, *stage.inputs, *stage.untracked, *stage.outputs,
+                                                     *stage.side)}
     declared |= {"--params", "--log", *(["--claim-gpu"] if stage.gpu else [])}
     extra = set(flags) - declared - {"--claim-gpu"}  # every stage_parser offers it; the DAG passes it to gpu stages
     assert declared <= set(flags), f"{stage.name}: the DAG passes flags the stage lacks: {sorted(declared - set(flags))}"
@@ -182,6 +183,49 @@ def test_a_collected_folder_holds_outputs_of_the_stages_it_names():
                 assert paths and all(path.startswith(folder + "/") for path in paths), stage.name
             for writer in map(stage_named, writers):  # every named stage writes under the folder
                 assert any(t.startswith(stage.inputs[key] + "/") for t in writer.outputs.values()), (stage.name, writer)
+
+
+def test_every_job_is_timed_beside_its_log():
+    for stage in STAGES:
+        log, benchmark = stage.log_template(), stage.benchmark_template()
+        assert benchmark.startswith(BENCHMARKS_DIR + "/") and benchmark.endswith(".tsv")
+        assert Path(benchmark).relative_to(BENCHMARKS_DIR).with_suffix("") == Path(log).relative_to(
+            Path(log).parents[1]).with_suffix("")  # <stage>/<key>, the log's
+
+
+def test_every_output_shown_in_the_snakemake_report_has_its_caption():
+    from workflow.dag import REPORT_CAPTIONS
+
+    assert (REPO / REPORT_CAPTIONS / "workflow.rst").is_file()  # the Snakefile's `report:` front page
+    shown = [stage for stage in STAGES if stage.shown]
+    assert {stage.name for stage in shown} >= {"report", "dynamics"}
+    for stage in shown:
+        assert (REPO / stage.caption()).is_file(), stage.caption()
+        for key, how in stage.shown.items():
+            assert bool(how.patterns) == (key in stage.directories), (stage.name, key)  # a folder needs patterns
+
+
+def test_the_report_runs_after_every_other_stage():
+    """The report tabulates the benchmark files of every job, so every stage must be upstream of it
+    (each engine then runs them first); the files are no dependency (DVC writes none)."""
+    from workflow.dag import stage_named
+
+    def written(template: str) -> list[str]:  # the output templates an input template can name
+        template = template.replace("gen{last}", "gen{gen}")
+        return [template.replace("{prev}", p) for p in ("init", "gen{gen}/checkpoint")] if "{prev}" in template \
+            else [template]
+
+    writers = {template: stage.name for stage in STAGES for template in stage.outputs.values()}
+    upstream, todo = set(), ["report"]
+    while todo:
+        stage = stage_named(todo.pop())
+        for key, template in stage.inputs.items():
+            found = set(stage.collects.get(key, ())) | {writers[t] for t in written(template) if t in writers}
+            todo += sorted(found - upstream)
+            upstream |= found
+    assert upstream == {stage.name for stage in STAGES} - {"report"}
+    report = stage_named("report")
+    assert report.untracked == {"timings": BENCHMARKS_DIR} and BENCHMARKS_DIR not in report.inputs.values()
 
 
 def test_rule_all_spells_no_path():

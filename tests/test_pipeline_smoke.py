@@ -135,6 +135,39 @@ def test_second_run_has_nothing_to_do(finished, project):
     assert "Nothing to be done" in result.stdout + result.stderr
 
 
+def test_jobs_are_timed_and_the_snakemake_report_holds_the_figures(finished, project):
+    """Every job leaves a benchmark TSV; report.md tabulates them per stage; `snakemake --report`
+    builds one self-contained HTML holding the report's figures, report.md and the family trees."""
+    import re
+
+    from workflow.dag import STAGES
+
+    timed = sorted((finished / "benchmarks").glob("*/*.tsv"))
+    assert {p.parent.name for p in timed} == {stage.name for stage in STAGES}
+    text = (finished / "report" / "report.md").read_text()
+    table = text.split("## Per-job timings", 1)[1]
+    rows = {stage: (int(jobs), float(total), float(med)) for stage, jobs, total, med in
+            re.findall(r"^\| `(\w+)` \| (\d+) \| (\d+\.\d) \| (\d+\.\d) \| (?:\d+|-) \|$", table, flags=re.M)}
+    # the report is timed when it ends, after it wrote the table: every other stage is in it
+    assert set(rows) == {stage.name for stage in STAGES} - {"report"}
+    assert rows["propose"][0] == 4 and rows["update"][0] > 0  # 2 arms x 2 generations
+    everything = re.search(r"^\| \*\*all stages\*\* \| (\d+) \| (\d+\.\d) \| (\d+\.\d) \| (\d+) \|$", table, flags=re.M)
+    assert everything and int(everything[1]) == len(timed) - 1 and float(everything[2]) > 1.0
+    assert int(everything[4]) > 50  # MiB: a Python process with torch loaded, sampled at 0.5 s
+
+    result = _snakemake(project, "--report", "report.html")
+    assert result.returncode == 0, result.stderr[-4000:]
+    html = (project / "report.html").read_text()
+    shown = [f"results/report/{name}" for name in ("report.html", "report.md", "benchmarks.png", "dynamics.png",
+                                                   "complexity.png", "ratings.png")]
+    shown += [f"results/dynamics/{arm}/family_tree.png" for arm in ("population", "baseline")]
+    for path in shown:
+        assert f'"{path}": {{"name": ' in html, path  # a result entry, with its caption
+    assert html.count("data:image/png") >= 6  # the figures themselves, embedded
+    assert "The family tree of arm <strong>baseline</strong>" in html  # captions rendered per wildcard
+    assert "Per-job timings</h2>" in (finished / "report" / "report.html").read_text()
+
+
 def _digest(folder: Path) -> dict[str, str]:
     import hashlib
 

@@ -56,6 +56,10 @@ TRACKING = f"{RESULTS}/tracking"  # the optional trackers (tracking.report_to): 
 LIVE = {"history": HISTORY, "steps": UPDATE_STEPS, "progress": PROGRESS, "tracking": TRACKING}
 UPDATE_DIR = f"{GEN_DIR}/update/{{part}}"  # one update job's adapters, optimizer moments and statistics
 LOG = f"{RESULTS}/logs/{{stage}}/{{key}}.log"
+# Snakemake's `benchmark:` file of each job (wall seconds, max RSS, CPU time: one TSV row); DVC writes none
+BENCHMARKS_DIR = f"{RESULTS}/timings"  # not results/bench (the model benchmarks)
+BENCHMARK = f"{BENCHMARKS_DIR}/{{stage}}/{{key}}.tsv"
+REPORT_CAPTIONS = "workflow/report"  # captions (reStructuredText) of what `snakemake --report` shows
 
 
 # Wildcards of each scope; a stage runs once per combination (see `scope_items`).
@@ -70,6 +74,17 @@ SCOPES: dict[str, tuple[str, ...]] = {
 
 
 FAN_IN_SCOPES = ("gen",)  # a fan-in input is listed once per generation of the arm
+
+
+@dataclass(frozen=True)
+class Shown:
+    """An output shown in Snakemake's HTML report (`snakemake --report report.html`): its category
+    and subcategory there (may use the stage's wildcards), and for a folder the patterns of the files
+    shown (`{name}.png`); the caption is `workflow/report/<stage>.rst`."""
+
+    category: str
+    subcategory: str | None = None
+    patterns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,6 +114,10 @@ class Stage:
     # (populora/report/live.py). Several stages write them, so no engine has them as an input or an
     # output (the `dynamics` stage, which writes the tables whole at the end, declares them as its own)
     side: dict[str, str] = field(default_factory=dict)
+    # inputs neither engine tracks: key -> folder, no dependency of the stage; the flag gets the folder
+    # and the stage reads what is there, if anything (Snakemake's per-job benchmark files, which DVC never writes)
+    untracked: dict[str, str] = field(default_factory=dict)
+    shown: dict[str, Shown] = field(default_factory=dict)  # output key -> how Snakemake's HTML report shows it
 
     def __post_init__(self):
         assert self.scope in SCOPES, f"{self.name}: unknown scope {self.scope!r}"
@@ -109,6 +128,9 @@ class Stage:
         assert not set(self.fan_in) & set(self.collects), f"{self.name}: a key both fans in and collects"
         assert set(self.fan_in.values()) <= set(FAN_IN_SCOPES), f"{self.name}: fan_in scope not in {FAN_IN_SCOPES}"
         assert set(self.directories) | set(self.metrics) <= set(self.outputs), f"{self.name}: unknown output key"
+        assert set(self.shown) <= set(self.outputs), f"{self.name}: shown names a key that is not an output"
+        assert not set(self.untracked) & {*self.inputs, *self.outputs}, f"{self.name}: an untracked key is tracked"
+        assert "{" not in "".join(self.untracked.values()), f"{self.name}: an untracked input is one path per stage"
 
     @property
     def wildcards(self) -> tuple[str, ...]:
@@ -141,14 +163,23 @@ class Stage:
             value = paths[key]
             return f"--{key.replace('_', '-')} {value if isinstance(value, str) else ' '.join(value)}"
 
+        paths = {**self.untracked, **paths}
         flags = [f"--{w} {wildcards[w]}" for w in self.wildcards]
-        flags += [flag(k) for k in (*self.inputs, *self.outputs, *self.side)]
+        flags += [flag(k) for k in (*self.inputs, *self.untracked, *self.outputs, *self.side)]
         claim = " --claim-gpu" if self.gpu else ""  # a stage that runs the model takes a free device of its own
         return f"python -m {self.module} --params params.yaml {' '.join(flags)} --log {log}{claim}"
 
     def log_template(self) -> str:
         key = "-".join(f"{{{w}}}" for w in self.wildcards) or "all"
         return LOG.format(stage=self.name, key=key)
+
+    def benchmark_template(self) -> str:
+        """Snakemake's timing file of one job (`benchmark:`), beside the log: `<stage>/<key>.tsv`."""
+        return BENCHMARK.format(stage=self.name, key=Path(self.log_template()).stem)
+
+    def caption(self) -> str:
+        """The caption of this stage's outputs in Snakemake's HTML report (see `Shown`)."""
+        return f"{REPORT_CAPTIONS}/{self.name}.rst"
 
 
 STAGES: tuple[Stage, ...] = (
@@ -262,6 +293,7 @@ STAGES += (
                  "family_tree": f"{DYNAMICS_DIR}/{{arm}}/family_tree.png",
                  "heldout_verdicts": f"{DYNAMICS_DIR}/{{arm}}/{HELDOUT_VERDICTS}"},
         fan_in={"metrics": "gen", "heldout": "gen"}, side={"progress": PROGRESS},
+        shown={"family_tree": Shown("Training dynamics", "{arm}")},
     ),
     Stage(
         "export", "stages.export", "arm", local=True,
@@ -289,7 +321,9 @@ STAGES += (
         "report", "stages.report", "global", local=True,
         inputs={"results": BENCH_DIR, "metrics": f"{RESULTS}/metrics.json", "dynamics": DYNAMICS_DIR},
         collects={"results": ("bench_base", "bench"), "dynamics": ("dynamics",)},
+        untracked={"timings": BENCHMARKS_DIR},  # the other jobs' timings: they all ran before the report
         outputs={"report": f"{RESULTS}/report"}, directories=("report",), params=("dag.arms", "bench.benchmarks", "bench.roles", "population"),
+        shown={"report": Shown("Report", patterns=("{name}.html", "{name}.png", "{name}.md"))},
     ),
 )
 

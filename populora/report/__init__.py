@@ -11,6 +11,8 @@
                 `trackers` (TensorBoard, W&B offline) fed from it;
 * `headline`    `results/headline.json`, the run's few dozen headline figures (the DVC metrics);
 * `markdown`    `write_report`: `report.md` with all figures;
+* `html`        `report.html`: report.md as one self-contained page (figures inlined);
+* `timings`     the per-job timings of a Snakemake run (its `benchmark:` files), summed per stage;
 * `study_runs`  `python -m populora.report.study_runs study/runs --out study`: the CPU study's
                 table and figure from the committed runs (scripts/study.sh), and its statistics
                 (t-interval across seeds, two-level bootstrap between controls);

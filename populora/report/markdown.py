@@ -1,6 +1,8 @@
 """The generated report: `write_report(results, dynamics, out_dir)` writes `report.md` with the
 benchmark figure (populora/report/figures.py) and tables (populora/report/tables.py) next to the
-training dynamics (populora/report/dynamics.py).
+training dynamics (populora/report/dynamics.py) and the per-job timings of a Snakemake run
+(populora/report/timings.py), and the same as one self-contained page, `report.html`
+(populora/report/html.py).
 
 `results` are the bench stage's result dicts, `metrics` the bench_summary stage's
 `results/metrics.json` computed from them (`populora.report.metrics.benchmark_metrics`; read, not
@@ -19,6 +21,7 @@ from populora.core.io import write_text
 from populora.report.dynamics import final_dynamics_table, plot_complexity, plot_dynamics, plot_ratings
 from populora.report.figures import plot_benchmarks
 from populora.report.heldout import HELDOUT_NOTE, heldout_table
+from populora.report.html import report_html
 from populora.report.metrics import best_weakest_members, refs_of, result_intervals, score_table
 from populora.report.tables import (
     HEADLINE_NOTE,
@@ -28,12 +31,14 @@ from populora.report.tables import (
     gold_loglik_table,
     versus_base_table,
 )
+from populora.report.timings import TIMINGS_NOTE, timings_table
 
 
 def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[str, list[dict]],
-                 out_dir: str | Path, heldout: dict[str, dict] | None = None) -> Path:
+                 out_dir: str | Path, heldout: dict[str, dict] | None = None, timings: list[dict] | None = None) -> Path:
     """Write report.md and its figures into `out_dir`; returns the Markdown path. `heldout` maps an arm
-    to its held-out verdicts (`heldout_verdicts.json`, populora/report/heldout.py)."""
+    to its held-out verdicts (`heldout_verdicts.json`, populora/report/heldout.py); `timings` are the
+    per-stage rows of `populora.report.timings.stage_timings` (none: the report says so)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     table, counts = score_table(results)
@@ -97,6 +102,8 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
                      "![TrueSkill ratings per slot](ratings.png)", ""]
     else:
         sections += ["No dynamics files were given, so no training dynamics are shown.", ""]
+    sections += ["## Per-job timings", "", *([TIMINGS_NOTE, ""] if timings else []), timings_table(timings or []), ""]
     path = out_dir / "report.md"
     write_text(path, "\n".join(sections))
+    write_text(out_dir / "report.html", report_html(path.read_text(), out_dir))  # the same, one page with its figures
     return path
