@@ -98,7 +98,7 @@ def test_gpu_stages_declare_a_gpu(snakemake_dry_run):
     for stage in STAGES:
         block = next(b for b in blocks if b.startswith(stage.name + ":"))
         assert f"gpu={stage.gpus(params)}" in block
-    assert {s.name for s in STAGES if s.gpu} == {"propose", "solve", "update", "bench_base", "bench"}
+    assert {s.name for s in STAGES if s.gpu} == {"heldout_pool", "propose", "solve", "update", "heldout", "bench_base", "bench"}
 
 
 def test_stages_spell_no_paths():

@@ -51,7 +51,7 @@ def _wait_for(paths, timeout=60):
 def test_the_dag_tells_its_gpu_stages_to_claim_a_device(tmp_path, monkeypatch):
     """The DAG's `gpu` stages, and only they, get --claim-gpu; a stage claims a device only with it."""
     for stage in STAGES:
-        command = stage.command({k: "X" for k in (*stage.inputs, *stage.outputs)}, dict.fromkeys(stage.wildcards, "0"), "L")
+        command = stage.command({k: "X" for k in (*stage.inputs, *stage.outputs, *stage.side)}, dict.fromkeys(stage.wildcards, "0"), "L")
         assert command.endswith(" --claim-gpu") == bool(stage.gpu), stage.name
     claims = []
     monkeypatch.setattr(_common, "claim_gpu", lambda log, **kwargs: claims.append(kwargs))

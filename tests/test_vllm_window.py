@@ -106,5 +106,14 @@ def test_lmeval_vllm_model_gets_the_window_and_every_request_at_once(monkeypatch
                   dtype="float32", device="cpu", harness_dir=tmp_path)
     lmeval_runner.evaluate("gsm8k", vllm=args, **common)
     assert seen["model"] == "vllm" and seen["batch_size"] == "auto" and seen["model_args"]["max_model_len"] == 8192
+    built = {}
+
+    class FakeHF:  # lm-eval's hf model, built by the runner itself (its progress lines) before simple_evaluate
+        @classmethod
+        def create_from_arg_obj(cls, arguments, extra):
+            built.update(arguments=arguments, **extra)
+            return cls()
+
+    monkeypatch.setattr(lmeval_runner, "_progress_lm_class", lambda: FakeHF)
     lmeval_runner.evaluate("gsm8k", **common)
-    assert seen["model"] == "hf" and seen["batch_size"] == 64
+    assert isinstance(seen["model"], FakeHF) and seen["batch_size"] == 64 and built["batch_size"] == 64
