@@ -101,7 +101,7 @@ def test_lmeval_vllm_model_gets_the_window_and_every_request_at_once(monkeypatch
     args = pick_sampler(_params(update={"max_seq_len": 8192}, sampler={"engine": "vllm"})).lmeval_vllm_args()
     assert args["max_model_len"] == 8192
     seen = {}
-    monkeypatch.setattr(lm_eval, "simple_evaluate", lambda **kwargs: seen.update(kwargs) or {"results": {}})
+    monkeypatch.setattr(lm_eval, "simple_evaluate", lambda **kwargs: seen.update(kwargs) or {"results": {}, "config": {}})
     common = dict(base_model="base", adapter=None, data_dir=None, limit=2, max_new_tokens=16, batch_size=64,
                   dtype="float32", device="cpu", harness_dir=tmp_path)
     lmeval_runner.evaluate("gsm8k", vllm=args, **common)
