@@ -1,12 +1,14 @@
 """Stage bench_summary: every benchmark result in one flat DVC metrics file.
 
     python -m stages.bench_summary --params params.yaml --results results/bench --dynamics results/dynamics \
-        --metrics results/metrics.json --headline results/headline.json
+        --metrics results/metrics.json --headline results/headline.json --progress results/progress.json
 
 `--headline` gets the run's few dozen headline figures (populora/report/headline.py: per group the
 students' mean, best and weakest, the baseline, the base and their differences; the held-out pool and
 the last solve rate from `--dynamics`), the one DVC metrics file: what `dvc exp show` and
-`dvc metrics diff` read. `--metrics` gets every figure below, as a plain output.
+`dvc metrics diff` read. `--metrics` gets every figure below, as a plain output. `--progress` (the
+last generation of each arm, which the generation stages kept up to date during the run) is written
+whole from the arms' dynamics tables, so an experiment keeps it.
 
 `--results` is the bench stages' folder; the results of `dag.arms`' members and the base model on
 `bench.benchmarks` are read from it (`<base|arm>/<benchmark>/<model>.json`).
@@ -26,8 +28,9 @@ from pathlib import Path
 from populora.bench import BenchError
 from populora.config import benchmarked_models
 from populora.core.io import read_json, write_json
-from populora.report import DYNAMICS_SUMMARY
+from populora.report import DYNAMICS_SUMMARY, DYNAMICS_TABLE
 from populora.report.headline import headline_metrics
+from populora.report.live import write_progress
 from populora.report.metrics import benchmark_metrics, best_weakest_members, read_results, refs_of, score_table
 from stages._common import setup, stage_parser
 
@@ -38,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dynamics", required=True, help="the dynamics stages' folder (results/dynamics): <arm>/summary.json")
     parser.add_argument("--metrics", required=True, help="the full metrics JSON")
     parser.add_argument("--headline", required=True, help="the headline metrics JSON (the DVC metrics)")
+    parser.add_argument("--progress", required=True, help="progress.json: the last generation of each arm, written whole")
     args = parser.parse_args(argv)
     params, log = setup(args, "bench_summary")
     try:
@@ -57,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     headline = headline_metrics(metrics, summaries)
     write_json(args.metrics, metrics)
     write_json(args.headline, headline)
+    write_json(args.progress, {})  # whole: an earlier run's arms must not stay in it
+    for arm in params.dag.arms:
+        rows = Path(args.dynamics) / arm / DYNAMICS_TABLE
+        if rows.is_file():
+            write_progress(args.progress, arm, read_json(rows))
     for role, extremes in chosen.items():
         if extremes:
             log.info("population best %s %s, weakest %s (by overall aggregate)", role[:-1], *extremes)

@@ -200,16 +200,17 @@ def test_bench_summary_stage(tmp_path):
     out = tmp_path / "metrics.json"
     params = tmp_path / "params.yaml"
     params.write_text(SCORES_PARAMS)
-    assert bench_summary.main(["--params", str(params), "--results", str(tmp_path / "bench"), "--metrics", str(out), "--dynamics", str(tmp_path / "dynamics"), "--headline", str(tmp_path / "headline.json")]) == 0
+    assert bench_summary.main(["--params", str(params), "--results", str(tmp_path / "bench"), "--metrics", str(out), "--dynamics", str(tmp_path / "dynamics"), "--headline", str(tmp_path / "headline.json"), "--progress", str(tmp_path / "progress.json")]) == 0
     assert json.loads(out.read_text()) == benchmark_metrics(synthetic_results())
     headline = json.loads((tmp_path / "headline.json").read_text())
     full = benchmark_metrics(synthetic_results())
     assert len(headline) <= 40 and headline["math.mean"] == full["avg.math.population.mean"]
+    assert json.loads((tmp_path / "progress.json").read_text()) == {}  # no arm's dynamics table here
     assert headline["overall.mean_minus_baseline"] == pytest.approx(full["avg.overall.population.mean_minus_baseline"],
                                                                     abs=2e-6)
     # one arm asked for: its results only, under the arm-independent keys
     params.write_text(SCORES_PARAMS + "dag:\n  arms: [baseline]\n")
-    assert bench_summary.main(["--params", str(params), "--results", str(tmp_path / "bench"), "--metrics", str(out), "--dynamics", str(tmp_path / "dynamics"), "--headline", str(tmp_path / "headline.json")]) == 0
+    assert bench_summary.main(["--params", str(params), "--results", str(tmp_path / "bench"), "--metrics", str(out), "--dynamics", str(tmp_path / "dynamics"), "--headline", str(tmp_path / "headline.json"), "--progress", str(tmp_path / "progress.json")]) == 0
     one_arm = json.loads(out.read_text())
     assert one_arm["bench.gsm8k.mean"] == 0.1 and "bench.gsm8k.member.population-student0" not in one_arm
 
@@ -221,7 +222,7 @@ def test_a_missing_result_fails_naming_the_file(tmp_path):
     log = tmp_path / "summary.log"
     assert bench_summary.main(["--params", str(params), "--results", str(tmp_path / "bench"),
                                "--metrics", str(tmp_path / "metrics.json"), "--dynamics", str(tmp_path / "dynamics"),
-                               "--headline", str(tmp_path / "headline.json"), "--log", str(log)]) == 1
+                               "--headline", str(tmp_path / "headline.json"), "--progress", str(tmp_path / "progress.json"), "--log", str(log)]) == 1
     first = synthetic_results()[0]
     assert f"{first['benchmark']}/{first['model']}.json" in log.read_text() and "Fix:" in log.read_text()
     assert not (tmp_path / "metrics.json").exists()

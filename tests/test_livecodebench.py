@@ -254,7 +254,8 @@ def test_bench_stage_and_summary_on_the_fixture(tmp_path, tiny_model_dir, monkey
     assert samples[0]["prompt"].startswith("<|im_start|>system\nYou are an expert Python programmer.")
     metrics_path = tmp_path / "results" / "metrics.json"
     assert bench_summary.main(["--params", str(params), "--results", str(bench_dir), "--metrics", str(metrics_path),
-                               "--dynamics", str(tmp_path / "results" / "dynamics"), "--headline", str(tmp_path / "results" / "headline.json")]) == 0
+                               "--dynamics", str(tmp_path / "results" / "dynamics"), "--headline", str(tmp_path / "results" / "headline.json"),
+                               "--progress", str(tmp_path / "results" / "progress.json")]) == 0
     metrics = json.loads(metrics_path.read_text())
     assert metrics["bench.livecodebench.n"] == 2
     for model in ("base", "population-student0", "population-student1"):

@@ -50,7 +50,9 @@ HELDOUT_BASE = f"{RESULTS}/heldout/base.json"  # the base model's verdicts on it
 DYNAMICS_DIR = f"{RESULTS}/dynamics"  # one folder per arm: dynamics.json, update_steps.json, summary.json, family_tree.png
 HISTORY = f"{DYNAMICS_DIR}/{{arm}}/{DYNAMICS_TABLE}"  # the live history (populora/report/live.py), one row per generation
 UPDATE_STEPS = f"{DYNAMICS_DIR}/{{arm}}/update_steps.json"  # one row per optimizer step
-PROGRESS = f"{RESULTS}/progress.json"  # the last finished generation per arm (a top-level DVC metric)
+# the last finished generation per arm: kept by the generation stages while the run goes on, written whole by
+# bench_summary at the end (its declared output and a DVC metric, so `dvc exp show` has it during and after a run)
+PROGRESS = f"{RESULTS}/progress.json"
 HEADLINE = f"{RESULTS}/headline.json"  # the run's headline figures: the only DVC metrics of a stage
 TRACKING = f"{RESULTS}/tracking"  # the optional trackers (tracking.report_to): one folder per arm
 LIVE = {"history": HISTORY, "steps": UPDATE_STEPS, "progress": PROGRESS, "tracking": TRACKING}
@@ -315,7 +317,8 @@ STAGES += (
         "bench_summary", "stages.bench_summary", "global", local=True,
         inputs={"results": BENCH_DIR, "dynamics": DYNAMICS_DIR},
         collects={"results": ("bench_base", "bench"), "dynamics": ("dynamics",)},
-        outputs={"metrics": f"{RESULTS}/metrics.json", "headline": HEADLINE}, metrics=("headline",), params=("dag.arms", "bench.benchmarks", "bench.roles", "population"),
+        outputs={"metrics": f"{RESULTS}/metrics.json", "headline": HEADLINE, "progress": PROGRESS},
+        metrics=("headline", "progress"), params=("dag.arms", "bench.benchmarks", "bench.roles", "population"),
     ),
     Stage(
         "report", "stages.report", "global", local=True,

@@ -46,7 +46,6 @@ from populora.config import ParamsError, load_params
 from populora.core.io import write_json
 from workflow.dag import (
     BASE_MODEL,
-    PROGRESS,
     RESULTS,
     SCOPES,
     STAGES,
@@ -102,9 +101,6 @@ def render(params_path: str = "params.yaml") -> str:
     params = load_params(params_path)
     guard = {"cmd": GUARD_CMD, "always_changed": True, "outs": [{GUARD_STAMP: {"cache": False}}]}
     document = {"stages": {GUARD: guard, **{stage.name: render_stage(stage, params) for stage in STAGES}}}
-    # the live progress of a run (populora/report/live.py): several stages write it, none owns it,
-    # so it is a top-level metric, which `dvc exp show` reads during a run
-    document["metrics"] = [PROGRESS]
     document["plots"] = plots_section(params)
     return HEADER + yaml.dump(document, Dumper=_NoAliases, sort_keys=False, width=1000)
 
