@@ -52,12 +52,14 @@ def build_pool(params, model, tokenizer, seeds: list[dict], sandbox, log) -> lis
     types = pool_types(cfg.types)
     chat = chat_wrapper(tokenizer)
     pool: list[dict] = []
-    per_round = max(1, -(-cfg.batch_size // len(types)))  # one full batch of proposals per round
     for round_index in range(params.heldout.max_rounds):
         seed = derive_seed(params.heldout.seed, "heldout_pool", round_index)
+        # one full batch of proposals per round, over the types not yet full (a full type's proposals would be wasted)
+        missing = [t for t in types if sum(p["type"] == t for p in pool) < per_type]
+        per_round = max(1, -(-cfg.batch_size // len(missing)))
         jobs = proposer_jobs(["base"], [*seeds, *pool], per_type=per_round, references=cfg.references,
                              n_inputs=cfg.code_f_inputs, mode=cfg.mode, chat=chat, rng=random.Random(seed),
-                             arm="heldout", gen=round_index, types=types)
+                             arm="heldout", gen=round_index, types=missing)
         results = run_plans(model, tokenizer, [GenRow(plan, None) for _, plan in jobs], temperature=cfg.temperature,
                             top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, seed=seed,
                             desc=f"heldout pool round {round_index}")
