@@ -183,3 +183,17 @@ def test_a_missing_pool_file_is_refused_before_any_work(tiny_params_dict):
 
     with pytest.raises(ParamsError, match="heldout.pool_file"):
         parse_params({**tiny_params_dict, "heldout": {"pool_file": "no/such/pool.jsonl"}})
+
+
+def test_pool_verdicts_grade_a_right_answer_right():
+    """The pool's rows carry no `valid` field: grading must still find the tasks (it once answered
+    `unknown_task` for every row, so every member and the base scored 0)."""
+    from populora.selfplay.heldout import pool_verdicts
+
+    rows = verify_rows([_task("a", "def f(a):\n    return a * 7 - 2", "3"), _task("c", "def f(s):\n    return s[::-1] + 'z'", "'ab'", "code_i")])
+    pool = attach_examples(accept_into_pool([], rows, seeds(), per_type=2), seeds(), 1, seed=0)
+    assert all("valid" not in task for task in pool)
+    o, i = pool[0]["task_id"], pool[1]["task_id"]
+    answers = [{"task_id": o, "member": "m", "answer": "19"}, {"task_id": i, "member": "m", "answer": "'ab'"},
+               {"task_id": o, "member": "base", "answer": "20"}, {"task_id": i, "member": "base", "answer": "'ba'"}]
+    assert pool_verdicts(pool, answers, None) == {"m": {o: 1, i: 1}, "base": {o: 0, i: 0}}

@@ -166,5 +166,13 @@ def score_members(params, model, tokenizer, pool: list[dict], members: list[str 
         answer, reason = parse_answer(result.completion, meta["type"], mode=cfg.mode, truncated=result.truncated)
         rows.append({**meta, "answer": answer, "parse_reason": reason})
     with Progress(len(rows), "heldout grading", unit="answers", log=logging.getLogger("heldout")) as progress:
-        table = verdict_table(grade_rows(pool, rows, params.verify, sandbox=sandbox, progress=progress.update))
+        table = pool_verdicts(pool, rows, params.verify, sandbox=sandbox, progress=progress.update)
     return heldout_metrics(table, pool, roles), table
+
+
+def pool_verdicts(pool: list[dict], rows: list[dict], config, *, sandbox=None, progress=None) -> dict[str, dict[str, int]]:
+    """member -> task_id -> 1 or 0: answer rows (`task_id`, `member`, `answer`) graded against the pool.
+    Pool tasks were verified when the pool was made; their rows keep only the task's fields, so they are
+    marked valid here (the grader answers `unknown_task`, never correct, for a task not marked valid)."""
+    tasks = [{**task, "valid": True} for task in pool]
+    return verdict_table(grade_rows(tasks, rows, config, sandbox=sandbox, progress=progress))
