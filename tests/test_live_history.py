@@ -140,3 +140,11 @@ def test_headline_of_both_arms_and_of_one():
     one = headline_metrics({"avg.overall.mean": 0.2, "avg.overall.base": 0.1}, {"baseline": summaries["baseline"]})
     assert one == {"overall.mean": 0.2, "overall.base": 0.1, "overall.mean_minus_base": 0.1,
                    "heldout.mean": 0.3, "solve_rate.mean": 0.4}
+
+
+def test_the_held_out_fields_the_plots_name_are_always_there():
+    """No pool (or teachers not scored): DVC fails a plot whose field is in no row, so they are null."""
+    from populora.report.live import ALWAYS
+
+    table = plot_table([_row(0)])
+    assert all(key in table[0] and table[0][key] is None for key in ALWAYS) and plot_table([]) == []

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from populora.core.io import write_json
+from populora.report.panels import PANELS
 
 UPDATE_STEP = re.compile(r"^update\.(?P<slot>[^.]+)\.step(?P<step>\d+)\.(?P<figure>[a-z_]+)$")
 # per arm in progress.json: (key in a history row, name in progress.json)
@@ -41,11 +42,16 @@ PROGRESS_KEYS = (("generation", "generation"), ("solve_rate", "solve_rate"),
                  ("heldout.students.accuracy", "heldout"), ("heldout.base.accuracy", "heldout_base"))
 
 
+# keys a DVC plot names that a run may never write (no held-out pool; teachers not scored): null, not absent,
+# since DVC fails a plot whose field is in no row ("Could not find provided field")
+ALWAYS = next(panel.fields for panel in PANELS if panel.id == "heldout")
+
+
 def plot_table(rows: list[dict]) -> list[dict]:
     """Every row with every key: DVC's plot renderer fails ("argument of type 'NoneType' is not
     iterable") when rows have different keys. A reason never seen in a generation counted 0 there;
-    any other missing value is null."""
-    keys = sorted({key for row in rows for key in row})
+    any other missing value is null; the keys of ALWAYS are in every row."""
+    keys = sorted({key for row in rows for key in row} | (set(ALWAYS) if rows else set()))
     return [{key: row.get(key, 0 if ".reason." in key else None) for key in keys} for row in rows]
 
 
