@@ -48,7 +48,8 @@ from populora.lm.adapters import delta_norm, read_state_dict
 from populora.population.evolution import append_lineage
 from populora.selfplay import generation_metrics as gm
 from populora.selfplay.tasks import extend_buffer, is_valid_task
-from stages._common import add_live_flags, record_live, setup, stage_parser
+from stages._common import setup, stage_parser
+from stages._live import add_live_flags, record_live
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,8 @@ from populora.core.state import adapter_dirs, load_state
 from populora.lm.engines import load_sampler
 from populora.selfplay.heldout import score_members
 from populora.verifier import IsolationError, sandbox_for
-from stages._common import add_live_flags, record_live, setup, stage_parser, timed
+from stages._common import setup, stage_parser, timed
+from stages._live import add_live_flags, record_live
 
 
 def main(argv: list[str] | None = None) -> int:
