@@ -148,3 +148,15 @@ def test_the_held_out_fields_the_plots_name_are_always_there():
 
     table = plot_table([_row(0)])
     assert all(key in table[0] and table[0][key] is None for key in ALWAYS) and plot_table([]) == []
+
+
+def test_a_tracker_without_its_package_is_refused_before_any_work(monkeypatch, tiny_params_dict):
+    import importlib.util
+
+    from populora.config import ParamsError, parse_params
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(ParamsError, match=r"tracking.report_to.*wandb needs the wandb package"):
+        parse_params({**tiny_params_dict, "tracking": {"report_to": ["wandb"]}})
+    assert parse_params({**tiny_params_dict, "tracking": {"report_to": ["tensorboard"]}}).tracking.report_to == ("tensorboard",)
