@@ -80,7 +80,7 @@ def step_rows(rows: list[dict]) -> list[dict]:
         steps: dict[int, dict] = {}
         for key, value in row.items():
             match = UPDATE_STEP.match(key)
-            if match and _finite(value):
+            if match and is_number(value):
                 steps.setdefault(int(match["step"]), {})[f"{match['slot']}.{match['figure']}"] = value
         for k in sorted(steps):
             out.append({"step": len(out), "generation": row["generation"], "step_in_generation": k, **always, **steps[k]})
@@ -90,10 +90,11 @@ def step_rows(rows: list[dict]) -> list[dict]:
 def progress(rows: list[dict]) -> dict:
     """The last generation's figures of one arm (PROGRESS_KEYS), for progress.json."""
     last = max(rows, key=lambda r: r["generation"]) if rows else {}
-    return {name: last[key] for key, name in PROGRESS_KEYS if _finite(last.get(key))}
+    return {name: last[key] for key, name in PROGRESS_KEYS if is_number(last.get(key))}
 
 
-def _finite(value) -> bool:
+def is_number(value) -> bool:
+    """A finite int or float (not a bool): what a table or a tracker can plot."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -117,10 +118,12 @@ def _read_rows(path: Path) -> list[dict]:
     return rows if isinstance(rows, list) else []
 
 
-def write_tables(history: str | Path, steps: str | Path, rows: list[dict]) -> None:
-    """Both tables of one arm from its generation rows (atomic writes)."""
+def write_tables(history: str | Path, steps: str | Path, rows: list[dict]) -> list[dict]:
+    """Both tables of one arm from its generation rows (atomic writes); returns the step rows."""
     write_json(history, plot_table(rows))
-    write_json(steps, step_rows(rows))
+    step_table = step_rows(rows)
+    write_json(steps, step_table)
+    return step_table
 
 
 def write_progress(path: str | Path, arm: str, rows: list[dict]) -> None:
@@ -143,9 +146,9 @@ def record_generation(row: dict, *, arm: str, history: str | Path, steps: str | 
     history = Path(history)
     with locked(history):
         rows = put_row(_read_rows(history), row, drop_later=drop_later)
-        write_tables(history, steps, rows)
+        step_table = write_tables(history, steps, rows)
     write_progress(progress_file, arm, rows)
     if trackers is not None:
         merged = next(r for r in rows if r["generation"] == row["generation"])
-        trackers.log_generation(merged, [s for s in step_rows(rows) if s["generation"] == row["generation"]])
+        trackers.log_generation(merged, [s for s in step_table if s["generation"] == row["generation"]])
     return rows

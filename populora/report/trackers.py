@@ -20,25 +20,20 @@ params validation refuses `wandb` otherwise); it runs offline (`WANDB_MODE=offli
 from __future__ import annotations
 
 import json
-import math
 import os
 import uuid
 from pathlib import Path
 
 from populora.core.io import write_json
-from populora.report.live import UPDATE_STEP
+from populora.report.live import UPDATE_STEP, is_number
 
 RUN_FILE = "run.json"
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def scalars(row: dict, *, skip=("generation", "step", "step_in_generation")) -> dict[str, float]:
     """The numeric figures of a history row, named with `/` between groups (trackers' convention):
     `code_o.solve_rate` -> `code_o/solve_rate`."""
-    return {key.replace(".", "/"): float(value) for key, value in row.items() if key not in skip and _number(value)}
+    return {key.replace(".", "/"): float(value) for key, value in row.items() if key not in skip and is_number(value)}
 
 
 def generation_scalars(row: dict) -> dict[str, float]:
@@ -59,11 +54,11 @@ def run_identity(folder: Path, arm: str, project: str) -> dict:
 class Trackers:
     """The trackers of one arm; `log_generation` sends one history row and its optimizer steps."""
 
-    def __init__(self, report_to, folder: str | Path, arm: str, *, project: str = "populora", config: dict | None = None):
+    def __init__(self, report_to, folder: str | Path, arm: str, *, project: str = "populora"):
         self.folder = Path(folder) / arm
         self.report_to = tuple(report_to)
         self.identity = run_identity(self.folder, arm, project) if self.report_to else {}
-        self.arm, self.project, self.config = arm, project, config or {}
+        self.arm, self.project = arm, project
 
     def log_generation(self, row: dict, steps: list[dict]) -> None:
         gen = int(row["generation"])
@@ -89,7 +84,7 @@ class Trackers:
         import wandb
 
         run = wandb.init(project=self.project, id=self.identity["wandb_id"], name=self.arm, resume="allow",
-                         dir=str(self.folder), mode="offline", config=self.config, reinit="finish_previous")
+                         dir=str(self.folder), mode="offline", reinit="finish_previous")
         try:
             # one step axis per kind: generations and optimizer steps
             run.define_metric("generation")
