@@ -738,17 +738,22 @@ def merge(base: dict, overlay: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m populora.config [PARAMS]` validates; `--overlay FILE` prints PARAMS merged with FILE."""
+    """`python -m populora.config [PARAMS]` validates; `--overlay FILE` (repeatable, applied in order)
+    prints PARAMS merged with the overlays."""
     import argparse
 
-    parser = argparse.ArgumentParser(description="Validate params.yaml, or merge an overlay into it.")
+    parser = argparse.ArgumentParser(description="Validate params.yaml, or merge overlays into it.")
     parser.add_argument("params", nargs="?", default="params.yaml")
-    parser.add_argument("--overlay", help="YAML overlay (e.g. params/gpu-paper.yaml); the merged file goes to stdout")
+    parser.add_argument("--overlay", action="append", default=[],
+                        help="YAML overlay (e.g. params/gpu-paper.yaml), repeatable: later ones win; "
+                             "the merged file goes to stdout")
     args = parser.parse_args(argv)
     try:
         if args.overlay:
-            raw = merge(yaml.safe_load(Path(args.params).read_text()), yaml.safe_load(Path(args.overlay).read_text()))
-            parse_params(raw, f"{args.params} + {args.overlay}")
+            raw = yaml.safe_load(Path(args.params).read_text())
+            for overlay in args.overlay:
+                raw = merge(raw, yaml.safe_load(Path(overlay).read_text()) or {})
+            parse_params(raw, " + ".join([args.params, *args.overlay]))
             print(yaml.safe_dump(raw, sort_keys=False), end="")
             return 0
         load_params(args.params)
@@ -757,7 +762,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"{args.params}: OK", file=sys.stderr)
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -10,7 +10,8 @@
 #   python -m populora.report.study_runs study/runs --out study     # table + figure across seeds
 #
 # STUDY_OVERLAY (default params/cpu-study.yaml) is the overlay the clone applies, STUDY_RUNS (default
-# study/runs) where runs are committed: the learning study (issue 34) is
+# study/runs) where runs are committed; STUDY_OVERLAY may name several overlays, applied in order
+# (a candidate budget's changes on top of the study's overlay). The learning study (issue 34) is
 #   STUDY_OVERLAY=params/learning-study.yaml STUDY_RUNS=study/learning/runs bash scripts/study.sh CLONE 1t1s:0 ...
 # Its held-out pool (results/heldout/pool.jsonl: the same for every run of a clone, DVC's run cache
 # restores it) is copied once beside the runs (<STUDY_RUNS>/../heldout_pool.jsonl), the base model's
@@ -97,7 +98,8 @@ if [ ! -d "$clone/.git" ]; then
   git clone -q "$here" "$clone"
   git -C "$clone" checkout -q -B study "$source"
   ln -s "$here/.venv" "$clone/.venv"
-  (cd "$clone" && PYTHONPATH="$clone" python -m populora.config params.yaml --overlay "$overlay" > params.study.yaml \
+  overlay_flags=(); for file in $overlay; do overlay_flags+=(--overlay "$file"); done
+  (cd "$clone" && PYTHONPATH="$clone" python -m populora.config params.yaml "${overlay_flags[@]}" > params.study.yaml \
      && mv params.study.yaml params.yaml && PYTHONPATH="$clone" python -m workflow.render_dvc \
      && git -c user.name=study -c user.email=study@localhost commit -qam "CPU study: $overlay applied")
 fi

@@ -69,6 +69,19 @@ def test_overlay_merges_and_validates(tmp_path):
     assert merged["lora"]["rank"] == 4 and merged["ratings"]["mu"] == 25.0
 
 
+def test_overlays_apply_in_order(tmp_path):
+    """A candidate budget's overlay on top of a study's: the later file wins key by key."""
+    later = tmp_path / "later.yaml"
+    later.write_text(yaml.safe_dump({"update": {"learning_rate": 0.002}}))
+    result = subprocess.run([sys.executable, "-m", "populora.config", str(REPO / "params.yaml"), "--overlay",
+                             str(REPO / "params/learning-study.yaml"), "--overlay", str(later)],
+                            cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    merged = yaml.safe_load(result.stdout)
+    assert merged["update"]["learning_rate"] == 0.002 and merged["update"]["steps"] == 1  # the study's key kept
+    assert merged["dag"]["generations"] == 8
+
+
 def test_arm_slots():
     params = parse_params({"population": {"teachers": 3, "students": 2}})
     assert members_of_arm(params, "population") == {"teachers": ["teacher0", "teacher1", "teacher2"],
