@@ -123,18 +123,24 @@ for item in "$@"; do
   wall=$(( $(date +%s) - start ))
   tmp="$dest.tmp"; rm -rf "$tmp"; mkdir -p "$tmp/bench"
   # only this run's arm and the base (the work tree may hold another experiment's arm folder)
-  (cd "$clone/results" && cp metrics.json "$tmp/" && mkdir -p "$tmp/dynamics" && cp -r "dynamics/$arm" "$tmp/dynamics/" \
-     && find "bench/base" "bench/$arm" -maxdepth 2 -name '*.json' | while read -r f; do
+  (cd "$clone/results" && cp metrics.json "$tmp/" && mkdir -p "$tmp/dynamics" && cp -r "dynamics/$arm" "$tmp/dynamics/")
+  for bench in "bench/base" "bench/$arm"; do  # absent where the overlay runs no benchmark (a candidate budget)
+    [ -d "$clone/results/$bench" ] || continue
+    (cd "$clone/results" && find "$bench" -maxdepth 2 -name '*.json' | while read -r f; do
           mkdir -p "$tmp/$(dirname "$f")"; cp "$f" "$tmp/$f"; done \
-     && find "bench/base" "bench/$arm" -name samples.jsonl | while read -r f; do  # which answers copy
+     && find "$bench" -name samples.jsonl | while read -r f; do  # which answers copy
           mkdir -p "$tmp/$(dirname "$f")"
           PYTHONPATH="$here" python -m populora.bench.diagnostics --flags "$f" > "$tmp/$(dirname "$f")/answers.json"; done)
+  done
   # the students' training answers per generation: how many copy what the task showed
   PYTHONPATH="$here" python -m populora.bench.diagnostics --training "$clone/results/$arm" > "$tmp/training_answers.json"
   cp "$clone/params.yaml" "$tmp/params.yaml"
   if [ -s "$clone/results/heldout/pool.jsonl" ]; then  # the held-out pool: once per study, the base's verdicts per run
     cp "$clone/results/heldout/base.json" "$tmp/heldout_base.json"
-    [ -f "$here/$runs/../heldout_pool.jsonl" ] || cp "$clone/results/heldout/pool.jsonl" "$here/$runs/../heldout_pool.jsonl"
+    # made by this study (not reused through heldout.pool_file): kept beside the runs
+    reused=$(cd "$clone" && python -c 'import yaml; print(yaml.safe_load(open("params.yaml"))["heldout"].get("pool_file") or "")')
+    [ -n "$reused" ] || [ -f "$here/$runs/../heldout_pool.jsonl" ] \
+      || cp "$clone/results/heldout/pool.jsonl" "$here/$runs/../heldout_pool.jsonl"
   fi
   # committed results name the benchmark data as params do (../shared/...), never this machine's path
   shared=$(cd "$here/.." && pwd)/shared
