@@ -475,12 +475,14 @@ class HeldoutSection(_Section):
     max_rounds: int = Field(12, ge=1, description="Rounds of base-model proposals (one batch, propose.batch_size, each) before "
                             "the pool is taken as it is, short (logged and recorded in base.json).")
     roles: tuple[Literal["students", "teachers"], ...] = Field(
-        ("students", "teachers"), min_length=1, description="Whose members answer the pool every generation (the "
-        "baseline's one adapter is both): students only halves the cost of a 2T-2S generation.")
+        ("students",), min_length=1, description="Whose members answer the pool every generation (the "
+        "baseline's one adapter is both): [students, teachers] also scores the teachers, twice the cost of a 2T-2S "
+        "generation.")
     pool_file: str | None = Field(
-        None, description="A pool made before (the pool.jsonl of a heldout_pool stage, e.g. a study's committed "
+        "study/learning/heldout_pool.jsonl", description="A pool made before (the pool.jsonl of a heldout_pool stage, e.g. a study's committed "
         "heldout_pool.jsonl) to reuse instead of proposing one: its tasks are verified again, the first per_type of "
-        "each type kept, the base model scored on them. null: the base model proposes the pool.")
+        "each type kept, the base model scored on them. The default is SmolLM2-135M's own pool, made by the learning "
+        "study (study/learning/). null: the base model proposes the pool (do so for another base model).")
 
     @field_validator("pool_file")
     @classmethod

@@ -121,7 +121,8 @@ def test_stages_build_an_empty_pool_and_score_members_on_the_tiny_model(tiny_mod
     from stages import heldout, heldout_pool, init
 
     params = tmp_path / "params.yaml"
-    raw = {**tiny_params_dict, "heldout": {"per_type": 2, "seed": 0, "max_rounds": 1}}
+    raw = {**tiny_params_dict, "heldout": {"per_type": 2, "seed": 0, "max_rounds": 1, "roles": ["students", "teachers"],
+                                             "pool_file": None}}
     params.write_text(yaml.safe_dump(raw))
     pool_path, base_path = tmp_path / "pool.jsonl", tmp_path / "base.json"
     assert heldout_pool.main(["--params", str(params), "--base-model", str(tiny_model_dir), "--pool", str(pool_path),
