@@ -487,10 +487,10 @@ class HeldoutSection(_Section):
     @field_validator("pool_file")
     @classmethod
     def _pool_file_exists(cls, value: str | None) -> str | None:
-        from populora.core.paths import project_path
+        from populora.core.paths import shipped_path
 
-        if value is not None and not project_path(value).is_file():
-            raise ValueError(f"no such file: {value} (resolved to {project_path(value)}); point heldout.pool_file at "
+        if value is not None and not shipped_path(value).is_file():
+            raise ValueError(f"no such file: {value} (resolved to {shipped_path(value)}); point heldout.pool_file at "
                              "a pool.jsonl written by the heldout_pool stage, or set it to null")
         return value
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 
 from populora.core.io import read_jsonl, write_json, write_jsonl
-from populora.core.paths import project_path
+from populora.core.paths import shipped_path
 from populora.core.progress import Progress
 from populora.core.seeds import derive_seed
 from populora.lm.engines import load_sampler
@@ -82,7 +82,7 @@ def build_pool(params, model, tokenizer, seeds: list[dict], sandbox, log) -> lis
 def reuse_pool(params, sandbox, log) -> list[dict]:
     """The tasks of `heldout.pool_file` that the sandbox verifies again with the same outputs, the
     first `heldout.per_type` of each type (their worked examples as they were made)."""
-    made = read_jsonl(project_path(params.heldout.pool_file))
+    made = read_jsonl(shipped_path(params.heldout.pool_file))
     types = pool_types(params.propose.types)
     fields = ("task_id", "type", "program", "inputs", "message")
     again = verify_rows([{k: row.get(k) for k in fields} for row in made], params.verify, sandbox=sandbox,
