@@ -375,7 +375,8 @@ class LiveCodeBenchSection(_Section):
 
 class BenchSection(_Section):
     benchmarks: tuple[Literal[BENCHMARKS], ...] = Field(
-        DEFAULT_BENCHMARKS, description="Benchmarks to run for every model (livecodebench only when listed).")
+        DEFAULT_BENCHMARKS, min_length=1,
+        description="Benchmarks to run for every model (livecodebench only when listed), one at least.")
     roles: tuple[Literal["students", "teachers"], ...] = Field(
         ("students", "teachers"), min_length=1,
         description="Which final members of an arm are benchmarked (the baseline's one adapter is both); "
@@ -614,6 +615,9 @@ _FIXES = {
     "population.teachers": "At least one teacher is needed; teachers propose the tasks.",
     "dag.generations": "Use a whole number of generations, 1 or more.",
     "dag.arms": "List population and/or baseline, each once.",
+    "bench.benchmarks": "Name one benchmark at least (the DVC stages bench_summary and report read the folder the "
+    "bench stages write, results/bench); for a run judged on the held-out pool alone, keep one cheap benchmark, "
+    "e.g. benchmarks: [cruxeval_o] with limits: {cruxeval_o: 10}.",
     "bench.data_dir": "Point bench.data_dir (or the POPULORA_BENCHMARKS environment variable) at the folder holding "
     "evalplus/, math/ and cruxeval/ (see ../shared/benchmarks/README.md), drop the benchmarks whose files are missing "
     "from bench.benchmarks, or set bench.data_dir: null to use the official downloads.",

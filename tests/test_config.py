@@ -262,3 +262,9 @@ def test_fix_messages_keep_acronyms_and_start_with_a_capital():
     with pytest.raises(ParamsError, match=r"bench.cruxeval.promt: unknown key. Fix: Remove it or use one of: "
                                           r"max_new_tokens, prompt, worked_examples"):
         parse_params({"bench": {"cruxeval": {"promt": "official"}}})
+
+
+def test_no_benchmark_at_all_is_refused_with_the_fix():
+    """DVC fails late (bench_summary's folder was never written) on a run with no benchmark: refused first."""
+    with pytest.raises(ParamsError, match=r"bench\.benchmarks.*one benchmark at least"):
+        parse_params({"bench": {"benchmarks": []}})
