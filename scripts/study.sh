@@ -87,6 +87,7 @@ if [[ ${BASH_SOURCE[0]} != "$0" ]]; then return 0; fi
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 clone=${1:?usage: scripts/study.sh STUDY_CLONE CONTROL:SEED ...}
+clone=$(realpath -m "$clone")  # commands below cd into it: a relative path would move
 shift
 export PATH="$here/.venv/bin:$PATH"
 
