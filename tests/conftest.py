@@ -15,6 +15,21 @@ os.environ.setdefault("POPULORA_BENCHMARKS", str(REPO.parent / "shared" / "bench
 TINY_PARAMS = REPO / "tests" / "fixtures" / "params.tiny.yaml"
 
 
+# Files committed with the code that the default params name (heldout.pool_file: SmolLM2's study pool).
+# A scratch project that copies the code (and so resolves paths from its own copy) needs them too.
+SHIPPED_FILES = ("study/learning/heldout_pool.jsonl",)
+
+
+def copy_shipped_files(root: Path) -> Path:
+    """Copy `SHIPPED_FILES` into the scratch project `root`, at the same relative paths."""
+    import shutil
+
+    for name in SHIPPED_FILES:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, root / name)
+    return root
+
+
 def copy_snakemake_entry(root: Path) -> Path:
     """A scratch Snakemake project: the Snakefile, workflow/ and profiles/ copied into `root`
     (stages run from the checkout through PYTHONPATH); params.yaml is the caller's."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, copy_shipped_files
 
 BIN = str(Path(sys.executable).parent)
 GIT_ID = {"GIT_AUTHOR_NAME": "ci", "GIT_AUTHOR_EMAIL": "ci@example.org",
@@ -31,6 +31,7 @@ def new_dvc_project(root: Path, params: dict) -> Path:
     for name in ("populora", "stages", "workflow"):
         shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / ".gitignore", root / ".gitignore")
+    copy_shipped_files(root)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     run(root, f"{BIN}/python", "-m", "workflow.render_dvc", "--params", "params.yaml", "--out", "dvc.yaml")
     run(root, "git", "init", "-q")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, copy_shipped_files
 from workflow.dag import STAGES, code_deps
 
 BIN = str(Path(sys.executable).parent)
@@ -142,6 +142,7 @@ def project(tmp_path_factory) -> Path:
         shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in (".gitignore", "params.yaml"):
         shutil.copy(REPO / name, root / name)
+    copy_shipped_files(root)
     _run(root, f"{BIN}/python", "-m", "workflow.render_dvc")
     _run(root, "git", "init", "-q")
     _run(root, f"{BIN}/dvc", "init", "-q")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from stages import _common
-from tests.conftest import REPO
+from tests.conftest import REPO, copy_shipped_files
 from workflow.dag import CPU_MODEL_THREADS, GPU_THREADS, STAGES
 
 BIN = str(Path(sys.executable).parent)
@@ -170,6 +170,7 @@ def _snakemake_dry(*args: str, device: str | None = None, tmp_path: Path | None 
         cwd.mkdir()
         for name in ("Snakefile", "profiles", "workflow", "populora", "stages"):
             (shutil.copytree if (REPO / name).is_dir() else shutil.copy)(REPO / name, cwd / name)
+        copy_shipped_files(cwd)
         params = yaml.safe_load((REPO / "params.yaml").read_text())
         params["model"]["device"] = device
         (cwd / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from populora.config import merge, parse_params
+from tests.conftest import copy_shipped_files
 from workflow.dag import STAGES, scope_items
 from workflow.time_model import Model, job_seconds, one_gpu_seconds, runtime_minutes
 
@@ -83,6 +84,7 @@ def test_snakemake_dry_run_shows_the_time_models_runtimes(name, tmp_path):
 
     for entry in ("Snakefile", "profiles", "workflow", "populora", "stages"):
         (shutil.copytree if (REPO / entry).is_dir() else shutil.copy)(REPO / entry, tmp_path / entry)
+    copy_shipped_files(tmp_path)
     raw = overlay(name, dag={"generations": 1})
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     params = parse_params(raw)
