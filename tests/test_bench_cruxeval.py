@@ -125,6 +125,7 @@ def test_bench_stage_on_the_tiny_model(tmp_path, tiny_model_dir, monkeypatch, be
     # the gold answer's log-likelihood, one per problem, a negative number of nats
     assert list(result["per_problem_gold_logprob"]) == list(result["per_problem"])
     assert all(v < 0 for v in result["per_problem_gold_logprob"].values()) and result["gold_loglik"]["tokens"] > n
+    assert result["gold_loglik"]["in_generation"] == n  # scored in each answer's own prefill, no second pass
 
 
 def test_limits_override_limit_and_are_validated():

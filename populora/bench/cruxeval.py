@@ -212,6 +212,20 @@ def gold_item(task: dict, plan: prompts.Plan, adapter: str | None, prompt: str) 
     return GoldItem(plan.prompt + plan.steps[0].prefill, f"{gold}\n```", adapter)
 
 
+def gold_scores(outputs: list[dict], items: list[GoldItem], lm, tokenizer, settings) -> list[tuple[float, int]] | None:
+    """Each answer's gold log-likelihood: the one its generation scored (hf engine), else a
+    teacher-forced pass of its own (`gold_logprobs`: pieces kept from a run before this was scored
+    in the prefill, or a sampler without a carried cache); None where the engine gives no forward
+    pass (vllm)."""
+    gold = [tuple(o["gold"]) if o.get("gold") is not None else None for o in outputs]
+    missing = [k for k, value in enumerate(gold) if value is None]
+    if missing and hasattr(lm, "parameters"):
+        scored = gold_logprobs(lm, tokenizer, [items[k] for k in missing], batch_size=settings.batch_size)
+        for k, value in zip(missing, scored):
+            gold[k] = value
+    return None if any(value is None for value in gold) else gold
+
+
 # ---------------------------------------------------------------- the runner
 
 def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log,
@@ -237,12 +251,17 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
     built = plans(tasks, pool_tasks, prompt=cfg.prompt, mode=settings.solve_mode, worked_examples=cfg.worked_examples,
                      chat=chat_wrapper(tokenizer))
 
+    def name(model: BenchModel) -> str | None:
+        return model.name if model.adapter is not None else None
+
     def generate(indices: list[int], progress) -> dict[str, list[dict]]:
-        rows = [GenRow(built[i][0], model.name if model.adapter is not None else None)
+        # each row carries its gold answer: the hf engine scores it in the prompt's own prefill
+        rows = [GenRow(built[i][0], name(model), gold_item(tasks[i], built[i][0], name(model), cfg.prompt).gold)
                 for model in models for i in indices]
         made = run_plans(lm, tokenizer, rows, temperature=0.0, top_p=1.0, max_new_tokens=settings.max_new_tokens,
                          batch_size=settings.batch_size, seed=0, desc=bench, progress=progress)
-        return {model.name: [{"completion": o.completion, "truncated": o.truncated, "tokens": o.tokens_generated}
+        return {model.name: [{"completion": o.completion, "truncated": o.truncated, "tokens": o.tokens_generated,
+                              "gold": list(o.gold) if o.gold is not None else None}
                              for o in made[k * len(indices):(k + 1) * len(indices)]]
                 for k, model in enumerate(models)}
 
@@ -253,10 +272,9 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
                                    log=log)
     outputs = [output for model in models for output in generated[model.name]]
     generation_s = time.perf_counter() - start
-    gold_items = [gold_item(task, plan, model.name if model.adapter is not None else None, cfg.prompt)
-                  for model in models for task, (plan, _) in zip(tasks, built)]
     start = time.perf_counter()
-    gold = gold_logprobs(lm, tokenizer, gold_items, batch_size=settings.batch_size) if hasattr(lm, "parameters") else None
+    gold = gold_scores(outputs, [gold_item(task, plan, name(model), cfg.prompt)
+                                 for model in models for task, (plan, _) in zip(tasks, built)], lm, tokenizer, settings)
     gold_s = time.perf_counter() - start
     lm = None  # free the model before grading (the generate closure holds it too)
     all_tasks = tasks * len(models)
@@ -282,7 +300,8 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
         results[model.name] = {
             **({"per_problem_gold_logprob": {t["task_id"]: round(v, 6) for t, (v, _) in zip(tasks, own_gold)},
                 "gold_loglik": {"mean": round(sum(v for v, _ in own_gold) / len(own_gold), 6) if own_gold else None,
-                                "tokens": sum(n for _, n in own_gold), "seconds": round(gold_s, 1)}}
+                                "tokens": sum(n for _, n in own_gold), "seconds": round(gold_s, 1),
+                                "in_generation": sum(o.get("gold") is not None for o in outputs[part])}}
                if own_gold is not None else {"gold_loglik": {"skipped": "the vllm engine gives no forward pass"}}),
             "diagnostics": answer_diagnostics(samples), "max_new_tokens": settings.max_new_tokens,
             "n": len(samples), "per_problem": {row["task_id"]: int(row["correct"]) for row in samples},

@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 class GenRow:
     plan: Plan
     adapter: str | None  # adapter name loaded on the MultiLoraModel, or None for the bare base model
+    gold: str | None = None  # text whose teacher-forced log-likelihood after the first step's prefill
+                             # is scored in the same prefill (hf engine, carried cache): GenResult.gold
 
 
 @dataclass
@@ -51,6 +53,7 @@ class GenResult:
     segments: list[dict] = field(default_factory=list)
     truncated: bool = False
     tokens_generated: int = 0
+    gold: tuple[float, int] | None = None  # (summed natural-log prob of the row's gold tokens, their count)
 
     @property
     def completion(self) -> str:
@@ -187,6 +190,33 @@ class CarriedCache:
         column = torch.tensor([[0 if done else 1] for done in stopped], dtype=torch.long, device=device)
         self.attention = torch.cat([self.attention.to(device), column], dim=1)
         return self.attention
+
+
+@torch.no_grad()
+def score_continuations(model, carried: CarriedCache, contexts: list[list[int]], golds: list[list[int] | None],
+                        adapters: list[str | None], pad: int, device) -> list[tuple[float, int] | None]:
+    """Teacher-forced log-likelihood (temperature 1) of `golds[i]` right after `contexts[i]`, in one
+    forward that also fills the batch's carried cache with the contexts: the sampling that follows
+    feeds only each context's last token again, so a gold answer costs its own tokens, not a second
+    prefill of the prompt. The gold tokens are then masked out of the cache (`forget`); the contexts
+    sample as they would have. Returns (summed log-prob, token count) per row, None without a gold."""
+    fed = [[*context, *(gold or [])] for context, gold in zip(contexts, golds)]
+    ids, attention, positions = carried.feed(fed, [False] * len(fed), pad, device)
+    keep = max((len(gold) for gold in golds if gold), default=0) + 1
+    selection = model.select(adapters) if isinstance(model, MultiLoraModel) else _no_adapters(adapters)
+    with selection:
+        logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, past_key_values=carried.cache,
+                       use_cache=True, logits_to_keep=keep).logits
+    scores: list[tuple[float, int] | None] = []
+    for row, (context, gold) in enumerate(zip(contexts, golds)):
+        if gold:  # rows end in the same column: gold token j is predicted by column keep - 1 - len(gold) + j
+            predicting = logits[row, keep - 1 - len(gold):keep - 1].float()
+            chosen = torch.log_softmax(predicting, -1).gather(-1, torch.tensor(gold, device=device).unsqueeze(-1))
+            scores.append((float(chosen.double().sum()), len(gold)))
+        else:
+            scores.append(None)
+        carried.forget(row, len(context))
+    return scores
 
 
 @dataclass
@@ -368,6 +398,13 @@ def run_plans(
                     "adapters": [rows[i].adapter for i in batch]}
         batch_seed = seed * 1_000_003 + step_index * 7919 + start
         contexts = [plans.contexts[i] for i in batch]
+        if carried is not None and step_index == 0 and any(rows[i].gold for i in batch):
+            golds = [_encode(tokenizer, rows[i].gold) if rows[i].gold and not skipped else None
+                     for i, skipped in zip(batch, skip)]
+            scored = score_continuations(model, carried, contexts, golds, sampling["adapters"],
+                                         tokenizer.pad_token_id, device)
+            for i, score in zip(batch, scored):
+                plans.results[i].gold = score
         if engine:
             sampled = engine.sample_contexts(contexts, seed=batch_seed, **sampling)
         else:
