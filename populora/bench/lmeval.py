@@ -26,6 +26,7 @@ terminal (`populora.core.progress`), instead of lm-eval's tqdm bar.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -296,6 +297,24 @@ def evaluate_members(benchmark: str, *, multilora, tokenizer, members: dict[str,
     return results
 
 
+@contextlib.contextmanager
+def _tqdm_on_in_children():
+    """Processes started inside get tqdm on, still throttled by TQDM_MININTERVAL (`stages/__init__.py`).
+    vLLM's offline `generate`, which lm-eval's vllm model calls with its bar on, divides by the bar's
+    elapsed time, which a disabled bar leaves at 0 (ZeroDivisionError in
+    vllm/entrypoints/common/offline.py). TQDM_DISABLE is set to "" rather than removed: a spawned child
+    imports `stages` again, whose setdefault would turn it back on; tqdm reads "" as False."""
+    before = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = ""
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TQDM_DISABLE"]
+        else:
+            os.environ["TQDM_DISABLE"] = before
+
+
 def _record_task_files(tasks_dir: Path, harness_dir: Path, benchmark: str, metadata: dict, gen_kwargs: dict) -> None:
     """Copy the task files a run used, and the arguments given to lm-eval, into `harness_dir/tasks`."""
     (harness_dir / "tasks").mkdir(parents=True, exist_ok=True)
@@ -383,7 +402,7 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
 
 
         for model in models:
-            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            with _tqdm_on_in_children(), ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
                 runs[model.name] = pool.submit(
                     evaluate_jsonable, bench, base_model=base_model, adapter=model.adapter, data_dir=data_dir,
                     limit=limit,
