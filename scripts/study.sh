@@ -125,6 +125,7 @@ for item in "$@"; do
   tmp="$dest.tmp"; rm -rf "$tmp"; mkdir -p "$tmp/bench"
   # only this run's arm and the base (the work tree may hold another experiment's arm folder)
   (cd "$clone/results" && cp metrics.json "$tmp/" && mkdir -p "$tmp/dynamics" && cp -r "dynamics/$arm" "$tmp/dynamics/")
+  find "$tmp/dynamics" -name '*.lock' -delete  # the live history's file lock is not a result
   for bench in "bench/base" "bench/$arm"; do  # absent where the overlay runs no benchmark (a candidate budget)
     [ -d "$clone/results/$bench" ] || continue
     (cd "$clone/results" && find "$bench" -maxdepth 2 -name '*.json' | while read -r f; do
