@@ -79,7 +79,7 @@ def test_overlays_apply_in_order(tmp_path):
     assert result.returncode == 0, result.stderr
     merged = yaml.safe_load(result.stdout)
     assert merged["update"]["learning_rate"] == 0.002 and merged["update"]["steps"] == 1  # the study's key kept
-    assert merged["dag"]["generations"] == 8
+    assert merged["dag"]["generations"] == 6
 
 
 def test_arm_slots():
