@@ -5,6 +5,10 @@ every row runs through its own adapter (stacked factors, one forward per step); 
 serves rows without adapter. A plan's steps run in lockstep across rows: at step k every row that
 has a k-th step appends its prefill and samples until one of its stop strings, EOS or its budget.
 
+A row may carry a gold continuation (`GenRow.gold`, CRUXEval's gold answer): with a carried cache its
+teacher-forced log-likelihood is scored in the same forward that prefills the prompt
+(`score_continuations`), so the benchmark's paired likelihood measure costs no second prefill.
+
 The sampler is our own decode loop (KV cache, left padding) so the policy gradient can be exactly
 on-policy: `process_logits` turns raw logits into the log-probabilities the sampler draws from
 (temperature, top-p, tokens suppressed at a block's first position), and the update calls the
