@@ -251,13 +251,17 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
     built = plans(tasks, pool_tasks, prompt=cfg.prompt, mode=settings.solve_mode, worked_examples=cfg.worked_examples,
                      chat=chat_wrapper(tokenizer))
 
-    def name(model: BenchModel) -> str | None:
-        return model.name if model.adapter is not None else None
+    # what each model should write after each prompt, model by model as `outputs` below
+    gold_items = [gold_item(task, plan, model.name if model.adapter is not None else None, cfg.prompt)
+                  for model in models for task, (plan, _) in zip(tasks, built)]
+
+    def row(k: int, i: int) -> GenRow:
+        # the row carries its gold answer: the hf engine scores it in the prompt's own prefill
+        item = gold_items[k * len(tasks) + i]
+        return GenRow(built[i][0], item.adapter, item.gold)
 
     def generate(indices: list[int], progress) -> dict[str, list[dict]]:
-        # each row carries its gold answer: the hf engine scores it in the prompt's own prefill
-        rows = [GenRow(built[i][0], name(model), gold_item(tasks[i], built[i][0], name(model), cfg.prompt).gold)
-                for model in models for i in indices]
+        rows = [row(k, i) for k in range(len(models)) for i in indices]
         made = run_plans(lm, tokenizer, rows, temperature=0.0, top_p=1.0, max_new_tokens=settings.max_new_tokens,
                          batch_size=settings.batch_size, seed=0, desc=bench, progress=progress)
         return {model.name: [{"completion": o.completion, "truncated": o.truncated, "tokens": o.tokens_generated,
@@ -273,8 +277,7 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
     outputs = [output for model in models for output in generated[model.name]]
     generation_s = time.perf_counter() - start
     start = time.perf_counter()
-    gold = gold_scores(outputs, [gold_item(task, plan, name(model), cfg.prompt)
-                                 for model in models for task, (plan, _) in zip(tasks, built)], lm, tokenizer, settings)
+    gold = gold_scores(outputs, gold_items, lm, tokenizer, settings)
     gold_s = time.perf_counter() - start
     lm = None  # free the model before grading (the generate closure holds it too)
     all_tasks = tasks * len(models)
