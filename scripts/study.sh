@@ -28,6 +28,9 @@
 #   <control>-null  any of them with update.shuffle_advantages=true (same data, no learning signal);
 #                   both: <control>-nocopy-null
 # A finished run (its folder exists) is skipped; an interrupted one is rerun (DVC skips its finished stages).
+# Two clones may run side by side on a 2-core machine, each stage on one thread (OMP_NUM_THREADS=1,
+# STUDY_BESIDE says so in run.json): ~1.4-1.7x the throughput of one run on two threads (docs/measurements.md,
+# perf/cpu_threads.sh), at the price of each run's wall time.
 # Every run of a study uses the same code: a new clone checks out the commit the committed runs
 # record as `source_commit` (STUDY_SOURCE=<commit> overrides; with no runs yet: HEAD).
 set -euo pipefail
@@ -58,7 +61,10 @@ machine_json() {
   for flag in avx2 avx512f amx_bf16; do
     grep -qw "$flag" /proc/cpuinfo 2>/dev/null && features+=("$flag")
   done
-  printf '{"cpu": "%s", "cpus": %s, "features": "%s"}' "${cpu:-unknown}" "$(nproc)" "${features[*]}"
+  # threads: each stage's torch threads (OMP_NUM_THREADS, else every CPU); beside: what shared the
+  # machine (STUDY_BESIDE, e.g. "another study run on 1 thread"): both change the wall, not the results' meaning
+  printf '{"cpu": "%s", "cpus": %s, "features": "%s", "threads": %s, "beside": "%s"}' "${cpu:-unknown}" "$(nproc)" \
+    "${features[*]}" "${OMP_NUM_THREADS:-$(nproc)}" "${STUDY_BESIDE:-}"
 }
 
 # A run killed as it began can leave an empty or torn dvc.lock, which fails every later run in DVC's

@@ -77,6 +77,16 @@ def test_machine_json_names_this_machine():
     assert machine["cpus"] == len(os.sched_getaffinity(0)) and machine["cpu"]
     flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").is_file() else set()
     assert set(machine["features"].split()) == {f for f in ("avx2", "avx512f", "amx_bf16") if f in flags}
+    assert machine["threads"] == int(os.environ.get("OMP_NUM_THREADS") or len(os.sched_getaffinity(0))) and machine["beside"] == ""
+
+
+def test_machine_json_records_threads_and_what_ran_beside():
+    """Two study runs side by side on one thread each: their wall times must say so."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "STUDY_BESIDE": "another study run on 1 thread"}
+    out = subprocess.run(["bash", "-c", "source scripts/study.sh && machine_json"], cwd=ROOT,
+                         capture_output=True, text=True, check=True, env=env).stdout
+    machine = json.loads(out)
+    assert machine["threads"] == 1 and machine["beside"] == "another study run on 1 thread"
 
 
 @pytest.mark.parametrize("text, kept", [("", False), ("schema: '2.0'\nstages:\n  a: {cmd: x", False),
