@@ -106,8 +106,11 @@ def test_nocopy_controls_are_compared_among_themselves_never_with_the_grid(runs)
     assert [row["control"] for row in study["controls"]] == ["baseline", "1t1s", "2t2s", "baseline-nocopy", "1t1s-nocopy", "1t1s-nocopy-null"]
     pairs = {(c["left"], c["right"]) for c in study["comparisons"]}
     assert {("1t1s-nocopy", "baseline-nocopy"), ("1t1s-nocopy", "1t1s-nocopy-null"), ("1t1s", "baseline")} <= pairs
-    # a -nocopy control runs at another commit: never set against a control of the grid
-    assert all(left.endswith(("-nocopy", "-nocopy-null")) == right.endswith(("-nocopy", "-nocopy-null")) for left, right in pairs)
+    # a -nocopy control runs at another commit: never set against a control of the grid (against the base
+    # model, yes: with the base's verdicts its own runs recorded)
+    assert all(left.endswith(("-nocopy", "-nocopy-null")) == right.endswith(("-nocopy", "-nocopy-null"))
+               for left, right in pairs if right != "base")
+    assert ("1t1s-nocopy", "base") in pairs
     one_v_one = next(c for c in study["comparisons"] if (c["left"], c["right"], c["bench"]) == ("1t1s-nocopy", "baseline-nocopy", "cruxeval_o"))
     assert one_v_one["seeds"] == [1, 1] and one_v_one["verdict"] == "1t1s-nocopy higher"
 
@@ -211,3 +214,40 @@ def test_heldout_pool_is_read_as_a_benchmark_with_learning_curves(runs, tmp_path
     assert main([str(runs), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "study.md").read_text()
     assert "## Held-out pool by generation" in text and "| 2t2s - baseline |" in text
+
+
+def test_every_control_is_compared_with_the_base_model_problem_by_problem(runs, tmp_path):
+    """The study's first question (do the students beat the model they started from?) gets the same
+    two-level bootstrap as the controls' differences, paired with the base's verdicts problem by problem."""
+    for seed in range(3):
+        _heldout(runs, "2t2s", seed, [0.2, 0.5, 0.8])
+    study = summarize(load_runs(runs))
+    against_base = {(c["left"], c["bench"], c["score"]): c for c in study["comparisons"] if c["right"] == "base"}
+    assert {control for control, _, _ in against_base} == {"baseline", "1t1s", "2t2s"}
+    population = against_base[("2t2s", "cruxeval_o", "pass@1")]
+    rows = {row["control"]: row for row in study["controls"]}
+    assert population["delta"] == pytest.approx(rows["2t2s"]["bench"]["cruxeval_o"]["students_minus_base"]["mean"], abs=1e-6)
+    assert population["seeds"] == [3, 3] and population["low"] > 0 and population["verdict"] == "2t2s higher"
+    # the base's verdicts are paired with the students' problem by problem: a control that equals the base
+    # everywhere differs by exactly 0, with an interval of width 0
+    same = summarize(load_runs(_copy_of_base(runs, tmp_path)))
+    equal = next(c for c in same["comparisons"] if c["right"] == "base" and c["bench"] == "cruxeval_o")
+    assert (equal["delta"], equal["low"], equal["high"]) == (0, 0, 0)
+    # per generation on the held-out pool: level with the base at generation 0, above it at the end
+    by_gen = {c["generation"]: c for c in study["heldout_curves"]["comparisons"] if (c["left"], c["right"]) == ("2t2s", "base")}
+    assert sorted(by_gen) == [0, 1, 2] and by_gen[0]["low"] <= 0 <= by_gen[0]["high"] and by_gen[2]["low"] > 0.4
+    assert main([str(runs), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "study.md").read_text()
+    assert "| 2t2s - base | cruxeval_o | pass@1 | 3 vs 3 |" in text and "| 2t2s - base | 0.0 [" in text
+
+
+def _copy_of_base(runs: Path, tmp_path: Path) -> Path:
+    """One 1t1s run whose students answer exactly as the base model did."""
+    root = tmp_path / "same"
+    _run(root, "1t1s", 0, 0.1)
+    for bench in ("cruxeval_o", "cruxeval_i"):
+        base = json.loads((root / "1t1s-s0" / "bench" / "base" / bench / "base.json").read_text())["per_problem"]
+        for result in (root / "1t1s-s0" / "bench" / "population" / bench).glob("*.json"):
+            doc = json.loads(result.read_text())
+            result.write_text(json.dumps({**doc, "per_problem": base}))
+    return root

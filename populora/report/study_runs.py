@@ -15,7 +15,9 @@ Per control and benchmark (CRUXEval-O/-I):
 * across seeds: the mean with a 95% Student-t interval (run-to-run drift, not problem sampling);
 * between two controls: the difference of students' means with a **two-level bootstrap**: seeds
   resampled within each control, then problems resampled (the same draw for both controls,
-  which answer the same problems), `BOOTSTRAP` draws, percentile interval;
+  which answer the same problems), `BOOTSTRAP` draws, percentile interval; and each control
+  against the base model the same way (the base's verdicts paired problem by problem), which,
+  unlike the t-interval of "students - base", has an interval with one seed;
 * accounting per adapter (mean over seeds of the run's totals): optimizer steps, trained
   tokens, rollouts with signal, ||B A|| moved; per student and teacher;
 * answer diagnostics of the students: truncated, no answer, copies of the input or an
@@ -260,13 +262,22 @@ def control_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def base_matrix(runs: list[dict], bench: str, score: str = "verdicts") -> np.ndarray:
+    """[runs, problems] of the base model's verdicts on `bench` as each run recorded them (the same
+    model and prompts: rows that agree, so resampling them changes nothing), problems in
+    `score_matrix`'s order."""
+    ids = sorted(runs[0][score][bench]["base"])
+    return np.array([[run[score][bench]["base"][i] for i in ids] for run in runs], dtype=float)
+
+
 def comparison(left: str, right: str, left_runs: list[dict], right_runs: list[dict], bench: str,
                score: str = "verdicts") -> dict:
     """`left` minus `right` on `bench`: the difference of the students' mean pass@1 with the
     two-level bootstrap interval (seeds within each side, then problems); also what
-    `populora.report.study` reports between the arms of DVC experiments."""
+    `populora.report.study` reports between the arms of DVC experiments. `right="base"`: the
+    control's students against the bare base model on the same problems (paired by problem)."""
     a, _ = score_matrix(left_runs, bench, score=score)
-    b, _ = score_matrix(right_runs, bench, score=score)
+    b = base_matrix(right_runs, bench, score) if right == "base" else score_matrix(right_runs, bench, score=score)[0]
     delta, low, high = two_level_bootstrap(a, b)
     return {"left": left, "right": right, "bench": bench, "score": "pass@1" if score == "verdicts" else "copies wrong",
             "seeds": [a.shape[0], b.shape[0]], "delta": delta, "low": low, "high": high,
@@ -274,18 +285,21 @@ def comparison(left: str, right: str, left_runs: list[dict], right_runs: list[di
 
 
 def comparisons(runs: list[dict]) -> list[dict]:
+    """Every pair of COMPARISONS whose controls both ran, then every control against the base model."""
     groups = _group(runs)
     out = []
-    for left, right in COMPARISONS:
-        if left not in groups or right not in groups:
-            continue
+    pairs = [(left, right) for left, right in COMPARISONS if left in groups and right in groups]
+    for left, right in pairs + [(control, "base") for control in groups]:
+        # against the base: its verdicts come with every run of the control
+        right_runs = groups[left] if right == "base" else groups[right]
+        both = groups[left] + right_runs
         for score in ("verdicts", "copy_free"):
             for bench in READ_BENCHES:
-                if not all(bench in r["verdicts"] for r in groups[left] + groups[right]):
+                if not all(bench in r["verdicts"] for r in both):
                     continue
-                if score == "copy_free" and not _scored(groups[left] + groups[right], bench, score):
+                if score == "copy_free" and not _scored(both, bench, score):
                     continue
-                out.append(comparison(left, right, groups[left], groups[right], bench, score))
+                out.append(comparison(left, right, groups[left], right_runs, bench, score))
     return out
 
 
@@ -330,8 +344,8 @@ def curve_matrix(runs: list[dict], gen: int) -> np.ndarray:
 
 def heldout_curves(runs: list[dict]) -> dict:
     """The learning curves on the held-out pool: per control and generation the students' accuracy per
-    seed (mean and t-interval), the base's, and per generation the comparisons of COMPARISONS
-    (two-level bootstrap). Empty when no run has a pool."""
+    seed (mean and t-interval), the base's, and per generation the comparisons of COMPARISONS and each
+    control against the base (two-level bootstrap). Empty when no run has a pool."""
     groups = {c: rs for c, rs in _group(runs).items() if all(r["heldout_curve"] for r in rs)}
     if not groups:
         return {}
@@ -340,13 +354,15 @@ def heldout_curves(runs: list[dict]) -> dict:
     for control, members in groups.items():
         gens = min(len(r["heldout_curve"]) for r in members)
         out["controls"][control] = [_interval(list(curve_matrix(members, g).mean(axis=1))) for g in range(gens)]
-    for left, right in COMPARISONS:
-        if left in groups and right in groups:
-            gens = min(len(out["controls"][left]), len(out["controls"][right]))
-            for g in range(gens):
-                delta, low, high = two_level_bootstrap(curve_matrix(groups[left], g), curve_matrix(groups[right], g))
-                out["comparisons"].append({"left": left, "right": right, "generation": g, "delta": delta, "low": low,
-                                           "high": high})
+    base_rows = np.array([[base[i] for i in sorted(base)]], dtype=float)
+    pairs = [(left, right) for left, right in COMPARISONS if left in groups and right in groups]
+    for left, right in pairs + [(control, "base") for control in groups]:
+        gens = len(out["controls"][left]) if right == "base" else min(len(out["controls"][left]), len(out["controls"][right]))
+        for g in range(gens):
+            delta, low, high = two_level_bootstrap(curve_matrix(groups[left], g),
+                                                   base_rows if right == "base" else curve_matrix(groups[right], g))
+            out["comparisons"].append({"left": left, "right": right, "generation": g, "delta": delta, "low": low,
+                                       "high": high})
     return out
 
 

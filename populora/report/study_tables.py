@@ -105,7 +105,7 @@ def markdown(study: dict) -> str:
             if entry:
                 lines.append(f"| {row['control']} | {bench} | {_ci(entry['students'])} | {_ci(entry['students_minus_base'])} | "
                              f"{_pts(entry['base'])} |")
-    lines += ["", "## Between controls (two-level bootstrap: seeds, then problems)", "",
+    lines += ["", "## Between controls and against the base (two-level bootstrap: seeds, then problems)", "",
               "The minimum detectable effect is the true difference this comparison finds with 80% power at the 5% "
               "level (2.8 standard errors, read off the interval): a \"no detectable difference\" says nothing about "
               "effects below it.", "",
