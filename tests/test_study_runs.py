@@ -251,3 +251,43 @@ def _copy_of_base(runs: Path, tmp_path: Path) -> Path:
             doc = json.loads(result.read_text())
             result.write_text(json.dumps({**doc, "per_problem": base}))
     return root
+
+
+def _add_gold(root: Path, shift: dict[str, float]) -> None:
+    """Every CRUXEval result gets per-problem gold log-likelihoods: the base's around -12 nats, each
+    control's students `shift[control]` nats above it (plus noise), as the bench stage writes them."""
+    rng = random.Random("gold")
+    for result in sorted(root.glob("*/bench/*/cruxeval_*/*.json")):
+        doc = json.loads(result.read_text())
+        control = result.parts[-5].rsplit("-s", 1)[0]
+        up = 0.0 if doc["model"] == "base" else shift[control]
+        doc["per_problem_gold_logprob"] = {i: -12.0 + 0.1 * (k % 7) + up + rng.gauss(0, 0.3)
+                                           for k, i in enumerate(doc["per_problem"])}
+        result.write_text(json.dumps(doc))
+
+
+def test_gold_log_likelihood_is_compared_in_nats(runs, tmp_path):
+    """The issue's continuous score: CRUXEval's gold-answer log-likelihood, per control, against the base
+    and between controls, with the two-level bootstrap; a run without it leaves its control's reading out."""
+    _add_gold(runs, {"2t2s": 1.0, "1t1s": 0.0, "baseline": 0.0})
+    study = summarize(load_runs(runs))
+    rows = {row["control"]: row for row in study["controls"]}
+    gold = rows["2t2s"]["bench"]["cruxeval_o"]["gold"]
+    assert gold["students_minus_base"]["mean"] == pytest.approx(1.0, abs=0.1)
+    found = {(c["left"], c["right"]): c for c in study["comparisons"]
+             if c["score"] == "gold log-likelihood" and c["bench"] == "cruxeval_o"}
+    assert found[("2t2s", "1t1s")]["verdict"] == "2t2s higher" and found[("2t2s", "1t1s")]["low"] > 0.8
+    assert found[("1t1s", "base")]["low"] <= 0 <= found[("1t1s", "base")]["high"]
+    assert main([str(runs), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "study.md").read_text()
+    assert "## The gold answer's log-likelihood" in text
+    assert f"| 2t2s - 1t1s | cruxeval_o | gold log-likelihood | 3 vs 3 | {found[('2t2s', '1t1s')]['delta']:.2f} |" in text
+    # one run scored without it (vLLM's engine skips it): that control's gold reading is left out, not guessed
+    for result in (runs / "1t1s-s1" / "bench" / "population" / "cruxeval_o").glob("*.json"):
+        doc = json.loads(result.read_text())
+        doc.pop("per_problem_gold_logprob")
+        result.write_text(json.dumps(doc))
+    study = summarize(load_runs(runs))
+    assert "gold" not in {row["control"]: row for row in study["controls"]}["1t1s"]["bench"]["cruxeval_o"]
+    assert not [c for c in study["comparisons"] if c["score"] == "gold log-likelihood" and c["bench"] == "cruxeval_o"
+                and "1t1s" in (c["left"], c["right"])]

@@ -22,6 +22,8 @@ Per control and benchmark (CRUXEval-O/-I):
   tokens, rollouts with signal, ||B A|| moved; per student and teacher;
 * answer diagnostics of the students: truncated, no answer, copies of the input or an
   argument, mean answer tokens, as shares of the problems;
+* on CRUXEval, the same for the **gold answer's log-likelihood** (nats summed over its tokens, per
+  problem; `per_problem_gold_logprob`), a continuous score that moves before a verdict flips;
 * the same scores and comparisons **with copied answers counted wrong** (an answer that copies
   the input or one argument, `populora.bench.diagnostics`), for the base model too: a control
   that only learnt to echo its input scores no higher there. Runs without answers.json leave
@@ -94,6 +96,7 @@ def load_run(folder: Path) -> dict:
     summary = json.loads((folder / "dynamics" / arm / "summary.json").read_text())
     verdicts: dict[str, dict[str, dict[str, int]]] = {}
     copy_free: dict[str, dict[str, dict[str, int]]] = {}
+    gold: dict[str, dict[str, dict[str, float]]] = {}  # CRUXEval: the gold answer's log-likelihood per problem
     diagnostics: dict[str, dict[str, dict]] = {}
     for bench in BENCHES:  # the benchmark results; the held-out pool comes from the dynamics below
         results = sorted((folder / "bench" / arm / bench).glob("*.json"))
@@ -102,6 +105,8 @@ def load_run(folder: Path) -> dict:
             result = json.loads(result_file.read_text())
             model = "base" if result_file == base else result["model"]
             verdicts.setdefault(bench, {})[model] = result["per_problem"]
+            if isinstance(result.get("per_problem_gold_logprob"), dict):  # absent where the engine scored none (vllm)
+                gold.setdefault(bench, {})[model] = {k: float(v) for k, v in result["per_problem_gold_logprob"].items()}
             if model != "base":
                 diagnostics.setdefault(bench, {})[model] = result.get("diagnostics") or {}
             answers = result_file.with_suffix("") / "answers.json"
@@ -117,7 +122,7 @@ def load_run(folder: Path) -> dict:
     students = [m for m in models if m in {ref.name for ref in refs_of["students"]}]
     return {"name": folder.name, "control": run["control"], "seed": run["seed"], "wall_s": run.get("wall_s"),
             "machine": run.get("machine"), "arm": arm,
-            "models": models, "students": students, "verdicts": verdicts, "copy_free": copy_free,
+            "models": models, "students": students, "verdicts": verdicts, "copy_free": copy_free, "gold": gold,
             "diagnostics": diagnostics, "summary": summary, "training": _read_optional(folder / "training_answers.json"),
             "generations": params["dag"]["generations"], "heldout_curve": curve.get("generations", [])}
 
@@ -155,6 +160,11 @@ def without_copies(per_problem: dict[str, int], flags: dict[str, list[str]]) -> 
     """The verdicts with every answer that copies the input or one argument counted wrong."""
     copied = copied_ids(flags)
     return {task: int(bool(verdict) and task not in copied) for task, verdict in per_problem.items()}
+
+
+# what a comparison compares: per-problem verdicts (pass@1), the same with copies counted wrong, and the
+# gold answer's log-likelihood (nats summed over its tokens: continuous, so it moves before a verdict does)
+SCORES = {"verdicts": "pass@1", "copy_free": "copies wrong", "gold": "gold log-likelihood"}
 
 
 def _scored(runs: list[dict], bench: str, score: str) -> bool:
@@ -243,6 +253,12 @@ def control_rows(runs: list[dict]) -> list[dict]:
                     "students": _interval(list(free.mean(axis=1))),
                     "students_minus_base": _interval(list(free.mean(axis=1) - free_base)),
                     "base": round(free_base, 6)}
+            if _scored(members, bench, "gold"):
+                gold, _ = score_matrix(members, bench, "students", "gold")
+                gold_base = _base_mean(members[0], bench, "gold")
+                row["bench"][bench]["gold"] = {
+                    "students": _interval(list(gold.mean(axis=1))),
+                    "students_minus_base": _interval(list(gold.mean(axis=1) - gold_base)), "base": round(gold_base, 6)}
             diag = {key: [] for key in (*DIAGNOSTICS, "mean_answer_tokens")}
             for run in members:
                 for model in run["students"]:
@@ -279,7 +295,7 @@ def comparison(left: str, right: str, left_runs: list[dict], right_runs: list[di
     a, _ = score_matrix(left_runs, bench, score=score)
     b = base_matrix(right_runs, bench, score) if right == "base" else score_matrix(right_runs, bench, score=score)[0]
     delta, low, high = two_level_bootstrap(a, b)
-    return {"left": left, "right": right, "bench": bench, "score": "pass@1" if score == "verdicts" else "copies wrong",
+    return {"left": left, "right": right, "bench": bench, "score": SCORES[score],
             "seeds": [a.shape[0], b.shape[0]], "delta": delta, "low": low, "high": high,
             "verdict": "no detectable difference" if low <= 0 <= high else (f"{left} higher" if low > 0 else f"{right} higher")}
 
@@ -293,11 +309,11 @@ def comparisons(runs: list[dict]) -> list[dict]:
         # against the base: its verdicts come with every run of the control
         right_runs = groups[left] if right == "base" else groups[right]
         both = groups[left] + right_runs
-        for score in ("verdicts", "copy_free"):
+        for score in SCORES:
             for bench in READ_BENCHES:
                 if not all(bench in r["verdicts"] for r in both):
                     continue
-                if score == "copy_free" and not _scored(both, bench, score):
+                if score != "verdicts" and not _scored(both, bench, score):
                     continue
                 out.append(comparison(left, right, groups[left], right_runs, bench, score))
     return out

@@ -21,10 +21,21 @@ def _pts(value) -> str:
     text = f"{100 * value:.1f}"
     return "0.0" if text == "-0.0" else text  # a tiny negative rounds to zero, not to "-0.0"
 
-def _ci(entry: dict) -> str:
+def _nats(value) -> str:
+    """A gold log-likelihood (or a difference of two) in nats, 2 decimals."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    text = f"{value:.2f}"
+    return "0.00" if text == "-0.00" else text
+
+def _in_units(score: str):
+    """How a comparison of `score` is written: nats for the gold log-likelihood, points otherwise."""
+    return _nats if score == "gold log-likelihood" else _pts
+
+def _ci(entry: dict, fmt=_pts) -> str:
     if entry["low"] is None:
-        return f"{_pts(entry['mean'])} (n={entry['n']})"
-    return f"{_pts(entry['mean'])} [{_pts(entry['low'])}, {_pts(entry['high'])}] (n={entry['n']})"
+        return f"{fmt(entry['mean'])} (n={entry['n']})"
+    return f"{fmt(entry['mean'])} [{fmt(entry['low'])}, {fmt(entry['high'])}] (n={entry['n']})"
 
 def _adapter_totals(acc: dict) -> str:
     """"12 / 1,626 / 176 / 10.6": optimizer steps / trained tokens / rollouts with signal / sum of ||B A||_F."""
@@ -105,16 +116,28 @@ def markdown(study: dict) -> str:
             if entry:
                 lines.append(f"| {row['control']} | {bench} | {_ci(entry['students'])} | {_ci(entry['students_minus_base'])} | "
                              f"{_pts(entry['base'])} |")
+    gold_rows = [(row, bench) for row in study["controls"] for bench in READ_BENCHES if row["bench"].get(bench, {}).get("gold")]
+    if gold_rows:
+        lines += ["", "## The gold answer's log-likelihood (nats per problem, summed over its tokens)", "",
+                  "Under each student the log-probability of CRUXEval's gold answer after the same prompt, mean over "
+                  "problems (higher: the gold answer is likelier); mean over seeds [95% t-interval].", "",
+                  "| control | benchmark | students | students - base | base | per seed |", "|---|---|---|---|---|---|"]
+        for row, bench in gold_rows:
+            entry = row["bench"][bench]["gold"]
+            lines.append(f"| {row['control']} | {bench} | {_ci(entry['students'], _nats)} | "
+                         f"{_ci(entry['students_minus_base'], _nats)} | {_nats(entry['base'])} | "
+                         f"{', '.join(_nats(v) for v in entry['students']['values'])} |")
     lines += ["", "## Between controls and against the base (two-level bootstrap: seeds, then problems)", "",
               "The minimum detectable effect is the true difference this comparison finds with 80% power at the 5% "
               "level (2.8 standard errors, read off the interval): a \"no detectable difference\" says nothing about "
-              "effects below it.", "",
+              "effects below it. Differences are in points, the gold log-likelihood's in nats per problem.", "",
               "| comparison | benchmark | score | seeds | difference | 95% interval | minimum detectable effect | verdict |",
               "|---|---|---|---|---|---|---|---|"]
     for c in study["comparisons"]:
+        fmt = _in_units(c["score"])
         lines.append(f"| {c['left']} - {c['right']} | {c['bench']} | {c['score']} | {c['seeds'][0]} vs {c['seeds'][1]} | "
-                     f"{_pts(c['delta'])} | [{_pts(c['low'])}, {_pts(c['high'])}] | "
-                     f"{_pts(minimum_detectable_effect(c['low'], c['high']))} | {c['verdict']} |")
+                     f"{fmt(c['delta'])} | [{fmt(c['low'])}, {fmt(c['high'])}] | "
+                     f"{fmt(minimum_detectable_effect(c['low'], c['high']))} | {c['verdict']} |")
     lines += ["", "## Accounting per adapter (mean over seeds of the run's totals)", "",
               "| control | role | optimizer steps | trained tokens | rollouts with signal | sum of ||B A||_F | wall min |",
               "|---|---|---|---|---|---|---|"]
