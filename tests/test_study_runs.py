@@ -214,6 +214,10 @@ def test_heldout_pool_is_read_as_a_benchmark_with_learning_curves(runs, tmp_path
     assert main([str(runs), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "study.md").read_text()
     assert "## Held-out pool by generation" in text and "| 2t2s - baseline |" in text
+    # the null at generation 0 carries its minimum detectable effect; the clear gain at the end does not
+    row = next(line for line in text.splitlines() if line.startswith("| 2t2s - baseline |") and "[" in line)
+    cells = row.split(" | ")
+    assert "(MDE " in cells[1] and "(MDE " not in cells[3]
 
 
 def test_every_control_is_compared_with_the_base_model_problem_by_problem(runs, tmp_path):

@@ -69,7 +69,8 @@ def per_run_table(rows: list[dict]) -> list[str]:
 
 def curve_table(curves: dict) -> list[str]:
     """The held-out learning curves: per control the students' accuracy after each generation (mean over
-    seeds [95% t-interval]), then per generation each comparison (two-level bootstrap)."""
+    seeds [95% t-interval]), then per generation each comparison (two-level bootstrap), the minimum
+    detectable effect beside every interval that covers 0."""
     gens = max(len(v) for v in curves["controls"].values())
     lines = ["## Held-out pool by generation", "",
              f"{curves['n_tasks']} tasks; the base model scores {_pts(curves['base'])}. Students' accuracy after each "
@@ -78,10 +79,13 @@ def curve_table(curves: dict) -> list[str]:
     for control, points in curves["controls"].items():
         lines.append(f"| {control} | " + " | ".join(_ci(p).split(" (n=")[0] for p in points) + " |")
     if curves["comparisons"]:
-        lines += ["", "| comparison | " + " | ".join(f"gen {g}" for g in range(gens)) + " |", "|---|" + "---|" * gens]
+        lines += ["", "Differences per generation [95% two-level bootstrap interval]; beside every interval that covers 0, "
+                  "the minimum detectable effect (80% power).", "",
+                  "| comparison | " + " | ".join(f"gen {g}" for g in range(gens)) + " |", "|---|" + "---|" * gens]
         pairs = dict.fromkeys((c["left"], c["right"]) for c in curves["comparisons"])
         for left, right in pairs:
             cells = {c["generation"]: f"{_pts(c['delta'])} [{_pts(c['low'])}, {_pts(c['high'])}]"
+                     + (f" (MDE {_pts(minimum_detectable_effect(c['low'], c['high']))})" if c["low"] <= 0 <= c["high"] else "")
                      for c in curves["comparisons"] if (c["left"], c["right"]) == (left, right)}
             lines.append(f"| {left} - {right} | " + " | ".join(cells.get(g, "") for g in range(gens)) + " |")
     return lines + [""]
