@@ -67,6 +67,13 @@ def per_run_table(rows: list[dict]) -> list[str]:
                      f"{'' if row['wall_s'] is None else round(row['wall_s'] / 60)} | {(row['machine'] or {}).get('features', '')} |")
     return lines + [""]
 
+def _null_note(c: dict) -> str:
+    """Beside a null: its minimum detectable effect, or, where every task's verdict was the same on both
+    sides (an interval of width 0, which no resampling widens), that instead of an MDE of 0."""
+    if c["high"] - c["low"] <= 0:
+        return " (the same verdicts)"
+    return f" (MDE {_pts(minimum_detectable_effect(c['low'], c['high']))})"
+
 def curve_table(curves: dict) -> list[str]:
     """The held-out learning curves: per control the students' accuracy after each generation (mean over
     seeds [95% t-interval]), then per generation each comparison (two-level bootstrap), the minimum
@@ -85,7 +92,7 @@ def curve_table(curves: dict) -> list[str]:
         pairs = dict.fromkeys((c["left"], c["right"]) for c in curves["comparisons"])
         for left, right in pairs:
             cells = {c["generation"]: f"{_pts(c['delta'])} [{_pts(c['low'])}, {_pts(c['high'])}]"
-                     + (f" (MDE {_pts(minimum_detectable_effect(c['low'], c['high']))})" if c["low"] <= 0 <= c["high"] else "")
+                     + (_null_note(c) if c["low"] <= 0 <= c["high"] else "")
                      for c in curves["comparisons"] if (c["left"], c["right"]) == (left, right)}
             lines.append(f"| {left} - {right} | " + " | ".join(cells.get(g, "") for g in range(gens)) + " |")
     return lines + [""]
