@@ -148,7 +148,8 @@ def markdown(study: dict) -> str:
         fmt = _in_units(c["score"])
         lines.append(f"| {c['left']} - {c['right']} | {c['bench']} | {c['score']} | {c['seeds'][0]} vs {c['seeds'][1]} | "
                      f"{fmt(c['delta'])} | [{fmt(c['low'])}, {fmt(c['high'])}] | "
-                     f"{fmt(minimum_detectable_effect(c['low'], c['high']))} | {c['verdict']} |")
+                     f"{fmt(minimum_detectable_effect(c['low'], c['high'])) if c['high'] > c['low'] else 'the same verdicts'} | "
+                     f"{c['verdict']} |")
     lines += ["", "## Accounting per adapter (mean over seeds of the run's totals)", "",
               "| control | role | optimizer steps | trained tokens | rollouts with signal | sum of ||B A||_F | wall min |",
               "|---|---|---|---|---|---|---|"]
