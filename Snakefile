@@ -119,6 +119,7 @@ for stage in STAGES:
         benchmark:
             stage.benchmark_template()  # one TSV row per job; the report stage tabulates them
         localrule: stage.local  # seconds-long CPU stages run on the submitting node, not as cluster jobs
+        priority: stage.priority  # the training chain before the benchmarks (workflow/dag.py Stage.priority)
         # a few cores per GPU job, not all; the sandbox stages one per worker (verify.workers).
         # Snakemake caps them at --cores (on a cluster: at the job's cpus-per-task, nothing local)
         threads: stage.thread_count(PARAMS)

@@ -101,6 +101,20 @@ def test_gpu_stages_declare_a_gpu(snakemake_dry_run):
     assert {s.name for s in STAGES if s.gpu} == {"heldout_pool", "propose", "solve", "update", "heldout", "bench_base", "bench"}
 
 
+@pytest.mark.slow
+def test_the_training_chain_runs_before_the_benchmarks(snakemake_dry_run):
+    """Snakemake's priority: a training job that is ready takes the next lane before any benchmark
+    (leaves of the DAG, which fill lanes at any time), so the last generation never waits for one."""
+    blocks = snakemake_dry_run.split("\nrule ")[1:]
+    by_rule: dict[str, set[str]] = {}
+    for block in blocks:
+        name = block.split(":", 1)[0]
+        found = re.search(r"^    priority: (\d+)$", block, flags=re.M)
+        by_rule.setdefault(name, set()).add(found.group(1) if found else "0")
+    assert by_rule["bench"] == by_rule["bench_base"] == {"0"}
+    assert all(by_rule[name] == {"1"} for name in ("propose", "solve", "update", "evolve", "checkpoint", "heldout", "export"))
+
+
 def test_stages_spell_no_paths():
     for path in (REPO / "stages").glob("*.py"):
         text = path.read_text()

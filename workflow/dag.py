@@ -120,6 +120,11 @@ class Stage:
     # and the stage reads what is there, if anything (Snakemake's per-job benchmark files, which DVC never writes)
     untracked: dict[str, str] = field(default_factory=dict)
     shown: dict[str, Shown] = field(default_factory=dict)  # output key -> how Snakemake's HTML report shows it
+    # Snakemake `priority` among the jobs ready at once (higher first; DVC runs stages one by one). The
+    # training chain is the run's critical path, the benchmarks are leaves that fill lanes at any time:
+    # without it Snakemake's scheduler, which also prefers jobs with large inputs, started the population's
+    # benchmarks while the baseline's last generation waited ~7 minutes for a lane (docs/measurements.md)
+    priority: int = 1
 
     def __post_init__(self):
         assert self.scope in SCOPES, f"{self.name}: unknown scope {self.scope!r}"
@@ -305,13 +310,14 @@ STAGES += (
     Stage(
         "bench_base", "stages.bench", "benchmark",
         inputs={"base_model": BASE_MODEL, "tasks": LM_EVAL_TASKS}, outputs={"results": f"{BENCH_DIR}/base/{{bench}}"},
-        directories=("results",), gpu=1, params=BENCH_PARAMS,
+        directories=("results",), gpu=1, params=BENCH_PARAMS, priority=0,
     ),
     Stage(
         "bench", "stages.bench", "arm_bench",
         inputs={"base_model": BASE_MODEL, "models": f"{MODELS_DIR}/{{arm}}", "tasks": LM_EVAL_TASKS},
         outputs={"results": f"{BENCH_DIR}/{{arm}}/{{bench}}"}, directories=("results",), gpu=1,
         params=(*BENCH_PARAMS, "bench.roles", "population"),  # which members: their roles and slots
+        priority=0,
     ),
     Stage(
         "bench_summary", "stages.bench_summary", "global", local=True,
