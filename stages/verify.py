@@ -23,9 +23,9 @@ off that is not required is logged as a warning. The default requirement (every 
 uid_drop) is met by an ordinary user where unprivileged user namespaces are allowed, and refused
 on a node without them (no file-system jail, no network namespace). --isolation PATH writes
 {"layers": {layer: bool}, "required": [layer, ...], "mode": "root" | "user_namespace" | "no_namespaces"}.
-Snakemake declares this stage (and grade) with threads: 1 (workflow/dag.py, Snakefile) although the
-sandbox keeps verify.workers zygotes busy: declaring threads = min(verify.workers, cores) there is
-the open follow-up (issue 23).
+Snakemake declares this stage (and grade, init) with threads = verify.workers where the model runs on a
+GPU, and 1 where it runs on the CPU (workflow/dag.py `Stage.thread_count`: there a ready job that needs
+more cores than are free waits behind 1-thread model jobs; the sandbox's zygotes run for seconds).
 """
 
 from __future__ import annotations

@@ -202,7 +202,10 @@ def test_gpu_rules_take_a_few_threads_not_every_core(device, tmp_path):
     for stage in STAGES:
         threads = int(re.search(r"threads: (\d+)", blocks[stage.name]).group(1)) if "threads:" in blocks[stage.name] else 1
         model_threads = GPU_THREADS if device == "cuda" else CPU_MODEL_THREADS
-        expected = params.verify.workers if stage.threads == "verify.workers" else model_threads if stage.gpu else 1
+        # the sandbox stages: verify.workers on a GPU; one on the CPU, where a 2-thread claim waited behind the
+        # 1-thread model stages (Snakemake keeps no cores free for it)
+        sandbox_threads = params.verify.workers if device == "cuda" else 1
+        expected = sandbox_threads if stage.threads == "verify.workers" else model_threads if stage.gpu else 1
         assert threads == expected, stage.name
         gpus = re.search(r"\bgpu=(\d+)", blocks[stage.name]).group(1)
         assert int(gpus) == (1 if stage.gpu and device == "cuda" else 0), stage.name
@@ -220,6 +223,8 @@ def test_model_stages_on_the_cpu_claim_no_gpu_and_one_thread_per_process():
         other = params.model_copy(update={"model": params.model.model_copy(update={"device": device})})
         assert all(s.gpus(other) >= 1 and s.thread_count(other) == GPU_THREADS for s in model_stages), device
     assert all(s.gpus(params) == 0 for s in STAGES if not s.gpu)
+    # the sandbox stages claim one thread on the CPU (a ready job needing two waited behind 1-thread jobs)
+    assert params.verify.workers == 2 and all(s.thread_count(params) == 1 for s in STAGES if s.threads == "verify.workers")
     # update.processes on the CPU: no GPU claimed, but one thread per process (2 processes, 2 threads)
     two = params.model_copy(update={"update": params.update.model_copy(update={"processes": 2})})
     update = next(s for s in STAGES if s.name == "update")

@@ -153,6 +153,12 @@ class Stage:
     def thread_count(self, params) -> int:
         """CPU threads one job of this stage keeps busy (before Snakemake caps them at --cores)."""
         if self.threads:
+            if on_cpu(params):
+                # The sandbox stages (init, verify, grade: verify.workers zygotes for a few seconds) claim one
+                # thread where the model runs on the CPU: Snakemake keeps no cores for a ready job that needs
+                # more than are free, so a 2-thread verify waited behind 1-thread benchmark jobs, on the
+                # critical path, 160 s and 210 s in the default run (docs/measurements.md, 2026-11-26)
+                return 1
             return int(param_value(params, self.threads))
         if self.gpu:
             if not on_cpu(params):
