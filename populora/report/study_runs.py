@@ -120,7 +120,9 @@ def load_run(folder: Path) -> dict:
     models = sorted(m for m in verdicts.get(first, {}) if m != "base")
     # the roles as the run's own params assigned them (runs of older code record no role in their results)
     students = [m for m in models if m in {ref.name for ref in refs_of["students"]}]
-    return {"name": folder.name, "control": run["control"], "seed": run["seed"], "wall_s": run.get("wall_s"),
+    # paused_s: time the run spent stopped (SIGSTOP, to time something else on the machine), not running
+    wall_s = run["wall_s"] - run.get("paused_s", 0) if run.get("wall_s") is not None else None
+    return {"name": folder.name, "control": run["control"], "seed": run["seed"], "wall_s": wall_s,
             "machine": run.get("machine"), "arm": arm,
             "models": models, "students": students, "verdicts": verdicts, "copy_free": copy_free, "gold": gold,
             "diagnostics": diagnostics, "summary": summary, "training": _read_optional(folder / "training_answers.json"),
