@@ -67,12 +67,15 @@ def per_run_table(rows: list[dict]) -> list[str]:
                      f"{'' if row['wall_s'] is None else round(row['wall_s'] / 60)} | {(row['machine'] or {}).get('features', '')} |")
     return lines + [""]
 
+def _mde(c: dict, fmt=_pts) -> str:
+    """A comparison's minimum detectable effect, or, where every problem scored the same on both sides (an
+    interval of width 0, which no resampling widens), "the same verdicts" instead of an MDE of 0."""
+    return fmt(minimum_detectable_effect(c["low"], c["high"])) if c["high"] > c["low"] else "the same verdicts"
+
 def _null_note(c: dict) -> str:
-    """Beside a null: its minimum detectable effect, or, where every task's verdict was the same on both
-    sides (an interval of width 0, which no resampling widens), that instead of an MDE of 0."""
-    if c["high"] - c["low"] <= 0:
-        return " (the same verdicts)"
-    return f" (MDE {_pts(minimum_detectable_effect(c['low'], c['high']))})"
+    """Beside a null in the curve table: its minimum detectable effect (or that the verdicts were the same)."""
+    mde = _mde(c)
+    return f" ({mde})" if mde == "the same verdicts" else f" (MDE {mde})"
 
 def curve_table(curves: dict) -> list[str]:
     """The held-out learning curves: per control the students' accuracy after each generation (mean over
@@ -148,8 +151,7 @@ def markdown(study: dict) -> str:
         fmt = _in_units(c["score"])
         lines.append(f"| {c['left']} - {c['right']} | {c['bench']} | {c['score']} | {c['seeds'][0]} vs {c['seeds'][1]} | "
                      f"{fmt(c['delta'])} | [{fmt(c['low'])}, {fmt(c['high'])}] | "
-                     f"{fmt(minimum_detectable_effect(c['low'], c['high'])) if c['high'] > c['low'] else 'the same verdicts'} | "
-                     f"{c['verdict']} |")
+                     f"{_mde(c, fmt)} | {c['verdict']} |")
     lines += ["", "## Accounting per adapter (mean over seeds of the run's totals)", "",
               "| control | role | optimizer steps | trained tokens | rollouts with signal | sum of ||B A||_F | wall min |",
               "|---|---|---|---|---|---|---|"]
