@@ -63,8 +63,11 @@ machine_json() {
   done
   # threads: each stage's torch threads (OMP_NUM_THREADS, else every CPU); beside: what shared the
   # machine (STUDY_BESIDE, e.g. "another study run on 1 thread"): both change the wall, not the results' meaning
-  printf '{"cpu": "%s", "cpus": %s, "features": "%s", "threads": %s, "beside": "%s"}' "${cpu:-unknown}" "$(nproc)" \
-    "${features[*]}" "${OMP_NUM_THREADS:-$(nproc)}" "${STUDY_BESIDE:-}"
+  # nproc honours OMP_NUM_THREADS (and OMP_THREAD_LIMIT): the machine's CPUs are counted without them
+  local cpus
+  cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+  printf '{"cpu": "%s", "cpus": %s, "features": "%s", "threads": %s, "beside": "%s"}' "${cpu:-unknown}" "$cpus" \
+    "${features[*]}" "${OMP_NUM_THREADS:-$cpus}" "${STUDY_BESIDE:-}"
 }
 
 # A run killed as it began can leave an empty or torn dvc.lock, which fails every later run in DVC's

@@ -87,6 +87,8 @@ def test_machine_json_records_threads_and_what_ran_beside():
                          capture_output=True, text=True, check=True, env=env).stdout
     machine = json.loads(out)
     assert machine["threads"] == 1 and machine["beside"] == "another study run on 1 thread"
+    # nproc alone would say 1 here: the machine's CPUs do not change with the threads a stage uses
+    assert machine["cpus"] == len(os.sched_getaffinity(0))
 
 
 @pytest.mark.parametrize("text, kept", [("", False), ("schema: '2.0'\nstages:\n  a: {cmd: x", False),
