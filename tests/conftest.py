@@ -56,3 +56,23 @@ def tiny_params_dict(tiny_model_dir) -> dict:
     raw = merge(yaml.safe_load((REPO / "params.yaml").read_text()), yaml.safe_load(TINY_PARAMS.read_text()))
     raw["model"]["base_model"] = str(tiny_model_dir)
     return raw
+
+
+# The modules that take minutes, longest first (`pytest -m slow --durations=0` beside a study run,
+# 2026-11-27: the SLURM run ~650 s, the DVC experiments ~640 s, the Snakemake smoke runs ~580 s, the DVC
+# queue of two seeds ~410 s, ...). scripts/run_tests.sh runs the suite on two xdist workers, a module at a
+# time on one worker (--dist loadfile, in collection order): starting these first pairs them off across
+# the workers instead of leaving one of them alone at the end with a ten-minute module. Order only.
+LONGEST_MODULES = ("test_slurm_cluster", "test_dvc_experiments", "test_pipeline_smoke", "test_report_study",
+                   "test_study_controls", "test_gpu_env", "test_update_jobs", "test_dvc_shape", "test_bench_resume",
+                   "test_sandbox", "test_bench_members", "test_artifacts_robustness")
+
+
+def module_rank(module_name: str) -> int:
+    """Where a test module goes in the run: LONGEST_MODULES first, in their order, then the rest."""
+    short = module_name.rsplit(".", 1)[-1]
+    return LONGEST_MODULES.index(short) if short in LONGEST_MODULES else len(LONGEST_MODULES)
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: module_rank(item.module.__name__) if item.module else len(LONGEST_MODULES))  # stable
