@@ -27,7 +27,8 @@
 #                   what it is shown, no identity seed; needs a study at a commit that has the key: STUDY_SOURCE)
 #   <control>-null  any of them with update.shuffle_advantages=true (same data, no learning signal);
 #                   both: <control>-nocopy-null
-# A finished run (its folder exists) is skipped; an interrupted one is rerun (DVC skips its finished stages).
+# A finished run (its folder exists) is skipped; an interrupted one is rerun (DVC skips its finished stages),
+# and its run.json's wall_s adds up every attempt (`attempts`, `interrupted_s`).
 # Two clones may run side by side on a 2-core machine, each stage on one thread (OMP_NUM_THREADS=1,
 # STUDY_BESIDE says so in run.json): ~1.4-1.7x the throughput of one run on two threads (docs/measurements.md,
 # perf/cpu_threads.sh), at the price of each run's wall time.
@@ -91,6 +92,26 @@ except yaml.YAMLError:
   fi
 }
 
+# A run interrupted (a session's end, a kill) and started again resumes from DVC's run cache; its wall
+# time is the sum of its attempts. <clone>/<name>.started holds the start (epoch seconds) of the attempt
+# in progress, <clone>/<name>.attempts one line of seconds per earlier attempt. An attempt still open
+# when the run starts again was killed: it is closed at its log's last write (within one stage of the kill).
+close_interrupted_attempt() {
+  local clone=$1 name=$2 begin end
+  [ -f "$clone/$name.started" ] || return 0
+  begin=$(cat "$clone/$name.started")
+  end=$(stat -c %Y "$clone/$name.log" 2>/dev/null || echo "$begin")
+  (( end < begin )) && end=$begin
+  echo $(( end - begin )) >> "$clone/$name.attempts"
+  rm -f "$clone/$name.started"
+}
+
+# "<seconds> <count>" of a run's earlier attempts (0 0 for none)
+earlier_attempts() {
+  local file="$1/$2.attempts"
+  if [ -s "$file" ]; then awk '{ s += $1; n += 1 } END { printf "%d %d\n", s, n }' "$file"; else echo "0 0"; fi
+}
+
 # sourced (tests/test_study_script.py): define the functions only
 if [[ ${BASH_SOURCE[0]} != "$0" ]]; then return 0; fi
 
@@ -123,14 +144,18 @@ for item in "$@"; do
   arm=population; [[ $control == baseline* ]] && arm=baseline
   git -C "$clone" checkout -q params.yaml  # -S edits the work tree's params.yaml: start from the overlay
   drop_torn_lock "$clone/dvc.lock" "$name"
-  echo "$(date -u +%FT%TZ) $name: dvc exp run ${flags[*]} -S base.seed=$seed"
+  close_interrupted_attempt "$clone" "$name"  # before this attempt's log replaces the killed one's
+  read -r earlier_s earlier_n < <(earlier_attempts "$clone" "$name")
+  echo "$(date -u +%FT%TZ) $name: dvc exp run ${flags[*]} -S base.seed=$seed (earlier attempts: $earlier_n, $earlier_s s)"
   start=$(date +%s)
+  echo "$start" > "$clone/$name.started"
   if ! (cd "$clone" && PYTHONPATH="$clone" dvc exp run -n "$name" "${flags[@]}" -S "base.seed=$seed" > "$clone/$name.log" 2>&1); then
     echo "$(date -u +%FT%TZ) $name: FAILED, nothing committed; the last lines of $clone/$name.log:" >&2
     tail -5 "$clone/$name.log" >&2
+    echo $(( $(date +%s) - start )) >> "$clone/$name.attempts"; rm -f "$clone/$name.started"
     failed+=("$name"); continue
   fi
-  wall=$(( $(date +%s) - start ))
+  wall=$(( $(date +%s) - start + earlier_s ))  # every attempt's time: the run cache kept what the killed ones finished
   tmp="$dest.tmp"; rm -rf "$tmp"; mkdir -p "$tmp/bench"
   # only this run's arm and the base (the work tree may hold another experiment's arm folder)
   (cd "$clone/results" && cp metrics.json "$tmp/" && mkdir -p "$tmp/dynamics" && cp -r "dynamics/$arm" "$tmp/dynamics/")
@@ -156,14 +181,16 @@ for item in "$@"; do
   # committed results name the benchmark data as params do (../shared/...), never this machine's path
   shared=$(cd "$here/.." && pwd)/shared
   find "$tmp" -name '*.json' -exec sed -i "s#\"$shared/#\"../shared/#g" {} +
-  printf '{"control": "%s", "seed": %s, "experiment": "%s", "wall_s": %s, "machine": %s, "source_commit": "%s", "study_commit": "%s"}\n' \
-    "$control" "$seed" "$name" "$wall" "$(machine_json)" "$(git -C "$clone" rev-parse HEAD~1)" "$(git -C "$clone" rev-parse HEAD)" > "$tmp/run.json"
+  printf '{"control": "%s", "seed": %s, "experiment": "%s", "wall_s": %s, "attempts": %s, "interrupted_s": %s, "machine": %s, "source_commit": "%s", "study_commit": "%s"}\n' \
+    "$control" "$seed" "$name" "$wall" "$(( earlier_n + 1 ))" "$earlier_s" "$(machine_json)" "$(git -C "$clone" rev-parse HEAD~1)" \
+    "$(git -C "$clone" rev-parse HEAD)" > "$tmp/run.json"
   mv "$tmp" "$dest"
   for attempt in 1 2 3 4 5; do  # the checkout may be busy (another git command): retry
     if (cd "$here" && git add "$runs/$name" "$runs/../heldout_pool.jsonl" 2>/dev/null; git add "$runs/$name" \
         && git commit -q -m "Study run $name ($wall s)" -- "$runs/$name" $(ls "$here/$runs/../heldout_pool.jsonl" 2>/dev/null)); then break; fi
     sleep 20
   done
+  rm -f "$clone/$name.started" "$clone/$name.attempts"
   echo "$(date -u +%FT%TZ) $name: done in $wall s, committed to $runs/$name"
 done
 if (( ${#failed[@]} )); then echo "failed: ${failed[*]}" >&2; exit 1; fi

@@ -106,3 +106,26 @@ def test_no_dvc_lock_is_left_alone(tmp_path):
     subprocess.run(["bash", "-c", 'source scripts/study.sh && drop_torn_lock "$1" run-s0', "-", str(tmp_path / "dvc.lock")],
                    cwd=ROOT, check=True, env=VENV_ENV)
     assert not (tmp_path / "dvc.lock").exists()
+
+
+def _study_fn(call: str, *args: str) -> str:
+    return subprocess.run(["bash", "-c", f'source scripts/study.sh && {call}', "-", *args], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_a_resumed_run_counts_every_attempt(tmp_path):
+    """A run killed (a session's end) and started again: its wall time adds the killed attempts, each
+    closed at its log's last write, so a resumed run's wall_s is not just its last attempt."""
+    clone = str(tmp_path)
+    assert _study_fn('earlier_attempts "$1" run-s0', clone) == "0 0"
+    assert _study_fn('close_interrupted_attempt "$1" run-s0', clone) == ""  # nothing open: nothing to close
+    assert not (tmp_path / "run-s0.attempts").exists()
+    for begin, last_write in ((1000, 1600), (2000, 2100), (3000, 2900)):  # the last: a log older than its start
+        (tmp_path / "run-s0.started").write_text(f"{begin}\n")
+        (tmp_path / "run-s0.log").write_text("stage output\n")
+        os.utime(tmp_path / "run-s0.log", (last_write, last_write))
+        _study_fn('close_interrupted_attempt "$1" run-s0', clone)
+        assert not (tmp_path / "run-s0.started").exists()
+    assert (tmp_path / "run-s0.attempts").read_text().split() == ["600", "100", "0"]
+    assert _study_fn('earlier_attempts "$1" run-s0', clone) == "700 3"
+    assert _study_fn('earlier_attempts "$1" other-s0', clone) == "0 0"  # per run
