@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -75,11 +76,13 @@ def test_tiny_training_through_the_slurm_profile_equals_a_local_run(cluster, tmp
         "default-resources": ["slurm_partition=main", "mem_mb=8000", "runtime=60"],
         "slurm-status-command": "squeue", "slurm-init-seconds-before-status-checks": 2, "latency-wait": 5,
         "slurm-keep-successful-logs": True}))
-    submitted = _snakemake(remote, *TARGETS, "--profile", "profiles/slurm", "--profile", str(override), env=cluster)
+    # the local run goes on while SLURM's jobs are submitted and polled (most of that run's time is waiting)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        local_run = pool.submit(_snakemake, local, *TARGETS, "--cores", "2", "--resources", "gpu=1")
+        submitted = _snakemake(remote, *TARGETS, "--profile", "profiles/slurm", "--profile", str(override), env=cluster)
+        ran = local_run.result()
     log = submitted.stdout + submitted.stderr
     assert submitted.returncode == 0, log[-6000:]
-
-    ran = _snakemake(local, *TARGETS, "--cores", "2", "--resources", "gpu=1")
     assert ran.returncode == 0, ran.stderr[-4000:]
 
     # grouped: per arm and generation one `generate` job (propose, verify, solve, grade) and one
