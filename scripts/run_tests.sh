@@ -20,7 +20,8 @@ if [ "$lane" = 1 ]; then
   vllm_log=$(mktemp)
   bash scripts/setup_vllm_env.sh > "$vllm_log" 2>&1 &
   vllm_setup=$!
-  trap 'kill "$vllm_setup" 2>/dev/null || true' EXIT  # a failed suite does not leave the install running
+  # a failed suite does not leave the install running: its pip (a child of the script) first, then the script
+  trap 'pkill -P "$vllm_setup" 2>/dev/null; kill "$vllm_setup" 2>/dev/null || true' EXIT
 fi
 .venv/bin/ruff check .          # the lint rules of pyproject.toml ([tool.ruff.lint])
 workers=${POPULORA_TEST_WORKERS:-2}

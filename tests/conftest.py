@@ -58,7 +58,7 @@ def tiny_params_dict(tiny_model_dir) -> dict:
     return raw
 
 
-# The modules that take minutes, longest first (`pytest -m slow --durations=0` beside a study run,
+# The modules that take minutes, longest first (`pytest -m slow --durations=0` beside two study runs,
 # 2026-11-27: the SLURM run ~650 s, the DVC experiments ~640 s, the Snakemake smoke runs ~580 s, the DVC
 # queue of two seeds ~410 s, ...). scripts/run_tests.sh runs the suite on two xdist workers, a module at a
 # time on one worker (--dist loadfile, in collection order): starting these first pairs them off across
