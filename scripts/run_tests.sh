@@ -20,8 +20,10 @@ if [ "$lane" = 1 ]; then
   vllm_log=$(mktemp)
   bash scripts/setup_vllm_env.sh > "$vllm_log" 2>&1 &
   vllm_setup=$!
-  # a failed suite does not leave the install running: its pip (a child of the script) first, then the script
-  trap 'pkill -P "$vllm_setup" 2>/dev/null; kill "$vllm_setup" 2>/dev/null || true' EXIT
+  # a failed suite does not leave the install running: its pip (a child of the script) first, then the script.
+  # Every command here must succeed: under `set -e` a failing one (pkill finds nothing once the install has
+  # ended) makes the shell exit 1 from the trap, after every test has passed.
+  trap '{ pkill -P "$vllm_setup" || true; kill "$vllm_setup" || true; } 2>/dev/null' EXIT
 fi
 .venv/bin/ruff check .          # the lint rules of pyproject.toml ([tool.ruff.lint])
 workers=${POPULORA_TEST_WORKERS:-2}
