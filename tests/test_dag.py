@@ -260,3 +260,21 @@ def test_generation_ids_reach_dvc_as_strings(tmp_path):
     stages = YAML(typ="safe", pure=True).load((tmp_path / "dvc.yaml").read_text())["stages"]
     ids = [item["id"] for item in stages["propose"]["matrix"]["gen"]]
     assert ids == [f"{g:03d}" for g in range(12)]
+
+
+# Stages that only move rows and numbers: every job of theirs starts a Python process, and importing torch
+# costs it ~2 s of CPU (a tiny test run has a dozen of these jobs; the light stages of a real run, more)
+TORCH_FREE_STAGES = ("pair", "verify", "grade", "reward", "update_gather", "bench_summary", "dynamics", "report")
+
+
+def test_bookkeeping_stages_start_without_torch():
+    # one process for all: none loads torch, so the first heavy module to appear names its importer
+    code = ("import importlib, sys\n"
+            f"for name in {TORCH_FREE_STAGES!r}:\n"
+            "    importlib.import_module('stages.' + name)\n"
+            "    heavy = [m for m in ('torch', 'transformers', 'peft', 'lm_eval') if m in sys.modules]\n"
+            "    if heavy:\n"
+            "        sys.exit(f'stages.{name} imports {heavy} at start')\n")
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(), capture_output=True, text=True,
+                            timeout=120)
+    assert loaded.returncode == 0, loaded.stderr[-2000:]

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch only where a loss is computed: the reward stage (advantages) never loads it
+    import torch
 
 EPS = 1e-6
 # Below this std a group is treated as constant: rewards are multiples of 0.125 or 0.5 in
@@ -151,9 +153,12 @@ def reinforce_loss(
     :func:`sequence_logprobs` (default: mean over the sequence's tokens, so the gradient
     does not grow with response length). Advantages are constants (no gradient).
 
+    >>> import torch
     >>> reinforce_loss(torch.tensor([-1.0, -3.0]), [1.0, -1.0])
     tensor(-1.)
     """
+    import torch
+
     if mask is None:
         if logprobs.dim() != 1:
             raise ValueError("token-level logprobs need a mask; per-sequence logprobs are 1-D")

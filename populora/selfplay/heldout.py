@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterable
 from statistics import mean
 
 from populora.core.progress import Progress
-from populora.lm.sampling import GenRow, run_plans
 from populora.selfplay import prompts
 from populora.selfplay.parsing import parse_answer
 from populora.selfplay.roles import make_plan, worked_example_pool
@@ -157,6 +156,10 @@ def score_members(params, model, tokenizer, pool: list[dict], members: list[str 
                   roles: dict[str, list[str]], sandbox) -> tuple[dict, dict]:
     """(metrics, verdict table) of `members` (adapter names on `model`; None: the bare base) on `pool`,
     greedy, with the solver's settings (`solve.mode`, `solve.max_new_tokens`, `solve.batch_size`)."""
+    # the model's side is imported here, where the pool is scored: verify and the report use this module
+    # (pool keys, per-task means) without loading torch, seconds per job
+    from populora.lm.sampling import GenRow, run_plans
+
     cfg = params.solve
     jobs = scoring_jobs(pool, members, mode=cfg.mode, chat=prompts.chat_wrapper(tokenizer))
     results = run_plans(model, tokenizer, [GenRow(plan, meta["student"]) for meta, plan in jobs], temperature=0.0,
