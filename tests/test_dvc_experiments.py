@@ -26,7 +26,9 @@ pytestmark = pytest.mark.slow
 def experiments(tmp_path_factory, tiny_params_dict) -> Path:
     root = tmp_path_factory.mktemp("dvc_project")
     params = dict(tiny_params_dict)
-    params["dag"] = {**params["dag"], "generations": 1}
+    # one update job per arm (the default shape, one per adapter, is tested by the Snakemake smoke run and
+    # SLURM): DVC runs a stage at a time, and each job loads the model again
+    params["dag"] = {**params["dag"], "generations": 1, "update_jobs": 1}
     params["bench"] = {**params["bench"], "benchmarks": ["gsm8k"], "limit": 1, "max_new_tokens": 16,
                        "data_dir": str(REPO.parent / "shared" / "benchmarks")}
     new_dvc_project(root, params)

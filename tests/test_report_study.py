@@ -116,7 +116,7 @@ def test_study_of_a_queue_of_two_seeds(tmp_path, tiny_params_dict):
     root = tmp_path / "project"
     root.mkdir()
     params = dict(tiny_params_dict)
-    params["dag"] = {**params["dag"], "generations": 1, "arms": ["baseline"]}
+    params["dag"] = {**params["dag"], "generations": 1, "arms": ["baseline"], "update_jobs": 1}  # no empty parts
     params["bench"] = {**params["bench"], "benchmarks": ["cruxeval_o"], "limit": 1, "limits": {"cruxeval_o": 2},
                        "max_new_tokens": 16,
                        # relative, as in the default params: the queue runs in .dvc/tmp/exps/<tmp>/

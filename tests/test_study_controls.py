@@ -81,7 +81,7 @@ def test_controls_run_end_to_end(tmp_path_factory, tiny_params_dict):
     root = tmp_path_factory.mktemp("controls")
     copy_snakemake_entry(root)
     params = dict(tiny_params_dict)
-    params["dag"] = {**params["dag"], "generations": 2}
+    params["dag"] = {**params["dag"], "generations": 2, "update_jobs": 1}  # one update job per arm: fewer model loads
     params["evolve"] = {**params["evolve"], "interval": 1, "replace": 0}
     params["update"] = {**params["update"], "steps": 2, "shuffle_advantages": True, "role_steps": "per_role"}
     # and a non-default code_f shape (issue 19): 6 inputs, 3 shown + 3 hidden, from prompts to grading
