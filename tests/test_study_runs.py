@@ -297,3 +297,19 @@ def test_gold_log_likelihood_is_compared_in_nats(runs, tmp_path):
     assert "gold" not in {row["control"]: row for row in study["controls"]}["1t1s"]["bench"]["cruxeval_o"]
     assert not [c for c in study["comparisons"] if c["score"] == "gold log-likelihood" and c["bench"] == "cruxeval_o"
                 and "1t1s" in (c["left"], c["right"])]
+
+
+def test_curve_table_puts_the_mde_beside_each_null_and_says_when_verdicts_were_the_same():
+    from populora.report.study_tables import curve_table
+
+    point = {"mean": 0.1, "low": 0.05, "high": 0.15, "n": 3}
+    comparisons = [  # generation 0: every task scored the same; 1: a null with spread; 2: an effect
+        {"left": "1T-1S", "right": "base", "generation": 0, "delta": 0.0, "low": 0.0, "high": 0.0},
+        {"left": "1T-1S", "right": "base", "generation": 1, "delta": 0.01, "low": -0.02, "high": 0.04},
+        {"left": "1T-1S", "right": "base", "generation": 2, "delta": 0.05, "low": 0.02, "high": 0.08}]
+    lines = curve_table({"controls": {"1T-1S": [point] * 3}, "n_tasks": 128, "base": 0.07,
+                         "comparisons": comparisons})
+    row = next(line for line in lines if line.startswith("| 1T-1S - base |")).split(" | ")
+    assert row[1] == "0.0 [0.0, 0.0] (the same verdicts)"
+    assert row[2].startswith("1.0 [-2.0, 4.0] (MDE ") and "same verdicts" not in row[2]
+    assert row[3].startswith("5.0 [2.0, 8.0]") and "MDE" not in row[3]

@@ -67,15 +67,16 @@ def per_run_table(rows: list[dict]) -> list[str]:
                      f"{'' if row['wall_s'] is None else round(row['wall_s'] / 60)} | {(row['machine'] or {}).get('features', '')} |")
     return lines + [""]
 
+SAME_VERDICTS = "the same verdicts"
+
 def _mde(c: dict, fmt=_pts) -> str:
     """A comparison's minimum detectable effect, or, where every problem scored the same on both sides (an
-    interval of width 0, which no resampling widens), "the same verdicts" instead of an MDE of 0."""
-    return fmt(minimum_detectable_effect(c["low"], c["high"])) if c["high"] > c["low"] else "the same verdicts"
+    interval of width 0, which no resampling widens), `SAME_VERDICTS` instead of an MDE of 0."""
+    return fmt(minimum_detectable_effect(c["low"], c["high"])) if c["high"] > c["low"] else SAME_VERDICTS
 
 def _null_note(c: dict) -> str:
     """Beside a null in the curve table: its minimum detectable effect (or that the verdicts were the same)."""
-    mde = _mde(c)
-    return f" ({mde})" if mde == "the same verdicts" else f" (MDE {mde})"
+    return f" ({SAME_VERDICTS})" if c["high"] <= c["low"] else f" (MDE {_mde(c)})"
 
 def curve_table(curves: dict) -> list[str]:
     """The held-out learning curves: per control the students' accuracy after each generation (mean over
