@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import time
 
 import numpy as np
@@ -110,6 +112,34 @@ def test_study_command_writes_table_json_and_figure(tmp_path):
 
 
 
+def _drain_queue(root, log, timeout: float = 1500) -> None:
+    """`dvc queue start -j 1`, wait until no experiment is queued or running, then `dvc queue stop`.
+
+    The worker's output goes to a file, never to a pipe this process reads: `dvc queue start` and its
+    worker hold such a pipe until the worker exits, and a worker can outlive its queue (treeverse/dvc#10428:
+    its monitor thread dies on a half-written broker message; seen here once, with both experiments done,
+    after which `dvc queue start` never returned). `dvc queue stop` ends that worker too."""
+    env = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "DVC_NO_ANALYTICS": "1"}
+    env.pop("PYTHONPATH", None)
+    with open(log, "w") as out:
+        starter = subprocess.Popen([f"{BIN}/dvc", "queue", "start", "-j", "1"], cwd=root, env=env, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            status = _run(root, f"{BIN}/dvc", "queue", "status").stdout
+            if "Queued" not in status and "Running" not in status:
+                break
+            time.sleep(10)
+        assert "Queued" not in status and "Running" not in status, f"the queue did not finish in {timeout} s: {status}"
+        assert "Failed" not in status, status + _run(root, f"{BIN}/dvc", "queue", "logs", "seed0").stdout[-3000:]
+        _run(root, f"{BIN}/dvc", "queue", "stop")
+        starter.wait(timeout=120)
+    finally:
+        if starter.poll() is None:
+            os.killpg(starter.pid, signal.SIGKILL)
+
+
 @pytest.mark.slow
 def test_study_of_a_queue_of_two_seeds(tmp_path, tiny_params_dict):
     """`dvc exp run --queue -S base.seed=N` twice, `dvc queue start`, wait, then the study command."""
@@ -124,14 +154,7 @@ def test_study_of_a_queue_of_two_seeds(tmp_path, tiny_params_dict):
     new_dvc_project(root, params)
     for seed in (0, 1):
         _run(root, f"{BIN}/dvc", "exp", "run", "--queue", "-n", f"seed{seed}", "-S", f"base.seed={seed}")
-    _run(root, f"{BIN}/dvc", "queue", "start", "-j", "1")
-    deadline = time.time() + 1500
-    while time.time() < deadline:
-        status = _run(root, f"{BIN}/dvc", "queue", "status").stdout
-        if "Queued" not in status and "Running" not in status:
-            break
-        time.sleep(10)
-    assert "Failed" not in status, status + _run(root, f"{BIN}/dvc", "queue", "logs", "seed0").stdout[-3000:]
+    _drain_queue(root, tmp_path / "queue-worker.log")
     _run(root, f"{BIN}/python", "-m", "populora.report.study", "--out", str(tmp_path / "study"))
     result = json.loads((tmp_path / "study" / "study.json").read_text())
     assert sorted(result["experiments"]) == ["seed0", "seed1"] and result["ablations"] == []
