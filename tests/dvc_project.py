@@ -17,10 +17,15 @@ GIT_ID = {"GIT_AUTHOR_NAME": "ci", "GIT_AUTHOR_EMAIL": "ci@example.org",
           "GIT_COMMITTER_NAME": "ci", "GIT_COMMITTER_EMAIL": "ci@example.org"}
 
 
+def env() -> dict[str, str]:
+    """The environment of git and DVC commands in a scratch project."""
+    out = {**os.environ, **GIT_ID, "PATH": BIN + os.pathsep + os.environ["PATH"], "DVC_NO_ANALYTICS": "1"}
+    out.pop("PYTHONPATH", None)  # stages import the scratch project's copy of the library
+    return out
+
+
 def run(cwd: Path, *args: str, timeout: int = 1800, check: bool = True) -> subprocess.CompletedProcess:
-    env = {**os.environ, **GIT_ID, "PATH": BIN + os.pathsep + os.environ["PATH"], "DVC_NO_ANALYTICS": "1"}
-    env.pop("PYTHONPATH", None)  # stages import the scratch project's copy of the library
-    result = subprocess.run(list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(list(args), cwd=cwd, env=env(), capture_output=True, text=True, timeout=timeout)
     if check:
         assert result.returncode == 0, f"{' '.join(args)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
     return result

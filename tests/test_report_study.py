@@ -17,6 +17,7 @@ from populora.report import study
 from populora.report.study_runs import two_level_bootstrap
 from tests.conftest import REPO
 from tests.dvc_project import BIN, new_dvc_project
+from tests.dvc_project import env as dvc_env
 from tests.dvc_project import run as _run
 
 
@@ -119,10 +120,8 @@ def _drain_queue(root, log, timeout: float = 1500) -> None:
     worker hold such a pipe until the worker exits, and a worker can outlive its queue (treeverse/dvc#10428:
     its monitor thread dies on a half-written broker message; seen here once, with both experiments done,
     after which `dvc queue start` never returned). `dvc queue stop` ends that worker too."""
-    env = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "DVC_NO_ANALYTICS": "1"}
-    env.pop("PYTHONPATH", None)
     with open(log, "w") as out:
-        starter = subprocess.Popen([f"{BIN}/dvc", "queue", "start", "-j", "1"], cwd=root, env=env, stdout=out,
+        starter = subprocess.Popen([f"{BIN}/dvc", "queue", "start", "-j", "1"], cwd=root, env=dvc_env(), stdout=out,
                                    stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.time() + timeout
