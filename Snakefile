@@ -16,6 +16,7 @@ import sys
 sys.path.insert(0, workflow.basedir)
 
 from populora.config import ParamsError, load_params
+from populora.core.paths import shipped_path
 from workflow.dag import REPORT_CAPTIONS, SCOPES, STAGES, collected_paths, final_targets, gen_label, resolve_input, scope_items
 from workflow.time_model import runtime_minutes
 
@@ -45,8 +46,11 @@ def _inputs(stage):
     def resolve(wildcards):
         item = _item(stage, wildcards)
         # a folder input (`collects`) waits for every job writing under it; the command gets the folder
-        return {k: collected_paths(stage, k, PARAMS, item) if k in stage.collects else resolve_input(stage, k, item, PARAMS)
-                for k in stage.inputs}
+        inputs = {k: collected_paths(stage, k, PARAMS, item) if k in stage.collects else resolve_input(stage, k, item, PARAMS)
+                  for k in stage.inputs}
+        # a file a param names (the pool a study made before): its own copy or the checkout's, as the stage reads it
+        files = {f"param_file_{i}": str(shipped_path(path)) for i, path in enumerate(stage.param_files(PARAMS))}
+        return {**inputs, **files}
 
     return resolve
 

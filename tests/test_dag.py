@@ -262,6 +262,56 @@ def test_generation_ids_reach_dvc_as_strings(tmp_path):
     assert ids == [f"{g:03d}" for g in range(12)]
 
 
+def _params_with(tmp_path, **heldout) -> Path:
+    import yaml
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["heldout"].update(heldout)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def test_the_pool_file_a_study_reuses_is_a_dependency_of_heldout_pool(tmp_path):
+    """An edited `heldout.pool_file` must rerun the pool stage: its path is a param, its content a dependency."""
+    import yaml
+
+    from populora.config import load_params
+
+    pool = load_params(REPO / "params.yaml").heldout.pool_file
+    assert pool, "params.yaml reuses a committed pool"
+    deps = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["heldout_pool"]["deps"]
+    assert pool in deps
+    # null (the base model proposes the pool): nothing to track
+    assert render_dvc.main(["--params", str(_params_with(tmp_path, pool_file=None)), "--out",
+                            str(tmp_path / "dvc.yaml")]) == 0
+    assert pool not in yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]["heldout_pool"]["deps"]
+
+
+def test_the_dag_guard_lets_a_run_name_another_pool_file(tmp_path):
+    """`dvc exp run -S heldout.pool_file=null` changes a dependency of the rendered file, not the DAG's
+    shape: the guard (--shape-only) lets it run; the full check (the test above) still sees the difference."""
+    other = _params_with(tmp_path, pool_file=None)
+    dvc_yaml = str(REPO / "dvc.yaml")
+    assert render_dvc.main(["--check", "--shape-only", "--params", str(other), "--out", dvc_yaml]) == 0
+    assert render_dvc.main(["--check", "--params", str(other), "--out", dvc_yaml]) == 1
+    # a stage's other deps are still compared
+    stale = tmp_path / "stale.yaml"
+    stale.write_text((REPO / "dvc.yaml").read_text().replace("- stages/heldout_pool.py\n", "", 1))
+    assert render_dvc.main(["--check", "--shape-only", "--params", str(REPO / "params.yaml"), "--out",
+                            str(stale)]) == 1
+
+
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
+def test_snakemake_tracks_the_reused_pool_file(snakemake_dry_run):
+    from populora.config import load_params
+    from populora.core.paths import shipped_path
+
+    pool = shipped_path(load_params(REPO / "params.yaml").heldout.pool_file)
+    inputs = re.search(r"rule heldout_pool:\n\s+input: (.*)\n", snakemake_dry_run)
+    assert inputs and str(pool) in inputs.group(1).split(", ")
+
+
 # Stages that only move rows and numbers: every job of theirs starts a Python process, and importing torch
 # costs it ~2 s of CPU (a tiny test run has a dozen of these jobs; the light stages of a real run, more)
 TORCH_FREE_STAGES = ("pair", "verify", "grade", "reward", "update_gather", "bench_summary", "dynamics", "report")

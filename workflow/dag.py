@@ -125,6 +125,11 @@ class Stage:
     # without it Snakemake's scheduler, which also prefers jobs with large inputs, started the population's
     # benchmarks while the baseline's last generation waited ~7 minutes for a lane (docs/measurements.md)
     priority: int = 1
+    # params keys naming a file the stage reads (`heldout.pool_file`, a pool made before): when set, both
+    # engines list the file as a dependency, so an edited file reruns the stage (its path alone is a param).
+    # dvc.yaml holds the file params.yaml names when rendered: `-S heldout.pool_file=other` reruns the stage
+    # (a params change) but tracks other's content only after `python -m workflow.render_dvc`
+    file_params: tuple[str, ...] = ()
 
     def __post_init__(self):
         assert self.scope in SCOPES, f"{self.name}: unknown scope {self.scope!r}"
@@ -149,6 +154,10 @@ class Stage:
         if on_cpu(params):
             return 0
         return int(param_value(params, self.gpu)) if isinstance(self.gpu, str) else self.gpu
+
+    def param_files(self, params) -> list[str]:
+        """The files named by this stage's `file_params`, as written in the params (unset ones left out)."""
+        return [str(value) for key in self.file_params if (value := param_value(params, key)) is not None]
 
     def thread_count(self, params) -> int:
         """CPU threads one job of this stage keeps busy (before Snakemake caps them at --cores)."""
@@ -204,7 +213,7 @@ STAGES: tuple[Stage, ...] = (
         "heldout_pool", "stages.heldout_pool", "global",
         inputs={"base_model": BASE_MODEL}, outputs={"pool": HELDOUT_POOL, "base": HELDOUT_BASE},
         params=("heldout", "propose", "solve", "buffer.seeds", "verify", "model.dtype", "model.device", "sampler",
-                "lora.rank", "update.max_seq_len"), gpu=1,
+                "lora.rank", "update.max_seq_len"), gpu=1, file_params=("heldout.pool_file",),
     ),
     Stage(
         "init", "stages.init", "arm",
