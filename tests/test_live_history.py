@@ -46,6 +46,7 @@ def test_step_rows_count_steps_over_the_run():
     assert [(s["step"], s["generation"], s["step_in_generation"]) for s in steps] == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
     assert steps[2]["student0.loss"] == 0.0 and steps[1]["teacher0.grad_norm"] is None  # teacher0 took one step
     assert len({tuple(s) for s in steps}) == 1
+    assert not [key for key in steps[0] if key.startswith("heldout.")]  # generation figures, not a step's
 
 
 def test_progress_is_the_last_generation():

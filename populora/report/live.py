@@ -47,11 +47,11 @@ PROGRESS_KEYS = (("generation", "generation"), ("solve_rate", "solve_rate"),
 ALWAYS = next(panel.fields for panel in PANELS if panel.id == "heldout")
 
 
-def plot_table(rows: list[dict]) -> list[dict]:
+def plot_table(rows: list[dict], always: tuple[str, ...] = ALWAYS) -> list[dict]:
     """Every row with every key: DVC's plot renderer fails ("argument of type 'NoneType' is not
     iterable") when rows have different keys. A reason never seen in a generation counted 0 there;
-    any other missing value is null; the keys of ALWAYS are in every row."""
-    keys = sorted({key for row in rows for key in row} | (set(ALWAYS) if rows else set()))
+    any other missing value is null; the keys of `always` (the history's plots: ALWAYS) are in every row."""
+    keys = sorted({key for row in rows for key in row} | (set(always) if rows else set()))
     return [{key: row.get(key, 0 if ".reason." in key else None) for key in keys} for row in rows]
 
 
@@ -84,7 +84,7 @@ def step_rows(rows: list[dict]) -> list[dict]:
                 steps.setdefault(int(match["step"]), {})[f"{match['slot']}.{match['figure']}"] = value
         for k in sorted(steps):
             out.append({"step": len(out), "generation": row["generation"], "step_in_generation": k, **always, **steps[k]})
-    return plot_table(out)
+    return plot_table(out, always=())  # the step plots name no held-out figure (a step is not a generation)
 
 
 def progress(rows: list[dict]) -> dict:
