@@ -28,7 +28,8 @@ def _run(root: Path, control: str, seed: int, rate: float, *, arm: str = "popula
     machine = {"cpu": "Intel(R) Xeon(R) Processor", "cpus": 2, "features": "avx2 avx512f"} if seed == 2 else None
     _write(folder / "run.json", {"control": control, "seed": seed, "wall_s": 1800 + seed + (600 if seed == 1 else 0),
                                  **({"machine": machine} if machine else {}),
-                                 **({"paused_s": 600} if seed == 1 else {})})  # stopped 10 min: not run time
+                                 # stopped 10 min (not run time), in 3 attempts (stopped with sessions, resumed)
+                                 **({"paused_s": 600, "attempts": 3} if seed == 1 else {})})
     _write(folder / "params.yaml", {"dag": {"arms": [arm], "generations": 6}, "population": {"teachers": 1, "students": 2}})
     slots = ["solo"] if arm == "baseline" else ["student0", "student1"]
     _write(folder / "dynamics" / arm / "summary.json", {
@@ -96,7 +97,7 @@ def test_table_has_intervals_accounting_and_diagnostics(runs, tmp_path):
     # a run that recorded no machine (runs before run.json had it) leaves the cell blank
     assert per_run["2t2s-s0"]["machine"] is None and per_run["baseline-s2"]["machine"]["cpus"] == 2
     assert per_run["2t2s-s1"]["wall_s"] == 1801  # the 600 s it spent stopped are not its run time
-    assert "| 12 / 2,000 / 40 / 0.5 | 12 / 10 / 4 / 0.1 | 30 |  |" in text
+    assert "| 12 / 2,000 / 40 / 0.5 | 12 / 10 / 4 / 0.1 | 30 (3 attempts) |  |" in text  # resumed: every attempt summed
 
 
 def test_nocopy_controls_are_compared_among_themselves_never_with_the_grid(runs):

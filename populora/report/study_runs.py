@@ -123,7 +123,7 @@ def load_run(folder: Path) -> dict:
     # paused_s: time the run spent stopped (SIGSTOP, to time something else on the machine), not running
     wall_s = run["wall_s"] - run.get("paused_s", 0) if run.get("wall_s") is not None else None
     return {"name": folder.name, "control": run["control"], "seed": run["seed"], "wall_s": wall_s,
-            "machine": run.get("machine"), "arm": arm,
+            "attempts": int(run.get("attempts") or 1), "machine": run.get("machine"), "arm": arm,
             "models": models, "students": students, "verdicts": verdicts, "copy_free": copy_free, "gold": gold,
             "diagnostics": diagnostics, "summary": summary, "training": _read_optional(folder / "training_answers.json"),
             "generations": params["dag"]["generations"], "heldout_curve": curve.get("generations", [])}
@@ -331,6 +331,7 @@ def run_rows(runs: list[dict]) -> list[dict]:
         is_base = not rows
         row = {"run": "base" if is_base else run["name"], "control": None if is_base else run["control"],
                "seed": None if is_base else run["seed"], "wall_s": None if is_base else run["wall_s"],
+               "attempts": None if is_base else run.get("attempts", 1),
                "machine": None if is_base else run["machine"], "bench": {}}
         models = ["base"] if is_base else run["students"]
         for bench in READ_BENCHES:

@@ -45,6 +45,14 @@ def _adapter_totals(acc: dict) -> str:
     steps, tokens, signal, moved = values
     return f"{steps:g} / {tokens:,.0f} / {signal:g} / {moved:.1f}"
 
+def _wall(row: dict) -> str:
+    """A run's wall minutes, with its attempts where it was stopped and resumed."""
+    if row["wall_s"] is None:
+        return ""
+    attempts = row.get("attempts") or 1
+    return f"{round(row['wall_s'] / 60)}" + (f" ({attempts} attempts)" if attempts > 1 else "")
+
+
 def per_run_table(rows: list[dict]) -> list[str]:
     """One line per run (and the base model): CRUXEval-O/I raw and with copies counted wrong, the
     students' CRUXEval-O answers that copy, the accounting per adapter (students; teachers), wall."""
@@ -53,7 +61,9 @@ def per_run_table(rows: list[dict]) -> list[str]:
              "Students' mean pass@1; copies wrong: every answer that copies the input or one argument counted wrong. "
              "Per adapter (mean over the run's students; teachers): optimizer steps / trained tokens / rollouts with "
              "signal / sum of ||B A||_F (the baseline's one adapter is both). Machine: the CPU features the run "
-             "recorded (blank: not recorded); wall times compare only between runs of one kind of machine.", "",
+             "recorded (blank: not recorded); wall times compare only between runs of one kind of machine. A run "
+             "stopped (its session ended) resumes from DVC's run cache and repeats the stage it was stopped in: its "
+             "wall time sums every attempt, so it over-states the run's own work (the attempts in brackets).", "",
              "| run | CRUXEval-O | O, copies wrong | CRUXEval-I | I, copies wrong | O answers copying the input / an argument "
              "| students | teachers | wall min | machine |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
@@ -64,7 +74,7 @@ def per_run_table(rows: list[dict]) -> list[str]:
         lines.append(f"| {row['run']} | {_pts(b.get(o, {}).get('pass@1'))} | {_pts(b.get(o, {}).get('copies_wrong'))} | "
                      f"{_pts(b.get(i, {}).get('pass@1'))} | {_pts(b.get(i, {}).get('copies_wrong'))} | {copying} | "
                      f"{_adapter_totals(acc['students']) if acc else ''} | {_adapter_totals(acc['teachers']) if acc else ''} | "
-                     f"{'' if row['wall_s'] is None else round(row['wall_s'] / 60)} | {(row['machine'] or {}).get('features', '')} |")
+                     f"{_wall(row)} | {(row['machine'] or {}).get('features', '')} |")
     return lines + [""]
 
 SAME_VERDICTS = "the same verdicts"
