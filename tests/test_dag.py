@@ -262,6 +262,14 @@ def test_generation_ids_reach_dvc_as_strings(tmp_path):
     assert ids == [f"{g:03d}" for g in range(12)]
 
 
+def test_the_readme_stage_table_lists_every_stage():
+    """README's "The pipeline" table is where a newcomer meets the stages: one row per declared stage."""
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("## The pipeline"):readme.index("## Configuration")]
+    rows = set(re.findall(r"^\| `(\w+)` \|", table, flags=re.M))
+    assert {stage.name for stage in STAGES} == rows
+
+
 def _params_with(tmp_path, **heldout) -> Path:
     import yaml
 
