@@ -45,6 +45,7 @@ def _adapter_totals(acc: dict) -> str:
     steps, tokens, signal, moved = values
     return f"{steps:g} / {tokens:,.0f} / {signal:g} / {moved:.1f}"
 
+
 def _wall(row: dict) -> str:
     """A run's wall minutes, with its attempts where it was stopped and resumed."""
     if row["wall_s"] is None:
