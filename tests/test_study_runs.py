@@ -314,3 +314,36 @@ def test_curve_table_puts_the_mde_beside_each_null_and_says_when_verdicts_were_t
     assert row[1] == "0.0 [0.0, 0.0] (the same verdicts)"
     assert row[2].startswith("1.0 [-2.0, 4.0] (MDE ") and "same verdicts" not in row[2]
     assert row[3].startswith("5.0 [2.0, 8.0]") and "MDE" not in row[3]
+
+
+def test_heldout_curves_split_by_task_type_show_a_type_at_the_floor(runs, tmp_path):
+    """A pool half of whose tasks nobody ever gets right: the pooled curve halves the other type's gain,
+    the split shows where the signal is (the learning study's code_o half)."""
+    ids = [f"heldout-code_o-{i:03d}" for i in range(50)] + [f"heldout-code_i-{i:03d}" for i in range(50)]
+    for seed in range(3):
+        rng = random.Random(f"typed{seed}")
+        doc = {"base": {t: int("code_i" in t and k % 50 < 10) for k, t in enumerate(ids)}, "roles": {"students": ["student0", "student1"]},
+               "generations": [{slot: {t: int("code_i" in t and rng.random() < rate) for t in ids} for slot in ("student0", "student1")}
+                               for rate in (0.2, 0.6)]}
+        _write(runs / f"2t2s-s{seed}" / "dynamics" / "population" / "heldout_verdicts.json", doc)
+    curves = summarize(load_runs(runs))["heldout_curves"]
+    by_type = curves["by_type"]
+    assert list(by_type) == ["code_o", "code_i"] and by_type["code_i"]["n_tasks"] == 50
+    assert by_type["code_o"]["base"] == 0 and by_type["code_i"]["base"] == pytest.approx(0.2)
+    assert [p["mean"] for p in by_type["code_o"]["controls"]["2t2s"]] == [0, 0]
+    code_i, pooled = by_type["code_i"]["controls"]["2t2s"][-1]["mean"], curves["controls"]["2t2s"][-1]["mean"]
+    assert code_i == pytest.approx(0.6, abs=0.08) and pooled == pytest.approx(code_i / 2, abs=1e-5)
+    assert main([str(runs), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "study.md").read_text()
+    assert "| 2t2s | code_o, 50 tasks (0.0) | 0.0 | 0.0 |" in text and "| 2t2s | code_i, 50 tasks (20.0) |" in text
+
+
+def test_pool_task_type_reads_the_ids_the_pool_gives():
+    from populora.selfplay.heldout import accept_into_pool, pool_task_type
+
+    assert pool_task_type("heldout-code_i-007") == "code_i" and pool_task_type("heldout-code_o-120") == "code_o"
+    assert pool_task_type("sample_3") is None and pool_task_type("heldout-code_f-001") is None
+    assert pool_task_type("heldout-code_o-x") is None
+    row = {"type": "code_i", "valid": True, "program": "def f(x):\n    return x + 1", "inputs": ["1"], "outputs": ["2"]}
+    pool = accept_into_pool([], [row], [], per_type=1)
+    assert [pool_task_type(t["task_id"]) for t in pool] == ["code_i"]

@@ -51,6 +51,7 @@ from populora.core.io import write_json, write_text
 from populora.core.refs import arm_refs
 from populora.report import HELDOUT_VERDICTS
 from populora.report.study_tables import BENCHES, READ_BENCHES, markdown, plot
+from populora.selfplay.heldout import HELDOUT_TYPES, pool_task_type
 
 BOOTSTRAP = 4000
 ACCOUNTING = ("optimizer_steps", "trained_tokens", "rollouts_with_signal", "delta_norm")
@@ -355,9 +356,9 @@ def run_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def curve_matrix(runs: list[dict], gen: int) -> np.ndarray:
-    """[seeds, tasks] of the students' mean held-out verdict after generation `gen`."""
-    ids = sorted(runs[0]["verdicts"]["heldout"]["base"])
+def curve_matrix(runs: list[dict], gen: int, ids: list[str] | None = None) -> np.ndarray:
+    """[seeds, tasks] of the students' mean held-out verdict after generation `gen` (on `ids`: every task)."""
+    ids = ids if ids is not None else sorted(runs[0]["verdicts"]["heldout"]["base"])
     return np.array([[mean(run["heldout_curve"][gen][m][i] for m in run["students"]) for i in ids] for run in runs], dtype=float)
 
 
@@ -373,6 +374,7 @@ def heldout_curves(runs: list[dict]) -> dict:
     for control, members in groups.items():
         gens = min(len(r["heldout_curve"]) for r in members)
         out["controls"][control] = [_interval(list(curve_matrix(members, g).mean(axis=1))) for g in range(gens)]
+    out["by_type"] = curves_by_type(groups, base, {c: len(points) for c, points in out["controls"].items()})
     base_rows = np.array([[base[i] for i in sorted(base)]], dtype=float)
     pairs = [(left, right) for left, right in COMPARISONS if left in groups and right in groups]
     for left, right in pairs + [(control, "base") for control in groups]:
@@ -382,6 +384,19 @@ def heldout_curves(runs: list[dict]) -> dict:
                                                    base_rows if right == "base" else curve_matrix(groups[right], g))
             out["comparisons"].append({"left": left, "right": right, "generation": g, "delta": delta, "low": low,
                                        "high": high})
+    return out
+
+
+def curves_by_type(groups: dict[str, list[dict]], base: dict[str, int], gens: dict[str, int]) -> dict:
+    """The learning curves split by the pool's task types (`code_o`, `code_i`): per type its task count,
+    the base's accuracy and per control the students' accuracy per generation (mean and t-interval over
+    seeds). A type at the floor for every model carries no signal, which the pooled curve hides."""
+    out = {}
+    for task_type in [t for t in HELDOUT_TYPES if t in {pool_task_type(i) for i in base}]:
+        ids = sorted(t for t in base if pool_task_type(t) == task_type)
+        out[task_type] = {"n_tasks": len(ids), "base": round(float(np.mean([base[t] for t in ids])), 6),
+                          "controls": {control: [_interval(list(curve_matrix(members, g, ids).mean(axis=1)))
+                                                 for g in range(gens[control])] for control, members in groups.items()}}
     return out
 
 

@@ -89,6 +89,21 @@ def _null_note(c: dict) -> str:
     """Beside a null in the curve table: its minimum detectable effect (or that the verdicts were the same)."""
     return f" ({SAME_VERDICTS})" if c["high"] <= c["low"] else f" (MDE {_mde(c)})"
 
+def type_table(by_type: dict, gens: int) -> list[str]:
+    """The same curves by task type (mean over seeds), so that a type no model ever gets right shows as
+    such: the pooled points are then the other type's halved."""
+    if len(by_type) < 2:
+        return []
+    lines = ["", "By task type: students' accuracy on each type's tasks, mean over seeds (the base's beside the type).", "",
+             "| control | type (base) | " + " | ".join(f"gen {g}" for g in range(gens)) + " |", "|---|---|" + "---|" * gens]
+    for control in next(iter(by_type.values()))["controls"]:
+        for task_type, entry in by_type.items():
+            points = entry["controls"][control]
+            cells = [_pts(p["mean"]) for p in points] + [""] * (gens - len(points))
+            lines.append(f"| {control} | {task_type}, {entry['n_tasks']} tasks ({_pts(entry['base'])}) | "
+                         + " | ".join(cells) + " |")
+    return lines
+
 def curve_table(curves: dict) -> list[str]:
     """The held-out learning curves: per control the students' accuracy after each generation (mean over
     seeds [95% t-interval]), then per generation each comparison (two-level bootstrap), the minimum
@@ -100,6 +115,7 @@ def curve_table(curves: dict) -> list[str]:
              "| control | " + " | ".join(f"gen {g}" for g in range(gens)) + " |", "|---|" + "---|" * gens]
     for control, points in curves["controls"].items():
         lines.append(f"| {control} | " + " | ".join(_ci(p).split(" (n=")[0] for p in points) + " |")
+    lines += type_table(curves.get("by_type") or {}, gens)
     if curves["comparisons"]:
         lines += ["", "Differences per generation [95% two-level bootstrap interval]; beside every interval that covers 0, "
                   "the minimum detectable effect (80% power).", "",

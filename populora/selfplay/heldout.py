@@ -117,6 +117,14 @@ def verdict_table(graded: list[dict]) -> dict[str, dict[str, int]]:
     return table
 
 
+def pool_task_type(task_id: str) -> str | None:
+    """The task type a pool task's id names (`heldout-code_i-007` -> `code_i`, the ids `accept_into_pool`
+    gives); None for an id of another form."""
+    prefix, _, rest = task_id.partition("-")
+    task_type, _, index = rest.rpartition("-")
+    return task_type if prefix == "heldout" and task_type in HELDOUT_TYPES and index.isdigit() else None
+
+
 def _rate(verdicts: dict[str, int], task_ids: list[str]) -> tuple[int, int]:
     return sum(verdicts.get(t, 0) for t in task_ids), len(task_ids)
 
