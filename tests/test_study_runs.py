@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from populora.report.study_runs import load_runs, main, nocopy, summarize, two_level_bootstrap
+from populora.report.study_tables import figure_panels
 
 N = 60
 
@@ -336,6 +337,10 @@ def test_heldout_curves_split_by_task_type_show_a_type_at_the_floor(runs, tmp_pa
     assert main([str(runs), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "study.md").read_text()
     assert "| 2t2s | code_o, 50 tasks (0.0) | 0.0 | 0.0 |" in text and "| 2t2s | code_i, 50 tasks (20.0) |" in text
+    # the figure draws the split too, after the pooled curves
+    study = json.loads((tmp_path / "out" / "study.json").read_text())
+    assert figure_panels(study)[-2:] == ["held-out curves", "held-out curves by type"]
+    assert (tmp_path / "out" / "study.png").stat().st_size > 0
 
 
 def test_pool_task_type_reads_the_ids_the_pool_gives():

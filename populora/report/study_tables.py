@@ -209,6 +209,15 @@ def markdown(study: dict) -> str:
             lines.append(f"| {r['run']} | {r['type']} | " + " | ".join(cells + [""] * (gens - len(cells))) + " |")
     return "\n".join(lines) + "\n"
 
+CURVES, BY_TYPE = "held-out curves", "held-out curves by type"
+
+def figure_panels(study: dict) -> list[str]:
+    """The study figure's panels, left to right: one per benchmark scored, the held-out learning curves,
+    and the same by task type where the pool holds more than one type."""
+    curves = study.get("heldout_curves") or {}
+    return ([b for b in READ_BENCHES if any(b in r["bench"] for r in study["controls"])]
+            + ([CURVES] if curves else []) + ([BY_TYPE] if len(curves.get("by_type") or {}) > 1 else []))
+
 def plot(study: dict, path: Path) -> None:
     import matplotlib
 
@@ -217,10 +226,12 @@ def plot(study: dict, path: Path) -> None:
 
     benches = [b for b in READ_BENCHES if any(b in r["bench"] for r in study["controls"])]
     curves = study.get("heldout_curves") or {}
-    panels = len(benches) + bool(curves)
-    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 4.2), squeeze=False)
-    if curves:
-        plot_curves(axes[0][-1], curves)
+    names = figure_panels(study)
+    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4.2), squeeze=False)
+    if CURVES in names:
+        plot_curves(axes[0][names.index(CURVES)], curves)
+    if BY_TYPE in names:
+        plot_type_curves(axes[0][names.index(BY_TYPE)], curves["by_type"])
     for ax, bench in zip(axes[0], benches):
         rows = [r for r in study["controls"] if bench in r["bench"]]
         for x, row in enumerate(rows):
@@ -263,4 +274,20 @@ def plot_curves(ax, curves: dict) -> None:
     ax.set_ylabel("students' held-out accuracy (points)")
     ax.set_title(f"held-out pool ({curves['n_tasks']} tasks): seeds (thin), mean (thick)", fontsize=9)
     ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+
+def plot_type_curves(ax, by_type: dict) -> None:
+    """Held-out accuracy per generation by task type: every control's mean over seeds, one line style per
+    type; each type's base level in red, in that type's line style."""
+    colors = ["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:gray", "tab:olive", "tab:cyan"]
+    styles = ["-", "--", ":", "-."]
+    for t, (task_type, entry) in enumerate(by_type.items()):
+        for k, (control, points) in enumerate(entry["controls"].items()):
+            ax.plot(range(len(points)), [100 * p["mean"] for p in points], color=colors[k % len(colors)],
+                    ls=styles[t % len(styles)], lw=1.8, marker="o", ms=3, label=f"{control}, {task_type}")
+        ax.axhline(100 * entry["base"], color="tab:red", ls=styles[t % len(styles)], lw=0.8, label=f"base, {task_type}")
+    ax.set_xlabel("generation")
+    ax.set_ylabel("students' held-out accuracy (points)")
+    ax.set_title("held-out pool by task type: mean over seeds", fontsize=9)
+    ax.legend(fontsize=6, ncol=2)
     ax.grid(alpha=0.3)
