@@ -210,6 +210,7 @@ def markdown(study: dict) -> str:
     return "\n".join(lines) + "\n"
 
 CURVES, BY_TYPE = "held-out curves", "held-out curves by type"
+CONTROL_COLORS = ["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:gray", "tab:olive", "tab:cyan"]  # one per control, both curve panels
 
 def figure_panels(study: dict) -> list[str]:
     """The study figure's panels, left to right: one per benchmark scored, the held-out learning curves,
@@ -224,9 +225,9 @@ def plot(study: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    benches = [b for b in READ_BENCHES if any(b in r["bench"] for r in study["controls"])]
     curves = study.get("heldout_curves") or {}
     names = figure_panels(study)
+    benches = [name for name in names if name in READ_BENCHES]
     fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4.2), squeeze=False)
     if CURVES in names:
         plot_curves(axes[0][names.index(CURVES)], curves)
@@ -262,9 +263,8 @@ def plot(study: dict, path: Path) -> None:
 
 def plot_curves(ax, curves: dict) -> None:
     """Held-out accuracy per generation: every control's seeds (thin lines) and their mean (thick), the base."""
-    colors = ["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:gray", "tab:olive", "tab:cyan"]
     for k, (control, points) in enumerate(curves["controls"].items()):
-        color = colors[k % len(colors)]
+        color = CONTROL_COLORS[k % len(CONTROL_COLORS)]
         gens = list(range(len(points)))
         for seed in range(points[0]["n"]):
             ax.plot(gens, [100 * p["values"][seed] for p in points], color=color, lw=0.8, alpha=0.45)
@@ -279,11 +279,10 @@ def plot_curves(ax, curves: dict) -> None:
 def plot_type_curves(ax, by_type: dict) -> None:
     """Held-out accuracy per generation by task type: every control's mean over seeds, one line style per
     type; each type's base level in red, in that type's line style."""
-    colors = ["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:gray", "tab:olive", "tab:cyan"]
     styles = ["-", "--", ":", "-."]
     for t, (task_type, entry) in enumerate(by_type.items()):
         for k, (control, points) in enumerate(entry["controls"].items()):
-            ax.plot(range(len(points)), [100 * p["mean"] for p in points], color=colors[k % len(colors)],
+            ax.plot(range(len(points)), [100 * p["mean"] for p in points], color=CONTROL_COLORS[k % len(CONTROL_COLORS)],
                     ls=styles[t % len(styles)], lw=1.8, marker="o", ms=3, label=f"{control}, {task_type}")
         ax.axhline(100 * entry["base"], color="tab:red", ls=styles[t % len(styles)], lw=0.8, label=f"base, {task_type}")
     ax.set_xlabel("generation")
