@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from populora.report.study_runs import load_runs, main, nocopy, summarize, two_level_bootstrap
-from populora.report.study_tables import figure_panels
+from populora.report.study_tables import wall_cell, figure_panels
 
 N = 60
 
@@ -352,3 +352,18 @@ def test_pool_task_type_reads_the_ids_the_pool_gives():
     row = {"type": "code_i", "valid": True, "program": "def f(x):\n    return x + 1", "inputs": ["1"], "outputs": ["2"]}
     pool = accept_into_pool([], [row], [], per_type=1)
     assert [pool_task_type(t["task_id"]) for t in pool] == ["code_i"]
+
+
+def test_wall_time_is_averaged_per_kind_of_machine_and_the_title_is_the_studys(runs, tmp_path):
+    # seed 2 recorded its machine, seeds 0-1 did not: a mean across the two kinds would mean nothing
+    study = summarize(load_runs(runs))
+    row = next(r for r in study["controls"] if r["control"] == "baseline")
+    assert row["wall_by_machine"] == [{"features": None, "n": 2, "mean_s": 1800.5},
+                                      {"features": "avx2 avx512f", "n": 1, "mean_s": 1802.0}]
+    assert main([str(runs), "--out", str(tmp_path / "out"), "--title", "Second study: where the students learn"]) == 0
+    text = (tmp_path / "out" / "study.md").read_text()
+    assert text.startswith("# Second study: where the students learn\n")
+    assert "| 30 (2 on an unrecorded machine); 30 (1 on avx2 avx512f) |" in text
+    # one kind of machine: one mean, as before
+    one_kind = {**row, "wall_by_machine": row["wall_by_machine"][:1]}
+    assert wall_cell(one_kind) == f"{row['wall_s']['mean'] / 60:.0f}"

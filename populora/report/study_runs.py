@@ -50,7 +50,7 @@ from populora.bench.diagnostics import TRAINING_TYPES, copied_ids
 from populora.core.io import write_json, write_text
 from populora.core.refs import arm_refs
 from populora.report import HELDOUT_VERDICTS
-from populora.report.study_tables import BENCHES, READ_BENCHES, markdown, plot
+from populora.report.study_tables import BENCHES, DEFAULT_TITLE, READ_BENCHES, markdown, plot
 from populora.selfplay.heldout import HELDOUT_TYPES, pool_task_type
 
 BOOTSTRAP = 4000
@@ -232,13 +232,23 @@ def _interval(values: list[float]) -> dict:
             "low": t[1] if t else None, "high": t[2] if t else None, "values": [round(v, 6) for v in values]}
 
 
+def wall_by_machine(members: list[dict]) -> list[dict]:
+    """A control's mean wall time per kind of machine its runs recorded (CPU features; `None`: not recorded):
+    runs of one study can be drawn on machines several times apart in speed, whose mean means nothing."""
+    kinds: dict = {}
+    for run in members:
+        if run["wall_s"] is not None:
+            kinds.setdefault((run.get("machine") or {}).get("features"), []).append(float(run["wall_s"]))
+    return [{"features": features, "n": len(walls), "mean_s": round(mean(walls), 1)} for features, walls in kinds.items()]
+
+
 def control_rows(runs: list[dict]) -> list[dict]:
     """Per control: scores per benchmark (students, all members, minus base), accounting, diagnostics."""
     rows = []
     for control, members in _group(runs).items():
         row = {"control": control, "seeds": [r["seed"] for r in members], "arm": members[0]["arm"],
                "wall_s": _interval([float(r["wall_s"]) for r in members if r["wall_s"] is not None] or [math.nan]),
-               "bench": {}, "accounting": {}, "diagnostics": {}}
+               "wall_by_machine": wall_by_machine(members), "bench": {}, "accounting": {}, "diagnostics": {}}
         for bench in READ_BENCHES:
             if not all(bench in r["verdicts"] for r in members):
                 continue
@@ -409,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", help="folder of run folders (study/runs)")
     parser.add_argument("--out", required=True, help="folder for study.md, study.json, study.png")
+    parser.add_argument("--title", default=DEFAULT_TITLE, help=f"study.md's heading (default: {DEFAULT_TITLE!r})")
     args = parser.parse_args(argv)
     try:
         study = summarize(load_runs(Path(args.runs)))
@@ -418,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "study.json", study)
-    write_text(out / "study.md", markdown(study))
+    write_text(out / "study.md", markdown(study, title=args.title))
     plot(study, out / "study.png")
     print(f"{len(study['runs'])} runs summarised in {out}/study.md, study.json, study.png", file=sys.stderr)
     return 0

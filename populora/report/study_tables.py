@@ -128,8 +128,19 @@ def curve_table(curves: dict) -> list[str]:
             lines.append(f"| {left} - {right} | " + " | ".join(cells.get(g, "") for g in range(gens)) + " |")
     return lines + [""]
 
-def markdown(study: dict) -> str:
-    lines = ["# CPU study: does the population help?", "",
+DEFAULT_TITLE = "CPU study: does the population help?"
+
+
+def wall_cell(row: dict) -> str:
+    """Wall minutes of a control: one mean, or one per kind of machine where its runs were on several."""
+    kinds = row.get("wall_by_machine") or []
+    if len(kinds) <= 1:
+        return f"{row['wall_s']['mean'] / 60:.0f}"
+    return "; ".join(f"{k['mean_s'] / 60:.0f} ({k['n']} on {k['features'] or 'an unrecorded machine'})" for k in kinds)
+
+
+def markdown(study: dict, title: str = DEFAULT_TITLE) -> str:
+    lines = [f"# {title}", "",
              f"{len(study['runs'])} runs: {', '.join(study['runs'])}.", "",
              "Scores are pass@1 in points (students' mean; the baseline's adapter is its student), mean over seeds "
              "with a 95% t-interval across seeds.", ""]
@@ -189,7 +200,7 @@ def markdown(study: dict) -> str:
             if f"{role}.optimizer_steps" in acc:
                 lines.append(f"| {row['control']} | {role} | {acc[f'{role}.optimizer_steps']:g} | {acc[f'{role}.trained_tokens']:g} | "
                              f"{acc[f'{role}.rollouts_with_signal']:g} | {acc.get(f'{role}.delta_norm', float('nan')):.4f} | "
-                             f"{row['wall_s']['mean'] / 60:.0f} |")
+                             f"{wall_cell(row)} |")
     lines += ["", "## Students' answers (share of problems, mean over students and seeds)", "",
               "| control | benchmark | truncated | no answer | copies input | copies an argument | answer tokens |",
               "|---|---|---|---|---|---|---|"]
