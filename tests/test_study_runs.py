@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from populora.report.study_runs import load_runs, main, nocopy, summarize, two_level_bootstrap
-from populora.report.study_tables import wall_cell, figure_panels
+from populora.report.study_tables import figure_panels, wall_cell
 
 N = 60
 
