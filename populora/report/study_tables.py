@@ -224,8 +224,8 @@ CURVES, BY_TYPE = "held-out curves", "held-out curves by type"
 CONTROL_COLORS = ["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:gray", "tab:olive", "tab:cyan"]  # one per control, both curve panels
 
 def figure_panels(study: dict) -> list[str]:
-    """The study figure's panels, left to right: one per benchmark scored, the held-out learning curves,
-    and the same by task type where the pool holds more than one type."""
+    """The study figure's panels: one per benchmark scored (the bottom row), the held-out learning curves
+    and the same by task type where the pool holds more than one type (the top row, where there are curves)."""
     curves = study.get("heldout_curves") or {}
     return ([b for b in READ_BENCHES if any(b in r["bench"] for r in study["controls"])]
             + ([CURVES] if curves else []) + ([BY_TYPE] if len(curves.get("by_type") or {}) > 1 else []))
@@ -239,12 +239,19 @@ def plot(study: dict, path: Path) -> None:
     curves = study.get("heldout_curves") or {}
     names = figure_panels(study)
     benches = [name for name in names if name in READ_BENCHES]
-    fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4.2), squeeze=False)
+    # the learning curves on top, where a reader looks first; the final scores below (one row when there are no curves)
+    grid = [row for row in ([n for n in names if n not in READ_BENCHES], benches) if row]
+    width = max(len(row) for row in grid)
+    fig, axes = plt.subplots(len(grid), width, figsize=(5.5 * width, 4.2 * len(grid)), squeeze=False)
+    for r, row in enumerate(grid):
+        for ax in axes[r][len(row):]:
+            ax.set_visible(False)
+    panel = {name: axes[r][c] for r, row in enumerate(grid) for c, name in enumerate(row)}
     if CURVES in names:
-        plot_curves(axes[0][names.index(CURVES)], curves)
+        plot_curves(panel[CURVES], curves)
     if BY_TYPE in names:
-        plot_type_curves(axes[0][names.index(BY_TYPE)], curves["by_type"])
-    for ax, bench in zip(axes[0], benches):
+        plot_type_curves(panel[BY_TYPE], curves["by_type"])
+    for ax, bench in [(panel[b], b) for b in benches]:
         rows = [r for r in study["controls"] if bench in r["bench"]]
         for x, row in enumerate(rows):
             entry = row["bench"][bench]["students"]
@@ -268,6 +275,7 @@ def plot(study: dict, path: Path) -> None:
         ax.set_ylabel("students' accuracy (points)" if bench == "heldout" else "students' pass@1 (points)")
         ax.set_title(f"{TITLES[bench]}: seeds (dots), mean and 95% t-interval", fontsize=9)
         ax.grid(axis="y", alpha=0.3)
+        ax.set_ylim(bottom=-1)  # accuracy is not negative: a two-seed t-interval's lower arm runs off the panel
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
