@@ -306,8 +306,8 @@ class PairingSection(_Section):
 
 # Names of populora.population.operators.MUTATIONS and CROSSOVERS (kept here so validating params does not
 # import torch; tests/test_config.py checks the two lists agree).
-KNOWN_OPERATORS = ("svd_scale_rotate", "gaussian_subset", "mask_components", "gaussian_all",
-                   "layerwise", "svd_split", "dare", "extrapolate")
+KNOWN_OPERATORS = ("svd_scale_rotate", "gaussian_subset", "mask_components", "gaussian_all", "neftune",
+                   "layerwise", "svd_split", "dare", "extrapolate", "fitness_weighted")
 
 
 class EvolveSection(_Section):

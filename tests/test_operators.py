@@ -65,14 +65,16 @@ def test_factored_svd_matches_dense_svd(m, n, r, batch, seed):
     assert torch.allclose(V[..., :k].mT @ V[..., :k], eye, atol=1e-9)
 
 
-def test_refactor_keeps_product_and_balances_factors():
+def test_refactor_keeps_product_and_shapes_factors_like_the_parent():
     sd = random_adapter(0)
     m = lora_modules(sd)[0]
     A, B = sd[m.a_key][None], sd[m.b_key][None]
     U, S, V = factored_svd(B, A)
     A2, B2 = refactor(U, S, V, ops.row_scale(A))
     assert torch.allclose(B2 @ A2, B @ A, atol=1e-6)
-    assert torch.allclose(A2.norm(dim=-1), B2.norm(dim=-2), atol=1e-6)  # sqrt(S) on both sides
+    # every A row at the parent's RMS row norm, B's columns carry the singular values
+    assert torch.allclose(A2.norm(dim=-1), ops.row_scale(A)[:, None].expand(1, RANK), rtol=1e-5)
+    assert torch.allclose(B2.norm(dim=-2), S / ops.row_scale(A)[:, None], rtol=1e-5)
 
 
 @pytest.mark.parametrize("tiny", [0.0, 1e-9])
@@ -83,7 +85,7 @@ def test_refactor_dead_components_stay_trainable(tiny):
     U, S, V = factored_svd(B, A)
     S[:, 1] = tiny * S[:, 0]
     A2, B2 = refactor(U, S, V, ops.row_scale(A))
-    assert torch.all(B2[..., 1] == 0)
+    assert torch.all(B2[..., 1].abs() <= tiny * S[0, 0] / ops.row_scale(A) + 1e-12)
     assert A2[0, 1].norm() == pytest.approx(ops.row_scale(A).item(), rel=1e-5)
     assert torch.allclose(B2 @ A2, U @ torch.diag_embed(S) @ V.mT, atol=1e-6)
 
@@ -125,7 +127,8 @@ def test_seeded_determinism(op):
     p1, p2 = random_adapter(3), random_adapter(4)
     a, b, c = child_for(op, [p1, p2], seed=11), child_for(op, [p1, p2], seed=11), child_for(op, [p1, p2], seed=12)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert any(not torch.equal(a[k], c[k]) for k in a)
+    if op != "fitness_weighted":  # the one operator without randomness
+        assert any(not torch.equal(a[k], c[k]) for k in a)
 
 
 @pytest.mark.parametrize("op", ALL_OPS)
@@ -139,28 +142,116 @@ def test_parents_not_modified_and_no_shared_storage(op):
     assert not set(pointers) & {t.untyped_storage().data_ptr() for t in p1.values()}
 
 
-@pytest.mark.parametrize("op", ["layerwise", "svd_split", "extrapolate"])
+@pytest.mark.parametrize("op", ["layerwise", "svd_split", "extrapolate", "fitness_weighted"])
 def test_identical_parents_give_parent_back(op):
     p = random_adapter(7)
     child = make_child([p, p], op, seed=3)
-    if op == "svd_split":  # factors are re-balanced, the product is the parent's
-        dp, dc = deltas(p), deltas(child)
-        assert all(torch.allclose(dc[k], dp[k], atol=1e-6) for k in dp)
-    else:
+    if op == "layerwise":
         assert all(torch.equal(child[k], p[k]) for k in p)
-    dc = deltas(make_child([p, p], "extrapolate", seed=3, space="delta"))
-    assert all(torch.allclose(dc[k], v, atol=1e-6) for k, v in deltas(p).items())
+    else:  # refactored, the product is the parent's
+        dp, dc = deltas(p), deltas(child)
+        assert all(torch.allclose(dc[k], dp[k], atol=1e-5) for k in dp)
+    child = make_child([p, p], "extrapolate", seed=3, space="factors")
+    assert all(torch.equal(child[k], p[k]) for k in p)
 
 
-def test_dare_identical_parents_are_not_returned_but_unbiased():
+def test_dare_identical_parents_are_not_returned_but_near_unbiased():
     p = random_adapter(8, layers=1)
-    assert any(not torch.equal(v, p[k]) for k, v in make_child([p, p], "dare", seed=0).items())
-    assert all(torch.equal(v, p[k]) for k, v in make_child([p, p], "dare", seed=0, p=0.0).items())
-    children = [make_child([p, p], "dare", seed=s, p=0.5) for s in range(400)]
-    key = lora_modules(p)[0].a_key
-    mean = torch.stack([c[key] for c in children]).mean(0)
-    # each entry: average of 2 dropped copies -> std |x| / sqrt(2 * 400); allow 5 sd
-    assert torch.all((mean - p[key]).abs() <= 5 * p[key].abs() / math.sqrt(800) + 1e-7)
+    dp = deltas(p)
+    assert any(not torch.allclose(v, dp[k], atol=1e-4) for k, v in deltas(make_child([p, p], "dare", seed=0)).items())
+    assert all(torch.allclose(v, dp[k], atol=1e-5) for k, v in deltas(make_child([p, p], "dare", seed=0, p=0.0)).items())
+    children = [deltas(make_child([p, p], "dare", seed=s, p=0.3)) for s in range(200)]
+    for key, parent in dp.items():
+        mean = torch.stack([c[key] for c in children]).mean(0)
+        # each child: the best rank-r fit to an unbiased estimate of dW: the mean comes back to dW
+        assert (mean - parent).norm() < 0.15 * parent.norm(), key
+
+
+def test_dare_and_fitness_weighted_average_products_not_factors():
+    """Parents with unaligned A (different inits): the child's dW is near the mean dW, where a factor
+    average would be off by the cross terms B_1 A_2 + B_2 A_1."""
+    p1, p2 = random_adapter(20), random_adapter(21)
+    d1, d2 = deltas(p1), deltas(p2)
+    for op in ("dare", "fitness_weighted"):
+        hyper = {"p": 0.0} if op == "dare" else {}
+        dc = deltas(make_child([p1, p2], op, seed=0, **hyper))
+        for k in dc:
+            mean = 0.5 * (d1[k] + d2[k])
+            best = torch.linalg.svdvals(mean)[RANK:].square().sum().sqrt()  # Eckart-Young error of rank r
+            assert (dc[k] - mean).norm() <= best + 1e-4 * mean.norm(), (op, k)
+
+
+def test_fitness_weighted_follows_the_fitter_parent():
+    p1, p2 = random_adapter(22), random_adapter(23)
+    d1, d2 = deltas(p1), deltas(p2)
+    for fitness, near in (([3.0, 0.0], d1), ([0.0, 3.0], d2)):
+        dc = deltas(make_child([p1, p2], "fitness_weighted", seed=0, fitness=fitness, temperature=0.2))
+        far = d2 if near is d1 else d1
+        assert sum((dc[k] - near[k]).norm() for k in dc) < sum((dc[k] - far[k]).norm() for k in dc)
+    assert ops.fitness_weights(None, 3, 1.0) == [1 / 3] * 3
+    assert ops.fitness_weights([1.0, 1.0], 2, 1.0) == [0.5, 0.5]
+
+
+def test_neftune_perturbs_only_the_input_factor_within_its_bound(monkeypatch):
+    monkeypatch.setattr(ops, "rebalance", lambda child, target: child)  # the raw operator (rebalance: tested apart)
+    p = random_adapter(24)
+    child = make_child([p], "neftune", seed=0, alpha=0.5)
+    for m in lora_modules(p):
+        assert torch.equal(child[m.b_key], p[m.b_key])
+        bound = 0.5 / math.sqrt(p[m.a_key].numel())
+        noise = child[m.a_key] - p[m.a_key]
+        assert 0 < noise.abs().max() <= bound + 1e-7
+
+
+# ---------------------------------------------------------------- factor balance (children train like parents)
+
+
+def trained_like(seed: int, layers: int = 2) -> dict:
+    """Factors shaped like a trained adapter's: A at PEFT's Kaiming scale, B grown from 0 (small)."""
+    g = torch.Generator().manual_seed(seed)
+    sd = {}
+    for layer in range(layers):
+        for name, d_in, d_out in SHAPES:
+            prefix = f"base_model.model.model.layers.{layer}.self_attn.{name}"
+            bound = 1 / math.sqrt(d_in)
+            sd[f"{prefix}.lora_A.weight"] = (2 * torch.rand(RANK, d_in, generator=g) - 1) * bound
+            sd[f"{prefix}.lora_B.weight"] = 0.003 * torch.randn(d_out, RANK, generator=g)
+    return sd
+
+
+def module_ratios(sd) -> dict[str, float]:
+    return {m.name: float(sd[m.a_key].norm() / sd[m.b_key].norm()) for m in lora_modules(sd)}
+
+
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_every_operator_keeps_each_modules_factor_balance(op):
+    """Per module, the child's ||A|| / ||B|| is within a factor of 2 of its parent's (a crossover: the
+    parents' geometric mean), the rule in DESIGN.md section 4."""
+    p1, p2 = trained_like(30), trained_like(31)
+    r1, r2 = module_ratios(p1), module_ratios(p2)
+    child = child_for(op, [p1, p2], seed=1)
+    for name, ratio in module_ratios(child).items():
+        target = r1[name] if op in MUTATIONS else math.sqrt(r1[name] * r2[name])
+        assert 0.5 < ratio / target < 2.0, (op, name, ratio, target)
+
+
+def test_the_balance_test_fails_for_sqrt_s_refactoring(monkeypatch):
+    """The textbook refactor (sqrt(S) on both sides, and no rebalance) is what the test above guards
+    against: on trained-like factors it takes the ratio far below half the parent's."""
+    monkeypatch.setattr(ops, "isometric_coefficients", lambda S, scale: (S.clamp_min(0).sqrt(),) * 2)
+    monkeypatch.setattr(ops, "rebalance", lambda child, target: child)
+    p = trained_like(30)
+    before, after = module_ratios(p), module_ratios(make_child([p], "svd_scale_rotate", seed=1))
+    assert all(after[k] / before[k] < 0.5 for k in before)
+
+
+def test_rebalance_keeps_the_product_and_leaves_near_balanced_modules_alone():
+    A, B = torch.randn(3, RANK, 12), 0.01 * torch.randn(3, 12, RANK)
+    target = torch.tensor([1.0, float("nan"), float(ops.factor_ratio(A, B)[2]) * 1.001])
+    A2, B2 = ops.rebalance((A, B), target)
+    assert torch.allclose(B2 @ A2, B @ A, atol=1e-6)
+    assert float(ops.factor_ratio(A2, B2)[0]) == pytest.approx(1.0, rel=1e-5)
+    assert torch.equal(A2[1:], A[1:]) and torch.equal(B2[1:], B[1:])  # no target; within BALANCE_RTOL
 
 
 # ---------------------------------------------------------------- operator semantics
@@ -234,9 +325,10 @@ def test_svd_split_rejects_rank_one_and_three_parents():
 
 
 @pytest.mark.parametrize(("fitness", "fit_index"), [(None, 0), ([1.0, 0.0], 0), ([0.0, 1.0], 1)])
-def test_extrapolate_steps_past_the_fitter_parent(fitness, fit_index):
+def test_extrapolate_steps_past_the_fitter_parent(fitness, fit_index, monkeypatch):
+    monkeypatch.setattr(ops, "rebalance", lambda child, target: child)  # the raw factor-space formula
     parents = [random_adapter(13), random_adapter(14)]
-    child = make_child(parents, "extrapolate", seed=0, fitness=fitness)
+    child = make_child(parents, "extrapolate", seed=0, fitness=fitness, space="factors")
     fit, other = parents[fit_index], parents[1 - fit_index]
     for m in lora_modules(fit):
         for key in (m.a_key, m.b_key):
@@ -244,6 +336,20 @@ def test_extrapolate_steps_past_the_fitter_parent(fitness, fit_index):
             eta = (step * span).sum() / (span * span).sum()
             assert 1.0 - 1e-5 <= eta <= 1.5 + 1e-5
             assert torch.allclose(step, eta * span, atol=1e-5)
+
+
+@pytest.mark.parametrize(("fitness", "fit_index"), [(None, 0), ([0.0, 1.0], 1)])
+def test_extrapolate_in_delta_space_steps_past_the_fitter_parents_product(fitness, fit_index):
+    parents = [random_adapter(13), random_adapter(14)]
+    dc = deltas(make_child(parents, "extrapolate", seed=0, fitness=fitness))
+    fit, other = deltas(parents[fit_index]), deltas(parents[1 - fit_index])
+    for k in dc:
+        span = fit[k] - other[k]
+        eta = float(((dc[k] - other[k]) * span).sum() / span.square().sum())  # projection on the line
+        assert 0.9 <= eta <= 1.6, (k, eta)
+        target = other[k] + eta * span
+        best = torch.linalg.svdvals(target)[RANK:].square().sum().sqrt()
+        assert (dc[k] - target).norm() <= 1.5 * best + 1e-4 * target.norm(), k
 
 
 def test_gaussian_subset_handles_zero_b_and_touches_fraction():
@@ -287,7 +393,8 @@ def test_operator_defaults_are_accepted():
     defaults = ops.operator_defaults()
     assert set(defaults) == set(ALL_OPS)
     assert defaults["svd_scale_rotate"] == {"eps": 0.1}
-    assert defaults["extrapolate"] == {"eta_low": 1.0, "eta_high": 1.5, "space": "factors"}
+    assert defaults["extrapolate"] == {"eta_low": 1.0, "eta_high": 1.5, "space": "delta"}
+    assert defaults["neftune"] == {"alpha": 0.5} and defaults["fitness_weighted"] == {"temperature": 1.0}
     p1, p2 = random_adapter(1, layers=1), random_adapter(2, layers=1)
     for op, hyper in defaults.items():  # passing the defaults explicitly changes nothing
         assert all(torch.equal(a, b) for a, b in zip(child_for(op, [p1, p2], **hyper).values(),

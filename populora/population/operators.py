@@ -7,16 +7,29 @@ all members use one LoRA config). Keys may carry an adapter name
 first parent unchanged.
 
 SVD without forming dW: thin QR of both factors, ``B = Q_B R_B`` and ``A^T = Q_A R_A``; the
-r x r core ``C = R_B R_A^T = U_c S V_c^T`` gives ``dW = (Q_B U_c) S (Q_A V_c)^T``. Refactoring
-puts ``sqrt(S)`` on both sides: ``B' = U sqrt(S)``, ``A' = (V sqrt(S))^T``. This costs
+r x r core ``C = R_B R_A^T = U_c S V_c^T`` gives ``dW = (Q_B U_c) S (Q_A V_c)^T``. This costs
 O((d_in + d_out) r^2) per module, and modules of equal shape are processed as one batch.
 
+Factor balance. An operator defines the child's ``dW``; its factorization is free (``A -> c A``,
+``B -> B / c`` leaves ``dW`` unchanged) and it decides how the child trains. A trained adapter is
+far from balanced: A keeps its init scale (PEFT's Kaiming rows, nearly orthogonal at LoRA's
+shapes), B grows from 0 and carries the singular values. Refactoring with ``sqrt(S)`` on both
+sides (the textbook choice) moves weight from A into B, so ``||A|| / ||B||`` per module falls to
+~0.08 of the parent's on SmolLM2's shapes, and the child's gradient steps, proportional to the
+other factor, shrink with it: such children trained ~10x slower in the second study. So:
+
+* SVD-based operators refactor like the parent: ``A = scale * V^T`` (rows of the parent's RMS row
+  norm, along the singular directions), ``B = U diag(S) / scale`` (:func:`isometric_coefficients`);
+* every child is then rescaled per module, ``A -> c A``, ``B -> B / c``, so that its
+  ``||A|| / ||B||`` equals its parent's (a crossover: the parents' geometric mean), unless it is
+  within ``BALANCE_RTOL`` already (:func:`rebalance`). ``dW`` is unchanged by this step.
+
 Dead components. A LoRA component with ``B[:, j] = 0`` and ``A[j] = 0`` can never be trained
-again (each factor's gradient is proportional to the other). So a component whose singular
-value is ~0 after an operator (e.g. masked) is refactored as ``A[j] = c * V[:, j]^T``,
-``B[:, j] = 0``: same product, still trainable, like PEFT's own init. ``c`` is the parent's
-RMS row norm of A. A module whose parent has ``dW == 0`` exactly (``B == 0``, fresh PEFT init)
-is left as it is by the SVD-based operators: there is no function to perturb.
+again (each factor's gradient is proportional to the other). With the factorization above a
+component whose singular value is 0 (e.g. masked) keeps an A row of the parent's scale and a zero
+B column: same product, still trainable, like PEFT's own init. A module whose parent has
+``dW == 0`` exactly (``B == 0``, fresh PEFT init) is left as it is by the SVD-based operators:
+there is no function to perturb.
 
 All arithmetic is fp32 on the tensors' device; results are cast back to the original dtype.
 Randomness comes only from a ``torch.Generator`` seeded by :func:`make_child`, consumed in a
@@ -38,7 +51,7 @@ StateDict = dict[str, torch.Tensor]
 Factors = tuple[torch.Tensor, torch.Tensor]  # (A [g, r, d_in], B [g, d_out, r]), fp32, stacked
 
 _LORA_KEY = re.compile(r"^(?P<prefix>.*)\.lora_(?P<ab>[AB])(?P<adapter>\.[^.]+)?\.weight$")
-DEAD_RTOL = 1e-6  # singular values below this fraction of the module's largest count as 0
+BALANCE_RTOL = 0.05  # a child whose per-module ||A|| / ||B|| is this close to its target is left as made
 
 
 @dataclass(frozen=True)
@@ -121,32 +134,30 @@ def row_scale(A: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(A, dim=(-2, -1)) / math.sqrt(A.shape[-2])
 
 
-def balanced_coefficients(S: torch.Tensor, dead_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-component column scales ``(a, b)`` for ``A = (V a)^T``, ``B = U b``.
+def isometric_coefficients(S: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-component column scales ``(a, b)`` for ``A = (V a)^T``, ``B = U b``, the parent's shape.
 
-    Alive components get ``sqrt(S)`` on both sides; dead ones (S ~ 0) get ``dead_scale`` in A
-    and 0 in B: the product is unchanged and the component stays trainable.
+    Every A row gets the parent's RMS row norm ``scale`` (a ``[g]`` batch), B carries ``S / scale``:
+    the product is ``U diag(S) V^T`` and the factors are as (un)balanced as a trained adapter's. A
+    component with ``S = 0`` keeps its A row and a zero B column, so it stays trainable.
     """
-    root = S.clamp_min(0.0).sqrt()
-    dead = S <= DEAD_RTOL * S.amax(dim=-1, keepdim=True)
-    a = torch.where(dead, dead_scale[..., None].expand_as(S), root)
-    b = torch.where(dead, torch.zeros_like(root), root)
-    return a, b
+    a = scale[..., None].expand_as(S)
+    return a, S.clamp_min(0.0) / a
 
 
-def refactor(U: torch.Tensor, S: torch.Tensor, V: torch.Tensor, dead_scale: torch.Tensor) -> Factors:
-    """Balanced factors ``A = (V sqrt S)^T``, ``B = U sqrt S`` from dense singular bases."""
-    a, b = balanced_coefficients(S, dead_scale)
+def refactor(U: torch.Tensor, S: torch.Tensor, V: torch.Tensor, scale: torch.Tensor) -> Factors:
+    """Factors ``A = (V a)^T``, ``B = U b`` of ``U diag(S) V^T`` (:func:`isometric_coefficients`)."""
+    a, b = isometric_coefficients(S, scale)
     return (V * a[..., None, :]).mT, U * b[..., None, :]
 
 
-def assemble(terms: Sequence[LowRankSVD], S: torch.Tensor, dead_scale: torch.Tensor) -> Factors:
+def assemble(terms: Sequence[LowRankSVD], S: torch.Tensor, scale: torch.Tensor) -> Factors:
     """Factors of ``sum_i U_i diag(S) V_i^T`` where ``U_i = q_b u_c`` etc.; ``terms[i].s`` is unused.
 
     Each term's cores carry the columns it contributes (others zeroed), so a child mixing two
     parents' singular triplets costs one small-by-tall product per factor and parent.
     """
-    a, b = balanced_coefficients(S, dead_scale)
+    a, b = isometric_coefficients(S, scale)
     first, rest = terms[0], terms[1:]
     B = first.q_b @ (first.u_c * b[..., None, :])
     A = first.q_a @ (first.v_c * a[..., None, :])
@@ -154,6 +165,32 @@ def assemble(terms: Sequence[LowRankSVD], S: torch.Tensor, dead_scale: torch.Ten
         B.baddbmm_(t.q_b, t.u_c * b[..., None, :])
         A.baddbmm_(t.q_a, t.v_c * a[..., None, :])
     return A.mT, B
+
+
+def factor_ratio(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """``||A||_F / ||B||_F`` per stacked module (``inf`` where B is 0: an untrained module)."""
+    return torch.linalg.vector_norm(A, dim=(-2, -1)) / torch.linalg.vector_norm(B, dim=(-2, -1))
+
+
+def target_ratio(parents: Sequence[Factors]) -> torch.Tensor:
+    """The balance a child should have: its parent's ``||A|| / ||B||``, or the parents' geometric
+    mean (``nan`` where some parent's module is untrained or zero: nothing to match)."""
+    logs = torch.stack([factor_ratio(A, B).log() for A, B in parents])
+    return logs.mean(dim=0).exp().where(torch.isfinite(logs).all(dim=0), torch.full_like(logs[0], float("nan")))
+
+
+def rebalance(child: Factors, target: torch.Tensor) -> Factors:
+    """Rescale ``A -> c A``, ``B -> B / c`` per module so ``||A|| / ||B||`` equals ``target``
+    (``dW`` unchanged); modules already within ``BALANCE_RTOL``, or with no finite target or ratio,
+    are left exactly as they are."""
+    A, B = child
+    ratio = factor_ratio(A, B)
+    c = (target / ratio).sqrt()
+    move = torch.isfinite(c) & (c > 0) & ((ratio / target - 1).abs() > BALANCE_RTOL)
+    if not bool(move.any()):
+        return A, B
+    c = torch.where(move, c, torch.ones_like(c))[:, None, None]
+    return A * c, B / c
 
 
 def keep_zero_modules(old: Factors, new: Factors, zero: torch.Tensor) -> Factors:
@@ -193,7 +230,8 @@ def _check_compatible(parents: Sequence[StateDict]) -> list[LoraModule]:
 
 
 def _apply(parents: Sequence[StateDict], fn: Callable[[list[int], list[Factors]], Factors]) -> StateDict:
-    """Run ``fn(module_indices, [(A, B) per parent])`` on each group of same-shape modules.
+    """Run ``fn(module_indices, [(A, B) per parent])`` on each group of same-shape modules, then
+    give each child module its parents' factor balance (:func:`rebalance`).
 
     The stacked fp32 tensors handed to ``fn`` are fresh copies, so ``fn`` may modify them.
     """
@@ -211,7 +249,9 @@ def _apply(parents: Sequence[StateDict], fn: Callable[[list[int], list[Factors]]
              torch.stack([p[modules[i].b_key] for i in idx]).float())
             for p in parents
         ]
-        A, B = fn(idx, stacked)
+        target = target_ratio(stacked)  # before fn: fn may modify the copies in place
+        made = fn(idx, stacked)  # (A, B), or (A, B, target) where a module copies one parent's balance
+        A, B = rebalance(made[:2], made[2] if len(made) == 3 else target)
         for j, i in enumerate(idx):
             m = modules[i]
             child[m.a_key] = A[j].to(dtype=first[m.a_key].dtype, copy=True)
@@ -287,6 +327,25 @@ def mask_components(sd: StateDict, gen: torch.Generator, rho: float = 0.3) -> St
     return _apply([sd], fn)
 
 
+def neftune(sd: StateDict, gen: torch.Generator, alpha: float = 0.5) -> StateDict:
+    """NEFTune-style: add uniform noise ``U(-b, b)``, ``b = alpha / sqrt(d_in r)``, to every A (input) factor.
+
+    NEFTune scales embedding noise by ``alpha / sqrt(L d)``; here the "sequence" is the rank. A
+    PEFT-initialised A row has std ``1 / sqrt(3 d_in)``, so the noise is ``alpha / sqrt(r)`` of it
+    (0.18 at r = 8 with the default 0.5, about gaussian_all's 0.15). B is untouched, so an untrained
+    module (``B = 0``) keeps ``dW = 0`` and a trained one moves by ``B @ noise``.
+    """
+    if alpha < 0:
+        raise ValueError(f"neftune alpha must be >= 0, got {alpha}")
+
+    def fn(idx, parents):
+        (A, B), = parents
+        bound = alpha / math.sqrt(A.shape[-1] * A.shape[-2])
+        return A.add_(torch.rand(A.shape, generator=gen, device=A.device).mul_(2 * bound).sub_(bound)), B
+
+    return _apply([sd], fn)
+
+
 # ---------------------------------------------------------------- crossovers
 
 
@@ -297,7 +356,8 @@ def layerwise(parents: Sequence[StateDict], gen: torch.Generator, fitness=None) 
         device = ps[0][0].device
         pick = torch.randint(len(ps), (len(idx),), generator=gen, device=device)
         rows = torch.arange(len(idx), device=device)
-        return torch.stack([p[0] for p in ps])[pick, rows], torch.stack([p[1] for p in ps])[pick, rows]
+        A, B = torch.stack([p[0] for p in ps])[pick, rows], torch.stack([p[1] for p in ps])[pick, rows]
+        return A, B, factor_ratio(A, B)  # a copied module keeps its own parent's balance: left as it is
 
     return _apply(parents, fn)
 
@@ -324,26 +384,74 @@ def svd_split(parents: Sequence[StateDict], gen: torch.Generator, fitness=None) 
     return _apply(parents, fn)
 
 
-def dare(parents: Sequence[StateDict], gen: torch.Generator, fitness=None, p: float = 0.3) -> StateDict:
-    """Drop each factor entry with probability p, rescale by 1/(1-p), average over parents.
+def _truncate(Bs: Sequence[torch.Tensor], As: Sequence[torch.Tensor], rank: int, scale: torch.Tensor) -> Factors:
+    """Best rank-``rank`` factors of ``sum_i Bs[i] @ As[i]`` (Eckart-Young, via the stacked factors)."""
+    d = lowrank_svd(torch.cat(list(Bs), -1), torch.cat(list(As), -2))
+    top = LowRankSVD(d.q_b, d.u_c[..., :rank], d.s[..., :rank], d.q_a, d.v_c[..., :rank])
+    return assemble([top], top.s, scale)
 
-    Unbiased per parent, but random: identical parents do NOT give the parent back, and the
-    average of factors is not the average of products. Both factors are dropped, so a term
-    of B @ A survives with probability (1-p)^2; hence a milder default p than DARE's 0.9.
+
+def dare(parents: Sequence[StateDict], gen: torch.Generator, fitness=None, p: float = 0.3) -> StateDict:
+    """DARE: drop each factor entry with probability p, rescale by 1/(1-p), average the parents' ``dW``.
+
+    Each parent's dropped ``B' A'`` is an unbiased estimate of its ``dW`` (independent masks); the
+    child is the best rank-r approximation of their mean. The mean is taken over products, not
+    factors: members start from different PEFT inits, so their A factors are not aligned and a
+    factor average would add cross terms ``B_1 A_2`` as large as the real ones. Random: identical
+    parents do not give the parent back (p = 0 does, up to the factorization). Both factors are
+    dropped, so a term of B @ A survives with probability (1-p)^2; hence a milder default p than
+    DARE's 0.9.
     """
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dare drop probability must be in [0, 1), got {p}")
 
-    def dropped_mean(factors):
-        # In-place mask arithmetic: this runs over ~40 M entries per parent at 7B scale.
-        acc = torch.zeros_like(factors[0])
-        for x in factors:
-            keep = torch.rand(x.shape, generator=gen, device=x.device).ge_(p)
-            acc.add_(keep.mul_(x))
-        return acc.mul_(1.0 / ((1.0 - p) * len(factors)))
+    def dropped(x):
+        # in-place mask arithmetic: this runs over ~40 M entries per parent at 7B scale
+        return torch.rand(x.shape, generator=gen, device=x.device).ge_(p).mul_(x).mul_(1.0 / (1.0 - p))
 
     def fn(idx, ps):
-        return dropped_mean([a for a, _ in ps]), dropped_mean([b for _, b in ps])
+        n = len(ps)
+        Bs, As = zip(*[(dropped(B) / n, dropped(A)) for A, B in ps])
+        scale = torch.stack([row_scale(A) for A, _ in ps]).mean(dim=0)
+        child = _truncate(Bs, As, ps[0][0].shape[-2], scale)
+        untrained = torch.stack([B.flatten(1).abs().amax(dim=1) == 0 for _, B in ps]).all(dim=0)
+        return keep_zero_modules(ps[0], child, untrained)
+
+    return _apply(parents, fn)
+
+
+def fitness_weights(fitness: Sequence[float] | None, n: int, temperature: float) -> list[float]:
+    """Softmax of z-scored fitness over ``temperature`` (equal weights without fitness or spread).
+
+    >>> [round(w, 2) for w in fitness_weights([2.0, 1.0], 2, 1.0)]
+    [0.88, 0.12]
+    """
+    if fitness is None:
+        return [1.0 / n] * n
+    f = torch.tensor([float(x) for x in fitness], dtype=torch.float64)
+    spread = f.std(unbiased=False)
+    z = (f - f.mean()) / spread if spread > 0 else torch.zeros_like(f)
+    return torch.softmax(z / temperature, dim=0).tolist()
+
+
+def fitness_weighted(parents: Sequence[StateDict], gen: torch.Generator, fitness: Sequence[float] | None = None,
+                     temperature: float = 1.0) -> StateDict:
+    """The parents' ``dW`` averaged with fitness weights (softmax of z-scored fitness), best rank r.
+
+    Two parents that differ weigh 0.88 and 0.12 at ``temperature`` 1 (z-scores of two values are
+    +-1, whatever the gap: the ranking decides, as in LR's ES-style crossover); without
+    fitness (or equal fitness) it is the plain mean of the parents' ``dW``. Deterministic.
+    """
+    if temperature <= 0:
+        raise ValueError(f"fitness_weighted temperature must be > 0, got {temperature}")
+    weights = fitness_weights(fitness, len(parents), temperature)
+
+    def fn(idx, ps):
+        Bs = [w * B for w, (_, B) in zip(weights, ps)]
+        scale = torch.stack([row_scale(A) for A, _ in ps]).mean(dim=0)
+        child = _truncate(Bs, [A for A, _ in ps], ps[0][0].shape[-2], scale)
+        untrained = torch.stack([B.flatten(1).abs().amax(dim=1) == 0 for _, B in ps]).all(dim=0)
+        return keep_zero_modules(ps[0], child, untrained)
 
     return _apply(parents, fn)
 
@@ -354,14 +462,15 @@ def extrapolate(
     fitness: Sequence[float] | None = None,
     eta_low: float = 1.0,
     eta_high: float = 1.5,
-    space: str = "factors",
+    space: str = "delta",
 ) -> StateDict:
     """Step past the fitter parent: ``P_other + eta (P_fit - P_other)``, eta ~ U[low, high] per module.
 
-    Without ``fitness`` the first parent counts as the fitter. ``space="factors"`` applies the
-    formula to A and B separately (identical parents give the parent back exactly);
-    ``space="delta"`` applies it to dW and keeps the best rank-r approximation (dW-exact for
-    identical parents; meaningful even when parents' factors are not aligned).
+    Without ``fitness`` the first parent counts as the fitter. ``space="delta"`` (the default)
+    applies it to dW and keeps the best rank-r approximation (dW-exact for identical parents;
+    meaningful when the parents' factors are not aligned, as members with different PEFT inits'
+    are not); ``space="factors"`` applies it to A and B separately (identical parents give the
+    parent back exactly; for unaligned parents the product gains cross terms ``B_f A_o``).
     """
     if len(parents) != 2:
         raise ValueError("extrapolate needs exactly 2 parents")
@@ -374,11 +483,8 @@ def extrapolate(
         eta = eta_low + (eta_high - eta_low) * torch.rand((len(idx), 1, 1), generator=gen, device=Af.device)
         if space == "factors":
             return Ao + eta * (Af - Ao), Bo + eta * (Bf - Bo)
-        r = Af.shape[-2]
-        d = lowrank_svd(torch.cat([eta * Bf, (1 - eta) * Bo], -1), torch.cat([Af, Ao], -2))
-        top = LowRankSVD(d.q_b, d.u_c[..., :r], d.s[..., :r], d.q_a, d.v_c[..., :r])  # Eckart-Young
-        child = assemble([top], top.s, 0.5 * (row_scale(Af) + row_scale(Ao)))
-        return keep_zero_modules((Af, Bf), child, d.s.amax(dim=-1) == 0)
+        child = _truncate([eta * Bf, (1 - eta) * Bo], [Af, Ao], Af.shape[-2], 0.5 * (row_scale(Af) + row_scale(Ao)))
+        return keep_zero_modules((Af, Bf), child, (Bf.flatten(1).abs().amax(dim=1) == 0) & (Bo.flatten(1).abs().amax(dim=1) == 0))
 
     return _apply(parents, fn)
 
@@ -390,15 +496,23 @@ MUTATIONS = {
     "gaussian_subset": gaussian_subset,
     "mask_components": mask_components,
     "gaussian_all": gaussian_all,
+    "neftune": neftune,
 }
 CROSSOVERS = {
     "layerwise": layerwise,
     "svd_split": svd_split,
     "dare": dare,
     "extrapolate": extrapolate,
+    "fitness_weighted": fitness_weighted,
 }
 # Number of parents each crossover accepts: (min, max); None = no upper bound.
-CROSSOVER_ARITY = {"layerwise": (2, None), "svd_split": (2, 2), "dare": (2, None), "extrapolate": (2, 2)}
+CROSSOVER_ARITY = {"layerwise": (2, None), "svd_split": (2, 2), "dare": (2, None), "extrapolate": (2, 2),
+                   "fitness_weighted": (2, None)}
+# The numbering of lucidrains' PopuLoRA package (M1-M5 mutations, X1-X5 crossovers), which may copy the
+# paper's appendix (unverified: ../shared/reference/populora-paper.md section 2.3); docs/design.md's table.
+PAPER_NUMBERS = {"svd_scale_rotate": "M1", "gaussian_subset": "M2", "mask_components": "M3", "gaussian_all": "M4",
+                 "neftune": "M5", "dare": "X1", "layerwise": "X2", "svd_split": "X3", "extrapolate": "X4",
+                 "fitness_weighted": "X5"}
 
 
 def operator_defaults() -> dict[str, dict[str, object]]:
@@ -424,7 +538,7 @@ def make_child(
 ) -> StateDict:
     """Apply a registered operator: mutations take one parent, crossovers two (or more).
 
-    ``fitness`` (one float per parent, higher is better) is used by ``extrapolate``.
+    ``fitness`` (one float per parent, higher is better) is used by ``extrapolate`` and ``fitness_weighted``.
 
     >>> a = {"m.lora_A.weight": torch.ones(2, 3), "m.lora_B.weight": torch.ones(4, 2)}
     >>> child = make_child([a], "gaussian_all", seed=0)
