@@ -322,7 +322,12 @@ class EvolveSection(_Section):
     )
     operators: dict[str, float] = Field(
         default_factory=lambda: {"svd_scale_rotate": 1.0, "gaussian_subset": 1.0, "layerwise": 1.0, "svd_split": 1.0},
-        description="Operator name -> weight in the mix.",
+        description="Operator name -> weight in the mix (the probability of each, once normalised; table: docs/design.md).",
+    )
+    parents: Literal["population", "survivors"] = Field(
+        "population", description="Where a crossover's second parent comes from: population = any other member, the one "
+        "replaced included (a sub-population of two can cross); survivors = the strongest survivors only (a pool of one "
+        "falls back to a mutation)."
     )
 
     @field_validator("operators")

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         result = plan_generation_replacement(
             state, ratings, records, generation=args.gen, replace=params.evolve.replace,
             operator_mix=params.evolve.operators, teacher_mode=params.reward.teacher_mode,
-            fitness_mode=params.evolve.fitness, seed_of=lambda role: derive_seed(params.base.seed, "evolve", args.arm, args.gen, role),
+            fitness_mode=params.evolve.fitness, parents=params.evolve.parents, seed_of=lambda role: derive_seed(params.base.seed, "evolve", args.arm, args.gen, role),
         )
     tmp = staging_dir(args.evolved)
     (tmp / ADAPTERS).mkdir()

@@ -27,7 +27,7 @@ def test_plan_replaces_weakest_with_children_of_strongest():
     plan = plan_replacement(POP, replace_k=2, operator_mix=MIX, seed=0, generation=5, id_prefix="student")
     assert [p["replaces"] for p in plan] == ["s3", "s2"]  # weakest first
     for p in plan:
-        assert set(p["parents"]) <= {"s1", "s0"}  # pool = 2 strongest survivors
+        assert p["parents"][0] in {"s1", "s0"}  # the first parent from the pool: the 2 strongest survivors
         assert p["operator"] in MIX
         assert len(p["parents"]) == (2 if p["operator"] in CROSSOVERS else 1)
         assert len(set(p["parents"])) == len(p["parents"])
@@ -55,17 +55,37 @@ def test_plan_is_deterministic_and_seeded():
     assert plan_replacement(POP[::-1], seed=1, **kwargs) == plan_replacement(POP, seed=1, **kwargs)
 
 
-def test_crossover_falls_back_to_mutation_with_one_survivor():
+def test_a_sub_population_of_two_crosses_its_survivor_with_the_member_it_replaces():
     two = members(("a", 30.0, 1.0), ("b", 20.0, 1.0))
     for seed in range(20):
         plan = plan_replacement(two, replace_k=1, operator_mix={"svd_split": 1.0}, seed=seed, generation=1)
+        assert plan[0]["operator"] == "svd_split" and plan[0]["parents"] == ["a", "b"] and plan[0]["replaces"] == "b"
+        assert plan[0]["fitness"] == [27.0, 17.0]  # strongest first: make_child knows the fitter one
+
+
+def test_parents_from_survivors_only_falls_back_to_mutation_with_one_survivor():
+    two = members(("a", 30.0, 1.0), ("b", 20.0, 1.0))
+    for seed in range(20):
+        plan = plan_replacement(two, replace_k=1, operator_mix={"svd_split": 1.0}, seed=seed, generation=1,
+                                parents="survivors")
         assert plan[0]["operator"] == "gaussian_all" and plan[0]["parents"] == ["a"]
         plan = plan_replacement(two, replace_k=1, operator_mix={"svd_split": 5.0, "mask_components": 1.0},
-                                seed=seed, generation=1)
+                                seed=seed, generation=1, parents="survivors")
         assert plan[0]["operator"] == "mask_components"
     plan = plan_replacement(two, replace_k=1, operator_mix={"layerwise": 1.0}, seed=0, generation=1,
-                            fallback_mutation="svd_scale_rotate")
+                            fallback_mutation="svd_scale_rotate", parents="survivors")
     assert plan[0]["operator"] == "svd_scale_rotate"
+    with pytest.raises(ValueError, match="parent selection"):
+        plan_replacement(two, replace_k=1, operator_mix={"layerwise": 1.0}, seed=0, generation=1, parents="elite")
+
+
+def test_a_crossovers_second_parent_ranges_over_the_whole_sub_population():
+    seen = Counter()
+    for g in range(200):
+        for p in plan_replacement(POP, replace_k=1, operator_mix={"layerwise": 1.0}, seed=0, generation=g):
+            assert p["parents"][0] != p["parents"][1]
+            seen.update(p["parents"])
+    assert set(seen) == {"s0", "s1", "s2", "s3"}  # s3, replaced, is a parent too
 
 
 def test_operator_mix_frequencies():
@@ -211,3 +231,35 @@ def test_replacements_never_empty_a_sub_population():
 
     assert [replacements(n, 1) for n in (1, 2, 4)] == [0, 1, 1]
     assert replacements(3, 5) == 2
+
+
+def test_fitter_probability_and_reward_standard_error():
+    from populora.population.evolution import fitter_probability, reward_standard_error
+
+    assert fitter_probability({"value": 2.0, "error": 0.1}, {"value": 0.0, "error": 0.1}) > 0.999
+    assert fitter_probability({"value": 0.1, "error": 1.0}, {"value": 0.0, "error": 1.0}) < 0.6
+    assert fitter_probability({"value": 1.0, "error": None}, {"value": 0.0, "error": 1.0}) is None
+    assert reward_standard_error({"sum": 3.0, "sumsq": 3.0, "count": 3}) == 0.0  # three rewards of 1
+    assert reward_standard_error({"sum": 1.0, "count": 4}) == 0.5  # no sumsq: the widest, sd 1
+    assert reward_standard_error(None) is None
+
+
+def test_replacement_records_each_members_uncertainty_and_flags_a_call_within_noise():
+    from populora.population.evolution import accumulate_rewards, plan_generation_replacement
+
+    state = _state(["t0", "t1"], ["s0", "s1"])
+    close = {"t0": {"mu": 25.0, "sigma": 8.0}, "t1": {"mu": 25.0, "sigma": 8.0},
+             "s0": {"mu": 26.0, "sigma": 7.0}, "s1": {"mu": 24.0, "sigma": 7.0}}
+    records = accumulate_rewards({}, {"t0/propose": {"sum": 2.0, "sumsq": 2.0, "count": 4},
+                                      "t1/propose": {"sum": -4.0, "sumsq": 4.0, "count": 4}})
+    result = plan_generation_replacement(state, close, records, generation=1, replace=1, operator_mix={"layerwise": 1.0},
+                                         teacher_mode="learnability", fitness_mode="auto", seed_of=lambda role: 3)
+    events = {e["role"]: e for e in result["events"]}
+    assert events["students"]["replaces"] == "population/s1@g000" and events["students"]["within_noise"]
+    assert 0.5 < events["students"]["confidence"] < 0.95  # two points of mu against sigmas of 7
+    # the teachers: mean rewards 0.5 (sd 0.58) against -1 (sd 0): sure
+    assert not events["teachers"]["within_noise"] and events["teachers"]["confidence"] > 0.95
+    assert events["students"]["parents"] == ["population/s0@g000", "population/s1@g000"]  # a real crossover
+    row = result["rankings"]["teachers"][0]
+    assert row["rewards"] == 4 and row["error"] == pytest.approx(0.2887, abs=1e-4) and row["by"] == "reward"
+    assert result["rankings"]["students"][1]["error"] == 7.0

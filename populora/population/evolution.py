@@ -7,12 +7,17 @@ Within one sub-population (teachers or students, never mixed):
    TrueSkill, then by id;
 2. the ``replace_k`` lowest are replaced; at least one member must survive (a sub-population of
    one is never replaced: :func:`replacements`);
-3. parents come from the *parent pool*: the strongest ``parent_pool`` survivors
-   (default ``min(survivors, max(2, ceil(n / 2)))``), drawn uniformly without replacement;
-4. each child's operator is drawn from ``operator_mix`` (weights need not sum to 1). A
-   crossover needs two distinct parents; when the pool has only one member it falls back to
-   a mutation from the mix (renormalised), or ``fallback_mutation`` if the mix has none;
-5. the child inherits the mean mu *and the mean sigma* of its parents. A reset sigma (TrueSkill's
+3. a mutation's parent, and a crossover's first parent, come from the *parent pool*: the strongest
+   ``parent_pool`` survivors (default ``min(survivors, max(2, ceil(n / 2)))``), drawn uniformly;
+4. a crossover's second parent (``parents="population"``, the default) is drawn uniformly from
+   every other member of the sub-population, the one being replaced included, as in evolution
+   strategies that recombine the whole generation before selection: a sub-population of two then
+   crosses its survivor with the member it replaces. With ``parents="survivors"`` both come from the
+   parent pool, and a pool of one falls back to a mutation;
+5. each child's operator is drawn from ``operator_mix`` (weights need not sum to 1); where a crossover
+   cannot find two distinct parents it falls back to a mutation from the mix (renormalised), or
+   ``fallback_mutation`` if the mix has none;
+6. the child inherits the mean mu *and the mean sigma* of its parents. A reset sigma (TrueSkill's
    initial 8.3) would make ``mu - 3 sigma`` of every newborn far below its parents', so the child
    would be the next victim whatever it does; with the parents' uncertainty it competes on equal
    terms, and its own games then move its rating (``initial_sigma=`` restores the reset).
@@ -34,6 +39,8 @@ from populora.population.operators import CROSSOVERS, MUTATIONS
 from populora.population.ratings import conservative
 
 FITNESS_MODES = ("auto", "trueskill", "reward")
+PARENT_MODES = ("population", "survivors")
+CONFIDENT = 0.95  # a replacement is "decided within noise" below this probability that the survivor is fitter
 
 
 def fitness_of(member: Mapping[str, Any], k_sigma: float = 3.0) -> float:
@@ -80,12 +87,49 @@ def accumulate_rewards(records: Mapping[str, Mapping[str, float]],
         entry = out.setdefault(key, {"sum": 0.0, "count": 0})
         entry["sum"] = float(entry["sum"]) + float(add["sum"])
         entry["count"] = int(entry["count"]) + int(add["count"])
+        if "sumsq" in add and ("sumsq" in entry or entry["count"] == int(add["count"])):
+            entry["sumsq"] = float(entry.get("sumsq", 0.0)) + float(add["sumsq"])  # only while every reward had one
+        else:
+            entry.pop("sumsq", None)
     return {k: dict(sorted(v.items())) for k, v in sorted(out.items())}
 
 
 def mean_reward(records: Mapping[str, Mapping[str, float]], key: str) -> float | None:
     entry = records.get(key)
     return float(entry["sum"]) / entry["count"] if entry and entry["count"] else None
+
+
+def reward_standard_error(entry: Mapping[str, float] | None) -> float | None:
+    """Standard error of a reward record's mean (``sumsq`` kept since the records have it; a record
+    without it, or of one reward, gets the widest a reward in [-1, 1] allows: sd 1).
+
+    >>> round(reward_standard_error({"sum": 0.0, "sumsq": 4.0, "count": 4}), 3)
+    0.577
+    """
+    if not entry or not entry.get("count"):
+        return None
+    n = int(entry["count"])
+    if "sumsq" not in entry or n < 2:
+        return 1.0 / math.sqrt(n)
+    mean = float(entry["sum"]) / n
+    variance = max(0.0, (float(entry["sumsq"]) - n * mean * mean) / (n - 1))
+    return math.sqrt(variance / n)
+
+
+def fitter_probability(stronger: Mapping[str, Any], weaker: Mapping[str, Any]) -> float | None:
+    """P(`stronger` is truly fitter than `weaker`), normal approximation of each one's fitness:
+    ``Phi((f_s - f_w) / sqrt(se_s^2 + se_w^2))`` with the entries' ``value`` and ``error`` (a mean
+    reward and its standard error, or a TrueSkill mu and sigma). None where an error is unknown.
+
+    >>> round(fitter_probability({"value": 1.0, "error": 0.5}, {"value": 0.0, "error": 0.5}), 3)
+    0.921
+    """
+    if stronger.get("error") is None or weaker.get("error") is None:
+        return None
+    spread = math.hypot(float(stronger["error"]), float(weaker["error"]))
+    if spread == 0:
+        return 1.0 if stronger["value"] > weaker["value"] else 0.5
+    return 0.5 * (1.0 + math.erf((float(stronger["value"]) - float(weaker["value"])) / (spread * math.sqrt(2.0))))
 
 
 def replacements(pool_size: int, replace: int) -> int:
@@ -134,6 +178,7 @@ def plan_replacement(
     id_prefix: str = "child",
     fallback_mutation: str = "gaussian_all",
     k_sigma: float = 3.0,
+    parents: str = "population",
 ) -> list[dict[str, Any]]:
     """Plan which members to replace and how to make their children (see module docstring).
 
@@ -143,6 +188,8 @@ def plan_replacement(
     ``sigma``.
     """
     _validate(members, replace_k, operator_mix, fallback_mutation)
+    if parents not in PARENT_MODES:
+        raise ValueError(f"unknown parent selection {parents!r}; use one of {PARENT_MODES}")
     if replace_k == 0:
         return []
     ranked = rank_members(members, k_sigma)
@@ -155,21 +202,26 @@ def plan_replacement(
     plan = []
     for i, victim in enumerate(victims):
         operator = _draw(rng, operator_mix)
-        if operator in CROSSOVERS and len(pool) < 2:
+        partners = ranked if parents == "population" else pool
+        if operator in CROSSOVERS and len(partners) < 2:
             operator = _draw(rng, mutation_mix) if mutation_mix else fallback_mutation
-        n_parents = 2 if operator in CROSSOVERS else 1
-        picks = sorted(int(j) for j in rng.choice(len(pool), size=n_parents, replace=False))
-        parents = [pool[j] for j in picks]  # pool is ranked, so sorted picks = strongest first
+        first = pool[int(rng.integers(len(pool)))]
+        chosen = [first]
+        if operator in CROSSOVERS:
+            others = [m for m in partners if m["id"] != first["id"]]
+            chosen.append(others[int(rng.integers(len(others)))])
+        order = {m["id"]: k for k, m in enumerate(ranked)}
+        chosen.sort(key=lambda m: order[m["id"]])  # strongest first
         plan.append({
             "child_id": f"{id_prefix}-g{int(generation):04d}-{i}",
             "replaces": victim["id"],
-            "parents": [p["id"] for p in parents],
-            "fitness": [fitness_of(p, k_sigma) for p in parents],
+            "parents": [p["id"] for p in chosen],
+            "fitness": [fitness_of(p, k_sigma) for p in chosen],
             "operator": operator,
             "seed": int(rng.integers(0, 2**31 - 1)),
             "generation": int(generation),
-            "inherited_mu": float(np.mean([float(p["mu"]) for p in parents])),
-            "sigma": float(np.mean([float(p["sigma"]) for p in parents]) if initial_sigma is None else initial_sigma),
+            "inherited_mu": float(np.mean([float(p["mu"]) for p in chosen])),
+            "sigma": float(np.mean([float(p["sigma"]) for p in chosen]) if initial_sigma is None else initial_sigma),
         })
     return plan
 
@@ -209,6 +261,18 @@ def append_lineage(lineage: Sequence[Mapping[str, Any]], plan: Sequence[Mapping[
     return out
 
 
+def _ranking_row(member: Mapping[str, Any], rank: int, members: Mapping[str, str], record, by_reward: bool) -> dict:
+    """One member's line of a replacement's ranking: what ranked it and how certain that is."""
+    row = {"slot": member["id"], "member": members[member["id"]], "rank": rank, "fitness": fitness_of(member),
+           "conservative": conservative(member), "by": "reward" if by_reward else "trueskill",
+           "mu": float(member["mu"]), "sigma": float(member["sigma"]), "rewards": int(record["count"]) if record else 0}
+    if by_reward:
+        row.update(value=member.get("fitness"), error=reward_standard_error(record))
+    else:
+        row.update(value=float(member["mu"]), error=float(member["sigma"]))
+    return row
+
+
 def member_id(arm: str, slot: str, born: int) -> str:
     """Stable id of the member born into `slot` at generation `born` (``population/teacher0@g000``)."""
     return f"{arm}/{slot}@g{born:03d}"
@@ -217,7 +281,7 @@ def member_id(arm: str, slot: str, born: int) -> str:
 def plan_generation_replacement(
     state, ratings: Mapping[str, Mapping[str, float]], reward_records: Mapping[str, Mapping[str, float]], *,
     generation: int, replace: int, operator_mix: Mapping[str, float], teacher_mode: str, fitness_mode: str,
-    seed_of: Any,
+    seed_of: Any, parents: str = "population",
 ) -> dict[str, Any]:
     """One arm's replacement step after `generation`, as data (no tensors).
 
@@ -226,9 +290,13 @@ def plan_generation_replacement(
     `seed_of(role)` the seed for each sub-population. Returns:
 
     * ``rankings``: per role, every member's fitness (the value it was ranked by), its
-      conservative rating and rank, strongest first: recorded at every replacement;
+      conservative rating and rank, strongest first, with its uncertainty: TrueSkill's ``mu`` and
+      ``sigma``, the ``rewards`` behind its record, and ``value``/``error`` (mean reward and its
+      standard error when ranked by reward, else mu and sigma): recorded at every replacement;
     * ``events``: lineage events of the children (member ids), with ``slot``, ``role``,
-      ``parent_slots`` and ``make_child`` arguments (``operator``, ``seed``, ``fitness``);
+      ``parent_slots`` and ``make_child`` arguments (``operator``, ``seed``, ``fitness``), and how
+      sure the replacement was: ``confidence`` (P that the weakest survivor is truly fitter than the
+      member replaced, :func:`fitter_probability`) and ``within_noise`` (below ``CONFIDENT``);
     * ``members``, ``ratings``, ``reward_records``: the arm after replacement (a child's rating is
       its parents' mean mu and sigma, its reward record starts at the parents' mean fitness).
     """
@@ -241,22 +309,28 @@ def plan_generation_replacement(
                  "fitness": mean_reward(reward_records, f"{slot}/{reward_role}") if by_reward else None}
                 for slot in getattr(state, role)]
         ranked = rank_members(pool)
-        rankings[role] = [{"slot": m["id"], "member": members[m["id"]], "rank": i, "fitness": fitness_of(m),
-                           "conservative": conservative(m), "by": "reward" if by_reward else "trueskill"}
+        rankings[role] = [_ranking_row(m, i, members, reward_records.get(f"{m['id']}/{reward_role}"), by_reward)
                           for i, m in enumerate(ranked)]
         plan = plan_replacement(pool, replace_k=replacements(len(pool), replace), operator_mix=operator_mix,
-                                seed=seed_of(role), generation=generation)
+                                seed=seed_of(role), generation=generation, parents=parents)
+        victims = {entry["replaces"] for entry in plan}
+        survivors = [row for row in rankings[role] if row["slot"] not in victims]
         for entry in plan:
             slot = entry["replaces"]
             child = member_id(state.arm, slot, generation + 1)
+            victim = next(row for row in rankings[role] if row["slot"] == slot)
+            confidence = fitter_probability(survivors[-1], victim)
             events.append({"child_id": child, "slot": slot, "role": role, "replaces": members[slot],
                            "parents": [members[p] for p in entry["parents"]], "parent_slots": entry["parents"],
                            "operator": entry["operator"], "seed": entry["seed"], "fitness": entry["fitness"],
-                           "generation": generation + 1, "inherited_mu": entry["inherited_mu"], "sigma": entry["sigma"]})
+                           "generation": generation + 1, "inherited_mu": entry["inherited_mu"], "sigma": entry["sigma"],
+                           "weakest_survivor": survivors[-1]["slot"],
+                           "confidence": None if confidence is None else round(confidence, 6),
+                           "within_noise": confidence is None or confidence < CONFIDENT})
             new_ratings[slot] = {"mu": entry["inherited_mu"], "sigma": entry["sigma"]}
             prior = float(np.mean(entry["fitness"]))
             key = f"{slot}/{reward_role}"
-            records[key] = {"count": 1, "sum": prior} if by_reward else {"count": 0, "sum": 0.0}
+            records[key] = {"count": 1, "sum": prior, "sumsq": prior * prior} if by_reward else {"count": 0, "sum": 0.0}
     for event in events:
         members[event["slot"]] = event["child_id"]
     return {"rankings": rankings, "events": events, "members": members, "ratings": new_ratings,

@@ -102,13 +102,14 @@ def _mean(values: list[float]) -> float | None:
 
 
 def reward_by_adapter(rollouts: list[dict]) -> dict[str, dict[str, float]]:
-    """`"<adapter>/<role>" -> {"sum", "count"}` of the defined rewards (what fitness accumulates)."""
+    """`"<adapter>/<role>" -> {"sum", "sumsq", "count"}` of the defined rewards (what fitness accumulates)."""
     totals: dict[str, dict[str, float]] = {}
     for r in rollouts:
         if r["reward"] is None:
             continue
-        entry = totals.setdefault(f"{r['adapter']}/{r['role']}", {"sum": 0.0, "count": 0})
+        entry = totals.setdefault(f"{r['adapter']}/{r['role']}", {"sum": 0.0, "sumsq": 0.0, "count": 0})
         entry["sum"] += r["reward"]
+        entry["sumsq"] += r["reward"] * r["reward"]  # the spread: how sure a ranking by mean reward is
         entry["count"] += 1
     return totals
 
