@@ -470,7 +470,7 @@ class ControlSection(_Section):
 
 
 class HeldoutSection(_Section):
-    """The held-out pool (populora/selfplay/heldout.py): verified code_o/code_i tasks made once by the base
+    """The held-out pool (populora/heldout/): verified code_o/code_i tasks made once by the base
     model as teacher, never proposed, solved or trained on, answered greedily by every member at every
     generation (stages.heldout_pool, stages.heldout)."""
 

@@ -45,6 +45,7 @@ from populora.core.state import (
     save_state,
 )
 from populora.lm.adapters import delta_norm, read_state_dict
+from populora.population.diversity import weight_diversity
 from populora.population.evolution import append_lineage
 from populora.selfplay import generation_metrics as gm
 from populora.selfplay.tasks import extend_buffer, is_valid_task
@@ -91,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
                **gm.rating_metrics(ratings), **gm.compute_metrics(stats, read_json(trained / UPDATE_STATS)),
                **gm.distance_metrics({slot: delta_norm(read_state_dict(tmp / ADAPTERS / slot)) for slot in prev.slots}),
                **gm.pairing_metrics(read_json(args.pairing)), **gm.evolution_metrics(evolution),
-               **gm.isolation_metrics(read_json(args.isolation))}
+               **gm.isolation_metrics(read_json(args.isolation)),
+               # how far apart the members trained this generation are (populora/population/diversity.py)
+               **{key: value for role in ("teachers", "students") for key, value in weight_diversity(
+                   role, {slot: read_state_dict(trained / ADAPTERS / slot) for slot in getattr(prev, role)}).items()}}
     write_json(args.metrics, metrics)
     replace_dir(tmp, args.checkpoint)
     record_live(args, params.tracking, log, metrics, drop_later=True)  # rows after this generation are an earlier run's

@@ -14,8 +14,9 @@ an interruption left there. summary.json holds the last generation's values plus
 so `dvc metrics diff` compares arms and experiments directly. Each generation's row carries its
 held-out accuracies (`heldout.<member|students|teachers|base>.accuracy`, the base's the same in every
 row); `--heldout-verdicts` gets the per-task verdicts of every generation and of the base
-(`{"base": {...}, "generations": [{member: {task_id: 0|1}}, ...], "roles": ...}`), which the report
-pairs across arms.
+(`{"base": {...}, "generations": [{slot: {task_id: 0|1}}, ...], "born": [{slot: {member, parents,
+verdicts}}, ...], "roles": ...}`: each generation's members as trained, and the children evolution made
+after it), which the report pairs across arms.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     write_progress(args.progress, args.arm, rows)
     write_json(args.heldout_verdicts, {"base": base["verdicts"].get("base", {}),
                                        "generations": [score["verdicts"] for score in scores],
+                                       "born": [score.get("born", {}) for score in scores],
                                        "roles": scores[-1].get("roles", {}) if scores else {}})
     state = load_state(args.state)
     write_json(args.summary, arm_summary(rows, {"teachers": list(state.teachers), "students": list(state.students)}))

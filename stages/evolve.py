@@ -26,6 +26,7 @@ from populora.core.io import read_json, replace_dir, staging_dir, write_json
 from populora.core.seeds import derive_seed
 from populora.core.state import ADAPTERS, EVOLUTION, RATINGS, load_state
 from populora.lm.adapters import read_state_dict, write_adapter
+from populora.population.diversity import weight_distance
 from populora.population.evolution import accumulate_rewards, plan_generation_replacement
 from populora.population.operators import make_child
 from stages._common import setup, stage_parser
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     for event in result["events"]:
         parents = [read_state_dict(trained / slot) for slot in event["parent_slots"]]
         child = make_child(parents, event["operator"], event["seed"], fitness=event["fitness"])
+        event["distance_to_parents"] = [round(weight_distance(child, parent), 6) for parent in parents]
         write_adapter(tmp / ADAPTERS / event["slot"], child, config_from=trained / event["parent_slots"][0])
         log.info("%s: %s replaced by %s, %s(%s)", event["role"], event["replaces"], event["child_id"], event["operator"],
                  event["parents"])

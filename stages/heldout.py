@@ -1,4 +1,4 @@
-"""Stage heldout: every member of a generation's checkpoint answers the held-out pool, greedy.
+"""Stage heldout: the members trained in a generation, and the children evolution made, answer the held-out pool.
 
     python -m stages.heldout --params params.yaml --arm population --gen 0 --base-model results/base_model \
         --pool results/heldout/pool.jsonl --heldout-base results/heldout/base.json \
@@ -6,22 +6,33 @@
         --history results/dynamics/population/dynamics.json --steps results/dynamics/population/update_steps.json \
         --progress results/progress.json --tracking results/tracking
 
-Members of the roles in `heldout.roles` answer. Writes `{"metrics": {heldout.<member|students|teachers>.accuracy, ...}, "verdicts": {member: {task_id: 0|1}},
-"roles": {...}}` (populora/selfplay/heldout.py): the prompts are the pool's own (same worked examples
-for every member, arm and generation), so verdicts pair task by task across arms and generations.
-The accuracies (and the base's, from `--heldout-base`) go into generation g's row of the live history
-(populora/report/live.py). An empty pool writes empty scores and loads no model.
+Members of the roles in `heldout.roles` answer, greedy: each slot's member *as trained in this
+generation* (the same models the benchmarks score: `populora.core.state.trained_adapter_dir`), so a
+curve follows the members that learnt, never an untrained child put in their place. A child born by
+evolution after the generation answers too, as its own point (`born`: its member id, parents and
+verdicts; its parents' verdicts are the reference). Writes `{"metrics": {heldout.<slot|students|teachers>.accuracy,
+heldout.born.<slot>.accuracy, diversity.<role>.verdict_agreement, diversity.<role>.clone_pairs, ...},
+"verdicts": {slot: {task_id: 0|1}}, "born": {slot: {...}}, "roles": {...}}` (populora/heldout/scoring.py):
+the prompts are the pool's own (same worked examples for every member, arm and generation), so verdicts
+pair task by task across arms and generations. The metrics (and the base's, from `--heldout-base`) go into
+generation g's row of the live history (populora/report/live.py). An empty pool writes empty scores and
+loads no model.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from populora.core.io import read_json, read_jsonl, write_json
-from populora.core.state import adapter_dirs, load_state
+from populora.core.state import ADAPTERS, REPLACED, load_state, trained_adapter_dir
 from populora.lm.engines import load_sampler
-from populora.selfplay.heldout import score_members
+from populora.population.diversity import verdict_diversity
+from populora.heldout.scoring import heldout_metrics, score_members
 from populora.verifier import IsolationError, sandbox_for
 from stages._common import setup, stage_parser, timed
 from stages._live import add_live_flags, record_live
+
+BORN = ".born"  # adapter name of a slot's newborn child, beside the slot's trained member
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,19 +46,35 @@ def main(argv: list[str] | None = None) -> int:
     state = load_state(args.state)
     roles = {role: list(getattr(state, role)) for role in params.heldout.roles}  # students, teachers
     members = list(dict.fromkeys(m for role in roles.values() for m in role))
+    born = {slot: f"{slot}{BORN}" for slot in members if (Path(args.state) / REPLACED / slot).is_dir()}
     if not pool:
-        write_json(args.scores, {"metrics": {}, "verdicts": {}, "roles": roles})
+        write_json(args.scores, {"metrics": {}, "verdicts": {}, "born": {}, "roles": roles})
         log.info("empty held-out pool: nothing scored")
         return 0
+    adapters = {slot: trained_adapter_dir(args.state, state, slot) for slot in members}
+    adapters |= {name: Path(args.state) / ADAPTERS / slot for slot, name in born.items()}
     try:
         with sandbox_for(params.verify) as sandbox:
-            tokenizer, model = load_sampler(args.base_model, adapter_dirs(args.state, members), params)
-            with timed(log, f"{len(members)} members x {len(pool)} held-out tasks"):
-                metrics, table = score_members(params, model, tokenizer, pool, members, roles, sandbox)
+            tokenizer, model = load_sampler(args.base_model, adapters, params)
+            with timed(log, f"{len(adapters)} members ({len(born)} born) x {len(pool)} held-out tasks"):
+                _, table = score_members(params, model, tokenizer, pool, list(adapters), roles, sandbox)
     except IsolationError as error:
         log.error("%s", error)
         return 3
-    write_json(args.scores, {"metrics": metrics, "verdicts": table, "roles": roles})
+    trained = {slot: table.get(slot, {}) for slot in members}
+    metrics = heldout_metrics(trained, pool, roles)
+    ids = [task["task_id"] for task in pool]
+    for role, slots in roles.items():
+        metrics |= verdict_diversity(role, trained, slots, ids)
+    children = {}
+    for slot, name in born.items():
+        event = next((e for e in state.lineage if e["child_id"] == state.members[slot]), {})
+        children[slot] = {"member": state.members[slot], "parents": event.get("parents", []),
+                          "operator": event.get("operator"), "verdicts": table.get(name, {})}
+        metrics |= {key.replace(f"heldout.{name}.", f"heldout.born.{slot}."): value
+                    for key, value in heldout_metrics({name: children[slot]["verdicts"]}, pool, {}).items()}
+    write_json(args.scores, {"metrics": metrics, "verdicts": trained, "born": children, "roles": roles,
+                             "members": {slot: state.trained_members.get(slot, state.members[slot]) for slot in members}})
     record_live(args, params.tracking, log, {"generation": args.gen, **metrics, **read_json(args.heldout_base)["metrics"]})
     log.info("held-out accuracy: %s", {m: metrics[f"heldout.{m}.accuracy"] for m in [*members, *roles]})
     return 0

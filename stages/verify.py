@@ -13,7 +13,7 @@ program; the wall-clock backstop is verify.wall_timeout_s), --memory-mb, --max-o
 `propose.reject_copyable` (or --reject-copyable) a valid code_o/code_i task whose output equals an
 argument of its input becomes invalid with reason `copyable` (populora.selfplay.tasks.mark_copyable).
 With --heldout POOL (the held-out pool, stages.heldout_pool) a valid task whose program is a pool
-program becomes invalid with reason `heldout` (populora.selfplay.heldout.mark_heldout): no pool task
+program becomes invalid with reason `heldout` (populora.heldout.pool.mark_heldout): no pool task
 is ever solved or trained on.
 
 Isolation: the log names every sandbox layer, whether it is on, how the sandbox got them (as root,
@@ -36,7 +36,7 @@ from collections import Counter
 
 from populora.config import load_params
 from populora.core.io import read_jsonl, write_json, write_jsonl
-from populora.selfplay.heldout import mark_heldout
+from populora.heldout.pool import mark_heldout
 from populora.selfplay.tasks import CODE_F_INPUTS, mark_copyable
 from populora.verifier import isolation_report, verify_rows
 from stages._sandbox import REFUSED, add_common_args, progress_bar, read_rows, setup, start_sandbox

@@ -108,8 +108,8 @@ def _params_read(module: str) -> set[str]:
 # modules a stage hands the whole `params` (or its path) to (they read it for the stage)
 PARAMS_HELPERS = {"stages.bench": ("populora.bench.settings", "populora.lm.engines", "populora.lm.vllm_engine"),
                   "stages.propose": ("populora.lm.engines",),
-                  "stages.heldout_pool": ("populora.lm.engines", "populora.selfplay.heldout"),
-                  "stages.heldout": ("populora.lm.engines", "populora.selfplay.heldout"), "stages.solve": ("populora.lm.engines",),
+                  "stages.heldout_pool": ("populora.lm.engines", "populora.heldout.scoring", "populora.heldout.pool"),
+                  "stages.heldout": ("populora.lm.engines", "populora.heldout.scoring"), "stages.solve": ("populora.lm.engines",),
                   "stages.verify": ("stages._sandbox",), "stages.grade": ("stages._sandbox",)}
 # keys a stage's module reads only on a path the stage never takes (bench_base: no members to select)
 UNUSED_PATHS = {"bench_base": {"bench.roles", "population"}}

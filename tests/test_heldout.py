@@ -8,14 +8,8 @@ import json
 import pytest
 import yaml
 
-from populora.selfplay.heldout import (
-    accept_into_pool,
-    attach_examples,
-    heldout_metrics,
-    mark_heldout,
-    scoring_jobs,
-    verdict_table,
-)
+from populora.heldout.pool import accept_into_pool, attach_examples, mark_heldout
+from populora.heldout.scoring import heldout_metrics, scoring_jobs, verdict_table
 from populora.selfplay.tasks import BUILTIN_SEEDS, program_key, seed_proposals
 from populora.verifier import verify_rows
 
@@ -189,7 +183,7 @@ def test_a_missing_pool_file_is_refused_before_any_work(tiny_params_dict):
 def test_pool_verdicts_grade_a_right_answer_right():
     """The pool's rows carry no `valid` field: grading must still find the tasks (it once answered
     `unknown_task` for every row, so every member and the base scored 0)."""
-    from populora.selfplay.heldout import pool_verdicts
+    from populora.heldout.scoring import pool_verdicts
 
     rows = verify_rows([_task("a", "def f(a):\n    return a * 7 - 2", "3"), _task("c", "def f(s):\n    return s[::-1] + 'z'", "'ab'", "code_i")])
     pool = attach_examples(accept_into_pool([], rows, seeds(), per_type=2), seeds(), 1, seed=0)

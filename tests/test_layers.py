@@ -14,7 +14,11 @@ PACKAGE = REPO / "populora"
 # folder -> the populora folders it must not import
 FORBIDDEN = {"core": ("lm", "selfplay", "population", "bench", "report", "verifier", "sandbox"),
              "lm": ("selfplay", "population", "bench", "report", "verifier", "sandbox"),
-             "population": ("selfplay", "bench", "report")}
+             "population": ("selfplay", "bench", "report", "heldout"),
+             # the held-out pool sits above selfplay and verifier (it proposes, verifies, grades): no loop back
+             "selfplay": ("verifier", "heldout", "bench", "report"),
+             "verifier": ("heldout", "bench", "report", "population"),
+             "heldout": ("bench", "report", "population")}
 
 
 def _imports(path) -> set[str]:
@@ -36,6 +40,40 @@ def test_a_layer_imports_only_below_it(layer):
     assert not offending
 
 
+def folder_graph() -> dict[str, set[str]]:
+    """populora folder -> the populora folders its modules import (lazy imports inside functions included)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.glob("*/*.py")):
+        folder = path.parent.name
+        for name in _imports(path):
+            parts = name.split(".")
+            if parts[0] == "populora" and len(parts) > 1 and (PACKAGE / parts[1]).is_dir() and parts[1] != folder:
+                graph.setdefault(folder, set()).add(parts[1])
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every folder that can reach itself, with one path back (depth-first)."""
+    found = []
+    for start in sorted(graph):
+        stack = [(start, [start])]
+        seen = set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in sorted(graph.get(node, ())):
+                if nxt == start:
+                    found.append(path + [start])
+                    stack.clear()
+                    break
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, path + [nxt]))
+    return found
+
+
+def test_no_import_loop_between_folders():
+    assert not cycles(folder_graph())
+    assert cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b", "a"], ["b", "a", "b"]]  # the check can fail
 
 
 def test_no_flat_modules_besides_config():

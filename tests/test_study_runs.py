@@ -344,7 +344,7 @@ def test_heldout_curves_split_by_task_type_show_a_type_at_the_floor(runs, tmp_pa
 
 
 def test_pool_task_type_reads_the_ids_the_pool_gives():
-    from populora.selfplay.heldout import accept_into_pool, pool_task_type
+    from populora.heldout.pool import accept_into_pool, pool_task_type
 
     assert pool_task_type("heldout-code_i-007") == "code_i" and pool_task_type("heldout-code_o-120") == "code_o"
     assert pool_task_type("sample_3") is None and pool_task_type("heldout-code_f-001") is None

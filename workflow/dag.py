@@ -45,7 +45,7 @@ GPU_THREADS = 4  # Snakemake threads of a GPU stage (at most the cores given): t
 # (cruxeval_o + cruxeval_i, 60 problems) the wall time of the same two one after the other on 2
 # threads (perf/cpu_threads.sh): process start-up and small batches use one core.
 CPU_MODEL_THREADS = 1
-HELDOUT_POOL = f"{RESULTS}/heldout/pool.jsonl"  # the held-out pool, made once (populora/selfplay/heldout.py)
+HELDOUT_POOL = f"{RESULTS}/heldout/pool.jsonl"  # the held-out pool, made once (populora/heldout/)
 HELDOUT_BASE = f"{RESULTS}/heldout/base.json"  # the base model's verdicts on it
 DYNAMICS_DIR = f"{RESULTS}/dynamics"  # one folder per arm: dynamics.json, update_steps.json, summary.json, family_tree.png
 HISTORY = f"{DYNAMICS_DIR}/{{arm}}/{DYNAMICS_TABLE}"  # the live history (populora/report/live.py), one row per generation

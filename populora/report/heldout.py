@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from populora.bench.stats import paired_bootstrap
 from populora.report.metrics import BASELINE, POPULATION
-from populora.selfplay.heldout import per_task_mean
+from populora.heldout.scoring import per_task_mean
 
 
 def _role_scores(doc: dict, gen: int, role: str, task_ids: list[str]) -> list[float] | None:
@@ -61,6 +61,6 @@ def heldout_table(docs: dict[str, dict]) -> str:
 
 
 HELDOUT_NOTE = ("Held-out pool: verified code_o/code_i tasks made once by the base model as teacher, never "
-                "proposed, solved or trained on (populora/selfplay/heldout.py), answered greedily by every member "
+                "proposed, solved or trained on (populora/heldout/), answered greedily by every member "
                 "after each generation. Accuracy in %; differences in points with 95% paired-bootstrap intervals over "
                 "the pool's tasks (a role's score on a task is the mean of its members' verdicts).")

@@ -24,7 +24,7 @@ class Panel:
 
 
 PANELS: tuple[Panel, ...] = (
-    Panel("heldout", "Held-out pool accuracy, greedy (populora/selfplay/heldout.py)",
+    Panel("heldout", "Held-out pool accuracy, greedy (populora/heldout/)",
           ("heldout.students.accuracy", "heldout.teachers.accuracy", "heldout.base.accuracy"),
           ("held-out accuracy, students", "held-out accuracy, teachers", "held-out accuracy, base model")),
     Panel("solve_rate", "Student solve rate per task type", tuple(f"{t}.solve_rate" for t in TASK_TYPES),
@@ -36,6 +36,11 @@ PANELS: tuple[Panel, ...] = (
     Panel("complexity", "Complexity of valid code_o programs",
           ("code_o.program.ast_depth", "code_o.program.cyclomatic_complexity", "code_o.program.loc"),
           ("AST depth, code_o", "cyclomatic complexity, code_o", "lines of code, code_o")),
+    Panel("diversity", "Member diversity per sub-population (populora/population/diversity.py)",
+          ("diversity.students.weight_distance", "diversity.teachers.weight_distance",
+           "diversity.students.verdict_agreement"),
+          ("students' pairwise weight distance, ||dW_i - dW_j|| / mean norm",
+           "teachers' pairwise weight distance", "students' held-out verdict agreement (1: clones)")),
     Panel("coverage", "Problem-space coverage (compute-matched views first)",
           ("coverage.new_per_proposal", "coverage.matched.distinct_programs", "coverage.distinct_programs"),
           ("new distinct programs per proposal", "cumulative distinct programs, one adapter's proposals per generation",

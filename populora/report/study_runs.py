@@ -51,7 +51,7 @@ from populora.core.io import write_json, write_text
 from populora.core.refs import arm_refs
 from populora.report import HELDOUT_VERDICTS
 from populora.report.study_tables import BENCHES, DEFAULT_TITLE, READ_BENCHES, markdown, plot
-from populora.selfplay.heldout import HELDOUT_TYPES, pool_task_type
+from populora.heldout.pool import HELDOUT_TYPES, pool_task_type
 
 BOOTSTRAP = 4000
 ACCOUNTING = ("optimizer_steps", "trained_tokens", "rollouts_with_signal", "delta_norm")

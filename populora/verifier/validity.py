@@ -49,7 +49,7 @@ VERIFY_REASONS = {
     "sandbox_error": "the sandbox failed; not the program's fault",
     "copyable": "code_o/code_i output equals an argument of the input (only with propose.reject_copyable; "
                 "populora.selfplay.tasks.mark_copyable)",
-    "heldout": "the program is a held-out pool program (stages.verify --heldout; populora.selfplay.heldout.mark_heldout)",
+    "heldout": "the program is a held-out pool program (stages.verify --heldout; populora.heldout.pool.mark_heldout)",
 }
 
 Outcome = tuple[str | None, str | None, list[str]]  # (reason, detail, outputs)

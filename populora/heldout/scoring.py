@@ -1,18 +1,7 @@
-"""The held-out pool: a frozen set of verified code_o/code_i tasks that no adapter ever proposes,
-solves or trains on, answered greedily by every member (and the base) at every generation.
+"""Scoring members on the held-out pool: the solver's prompt with each task's own worked examples,
+graded in the sandbox, as a verdict table `member -> task_id -> 0|1` and flat metrics.
 
-The pool is made once per study by the base model in the teacher's role (the project's proposer
-prompt, references from the seed tasks and the pool so far, `heldout.seed`, independent of
-`base.seed`, so every run of a study shares it; `stages.heldout_pool`). A proposal enters when it
-is valid, not copyable (echoing what the task shows would be right: the project's copy rule), and
-its normalised program is neither a seed's nor already in the pool. Each pool task carries its own
-worked examples (seed tasks, drawn once), so the prompt of a task is the same for every member,
-arm and generation and verdicts pair task by task. During the run the verify stage makes any
-proposal whose program is a pool program invalid (`reason: heldout`, `mark_heldout`), so no pool
-program reaches a buffer, a student or an update.
-
-    pool = accept_into_pool(pool, verified_rows, seeds, per_type=128)
-    jobs = scoring_jobs(pool, ["population-student0", None], mode="scaffolded", chat=chat)
+    jobs = scoring_jobs(pool, ["student0", None], mode="scaffolded", chat=chat)
     verdicts = verdict_table(graded_rows)                         # member -> task_id -> 0/1
     metrics = heldout_metrics(verdicts, pool, {"students": [...], "teachers": [...]})
 """
@@ -20,79 +9,15 @@ program reaches a buffer, a student or an update.
 from __future__ import annotations
 
 import logging
-import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from statistics import mean
 
 from populora.core.progress import Progress
+from populora.heldout.pool import BASE
 from populora.selfplay import prompts
 from populora.selfplay.parsing import parse_answer
-from populora.selfplay.roles import make_plan, worked_example_pool
-from populora.selfplay.tasks import is_copyable, program_key, program_keys
+from populora.selfplay.roles import make_plan
 from populora.verifier import grade_rows
-
-HELDOUT_TYPES = ("code_o", "code_i")  # a code_f answer is a program: scored by hidden pairs, not in the pool
-BASE = "base"  # the member name of the bare base model in verdict tables
-POOL_FIELDS = ("task_id", "type", "program", "inputs", "outputs", "message")
-
-
-def pool_types(types: Iterable[str]) -> tuple[str, ...]:
-    """The trained task types a pool holds (code_o and code_i among `propose.types`)."""
-    return tuple(t for t in types if t in HELDOUT_TYPES)
-
-
-def accept_into_pool(pool: list[dict], verified: list[dict], seeds: list[dict], *, per_type: int,
-                     types: Iterable[str] = HELDOUT_TYPES) -> list[dict]:
-    """`pool` plus the verified rows that qualify, in order, until `per_type` of each type: valid,
-    not copyable, a program that parses and is neither a seed's nor a pool task's (normalised AST).
-    New tasks get ids `heldout-<type>-<index>`. Returns a new list."""
-    out = list(pool)
-    known = program_keys(seeds) | program_keys(pool)
-    for row in verified:
-        task_type = row.get("type")
-        if task_type not in types or not row.get("valid") or is_copyable(row):
-            continue
-        key = program_key(row.get("program"))
-        if key is None or key in known:
-            continue
-        index = sum(t["type"] == task_type for t in out)
-        if index >= per_type:
-            continue
-        known.add(key)
-        out.append({**{k: row.get(k) for k in POOL_FIELDS}, "task_id": f"heldout-{task_type}-{index:03d}",
-                    "source": row.get("task_id")})
-    return out
-
-
-def pool_is_full(pool: list[dict], per_type: int, types: Iterable[str]) -> bool:
-    return all(sum(t["type"] == task_type for t in pool) >= per_type for task_type in types)
-
-
-def attach_examples(pool: list[dict], seeds: list[dict], worked_examples: int, seed: int) -> list[dict]:
-    """Each pool task with `examples`: its worked examples (seed tasks of its type with another
-    program), drawn once, so every evaluation shows the same prompt."""
-    rng = random.Random(seed)
-    out = []
-    for task in pool:
-        choices = worked_example_pool(task, seeds)
-        picked = rng.sample(choices, min(worked_examples, len(choices)))
-        out.append({**task, "examples": [{k: e.get(k) for k in POOL_FIELDS} for e in picked]})
-    return out
-
-
-def mark_heldout(rows: list[dict], pool: list[dict]) -> list[dict]:
-    """Verified rows with every valid task whose program is a pool program made invalid
-    (`reason: heldout`): the pool stays out of every buffer, solve and update. Returns new rows."""
-    keys = program_keys(pool)
-    if not keys:
-        return list(rows)
-    out = []
-    for row in rows:
-        if isinstance(row, dict) and row.get("valid") and program_key(row.get("program")) in keys:
-            row = {**row, "valid": False, "reason": "heldout",
-                   "reason_detail": "the program is a held-out pool program (populora/selfplay/heldout.py)"}
-        out.append(row)
-    return out
 
 
 def scoring_jobs(pool: list[dict], members: list[str | None], *, mode: str,
@@ -115,14 +40,6 @@ def verdict_table(graded: list[dict]) -> dict[str, dict[str, int]]:
     for row in graded:
         table.setdefault(row["member"], {})[row["task_id"]] = int(bool(row.get("correct")))
     return table
-
-
-def pool_task_type(task_id: str) -> str | None:
-    """The task type a pool task's id names (`heldout-code_i-007` -> `code_i`, the ids `accept_into_pool`
-    gives); None for an id of another form."""
-    prefix, _, rest = task_id.partition("-")
-    task_type, _, index = rest.rpartition("-")
-    return task_type if prefix == "heldout" and task_type in HELDOUT_TYPES and index.isdigit() else None
 
 
 def _rate(verdicts: dict[str, int], task_ids: list[str]) -> tuple[int, int]:
