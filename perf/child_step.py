@@ -150,9 +150,8 @@ def _balance(child: dict, parents: list[dict]) -> float:
     """Median over modules of the child's ||A||/||B|| over its parents' geometric mean."""
     values = []
     for m in ops.lora_modules(child):
-        ratio = lambda sd: float(sd[m.a_key].norm() / sd[m.b_key].norm())  # noqa: E731
-        target = float(torch.tensor([ratio(p) for p in parents]).log().mean().exp())
-        values.append(ratio(child) / target)
+        ratios = [float(sd[m.a_key].norm() / sd[m.b_key].norm()) for sd in (child, *parents)]
+        values.append(ratios[0] / float(torch.tensor(ratios[1:]).log().mean().exp()))
     return float(torch.tensor(values).median())
 
 

@@ -484,6 +484,10 @@ class HeldoutSection(_Section):
         ("students",), min_length=1, description="Whose members answer the pool every generation (the "
         "baseline's one adapter is both): [students, teachers] also scores the teachers, twice the cost of a 2T-2S "
         "generation.")
+    samples: int = Field(
+        0, ge=0, le=256, description="Answers per pool task at temperature 1 for the continuous measure, the mean pass "
+        "rate (heldout.<member>.pass_rate), beside the greedy verdicts; 0: greedy only (each answer costs about as "
+        "much as a greedy one).")
     pool_file: str | None = Field(
         "study/learning/heldout_pool.jsonl", description="A pool made before (the pool.jsonl of a heldout_pool stage, e.g. a study's committed "
         "heldout_pool.jsonl) to reuse instead of proposing one: its tasks are verified again, the first per_type of "

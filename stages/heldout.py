@@ -11,7 +11,7 @@ generation* (the same models the benchmarks score: `populora.core.state.trained_
 curve follows the members that learnt, never an untrained child put in their place. A child born by
 evolution after the generation answers too, as its own point (`born`: its member id, parents and
 verdicts; its parents' verdicts are the reference). Writes `{"metrics": {heldout.<slot|students|teachers>.accuracy,
-heldout.born.<slot>.accuracy, diversity.<role>.verdict_agreement, diversity.<role>.clone_pairs, ...},
+heldout.<slot|role>.pass_rate with `heldout.samples`, heldout.born.<slot>.accuracy, diversity.<role>.verdict_agreement, diversity.<role>.clone_pairs, ...},
 "verdicts": {slot: {task_id: 0|1}}, "born": {slot: {...}}, "roles": {...}}` (populora/heldout/scoring.py):
 the prompts are the pool's own (same worked examples for every member, arm and generation), so verdicts
 pair task by task across arms and generations. The metrics (and the base's, from `--heldout-base`) go into
@@ -25,9 +25,9 @@ from pathlib import Path
 
 from populora.core.io import read_json, read_jsonl, write_json
 from populora.core.state import ADAPTERS, REPLACED, load_state, trained_adapter_dir
+from populora.heldout.scoring import heldout_metrics, pass_rate_metrics, pass_rates, score_members
 from populora.lm.engines import load_sampler
 from populora.population.diversity import verdict_diversity
-from populora.heldout.scoring import heldout_metrics, score_members
 from populora.verifier import IsolationError, sandbox_for
 from stages._common import setup, stage_parser, timed
 from stages._live import add_live_flags, record_live
@@ -58,11 +58,16 @@ def main(argv: list[str] | None = None) -> int:
             tokenizer, model = load_sampler(args.base_model, adapters, params)
             with timed(log, f"{len(adapters)} members ({len(born)} born) x {len(pool)} held-out tasks"):
                 _, table = score_members(params, model, tokenizer, pool, list(adapters), roles, sandbox)
+            rates = {}
+            if params.heldout.samples:
+                with timed(log, f"{len(members)} members x {len(pool)} tasks x {params.heldout.samples} answers"):
+                    rates = pass_rates(params, model, tokenizer, pool, members, sandbox, samples=params.heldout.samples,
+                                       seed=args.gen)
     except IsolationError as error:
         log.error("%s", error)
         return 3
     trained = {slot: table.get(slot, {}) for slot in members}
-    metrics = heldout_metrics(trained, pool, roles)
+    metrics = heldout_metrics(trained, pool, roles) | pass_rate_metrics(rates, pool, roles)
     ids = [task["task_id"] for task in pool]
     for role, slots in roles.items():
         metrics |= verdict_diversity(role, trained, slots, ids)
@@ -73,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                           "operator": event.get("operator"), "verdicts": table.get(name, {})}
         metrics |= {key.replace(f"heldout.{name}.", f"heldout.born.{slot}."): value
                     for key, value in heldout_metrics({name: children[slot]["verdicts"]}, pool, {}).items()}
-    write_json(args.scores, {"metrics": metrics, "verdicts": trained, "born": children, "roles": roles,
+    write_json(args.scores, {"metrics": metrics, "verdicts": trained, "born": children, "roles": roles, "pass_rates": rates,
                              "members": {slot: state.trained_members.get(slot, state.members[slot]) for slot in members}})
     record_live(args, params.tracking, log, {"generation": args.gen, **metrics, **read_json(args.heldout_base)["metrics"]})
     log.info("held-out accuracy: %s", {m: metrics[f"heldout.{m}.accuracy"] for m in [*members, *roles]})

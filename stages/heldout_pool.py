@@ -6,7 +6,10 @@ score the base model on it.
 
 The pool (populora/heldout/pool.py) holds `heldout.per_type` verified code_o/code_i tasks (the
 trained types among `propose.types`), each with its worked examples; `--base` gets the base model's
-greedy verdicts on it (`{"metrics": ..., "verdicts": {"base": {task_id: 0|1}}, "size": ...}`). Round r
+greedy verdicts on it (`{"metrics": ..., "verdicts": {"base": {task_id: 0|1}}, "size": ...}`), with
+`heldout.samples` its pass rates, and per type the best constant answer's and the copy baseline's score on
+the pool (`best_constant`; `heldout.constant.<type>.accuracy`, `heldout.copy.<type>.accuracy`: every report
+of pool scores prints them beside the scores). Round r
 asks the base model, in the teacher's prompt, for one batch of proposals (`propose.batch_size`, split
 over the types; on the 2-core CPU about 8 of 32 SmolLM2-135M proposals enter; references from the
 seed tasks and the pool so far, seed derived from `heldout.seed`, not `base.seed`); rounds stop when
@@ -19,10 +22,17 @@ from __future__ import annotations
 
 from populora.core.io import write_json, write_jsonl
 from populora.heldout.pool import pool_types, propose_pool, reuse_pool, verified_seeds
-from populora.heldout.scoring import score_members
+from populora.heldout.ruler import best_constant
+from populora.heldout.scoring import pass_rate_metrics, pass_rates, score_members
 from populora.lm.engines import load_sampler
 from populora.verifier import IsolationError, sandbox_for
 from stages._common import setup, stage_parser, timed
+
+
+def constant_metrics(constant: dict) -> dict:
+    """`heldout.constant.<type>.accuracy` and `heldout.copy.<type>.accuracy`: what a score on the pool stands beside."""
+    return {f"heldout.{what}.{task_type}.accuracy": row[f"{prefix}accuracy"]
+            for task_type, row in constant.items() for what, prefix in (("constant", ""), ("copy", "copy_"))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,12 +57,20 @@ def main(argv: list[str] | None = None) -> int:
                     pool = propose_pool(params, model, tokenizer, seeds, sandbox, log)
             with timed(log, f"scoring the base model on {len(pool)} held-out tasks"):
                 metrics, table = score_members(params, model, tokenizer, pool, [None], {}, sandbox)
+            rates = {}
+            if params.heldout.samples:
+                with timed(log, f"the base model's {params.heldout.samples} answers a task"):
+                    rates = pass_rates(params, model, tokenizer, pool, [None], sandbox, samples=params.heldout.samples)
+                metrics |= pass_rate_metrics(rates, pool, {})
+            with timed(log, "the best constant answer and the copy baseline"):
+                constant = best_constant(pool, params.verify, sandbox)
     except IsolationError as error:  # a layer of verify.required_layers is missing
         log.error("%s", error)
         return 3
     write_jsonl(args.pool, pool)
     size = {t: sum(p["type"] == t for p in pool) for t in pool_types(params.propose.types)}
-    write_json(args.base, {"metrics": metrics, "verdicts": table, "size": size, "per_type": params.heldout.per_type})
+    write_json(args.base, {"metrics": metrics | constant_metrics(constant), "verdicts": table, "pass_rates": rates,
+                           "size": size, "per_type": params.heldout.per_type, "best_constant": constant})
     log.info("held-out pool of %d tasks %s; base accuracy %s", len(pool), size, metrics.get("heldout.base.accuracy"))
     return 0
 

@@ -77,25 +77,67 @@ def per_task_mean(table: dict[str, dict[str, int]], members: list[str], task_ids
     return [mean(table.get(m, {}).get(t, 0) for m in members) for t in task_ids]
 
 
-def score_members(params, model, tokenizer, pool: list[dict], members: list[str | None],
-                  roles: dict[str, list[str]], sandbox) -> tuple[dict, dict]:
-    """(metrics, verdict table) of `members` (adapter names on `model`; None: the bare base) on `pool`,
-    greedy, with the solver's settings (`solve.mode`, `solve.max_new_tokens`, `solve.batch_size`)."""
+def _answer_rows(params, model, tokenizer, pool, members, *, samples: int, temperature: float, seed: int) -> list[dict]:
+    """`samples` answers of each member to each pool task (the solver's settings), parsed."""
     # the model's side is imported here, where the pool is scored: verify and the report use this module
     # (pool keys, per-task means) without loading torch, seconds per job
     from populora.lm.sampling import GenRow, run_plans
 
     cfg = params.solve
     jobs = scoring_jobs(pool, members, mode=cfg.mode, chat=prompts.chat_wrapper(tokenizer))
-    results = run_plans(model, tokenizer, [GenRow(plan, meta["student"]) for meta, plan in jobs], temperature=0.0,
-                        top_p=1.0, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, seed=0, desc="heldout")
+    jobs = [(meta, plan) for meta, plan in jobs for _ in range(samples)]  # a task's answers side by side: one prompt
+    results = run_plans(model, tokenizer, [GenRow(plan, meta["student"]) for meta, plan in jobs], temperature=temperature,
+                        top_p=1.0, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, seed=seed,
+                        desc="heldout" if samples == 1 else f"heldout, {samples} answers a task")
     rows = []
     for (meta, _), result in zip(jobs, results):
         answer, reason = parse_answer(result.completion, meta["type"], mode=cfg.mode, truncated=result.truncated)
         rows.append({**meta, "answer": answer, "parse_reason": reason})
+    return rows
+
+
+def score_members(params, model, tokenizer, pool: list[dict], members: list[str | None],
+                  roles: dict[str, list[str]], sandbox) -> tuple[dict, dict]:
+    """(metrics, verdict table) of `members` (adapter names on `model`; None: the bare base) on `pool`,
+    greedy, with the solver's settings (`solve.mode`, `solve.max_new_tokens`, `solve.batch_size`)."""
+    rows = _answer_rows(params, model, tokenizer, pool, members, samples=1, temperature=0.0, seed=0)
     with Progress(len(rows), "heldout grading", unit="answers", log=logging.getLogger("heldout")) as progress:
         table = pool_verdicts(pool, rows, params.verify, sandbox=sandbox, progress=progress.update)
     return heldout_metrics(table, pool, roles), table
+
+
+def pass_rates(params, model, tokenizer, pool: list[dict], members: list[str | None], sandbox, *, samples: int,
+               temperature: float = 1.0, seed: int = 0) -> dict[str, dict[str, float]]:
+    """member -> task_id -> share of `samples` answers at `temperature` that are correct: the pool's
+    continuous, paired measure (a greedy verdict moves only when the most likely answer flips)."""
+    rows = _answer_rows(params, model, tokenizer, pool, members, samples=samples, temperature=temperature, seed=seed)
+    tasks = [{**task, "valid": True} for task in pool]
+    with Progress(len(rows), "heldout grading", unit="answers", log=logging.getLogger("heldout")) as progress:
+        graded = grade_rows(tasks, rows, params.verify, sandbox=sandbox, progress=progress.update)
+    hits: dict[str, dict[str, int]] = {}
+    for row in graded:
+        member = hits.setdefault(row["member"], {})
+        member[row["task_id"]] = member.get(row["task_id"], 0) + int(bool(row.get("correct")))
+    return {m: {t: hits.get(m, {}).get(t, 0) / samples for t in (task["task_id"] for task in pool)}
+            for m in dict.fromkeys(meta or BASE for meta in members)}
+
+
+def pass_rate_metrics(rates: dict[str, dict[str, float]], pool: list[dict], roles: dict[str, list[str]]) -> dict:
+    """`heldout.<member|role>.pass_rate` (and per type): the mean of the per-task pass rates."""
+    by_type = {tt: [t["task_id"] for t in pool if t["type"] == tt] for tt in dict.fromkeys(t["type"] for t in pool)}
+    out: dict[str, float | None] = {}
+
+    def put(name: str, members: list[str]) -> None:
+        for suffix, ids in (("", [t["task_id"] for t in pool]), *((f".{k}", v) for k, v in by_type.items())):
+            values = [rates.get(m, {}).get(t, 0.0) for m in members for t in ids]
+            out[f"heldout.{name}{suffix}.pass_rate"] = round(mean(values), 6) if values else None
+
+    for member in rates:
+        put(member, [member])
+    for role, members in roles.items():
+        if members:
+            put(role, list(members))
+    return out
 
 
 def pool_verdicts(pool: list[dict], rows: list[dict], config, *, sandbox=None, progress=None) -> dict[str, dict[str, int]]:
