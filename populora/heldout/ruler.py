@@ -15,7 +15,7 @@ Steps (each count is kept in `construction.json`):
    dropped.
 4. **Calibrated on the base model**: `--samples` answers at temperature 1 per task (the solver's prompt
    with one worked example); a task stays when the base solves it `--low` to `--high` of the time
-   (default 5-60%), so a gain and a loss can both show. At most one task per program and type, at most
+   (default 5-60%), so a gain and a loss can both show. At most one task per program text and type, at most
    `--per-family` of one source per type, up to `--per-type` per type.
 
 Outputs in `--out`: `pool.jsonl` (the pool, with worked examples and the base's calibration pass rate),
@@ -37,7 +37,7 @@ from pathlib import Path
 from populora.core.io import read_jsonl, write_json, write_jsonl
 from populora.heldout.candidates import family_candidates, redraw_inputs, split_arguments
 from populora.heldout.pool import attach_examples, verified_seeds
-from populora.selfplay.tasks import is_copyable, program_key
+from populora.selfplay.tasks import is_copyable
 from populora.verifier import grade_rows, verify_rows
 
 MAX_OUTPUT_CHARS = 60  # a code_o answer budget of 48 tokens: 99% of CRUXEval's gold answers fit 40
@@ -75,9 +75,13 @@ def constant_answers(task: dict, frequent: dict[str, list[str]]) -> list[str]:
 
 
 def frequent_golds(tasks: list[dict], top: int = TOP_GOLD) -> dict[str, list[str]]:
-    """The most frequent gold outputs of the code_o tasks and gold inputs of the code_i tasks."""
-    return {"code_o": [v for v, _ in Counter(t["outputs"][0] for t in tasks if t["type"] == "code_o").most_common(top)],
-            "code_i": [v for v, _ in Counter(t["inputs"][0] for t in tasks if t["type"] == "code_i").most_common(top)]}
+    """The most frequent gold outputs of the code_o tasks and gold inputs of the code_i tasks (at most
+    `top` of each, every one the gold of at least two tasks)."""
+    def common(values):
+        return [v for v, n in Counter(values).most_common(top) if n >= 2]
+
+    return {"code_o": common(t["outputs"][0] for t in tasks if t["type"] == "code_o"),
+            "code_i": common(t["inputs"][0] for t in tasks if t["type"] == "code_i")}
 
 
 def constant_verdicts(tasks: list[dict], answers: dict[str, list[str]], config, sandbox) -> dict[str, list[str]]:
@@ -142,7 +146,7 @@ def select(calibrated: list[dict], *, samples: int, low: float, high: float, per
                 if not by_source[source] or taken >= per_type:
                     continue
                 t = by_source[source].pop()
-                key = (program_key(t["program"]), task_type)
+                key = (t["program"], task_type)  # exact text: a family's tasks differ in their constants
                 limit = per_family if source != "model" else per_type
                 if key in programs or per_source[(source, task_type)] >= limit:
                     continue
