@@ -12,7 +12,7 @@ plus this generation's metrics.
 
 The checkpoint holds adapters (the trained ones, hard-linked, and evolution's children; a
 replaced member's trained adapter stays under replaced/ for the benchmarks),
-optimizer moments (none for a child), `State` (ratings, members, reward records, lineage,
+optimizer moments (a child's: its first parent's, carried by evolve), `State` (ratings, members, reward records, lineage,
 coverage hashes) and the task buffer with this generation's valid tasks appended. metrics.json is
 flat and numeric (sorted keys; definitions in `populora.selfplay.generation_metrics`); it also goes
 into the arm's live history (`--history`, `--steps`, `--progress`, `--tracking`: populora/report/live.py).
@@ -78,8 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         link_tree(source, tmp / ADAPTERS / slot)
         if slot in children:  # keep what was trained: the benchmarks of a final population use it
             link_tree(trained / ADAPTERS / slot, tmp / REPLACED / slot)
-        moments = trained / OPTIMIZER / f"{slot}.safetensors"
-        if slot not in children and moments.is_file():  # a child starts with fresh optimizer moments
+        # a child carries its first parent's moments (written by evolve under its own slot's names)
+        moments = (evolved if slot in children else trained) / OPTIMIZER / f"{slot}.safetensors"
+        if moments.is_file():
             link_or_copy(moments, tmp / OPTIMIZER / moments.name)
     write_rows(tmp / BUFFER, extend_buffer(load_buffer(args.state), [t for t in tasks if is_valid_task(t)],
                                             params.buffer.max_size), BufferEntry)

@@ -10,10 +10,13 @@ the benchmarks export the members trained in the final generation (`stages.expor
 evolve among teachers, students among students; a sub-population of one is never replaced.
 Ranking (`evolve.fitness`, see `populora.population.evolution.uses_reward_fitness`): teachers by their
 mean reward under the learnability reward, otherwise conservative TrueSkill (mu - 3 sigma). A
-child is made by a LoRA weight-space operator that keeps the rank, takes its parents' mean mu
-and sigma, and starts with fresh optimizer moments.
+child is made by a LoRA weight-space operator that keeps the rank (and each module's factor balance),
+takes its parents' mean mu and sigma, and carries its first (fitter) parent's AdamW moments: with them
+its first step is as long as its parent's; fresh moments make that step an Adam burst, about 2.4x a
+trained member's (docs/design.md, "Evolution operators"; perf/child_step.py).
 
-Writes only what changed: evolved/adapters/<slot>/ for each child, evolved/ratings.json and
+Writes only what changed: evolved/adapters/<slot>/ and evolved/optimizer/<slot>.safetensors for each
+child, evolved/ratings.json and
 evolved/evolution.json (events, every member's fitness and rank, members, reward records);
 `stages.checkpoint` combines them with the trained adapters.
 """
@@ -24,8 +27,8 @@ from pathlib import Path
 
 from populora.core.io import read_json, replace_dir, staging_dir, write_json
 from populora.core.seeds import derive_seed
-from populora.core.state import ADAPTERS, EVOLUTION, RATINGS, load_state
-from populora.lm.adapters import read_state_dict, write_adapter
+from populora.core.state import ADAPTERS, EVOLUTION, OPTIMIZER, RATINGS, load_state
+from populora.lm.adapters import carry_moments, read_state_dict, write_adapter
 from populora.population.diversity import weight_distance
 from populora.population.evolution import accumulate_rewards, plan_generation_replacement
 from populora.population.operators import make_child
@@ -66,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         parents = [read_state_dict(trained / slot) for slot in event["parent_slots"]]
         child = make_child(parents, event["operator"], event["seed"], fitness=event["fitness"])
         event["distance_to_parents"] = [round(weight_distance(child, parent), 6) for parent in parents]
+        moments = Path(args.trained) / OPTIMIZER / f"{event['parent_slots'][0]}.safetensors"
+        if moments.is_file():  # a parent that took no step yet has none: the child starts fresh, as it would
+            carry_moments(moments, tmp / OPTIMIZER / f"{event['slot']}.safetensors", event["parent_slots"][0], event["slot"])
+        event["moments"] = "carried" if moments.is_file() else "fresh"
         write_adapter(tmp / ADAPTERS / event["slot"], child, config_from=trained / event["parent_slots"][0])
         log.info("%s: %s replaced by %s, %s(%s)", event["role"], event["replaces"], event["child_id"], event["operator"],
                  event["parents"])

@@ -31,6 +31,8 @@ def project(tmp_path_factory, tiny_params_dict) -> Path:
     # one math benchmark, one problem, short answers: exercises export, bench, summary and report
     params["bench"] = {**params["bench"], "benchmarks": ["gsm8k"], "limit": 1, "max_new_tokens": 16,
                        "data_dir": str(REPO.parent / "shared" / "benchmarks")}
+    # a pool to score (the tiny model proposes none): 2 + 2 tasks of the committed one, 2 answers at T = 1 each
+    params["heldout"] = {**params["heldout"], "pool_file": "study/learning/heldout_pool.jsonl", "samples": 2}
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     return root
 
@@ -105,6 +107,37 @@ def test_benchmarks_see_trained_members_never_a_fresh_child(finished):
         trained = finished / "population" / "gen001" / "trained" / "adapters" / slot / "adapter_model.safetensors"
         adapter = finished / "models" / "population" / slot / "adapter" / "adapter_model.safetensors"
         assert adapter.read_bytes() == trained.read_bytes()
+
+
+def test_evolution_crosses_carries_moments_and_records_how_sure_it_was(finished):
+    evolution = json.loads((finished / "population" / "gen001" / "evolved" / "evolution.json").read_text())
+    assert any(len(e["parents"]) == 2 for e in evolution["events"])  # the default mix and seed: crossovers
+    for event in evolution["events"]:
+        assert 0.0 <= event["confidence"] <= 1.0 and isinstance(event["within_noise"], bool)
+        assert event["moments"] == "carried" and len(event["distance_to_parents"]) == len(event["parents"])
+        moments = finished / "population" / "gen001" / "checkpoint" / "optimizer" / f"{event['slot']}.safetensors"
+        assert moments.is_file()
+    for rows in evolution["rankings"].values():
+        assert all(row["error"] is not None and "rewards" in row for row in rows)
+
+
+def test_the_pool_and_the_benchmarks_score_the_same_members(finished):
+    """The held-out curve's last point and the benchmarks measure the members as trained; a child born
+    after the generation is its own point."""
+    scores = json.loads((finished / "population" / "gen001" / "heldout.json").read_text())
+    for slot in ("student0", "student1"):
+        exported = json.loads((finished / "models" / "population" / slot / "model.json").read_text())
+        assert scores["members"][slot] == exported["member"]
+        assert len(scores["verdicts"][slot]) == 4 and len(scores["pass_rates"][slot]) == 4
+    state = json.loads((finished / "population" / "gen001" / "checkpoint" / "state.json").read_text())
+    born = {e["slot"]: e for e in state["lineage"] if e["operator"] != "init" and e["role"] == "students"}
+    assert set(scores["born"]) == set(born)
+    for slot, child in scores["born"].items():
+        assert child["member"] == born[slot]["child_id"] != scores["members"][slot] and len(child["verdicts"]) == 4
+    rows = json.loads((finished / "dynamics" / "population" / "dynamics.json").read_text())
+    for key in ("diversity.students.weight_distance", "diversity.teachers.weight_distance",
+                "diversity.students.verdict_agreement", "heldout.students.pass_rate"):
+        assert rows[-1][key] is not None, key
 
 
 def test_games_are_only_this_generations_paired_attempts(finished):
@@ -235,6 +268,8 @@ def test_one_teacher_one_student_runs_end_to_end(tmp_path_factory, tiny_params_d
     params["evolve"] = {**params["evolve"], "interval": 1, "replace": 1}
     params["bench"] = {**params["bench"], "benchmarks": ["gsm8k"], "limit": 1, "max_new_tokens": 16,
                        "data_dir": str(REPO.parent / "shared" / "benchmarks")}
+    # a pool to score (the tiny model proposes none): 2 + 2 tasks of the committed one, 2 answers at T = 1 each
+    params["heldout"] = {**params["heldout"], "pool_file": "study/learning/heldout_pool.jsonl", "samples": 2}
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     result = _snakemake(root)
     assert result.returncode == 0, result.stderr[-4000:]
