@@ -23,7 +23,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display on build machines and cluster nodes
 import matplotlib.pyplot as plt  # noqa: E402
 
-from populora.bench.stats import wilson_interval  # noqa: E402
+from populora.core.stats import wilson_interval  # noqa: E402
 from populora.core.io import write_figure  # noqa: E402
 from populora.report.figures import ARM_COLORS  # noqa: E402
 from populora.report.metrics import BASELINE, POPULATION  # noqa: E402

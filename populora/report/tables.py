@@ -7,7 +7,7 @@ nothing here computes a statistic.
 
 from __future__ import annotations
 
-from populora.bench.stats import covers_zero, minimum_detectable_effect
+from populora.core.stats import covers_zero, minimum_detectable_effect
 from populora.core.refs import BASE, ModelRef
 from populora.report.figures import model_order
 from populora.report.metrics import BASELINE, POPULATION, score_columns
