@@ -71,8 +71,8 @@ from populora.bench import (
     benchmark_kind,
     primary_metric,
 )
-from populora.core.stats import paired_bootstrap, wilson_interval
 from populora.core.refs import BASE, ModelRef
+from populora.core.stats import paired_bootstrap, wilson_interval
 
 POPULATION = "population"
 

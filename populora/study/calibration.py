@@ -25,7 +25,6 @@ import argparse
 
 import numpy as np
 
-
 SHAPE = {"tasks": 128, "base_right": 9, "gainable": 20, "gain_high": 10.0, "gain_low": 0.5, "takeoff": 0.5}
 
 

@@ -64,7 +64,7 @@ def mark_tuning(runs: list[dict], plan: dict) -> None:
 
 def expected_params(plan: dict, control: str) -> dict:
     """The flat params a run of `control` must have: the budget, then the control's own on top."""
-    return flatten(plan.get("params") or {}) | flatten((plan["controls"].get(control) or {}))
+    return flatten(plan.get("params") or {}) | flatten(plan["controls"].get(control) or {})
 
 
 def findings(runs: list[dict], plan: dict | None) -> list[str]:
