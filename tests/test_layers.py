@@ -12,9 +12,17 @@ from tests.conftest import REPO
 
 PACKAGE = REPO / "populora"
 # folder -> the populora folders it must not import
-FORBIDDEN = {"core": ("lm", "selfplay", "population", "bench", "report", "verifier", "sandbox"),
-             "lm": ("selfplay", "population", "bench", "report", "verifier", "sandbox"),
-             "population": ("selfplay", "bench", "report")}
+# study/ (the study analysis) is the top floor: no other folder imports it; the statistics every floor shares
+# live in core/stats.py
+FORBIDDEN = {"core": ("lm", "selfplay", "population", "bench", "report", "verifier", "sandbox", "control", "study"),
+             "lm": ("selfplay", "population", "bench", "report", "verifier", "sandbox", "control", "study"),
+             "population": ("selfplay", "bench", "report", "control", "study"),
+             "bench": ("report", "control", "study"),
+             "report": ("control", "study"),
+             "control": ("report", "study"),
+             "selfplay": ("bench", "report", "control", "study"),
+             "verifier": ("bench", "report", "control", "study"),
+             "sandbox": ("lm", "selfplay", "population", "bench", "report", "verifier", "control", "study")}
 
 
 def _imports(path) -> set[str]:
@@ -36,6 +44,11 @@ def test_a_layer_imports_only_below_it(layer):
     assert not offending
 
 
+def test_no_stage_imports_the_study_analysis():
+    """The pipeline never needs the study (it reads finished runs): stages import neither it nor its CLI."""
+    offending = [f"{path.name} imports {name}" for path in sorted((REPO / "stages").glob("*.py"))
+                 for name in sorted(_imports(path)) if name == "populora.study" or name.startswith("populora.study.")]
+    assert not offending
 
 
 def test_no_flat_modules_besides_config():

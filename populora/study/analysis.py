@@ -134,10 +134,12 @@ def comparisons(groups: dict[str, list[dict]], pairs) -> list[dict]:
     for left, right in [(lft, rgt) for lft, rgt in pairs if lft in groups and rgt in groups] + [(c, "base") for c in groups]:
         for score in SCORES:
             for bench in READ_BENCHES:
-                # the runs scored on it (runs from DVC may lack a result; committed runs have them all)
-                lefts = [r for r in groups[left] if _scored([r], bench, score, base=right == "base")]
-                rights = [] if right == "base" else [r for r in groups[right] if _scored([r], bench, score, base=False)]
-                if not lefts or (right != "base" and not rights):
+                # the runs benchmarked on it (an experiment DVC cannot read is left out), each with this score
+                # (a control one of whose runs lacks it, e.g. the gold log-likelihood under vLLM, is left out)
+                lefts = [r for r in groups[left] if bench in r["verdicts"]]
+                rights = [] if right == "base" else [r for r in groups[right] if bench in r["verdicts"]]
+                if not lefts or not _scored(lefts, bench, score, base=right == "base") or (
+                        right != "base" and not (rights and _scored(rights, bench, score, base=False))):
                     continue
                 b = base_row(lefts, bench, score) if right == "base" else score_matrix(rights, bench, score=score)
                 out.append(compare(left, right, score_matrix(lefts, bench, score=score), b, score=score, bench=bench))

@@ -6,7 +6,7 @@
 
 Experiments come from `dvc exp show --json` and are grouped into controls by the arms they ran (`dag.arms`)
 and their ablation: every parameter that differs between the experiments, except `base.seed` and
-`dag.arms` (`default` when none does); a control is named `<arms> | <ablation>`. Each experiment is one
+`dag.arms` (`default` when none does); a control is named `<arms> (<ablation>)`. Each experiment is one
 run record (`populora.study.runs`): its seed (`base.seed`), its students' per-problem verdicts and the
 base model's (read from the experiment's commit through DVC: `results/bench/<arm>/<benchmark>/<model>.json`,
 `results/bench/base/<benchmark>/base.json`), and its headline metrics (`results/headline.json`, the run's
@@ -96,7 +96,7 @@ def experiment_verdicts(repo: Path, experiment: dict) -> dict[str, dict[str, dic
 
 
 def control_name(arms: str, ablation: str) -> str:
-    return f"{arms} | {ablation}"
+    return f"{arms} ({ablation})"
 
 
 def experiment_runs(found: list[dict], verdicts: dict[str, dict] | None = None) -> tuple[list[dict], list[tuple], list[str]]:
