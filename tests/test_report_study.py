@@ -92,7 +92,7 @@ def test_population_minus_baseline_is_the_studys_comparison_across_seeds():
         "cruxeval_o", "population (reward.teacher_mode=learnability)", "baseline (reward.teacher_mode=learnability)")
     pop = np.array([[VERDICTS[e]["cruxeval_o"]["population-student0"][p] for p in PROBLEMS] for e in ("pop0", "pop1")], float)
     base = np.array([[VERDICTS[e]["cruxeval_o"]["baseline-solo"][p] for p in PROBLEMS] for e in ("base0", "base1")], float)
-    welch = welch_interval(pop.mean(axis=1), base.mean(axis=1))
+    welch = welch_interval(pop.mean(axis=1), base.mean(axis=1), sd_floor=1 / len(PROBLEMS))  # one problem's worth
     assert (row["delta"], row["low"], row["high"], row["method"]) == (welch["delta"], welch["low"], welch["high"],
                                                                        "Welch t over seeds")
     assert row["delta"] == pytest.approx(0.175) and row["seeds"] == [2, 2] and row["mde"] >= 3 / len(PROBLEMS)

@@ -133,24 +133,32 @@ def t_mde(se: float, df: float) -> float:
     return (_t(0.975, df) + _t(0.8, df)) * se
 
 
-def t_interval(values: Sequence[float]) -> tuple[float, float, float] | None:
+def t_interval(values: Sequence[float], sd_floor: float = 0.0) -> tuple[float, float, float] | None:
     """(mean, low, high): the 95% Student-t interval of the mean across seeds (run-to-run drift);
-    None with fewer than 2 values.
+    None with fewer than 2 values. `sd_floor`: the smallest standard deviation believed (`resolution`:
+    seeds that happen to score alike are no proof that seeds never differ).
 
     >>> t_interval([1.0, 2.0, 3.0])
     (2.0, -0.484138, 4.484138)
     """
     if len(values) < 2:
         return None
-    centre, sd = float(np.mean(values)), float(np.std(values, ddof=1))
+    centre, sd = float(np.mean(values)), max(float(np.std(values, ddof=1)), sd_floor)
     half = _t(0.975, len(values) - 1) * sd / math.sqrt(len(values))
     return round(centre, 6), round(centre - half, 6), round(centre + half, 6)
 
 
-def welch_interval(a: Sequence[float], b: Sequence[float]) -> dict:
+def resolution(n_problems: int) -> float:
+    """The standard deviation a seed-level score is never believed to be below: one problem's worth (1 / n).
+    Verdicts move in steps of 1 / n, so two or three seeds that score alike (likely at these sizes) show a
+    spread of 0 that the seeds do not have; without the floor their interval would have width 0."""
+    return 1 / n_problems if n_problems else 0.0
+
+
+def welch_interval(a: Sequence[float], b: Sequence[float], sd_floor: float = 0.0) -> dict:
     """mean(a) - mean(b) with Welch's 95% interval (unequal variances, Welch-Satterthwaite degrees of
-    freedom) and its MDE; both sides need 2 values or more. Where neither side varies (df undefined) the
-    interval has width 0 at the difference.
+    freedom) and its MDE; both sides need 2 values or more; each side's standard deviation is at least
+    `sd_floor` (`resolution`). Where neither side varies (df undefined) the interval has width 0.
 
     >>> welch_interval([1.0, 2.0, 3.0], [0.0, 1.0, 2.0])["low"]
     -0.603434
@@ -158,7 +166,7 @@ def welch_interval(a: Sequence[float], b: Sequence[float]) -> dict:
     a, b = np.asarray(a, float), np.asarray(b, float)
     if len(a) < 2 or len(b) < 2:
         raise ValueError(f"Welch's interval needs 2 seeds a side, got {len(a)} and {len(b)}")
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    va, vb = max(a.var(ddof=1), sd_floor ** 2) / len(a), max(b.var(ddof=1), sd_floor ** 2) / len(b)
     delta, se = float(a.mean() - b.mean()), math.sqrt(va + vb)
     df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if se > 0 else float(len(a) + len(b) - 2)
     half = _t(0.975, df) * se
@@ -177,21 +185,22 @@ def seed_comparison(left: np.ndarray, right: np.ndarray | None, *, right_is_base
     * one seed on a side: the paired bootstrap over problems (`paired_bootstrap`, seed 0 against the
       other side's mean), labelled so: it knows nothing of the spread between seeds.
 
-    The MDE comes from the same distribution, never below `rule_of_three` where `verdicts` (0/1 per
-    problem). Returns delta, low, high, mde, method, df (None for one seed)."""
+    Where `verdicts` (0/1 per problem) the seed-level standard deviation is at least `resolution` and the
+    MDE, from the same distribution, never below `rule_of_three`. Returns delta, low, high, mde, method, df
+    (None for one seed)."""
     left = np.asarray(left, float)
     base_row = np.asarray(right, float).reshape(-1, left.shape[1])[0] if right_is_base else None
     right = None if right_is_base else np.asarray(right, float)
     n_problems = left.shape[1]
-    floor = rule_of_three(n_problems) if verdicts else 0.0
+    floor, sd_floor = (rule_of_three(n_problems), resolution(n_problems)) if verdicts else (0.0, 0.0)
     if right_is_base and len(left) >= 2:
         gains = left.mean(axis=1) - base_row.mean()
-        centre, low, high = t_interval(list(gains))
-        se = float(np.std(gains, ddof=1) / math.sqrt(len(gains)))
+        centre, low, high = t_interval(list(gains), sd_floor)
+        se = max(float(np.std(gains, ddof=1)), sd_floor) / math.sqrt(len(gains))
         out = {"delta": centre, "low": low, "high": high, "df": len(gains) - 1,
                "mde": t_mde(se, len(gains) - 1), "method": ONE_SAMPLE}
     elif not right_is_base and len(left) >= 2 and len(right) >= 2:
-        welch = welch_interval(left.mean(axis=1), right.mean(axis=1))
+        welch = welch_interval(left.mean(axis=1), right.mean(axis=1), sd_floor)
         out = {key: welch[key] for key in ("delta", "low", "high", "df", "mde")} | {"method": WELCH}
     else:
         other = base_row if right_is_base else right.mean(axis=0)

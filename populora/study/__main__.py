@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runs, pairs, notes = load_study(args.runs, dvc=args.dvc, repo=args.repo, exp_json=args.exp_json,
                                         all_commits=args.all_commits)
-        study = summarize(runs, pairs, study_plan.load(args.plan) if args.plan else None, notes)
+        plan = study_plan.load(args.plan) if args.plan else None
+        study = summarize(runs, pairs, plan, notes)
+        study["pool_baselines"] = study_plan.pool_baselines(plan, args.plan)
     except (StudyRunsError, StudyError, study_plan.PlanError, OSError, KeyError, ValueError) as error:
         print(f"study: {error}", file=sys.stderr)
         return 1

@@ -24,7 +24,7 @@ from statistics import mean
 
 import numpy as np
 
-from populora.core.stats import seed_comparison, t_interval
+from populora.core.stats import resolution, seed_comparison, t_interval
 from populora.selfplay.heldout import HELDOUT_TYPES, pool_task_type
 from populora.study import plan as study_plan
 from populora.study.readings import (
@@ -101,10 +101,11 @@ def group(runs: list[dict]) -> dict[str, list[dict]]:
     return dict(sorted(groups.items(), key=lambda kv: (CONTROL_ORDER.index(kv[0]) if kv[0] in CONTROL_ORDER else 99, kv[0])))
 
 
-def interval(values) -> dict:
-    """n, mean, sd, 95% t-interval (None with one value) and the values themselves."""
+def interval(values, n_problems: int = 0) -> dict:
+    """n, mean, sd, 95% t-interval (None with one value; with `n_problems`, verdicts: the sd at least
+    `resolution(n_problems)`, as the comparisons take it) and the values themselves."""
     values = [float(v) for v in values]
-    t = t_interval(values)
+    t = t_interval(values, resolution(n_problems))
     return {"n": len(values), "mean": round(mean(values), 6), "sd": round(float(np.std(values, ddof=1)), 6) if len(values) > 1 else None,
             "low": t[1] if t else None, "high": t[2] if t else None, "values": [round(v, 6) for v in values]}
 
@@ -158,16 +159,17 @@ def control_rows(groups: dict[str, list[dict]]) -> list[dict]:
             if not _scored(members, bench, "verdicts", base=False):
                 continue
             students = score_matrix(members, bench)
-            row["bench"][bench] = {"students": interval(students.mean(axis=1)), "n_problems": students.shape[1],
-                                   "members": interval(score_matrix(members, bench, "members").mean(axis=1))}
+            n = students.shape[1]
+            row["bench"][bench] = {"students": interval(students.mean(axis=1), n), "n_problems": n,
+                                   "members": interval(score_matrix(members, bench, "members").mean(axis=1), n)}
             if _scored(members, bench, "verdicts"):
                 base = base_row(members, bench).mean()
-                row["bench"][bench] |= {"students_minus_base": interval(students.mean(axis=1) - base), "base": round(float(base), 6)}
-            for score in ("copy_free", "gold"):
+                row["bench"][bench] |= {"students_minus_base": interval(students.mean(axis=1) - base, n), "base": round(float(base), 6)}
+            for score, problems in (("copy_free", n), ("gold", 0)):  # a log-likelihood has no resolution floor
                 if _scored(members, bench, score):
                     seeds, base = score_matrix(members, bench, score=score).mean(axis=1), base_row(members, bench, score).mean()
-                    row["bench"][bench][score] = {"students": interval(seeds), "students_minus_base": interval(seeds - base),
-                                                  "base": round(float(base), 6)}
+                    row["bench"][bench][score] = {"students": interval(seeds, problems), "base": round(float(base), 6),
+                                                  "students_minus_base": interval(seeds - base, problems)}
             diag = {key: [] for key in (*DIAGNOSTICS, "mean_answer_tokens")}
             for run in members:
                 for d in (run["diagnostics"].get(bench, {}).get(model) or {} for model in run["students"]):
@@ -196,13 +198,15 @@ def heldout_curves(groups: dict[str, list[dict]], pairs) -> dict:
     base_verdicts = np.array([base[i] for i in sorted(base)], dtype=float)
     gens = {c: min(len(r["heldout_curve"]) for r in rs) for c, rs in groups.items()}
     out = {"base": round(float(base_verdicts.mean()), 6), "n_tasks": len(base), "comparisons": [],
-           "controls": {c: [interval(curve_matrix(rs, g).mean(axis=1)) for g in range(gens[c])] for c, rs in groups.items()}}
+           "controls": {c: [interval(curve_matrix(rs, g).mean(axis=1), len(base)) for g in range(gens[c])]
+                        for c, rs in groups.items()}}
     out["by_type"] = {}
     for task_type in [t for t in HELDOUT_TYPES if t in {pool_task_type(i) for i in base}]:
         ids = sorted(t for t in base if pool_task_type(t) == task_type)
         out["by_type"][task_type] = {
             "n_tasks": len(ids), "base": round(float(np.mean([base[t] for t in ids])), 6),
-            "controls": {c: [interval(curve_matrix(rs, g, ids).mean(axis=1)) for g in range(gens[c])] for c, rs in groups.items()}}
+            "controls": {c: [interval(curve_matrix(rs, g, ids).mean(axis=1), len(ids)) for g in range(gens[c])]
+                         for c, rs in groups.items()}}
     for left, right in [(lft, rgt) for lft, rgt in pairs if lft in groups and rgt in groups] + [(c, "base") for c in groups]:
         for g in range(gens[left] if right == "base" else min(gens[left], gens[right])):
             other = base_verdicts if right == "base" else curve_matrix(groups[right], g)

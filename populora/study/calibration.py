@@ -73,18 +73,19 @@ def t_intervals(a: np.ndarray, b: np.ndarray | None, base: np.ndarray | None = N
     or with `base` the one-sample t of a's seed means minus the base's mean."""
     from scipy.stats import t
 
-    ma = a.mean(axis=2)
+    ma, floor = a.mean(axis=2), 1 / a.shape[2]  # the seed-level sd is at least one task's worth (`resolution`)
     if base is not None:
         diff = ma - base.mean()
-        se = diff.std(axis=1, ddof=1) / np.sqrt(diff.shape[1])
+        se = np.maximum(diff.std(axis=1, ddof=1), floor) / np.sqrt(diff.shape[1])
         centre, df = diff.mean(axis=1), np.full(len(diff), diff.shape[1] - 1.0)
     else:
         mb = b.mean(axis=2)
-        va, vb = ma.var(axis=1, ddof=1) / ma.shape[1], mb.var(axis=1, ddof=1) / mb.shape[1]
+        va = np.maximum(ma.var(axis=1, ddof=1), floor ** 2) / ma.shape[1]
+        vb = np.maximum(mb.var(axis=1, ddof=1), floor ** 2) / mb.shape[1]
         se = np.sqrt(va + vb)
         with np.errstate(invalid="ignore", divide="ignore"):
             df = (va + vb) ** 2 / (va ** 2 / (ma.shape[1] - 1) + vb ** 2 / (mb.shape[1] - 1))
-        df = np.where(se > 0, df, ma.shape[1] + mb.shape[1] - 2.0)
+        df = np.where(np.isfinite(df), df, ma.shape[1] + mb.shape[1] - 2.0)
         centre = ma.mean(axis=1) - mb.mean(axis=1)
     half = t.ppf(0.975, df) * se
     return centre - half, centre + half

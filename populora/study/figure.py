@@ -43,9 +43,9 @@ def plot(study: dict, path: Path) -> None:
             ax.set_visible(False)
     panel = {name: axes[r][c] for r, row in enumerate(grid) for c, name in enumerate(row)}
     if CURVES in names:
-        plot_curves(panel[CURVES], curves)
+        plot_curves(panel[CURVES], curves, study.get("pool_baselines"))
     if BY_TYPE in names:
-        plot_type_curves(panel[BY_TYPE], curves["by_type"])
+        plot_type_curves(panel[BY_TYPE], curves["by_type"], study.get("pool_baselines"))
     for ax, bench in [(panel[b], b) for b in benches]:
         rows = [r for r in study["controls"] if bench in r["bench"]]
         for x, row in enumerate(rows):
@@ -75,7 +75,7 @@ def plot(study: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
-def plot_curves(ax, curves: dict) -> None:
+def plot_curves(ax, curves: dict, baselines: dict | None = None) -> None:
     """Held-out accuracy per generation: every control's seeds (thin lines) and their mean (thick), the base."""
     for k, (control, points) in enumerate(curves["controls"].items()):
         color = CONTROL_COLORS[k % len(CONTROL_COLORS)]
@@ -84,13 +84,16 @@ def plot_curves(ax, curves: dict) -> None:
             ax.plot(gens, [100 * p["values"][seed] for p in points], color=color, lw=0.8, alpha=0.45)
         ax.plot(gens, [100 * p["mean"] for p in points], color=color, lw=2.2, marker="o", label=control)
     ax.axhline(100 * curves["base"], color="tab:red", ls="--", lw=1, label="base model")
+    if baselines:  # one constant answer per type, on the whole pool: what a model that does not read the task can get
+        best = sum(v["best"]["correct"] for v in baselines.values()) / sum(v["n_tasks"] for v in baselines.values())
+        ax.axhline(100 * best, color="black", ls=":", lw=1.2, label="one constant answer per type")
     ax.set_xlabel("generation")
     ax.set_ylabel("students' held-out accuracy (points)")
     ax.set_title(f"held-out pool ({curves['n_tasks']} tasks): seeds (thin), mean (thick)", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
 
-def plot_type_curves(ax, by_type: dict) -> None:
+def plot_type_curves(ax, by_type: dict, baselines: dict | None = None) -> None:
     """Held-out accuracy per generation by task type: every control's mean over seeds, one line style per
     type; each type's base level in red, in that type's line style."""
     styles = ["-", "--", ":", "-."]
@@ -99,6 +102,10 @@ def plot_type_curves(ax, by_type: dict) -> None:
             ax.plot(range(len(points)), [100 * p["mean"] for p in points], color=CONTROL_COLORS[k % len(CONTROL_COLORS)],
                     ls=styles[t % len(styles)], lw=1.8, marker="o", ms=3, label=f"{control}, {task_type}")
         ax.axhline(100 * entry["base"], color="tab:red", ls=styles[t % len(styles)], lw=0.8, label=f"base, {task_type}")
+        if task_type in (baselines or {}):
+            best = baselines[task_type]["best"]
+            ax.axhline(100 * best["share"], color="black", ls=styles[t % len(styles)], lw=1.0,
+                       label=f"constant {best['answer']}, {task_type}")
     ax.set_xlabel("generation")
     ax.set_ylabel("students' held-out accuracy (points)")
     ax.set_title("held-out pool by task type: mean over seeds", fontsize=9)

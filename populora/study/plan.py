@@ -9,6 +9,7 @@ The file (YAML; every key but `written` and `note` is read):
     retroactive: false                               # true: written after the runs (say so in `note`)
     question: does the population help where the students learn?
     pool: study/learning/heldout_pool.jsonl          # the held-out pool every run answers
+    pool_baselines: study/learning/pool_baselines.json   # its best constant and copy scores (populora.study.baselines)
     overlay: params/learning-study.yaml              # where the budget came from (for the reader)
     params: {dag: {generations: 6}, update: {learning_rate: 0.001}}   # the budget: every run must have these
     controls:                                        # each control's own params on top of the budget
@@ -26,6 +27,7 @@ control whose runs mix tuning and declared seeds (the tuning runs are then left 
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -53,6 +55,18 @@ def load(path: str | Path) -> dict:
     if primary.get("test", "welch") not in TESTS or not {"endpoint", "left", "right"} <= set(primary):
         raise PlanError(f"{path}: primary needs endpoint, left, right and a test of {', '.join(TESTS)}.")
     return plan
+
+
+def pool_baselines(plan: dict | None, plan_file: str | Path | None = None) -> dict:
+    """The plan's `pool_baselines` file's per-type figures (`populora.study.baselines`), read from the
+    working directory or beside the plan; {} without one."""
+    name = (plan or {}).get("pool_baselines")
+    if not name:
+        return {}
+    for path in (Path(name), Path(plan_file or ".").parent / Path(name).name):
+        if path.is_file():
+            return json.loads(path.read_text())["by_type"]
+    raise PlanError(f"pool_baselines {name} not found. Fix: python -m populora.study.baselines <pool> --out {name}")
 
 
 def mark_tuning(runs: list[dict], plan: dict) -> None:

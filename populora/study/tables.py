@@ -103,9 +103,10 @@ def _totals(acc: dict | None) -> str:
     return f"{steps:g} / {tokens:,.0f} / {signal:g} / {moved:.1f}"
 
 
-def curve_table(curves: dict) -> list[str]:
+def curve_table(curves: dict, baselines: dict | None = None) -> list[str]:
     """The held-out learning curves: per control the students' accuracy after each generation (mean over
-    seeds [95% t-interval]), by task type, then per generation each comparison with its MDE beside a null."""
+    seeds [95% t-interval]), by task type (with each type's best constant answer beside, where known),
+    then per generation each comparison with its MDE beside a null."""
     gens = max(len(v) for v in curves["controls"].values())
     head = "| " + " | ".join(f"gen {g}" for g in range(gens)) + " |"
     lines = ["## Held-out pool by generation", "", f"{curves['n_tasks']} tasks; the base model scores {_pts(curves['base'])}. "
@@ -121,6 +122,8 @@ def curve_table(curves: dict) -> list[str]:
                 cells = [_pts(p["mean"]) for p in entry["controls"][control]]
                 lines.append(f"| {control} | {task_type}, {entry['n_tasks']} tasks ({_pts(entry['base'])}) | "
                              + " | ".join(cells + [""] * (gens - len(cells))) + " |")
+        for task_type, entry in (baselines or {}).items():
+            lines.append(f"| constant `{entry['best']['answer']}` | {task_type} | " + " | ".join([_pts(entry["best"]["share"])] * gens) + " |")
     if curves["comparisons"]:
         lines += ["", "Differences per generation [95% interval across seeds]; beside every interval that covers 0, the MDE.",
                   "", "| comparison " + head, "|---|" + "---|" * gens]
@@ -250,12 +253,29 @@ def headline_table(rows: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def baselines_lines(study: dict) -> list[str]:
+    """What the pool gives away without reasoning, beside its scores: per type the best constant answer
+    and the copy baseline (`populora.study.baselines`), and the pooled score of answering each type's
+    best constant everywhere."""
+    by_type = study.get("pool_baselines") or {}
+    if not by_type:
+        return []
+    lines = ["**What the pool gives away** (graded by the project's grader, `python -m populora.study.baselines`): "
+             + "; ".join(f"{t}: the constant `{v['best']['answer']}` is right on {v['best']['correct']} of {v['n_tasks']} "
+                         f"({_pts(v['best']['share'])}), copying what the task shows on {v['copy']['correct']} "
+                         f"({_pts(v['copy']['share'])})" for t, v in by_type.items())]
+    n = sum(v["n_tasks"] for v in by_type.values())
+    best = sum(v["best"]["correct"] for v in by_type.values())
+    lines[0] += f". One constant per type scores {best} of {n} ({_pts(best / n)}) on the whole pool."
+    return lines + [""]
+
+
 def markdown(study: dict, title: str = DEFAULT_TITLE) -> str:
     lines = [f"# {title}", "", f"{len(study['runs'])} runs: {', '.join(study['runs'])}.", "",
              "Scores are in points (students' mean; the baseline's adapter is its student), mean over seeds with a 95% "
-             "t-interval across seeds.", "", *plan_section(study), *bench_tables(study)]
+             "t-interval across seeds.", "", *plan_section(study), *baselines_lines(study), *bench_tables(study)]
     if study.get("heldout_curves"):
-        lines += curve_table(study["heldout_curves"])
+        lines += curve_table(study["heldout_curves"], study.get("pool_baselines"))
     lines += comparison_table(study["comparisons"], "## Between controls and against the base, across seeds", INTERVALS)
     lines += [f"* {note}" for note in study.get("notes") or []] + ([""] if study.get("notes") else [])
     if study.get("with_tuning"):
