@@ -7,12 +7,14 @@
 # that folder), so no result lives only in a work tree or cache.
 #
 #   bash scripts/study.sh /path/to/study-clone 2t2s:0 baseline:0 1t1s:0 ...
-#   python -m populora.report.study_runs study/runs --out study     # table + figure across seeds
+#   python -m populora.study study/runs --out study [--plan study/<name>/plan.yaml]   # table + figure across seeds
 #
 # STUDY_OVERLAY (default params/cpu-study.yaml) is the overlay the clone applies, STUDY_RUNS (default
 # study/runs) where runs are committed; STUDY_OVERLAY may name several overlays, applied in order
 # (a candidate budget's changes on top of the study's overlay). The learning study (issue 34) is
 #   STUDY_OVERLAY=params/learning-study.yaml STUDY_RUNS=study/learning/runs bash scripts/study.sh CLONE 1t1s:0 ...
+# A study commits its plan first (study/<name>/plan.yaml: controls, seeds, tuning seeds, budget, primary
+# endpoint); with STUDY_PLAN=study/<name>/plan.yaml this script refuses a CONTROL:SEED the plan does not declare.
 # Its held-out pool (results/heldout/pool.jsonl: the same for every run of a clone, DVC's run cache
 # restores it) is copied once beside the runs (<STUDY_RUNS>/../heldout_pool.jsonl), the base model's
 # verdicts on it into each run (heldout_base.json).
@@ -120,6 +122,14 @@ clone=${1:?usage: scripts/study.sh STUDY_CLONE CONTROL:SEED ...}
 clone=$(realpath -m "$clone")  # commands below cd into it: a relative path would move
 shift
 export PATH="$here/.venv/bin:$PATH"
+
+# STUDY_PLAN (study/<name>/plan.yaml, populora/study/plan.py): every CONTROL:SEED must be declared there
+# (a seed of the answer or a tuning seed) before anything runs
+if [ -n "${STUDY_PLAN:-}" ]; then
+  for item in "$@"; do
+    PYTHONPATH="$here" python -m populora.study.plan "$here/$STUDY_PLAN" "${item%%:*}" "${item##*:}" || exit 1
+  done
+fi
 
 overlay=${STUDY_OVERLAY:-params/cpu-study.yaml}
 runs=${STUDY_RUNS:-study/runs}

@@ -31,7 +31,8 @@ from stages._common import setup, stage_parser
 
 MEAN_KEYS = ("teacher_reward_mean", "student_reward_mean", "validity_rate", "solve_rate",
              "code_o.solve_rate", "code_i.solve_rate", "code_f.solve_rate",
-             "code_o.validity_rate", "code_i.validity_rate", "code_f.validity_rate")
+             "code_o.validity_rate", "code_i.validity_rate", "code_f.validity_rate",
+             "signal.format_only_share", "signal.correctness_share")
 
 
 ACCOUNTED = ("optimizer_steps", "trained_tokens", "rollouts_with_signal")  # summed over the run per slot

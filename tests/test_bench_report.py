@@ -161,3 +161,20 @@ def test_report_stage(tmp_path):
     assert report_stage.main([*args, "--timings", str(tmp_path / "absent")]) == 0
     assert "No per-job timings (run under Snakemake for them)." in (out / "report.md").read_text()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".report")]  # no staging folder left
+
+
+def test_no_detectable_difference_never_stands_beside_an_mde_of_zero():
+    """Two arms with the same verdicts on every problem: a paired interval of width 0. The MDE beside the
+    "no detectable difference" is the rule-of-three bound (3 / n), not 0; a continuous score that did not
+    move at all says "identical scores" with no MDE."""
+    from populora.report.tables import differences_table, gold_loglik_table
+
+    metrics = {"bench.cruxeval_o.n": 200, "bench.cruxeval_o.diff.students_mean_minus_baseline.delta": 0.0,
+               "bench.cruxeval_o.diff.students_mean_minus_baseline.low": 0.0,
+               "bench.cruxeval_o.diff.students_mean_minus_baseline.high": 0.0,
+               "bench.cruxeval_o.gold_loglik.diff.students_mean_minus_baseline.delta": 0.0,
+               "bench.cruxeval_o.gold_loglik.diff.students_mean_minus_baseline.low": 0.0,
+               "bench.cruxeval_o.gold_loglik.diff.students_mean_minus_baseline.high": 0.0}
+    row = differences_table(metrics).splitlines()[-1]
+    assert row == "| cruxeval_o | population students' mean - baseline | +0.0 | [+0.0, +0.0] | 1.5 | no detectable difference |"
+    assert gold_loglik_table(metrics).splitlines()[-1].endswith("| [+0.000, +0.000] | - | identical scores |")

@@ -9,8 +9,8 @@ from statistics import mean
 import pytest
 
 from populora.bench import BenchError
-from populora.bench.stats import paired_bootstrap, wilson_interval
 from populora.core.refs import BASE_REF, SOLO, STUDENT, TEACHER, ModelRef
+from populora.core.stats import paired_bootstrap, wilson_interval
 from populora.report.metrics import benchmark_metrics, best_weakest_members, refs_of, role_members, score_table
 from stages import bench_summary
 

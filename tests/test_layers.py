@@ -12,13 +12,20 @@ from tests.conftest import REPO
 
 PACKAGE = REPO / "populora"
 # folder -> the populora folders it must not import
-FORBIDDEN = {"core": ("lm", "selfplay", "population", "bench", "report", "verifier", "sandbox"),
-             "lm": ("selfplay", "population", "bench", "report", "verifier", "sandbox"),
-             "population": ("selfplay", "bench", "report", "heldout"),
-             # the held-out pool sits above selfplay and verifier (it proposes, verifies, grades): no loop back
-             "selfplay": ("verifier", "heldout", "bench", "report"),
-             "verifier": ("heldout", "bench", "report", "population"),
-             "heldout": ("bench", "report", "population")}
+# study/ (the study analysis) is the top floor: no other folder imports it; the statistics every floor shares
+# live in core/stats.py. The held-out pool (heldout/) sits above selfplay and verifier (it proposes, verifies,
+# grades): neither imports it back.
+FORBIDDEN = {"core": ("lm", "selfplay", "population", "bench", "report", "verifier", "sandbox", "control", "study",
+                      "heldout"),
+             "lm": ("selfplay", "population", "bench", "report", "verifier", "sandbox", "control", "study", "heldout"),
+             "population": ("selfplay", "bench", "report", "control", "study", "heldout"),
+             "bench": ("report", "control", "study"),
+             "report": ("control", "study"),
+             "control": ("report", "study"),
+             "selfplay": ("verifier", "heldout", "bench", "report", "control", "study"),
+             "verifier": ("heldout", "bench", "report", "population", "control", "study"),
+             "heldout": ("bench", "report", "population", "control", "study"),
+             "sandbox": ("lm", "selfplay", "population", "bench", "report", "verifier", "control", "study", "heldout")}
 
 
 def _imports(path) -> set[str]:
@@ -74,6 +81,13 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_loop_between_folders():
     assert not cycles(folder_graph())
     assert cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b", "a"], ["b", "a", "b"]]  # the check can fail
+
+
+def test_no_stage_imports_the_study_analysis():
+    """The pipeline never needs the study (it reads finished runs): stages import neither it nor its CLI."""
+    offending = [f"{path.name} imports {name}" for path in sorted((REPO / "stages").glob("*.py"))
+                 for name in sorted(_imports(path)) if name == "populora.study" or name.startswith("populora.study.")]
+    assert not offending
 
 
 def test_no_flat_modules_besides_config():

@@ -1,6 +1,10 @@
-"""The study command: experiments from `dvc exp show --json`, grouped by arm and ablation, mean and
-spread across seeds with the t-interval, population minus baseline with the committed study's
-two-level bootstrap (populora.report.study_runs); slow: a real DVC queue of two seeds on tiny params."""
+"""The study command fed by DVC experiments (populora/study/experiments.py): experiments from `dvc exp
+show --json` grouped into controls by arm and ablation, through the same analyser as committed runs
+(mean and spread across seeds with the t-interval, population minus baseline across seeds); slow: a real
+DVC queue of two seeds on tiny params.
+
+    python -m pytest -m "" -n 0 tests/test_report_study.py -q -k "not queue"
+"""
 
 from __future__ import annotations
 
@@ -13,8 +17,10 @@ import time
 import numpy as np
 import pytest
 
-from populora.report import study
-from populora.report.study_runs import two_level_bootstrap
+from populora.core.stats import welch_interval
+from populora.study import experiments as study
+from populora.study.__main__ import main as study_main
+from populora.study.analysis import summarize
 from tests.conftest import REPO
 from tests.dvc_project import BIN, new_dvc_project
 from tests.dvc_project import env as dvc_env
@@ -54,9 +60,14 @@ def test_experiments_skip_queued_and_flatten():
     assert study.ablation_keys(found) == ["reward.teacher_mode"]
 
 
+def _summary(verdicts: dict | None = None) -> dict:
+    runs, pairs, notes = study.experiment_runs(study.experiments(SHOWN), verdicts)
+    return summarize(runs, pairs, notes=notes)
+
+
 def test_groups_have_mean_and_spread_across_seeds():
-    result = study.summarize_study(study.experiments(SHOWN))
-    rows = {(r["arms"], r["ablation"], r["key"]): r for r in result["groups"]}
+    result = _summary()
+    rows = {(r["arms"], r["ablation"], r["key"]): r for r in result["headline"]}
     pop = rows[("population", "reward.teacher_mode=learnability", "cruxeval.mean")]
     assert pop["n"] == 2 and pop["seeds"] == [0, 1] and pop["mean"] == pytest.approx(0.12)
     assert pop["sd"] == pytest.approx(0.028284, abs=1e-6) and (pop["min"], pop["max"]) == (0.10, 0.14)
@@ -74,23 +85,28 @@ VERDICTS = {
 }
 
 
-def test_population_minus_baseline_uses_the_studys_two_level_bootstrap():
-    result = study.summarize_study(study.experiments(SHOWN), VERDICTS)
-    [row] = result["comparisons"]  # zero_sum has no baseline: no comparison there
-    assert (row["ablation"], row["bench"], row["left"], row["right"]) == (
-        "reward.teacher_mode=learnability", "cruxeval_o", "population", "baseline")
+def test_population_minus_baseline_is_the_studys_comparison_across_seeds():
+    result = _summary(VERDICTS)
+    [row] = [c for c in result["comparisons"] if c["right"] != "base"]  # zero_sum has no baseline: no comparison
+    assert (row["bench"], row["left"], row["right"]) == (
+        "cruxeval_o", "population (reward.teacher_mode=learnability)", "baseline (reward.teacher_mode=learnability)")
     pop = np.array([[VERDICTS[e]["cruxeval_o"]["population-student0"][p] for p in PROBLEMS] for e in ("pop0", "pop1")], float)
     base = np.array([[VERDICTS[e]["cruxeval_o"]["baseline-solo"][p] for p in PROBLEMS] for e in ("base0", "base1")], float)
-    assert (row["delta"], row["low"], row["high"]) == two_level_bootstrap(pop, base)
-    assert row["delta"] == pytest.approx(0.175) and row["seeds"] == [2, 2]
-    assert row["verdict"] == ("no detectable difference" if row["low"] <= 0 <= row["high"] else "population higher")
-    missing = study.summarize_study(study.experiments(SHOWN), {k: v for k, v in VERDICTS.items() if k != "base1"})
+    welch = welch_interval(pop.mean(axis=1), base.mean(axis=1), sd_floor=1 / len(PROBLEMS))  # one problem's worth
+    assert (row["delta"], row["low"], row["high"], row["method"]) == (welch["delta"], welch["low"], welch["high"],
+                                                                       "Welch t over seeds")
+    assert row["delta"] == pytest.approx(0.175) and row["seeds"] == [2, 2] and row["mde"] >= 3 / len(PROBLEMS)
+    assert row["verdict"] == ("no detectable difference" if row["low"] <= 0 <= row["high"] else
+                              "population (reward.teacher_mode=learnability) higher")
+    missing = _summary({k: v for k, v in VERDICTS.items() if k != "base1"})
     assert missing["comparisons"][0]["seeds"] == [2, 1]  # an experiment without verdicts is left out
-    assert study.summarize_study(study.experiments(SHOWN))["comparisons"] == []
+    assert missing["comparisons"][0]["method"] == "one seed: tasks only"
+    assert "no per-problem verdicts" in missing["notes"][0]
+    assert _summary()["comparisons"] == []
 
 
 def test_groups_get_the_t_interval_of_the_study():
-    rows = {(r["arms"], r["ablation"], r["key"]): r for r in study.summarize_study(study.experiments(SHOWN))["groups"]}
+    rows = {(r["arms"], r["ablation"], r["key"]): r for r in _summary()["headline"]}
     centre, low, high = rows[("population", "reward.teacher_mode=learnability", "cruxeval.mean")]["interval"]
     assert centre == pytest.approx(0.12) and low == pytest.approx(0.12 - 12.7062 * 0.028284 / 2 ** 0.5, abs=1e-4)
     assert rows[("population", "reward.teacher_mode=zero_sum", "cruxeval.mean")]["interval"] is None
@@ -100,14 +116,15 @@ def test_study_command_writes_table_json_and_figure(tmp_path):
     shown = tmp_path / "shown.json"
     shown.write_text(json.dumps(SHOWN))
     # --repo: no DVC project, so no verdicts; the table of seeds stands, the comparison says why it is missing
-    assert study.main(["--out", str(tmp_path / "study"), "--exp-json", str(shown), "--repo", str(tmp_path)]) == 0
+    assert study_main(["--dvc", "--out", str(tmp_path / "study"), "--exp-json", str(shown), "--repo", str(tmp_path)]) == 0
     text = (tmp_path / "study" / "study.md").read_text()
-    assert "| population | reward.teacher_mode=learnability | cruxeval.mean | 2 | 0.120 |" in text
+    assert "| population (reward.teacher_mode=learnability) | cruxeval.mean | 2 | 0.120 |" in text
     assert "no per-problem verdicts to compare" in text
-    assert json.loads((tmp_path / "study" / "study.json").read_text())["ablations"] == ["reward.teacher_mode"]
+    headline = json.loads((tmp_path / "study" / "study.json").read_text())["headline"]
+    assert {r["ablation"] for r in headline} == {"reward.teacher_mode=learnability", "reward.teacher_mode=zero_sum"}
     assert (tmp_path / "study" / "study.png").stat().st_size > 10_000
     shown.write_text(json.dumps(_shown([])))
-    assert study.main(["--out", str(tmp_path / "empty"), "--exp-json", str(shown)]) == 1
+    assert study_main(["--dvc", "--out", str(tmp_path / "empty"), "--exp-json", str(shown)]) == 1
 
 
 
@@ -154,15 +171,17 @@ def test_study_of_a_queue_of_two_seeds(tmp_path, tiny_params_dict):
     for seed in (0, 1):
         _run(root, f"{BIN}/dvc", "exp", "run", "--queue", "-n", f"seed{seed}", "-S", f"base.seed={seed}")
     _drain_queue(root, tmp_path / "queue-worker.log")
-    _run(root, f"{BIN}/python", "-m", "populora.report.study", "--out", str(tmp_path / "study"))
+    _run(root, f"{BIN}/python", "-m", "populora.study", "--dvc", "--out", str(tmp_path / "study"))
     result = json.loads((tmp_path / "study" / "study.json").read_text())
-    assert sorted(result["experiments"]) == ["seed0", "seed1"] and result["ablations"] == []
-    rows = {r["key"]: r for r in result["groups"]}
+    assert sorted(result["runs"]) == ["seed0", "seed1"]
+    rows = {r["key"]: r for r in result["headline"]}
     assert rows["cruxeval.mean"]["n"] == 2 and rows["cruxeval.mean"]["seeds"] == [0, 1]
-    assert rows["cruxeval.mean"]["arms"] == "baseline"
+    assert rows["cruxeval.mean"]["arms"] == "baseline" and rows["cruxeval.mean"]["ablation"] == "default"
+    # the students' and the base's verdicts, read through DVC, make the control's CRUXEval-O row
+    assert "cruxeval_o" in result["controls"][0]["bench"]
     assert (tmp_path / "study" / "study.png").is_file()
     # the per-problem verdicts the comparisons use come from each experiment's commit, through DVC
     found = study.experiments(json.loads(_run(root, f"{BIN}/dvc", "exp", "show", "--json").stdout))
     for experiment in found:
         verdicts = study.experiment_verdicts(root, experiment)
-        assert sorted(verdicts["cruxeval_o"]) == ["baseline-solo"] and len(verdicts["cruxeval_o"]["baseline-solo"]) == 2
+        assert sorted(verdicts["cruxeval_o"]) == ["base", "baseline-solo"] and len(verdicts["cruxeval_o"]["baseline-solo"]) == 2

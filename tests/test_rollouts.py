@@ -110,3 +110,51 @@ def test_an_unattempted_valid_proposal_is_written_as_a_rollout_without_reward(tm
     assert back["e"]["reward"] is None and back["e"]["advantage"] is None and back["e"]["solve_rate"] is None
     assert back["a"]["reward"] == 0.5
     assert "e" not in {r["task_id"] for r in with_signal(rollouts) if r["role"] == "propose"}  # no gradient
+
+
+def test_signal_accounting_separates_format_from_correctness():
+    """Synthetic rollouts: task a has a right answer beside wrong ones (correctness), task b only a malformed
+    and a wrong one (format only), task c only wrong answers (no signal); per-task groups, then TRR++'s
+    type-wide group, where the one right answer makes every rollout's signal one of correctness."""
+    from populora.selfplay.generation_metrics import signal_metrics
+    from populora.selfplay.rollouts import signal_accounting
+
+    tasks = [_task("a", "t0"), _task("b", "t0"), _task("c", "t0")]
+    graded = [_answer("a", "s0", True), _answer("a", "s0", False, sample=1), _answer("a", "s0", False, sample=2),
+              _answer("b", "s0", False, parse_reason="format"), _answer("b", "s0", False, sample=1),
+              _answer("c", "s0", False), _answer("c", "s0", False, sample=1)]
+    per_task = build_rollouts(tasks, graded, "learnability", baseline="per_task")
+    assert signal_accounting(per_task, "per_task") == {"solve_with_signal": 5, "format_only": 2, "correctness": 3}
+    trr = build_rollouts(tasks, graded, "learnability")
+    assert signal_accounting(trr, "trr++") == {"solve_with_signal": 7, "format_only": 0, "correctness": 7}
+    stats = generation_stats(tasks, graded, per_task, [], "per_task")
+    assert stats["signal"] == {"solve_with_signal": 5, "format_only": 2, "correctness": 3}
+    metrics = signal_metrics(stats["signal"])
+    assert metrics["signal.format_only_share"] == 0.4 and metrics["signal.correctness_share"] == 0.6
+    # a generation in which no answer was right: every signal is format
+    wrong = [a for a in graded if not a["correct"]]
+    rollouts = build_rollouts(tasks, wrong, "learnability", baseline="per_task")
+    assert signal_accounting(rollouts, "per_task") == {"solve_with_signal": 2, "format_only": 2, "correctness": 0}
+    assert signal_metrics({"solve_with_signal": 0, "format_only": 0, "correctness": 0})["signal.format_only_share"] is None
+
+
+def test_signal_accounting_reaches_the_report_and_the_study_tables():
+    from populora.report.dynamics import signal_table
+    from populora.study.readings import signal_generation
+
+    rows = [{"generation": 0, "signal.solve_with_signal": 40, "signal.format_only_share": 0.75,
+             "signal.correctness_share": 0.25, "signal.format_only": 30, "signal.correctness": 10}, {"generation": 1}]
+    table = signal_table({"population": rows})
+    assert "| population | 40: 75% / 25% | - |" in table and signal_table({"population": [{"generation": 0}]}) == ""
+    assert signal_generation(rows[0], ["student0"], {}) == {"with_signal": 40, "format_only": 30, "correctness": 10,
+                                                           "exact": True}
+    # a run from before the accounting, with per-task advantages: 8 samples a task, 2 answers right, 40 rollouts
+    # with signal: at most 16 differ in correctness, so at least 24 differ in format only
+    old = {"rollouts_with_signal.student0": 40, "code_o.solved": 1, "code_i.solved": 1}
+    params = {"reward.advantage_baseline": "per_task", "solve.samples": 8}
+    assert signal_generation(old, ["student0"], params) == {"with_signal": 40, "format_only": 24, "correctness": 16,
+                                                           "exact": False}
+    # the baseline's adapter proposes too: its proposals come off the count; TRR++: no bound
+    solo = {"rollouts_with_signal.solo": 50, "samples.solo/propose": 16, "code_o.solved": 0, "code_i.solved": 1}
+    assert signal_generation(solo, ["solo"], params)["with_signal"] == 34
+    assert signal_generation(old, ["student0"], {**params, "reward.advantage_baseline": "trr++"}) == {}

@@ -1,5 +1,8 @@
-"""The study table across committed runs: per-control t-intervals over seeds, the two-level
-bootstrap between controls, accounting and diagnostics, on hand-made run folders."""
+"""The study analyser over committed runs (populora/study/): per-control t-intervals over seeds, Welch's
+interval between controls across seeds, accounting and diagnostics, on hand-made run folders.
+
+    python -m pytest -m "" -n 0 tests/test_study_runs.py -q
+"""
 
 from __future__ import annotations
 
@@ -11,8 +14,11 @@ import numpy as np
 import pytest
 import yaml
 
-from populora.report.study_runs import load_runs, main, nocopy, summarize, two_level_bootstrap
-from populora.report.study_tables import figure_panels, wall_cell
+from populora.study.__main__ import main
+from populora.study.analysis import nocopy, summarize
+from populora.study.figure import figure_panels
+from populora.study.runs import load_runs
+from populora.study.tables import wall_cell
 
 N = 60
 
@@ -119,26 +125,13 @@ def test_nocopy_controls_are_compared_among_themselves_never_with_the_grid(runs)
     assert one_v_one["seeds"] == [1, 1] and one_v_one["verdict"] == "1t1s-nocopy higher"
 
 
-def test_two_level_bootstrap_covers_zero_for_equal_controls_and_is_wider_with_seed_drift():
-    rng = np.random.default_rng(0)
-    problems = rng.random(200) < 0.1
-    same = np.tile(problems, (3, 1)).astype(float)
-    delta, low, high = two_level_bootstrap(same, same.copy())
-    assert delta == 0 and low <= 0 <= high
-    drift = same.copy()
-    drift[0, :40] = 1.0  # one seed far off: the seed level must widen the interval
-    _, low_d, high_d = two_level_bootstrap(drift, same)
-    _, low_s, high_s = two_level_bootstrap(np.tile(drift.mean(axis=0), (3, 1)), same)  # same mean, no drift
-    assert high_d - low_d > high_s - low_s
-
-
 def test_no_runs_is_a_clear_error(tmp_path, capsys):
     assert main([str(tmp_path / "nothing"), "--out", str(tmp_path / "out")]) == 1
     assert "scripts/study.sh" in capsys.readouterr().err
 
 
 def test_without_copies_counts_copied_answers_wrong_and_keeps_the_rest():
-    from populora.report.study_runs import without_copies
+    from populora.study.runs import without_copies
 
     verdicts = {"a": 1, "b": 1, "c": 0, "d": 1}
     flags = {"copies_input": ["a"], "copies_argument": ["c", "d"], "correct": ["a", "b", "d"]}
@@ -170,7 +163,7 @@ def test_copy_free_reading_is_left_out_where_a_run_has_no_answer_flags(runs):
 
 
 def test_points_never_print_a_negative_zero():
-    from populora.report.study_tables import _pts
+    from populora.study.tables import _pts
 
     assert (_pts(-1e-9), _pts(0.0), _pts(-0.015), _pts(None), _pts(float("nan"))) == ("0.0", "0.0", "-1.5", "-", "-")
 
@@ -225,8 +218,8 @@ def test_heldout_pool_is_read_as_a_benchmark_with_learning_curves(runs, tmp_path
 
 
 def test_every_control_is_compared_with_the_base_model_problem_by_problem(runs, tmp_path):
-    """The study's first question (do the students beat the model they started from?) gets the same
-    two-level bootstrap as the controls' differences, paired with the base's verdicts problem by problem."""
+    """The study's first question (do the students beat the model they started from?): a t-interval over
+    the seeds' gains on the base (whose verdicts are the same in every run); one seed: paired by problem."""
     for seed in range(3):
         _heldout(runs, "2t2s", seed, [0.2, 0.5, 0.8])
     study = summarize(load_runs(runs))
@@ -236,11 +229,12 @@ def test_every_control_is_compared_with_the_base_model_problem_by_problem(runs, 
     rows = {row["control"]: row for row in study["controls"]}
     assert population["delta"] == pytest.approx(rows["2t2s"]["bench"]["cruxeval_o"]["students_minus_base"]["mean"], abs=1e-6)
     assert population["seeds"] == [3, 3] and population["low"] > 0 and population["verdict"] == "2t2s higher"
-    # the base's verdicts are paired with the students' problem by problem: a control that equals the base
-    # everywhere differs by exactly 0, with an interval of width 0
+    # one seed: the base's verdicts are paired with the students' problem by problem, so a control that
+    # equals the base everywhere differs by exactly 0, with an interval of width 0 and the bound as its MDE
     same = summarize(load_runs(_copy_of_base(runs, tmp_path)))
     equal = next(c for c in same["comparisons"] if c["right"] == "base" and c["bench"] == "cruxeval_o")
-    assert (equal["delta"], equal["low"], equal["high"]) == (0, 0, 0)
+    assert (equal["delta"], equal["low"], equal["high"]) == (0, 0, 0) and equal["mde"] == pytest.approx(3 / N)
+    assert equal["method"] == "one seed: tasks only" and equal["verdict"] == "no detectable difference"
     # per generation on the held-out pool: level with the base at generation 0, above it at the end
     by_gen = {c["generation"]: c for c in study["heldout_curves"]["comparisons"] if (c["left"], c["right"]) == ("2t2s", "base")}
     assert sorted(by_gen) == [0, 1, 2] and by_gen[0]["low"] <= 0 <= by_gen[0]["high"] and by_gen[2]["low"] > 0.4
@@ -276,7 +270,7 @@ def _add_gold(root: Path, shift: dict[str, float]) -> None:
 
 def test_gold_log_likelihood_is_compared_in_nats(runs, tmp_path):
     """The issue's continuous score: CRUXEval's gold-answer log-likelihood, per control, against the base
-    and between controls, with the two-level bootstrap; a run without it leaves its control's reading out."""
+    and between controls, across seeds; a run without it leaves its control's reading out."""
     _add_gold(runs, {"2t2s": 1.0, "1t1s": 0.0, "baseline": 0.0})
     study = summarize(load_runs(runs))
     rows = {row["control"]: row for row in study["controls"]}
@@ -301,20 +295,22 @@ def test_gold_log_likelihood_is_compared_in_nats(runs, tmp_path):
                 and "1t1s" in (c["left"], c["right"])]
 
 
-def test_curve_table_puts_the_mde_beside_each_null_and_says_when_verdicts_were_the_same():
-    from populora.report.study_tables import curve_table
+def test_curve_table_puts_the_mde_beside_each_null_never_zero():
+    from populora.study.tables import curve_table
 
     point = {"mean": 0.1, "low": 0.05, "high": 0.15, "n": 3}
-    comparisons = [  # generation 0: every task scored the same; 1: a null with spread; 2: an effect
-        {"left": "1T-1S", "right": "base", "generation": 0, "delta": 0.0, "low": 0.0, "high": 0.0},
-        {"left": "1T-1S", "right": "base", "generation": 1, "delta": 0.01, "low": -0.02, "high": 0.04},
-        {"left": "1T-1S", "right": "base", "generation": 2, "delta": 0.05, "low": 0.02, "high": 0.08}]
-    lines = curve_table({"controls": {"1T-1S": [point] * 3}, "n_tasks": 128, "base": 0.07,
+    comparisons = [  # generation 0: every seed scored the base; 1: a null with spread; 2: an effect; 3: one seed
+        {"left": "1T-1S", "right": "base", "generation": 0, "delta": 0.0, "low": 0.0, "high": 0.0, "mde": 0.023438, "df": 2},
+        {"left": "1T-1S", "right": "base", "generation": 1, "delta": 0.01, "low": -0.02, "high": 0.04, "mde": 0.05, "df": 2},
+        {"left": "1T-1S", "right": "base", "generation": 2, "delta": 0.05, "low": 0.02, "high": 0.08, "mde": 0.05, "df": 2},
+        {"left": "1T-1S", "right": "base", "generation": 3, "delta": 0.0, "low": -0.01, "high": 0.01, "mde": 0.03, "df": None}]
+    lines = curve_table({"controls": {"1T-1S": [point] * 4}, "n_tasks": 128, "base": 0.07,
                          "comparisons": comparisons})
     row = next(line for line in lines if line.startswith("| 1T-1S - base |")).split(" | ")
-    assert row[1] == "0.0 [0.0, 0.0] (the same verdicts)"
-    assert row[2].startswith("1.0 [-2.0, 4.0] (MDE ") and "same verdicts" not in row[2]
-    assert row[3].startswith("5.0 [2.0, 8.0]") and "MDE" not in row[3]
+    assert row[1] == "0.0 [0.0, 0.0] (MDE 2.3)"  # no verdict moved: the rule-of-three bound, not an MDE of 0
+    assert row[2] == "1.0 [-2.0, 4.0] (MDE 5.0)"
+    assert row[3] == "5.0 [2.0, 8.0]"
+    assert row[4].startswith("0.0 [-1.0, 1.0] (MDE 3.0; one seed)")
 
 
 def test_heldout_curves_split_by_task_type_show_a_type_at_the_floor(runs, tmp_path):

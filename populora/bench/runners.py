@@ -19,7 +19,7 @@ from populora.bench import BenchError, cruxeval, evalplus, livecodebench, lmeval
 from populora.bench.models import BenchModel
 from populora.bench.partial import Partial
 from populora.bench.settings import BenchSettings
-from populora.bench.stats import wilson_interval
+from populora.core.stats import wilson_interval
 
 
 def with_uncertainty(result: dict, bench: str) -> dict:

@@ -153,7 +153,7 @@ def base_verdicts(params, base_model: Path, tasks: dict, buffer: list[dict], san
 
 def compare(params, base: list[bool], arms: dict[str, dict]) -> dict:
     """Final held-out accuracy per arm, differences in points with exact McNemar p, and the verdict."""
-    from populora.bench.stats import mcnemar_exact, paired_bootstrap
+    from populora.core.stats import mcnemar_exact, paired_bootstrap
 
     final = {name: [bool(x) for x in arm["heldout"][str(params.control.steps)]["verdicts"]] for name, arm in arms.items()}
     final["base"] = base

@@ -12,12 +12,10 @@
 * `headline`    `results/headline.json`, the run's few dozen headline figures (the DVC metrics);
 * `markdown`    `write_report`: `report.md` with all figures;
 * `html`        `report.html`: report.md as one self-contained page (figures inlined);
-* `timings`     the per-job timings of a Snakemake run (its `benchmark:` files), summed per stage;
-* `study_runs`  `python -m populora.report.study_runs study/runs --out study`: the CPU study's
-                table and figure from the committed runs (scripts/study.sh), and its statistics
-                (t-interval across seeds, two-level bootstrap between controls);
-* `study`       `python -m populora.report.study --out DIR`: the same statistics over DVC experiments
-                of your own, per arm and ablation, from `dvc exp show --json`.
+* `timings`     the per-job timings of a Snakemake run (its `benchmark:` files), summed per stage.
+
+The study analysis across runs and seeds lives in `populora.study` (`python -m populora.study`), the
+statistics both use in `populora.core.stats`.
 """
 
 # one arm's training dynamics, one row per generation: <dynamics>/<arm>/dynamics.json, written by

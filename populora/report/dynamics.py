@@ -23,8 +23,8 @@ import matplotlib
 matplotlib.use("Agg")  # no display on build machines and cluster nodes
 import matplotlib.pyplot as plt  # noqa: E402
 
-from populora.bench.stats import wilson_interval  # noqa: E402
 from populora.core.io import write_figure  # noqa: E402
+from populora.core.stats import wilson_interval  # noqa: E402
 from populora.report.figures import ARM_COLORS  # noqa: E402
 from populora.report.metrics import BASELINE, POPULATION  # noqa: E402
 from populora.report.panels import PANELS, TASK_TYPES, sample_size_keys  # noqa: E402
@@ -153,7 +153,8 @@ def plot_ratings(dynamics: dict[str, list[dict]], path: Path) -> None:
 
 def final_dynamics_table(dynamics: dict[str, list[dict]]) -> str:
     keys = [f"{t}.solve_rate" for t in TASK_TYPES] + [f"{t}.validity_rate" for t in TASK_TYPES] + [
-        "teacher_reward_mean", "student_reward_mean", "coverage.new_per_proposal", "coverage.matched.distinct_programs"] + [
+        "teacher_reward_mean", "student_reward_mean", "signal.format_only_share", "signal.correctness_share",
+        "coverage.new_per_proposal", "coverage.matched.distinct_programs"] + [
         f"code_o.program.{m}" for m in COMPLEXITY]
     arms = arm_order(dynamics)
     lines = ["| metric (last generation) | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
@@ -166,3 +167,30 @@ def final_dynamics_table(dynamics: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
+
+
+SIGNAL_NOTE = ("What the students' learning signal differed in, per generation: rollouts with a nonzero advantage, "
+               "then the share whose group (the answers its advantage is measured against) held no right answer, so "
+               "that their rewards differ only in format (-1 malformed against -0.5 wrong), and the share whose group "
+               "held a right answer beside a wrong one (`populora.selfplay.rollouts.signal_accounting`).")
+
+
+def signal_table(dynamics: dict[str, list[dict]]) -> str:
+    """Markdown: per arm and generation, `n: format-only % / correctness %` of the students' rollouts with
+    signal; empty when no row carries the accounting (runs from before it)."""
+    arms = [arm for arm in arm_order(dynamics) if any(r.get("signal.solve_with_signal") is not None for r in dynamics[arm])]
+    if not arms:
+        return ""
+    gens = max(len(dynamics[arm]) for arm in arms)
+    lines = ["| arm | " + " | ".join(f"gen {g}" for g in range(gens)) + " |", "|---|" + "---|" * gens]
+    for arm in arms:
+        cells = []
+        for row in dynamics[arm]:
+            n, fmt, cor = (row.get(f"signal.{k}") for k in ("solve_with_signal", "format_only_share", "correctness_share"))
+            cells.append("-" if n is None else f"{n}: {_share(fmt)} / {_share(cor)}")
+        lines.append(f"| {arm} | " + " | ".join(cells + [""] * (gens - len(cells))) + " |")
+    return "\n".join(lines)
+
+
+def _share(value) -> str:
+    return "-" if _number(value) is None else f"{100 * value:.0f}%"

@@ -5,12 +5,12 @@ base model and the population's students against the baseline, paired task by ta
 `{"base": {task_id: 0|1}, "generations": [{member: {task_id: 0|1}}, ...], "roles": {...}}`. A role's
 score on a task is the mean verdict of its members, so a 2-student population and a 1-adapter
 baseline pair on the same tasks; intervals are the paired bootstrap over tasks
-(`populora.bench.stats.paired_bootstrap`).
+(`populora.core.stats.paired_bootstrap`).
 """
 
 from __future__ import annotations
 
-from populora.bench.stats import paired_bootstrap
+from populora.core.stats import paired_bootstrap
 from populora.report.metrics import BASELINE, POPULATION
 from populora.heldout.scoring import per_task_mean
 

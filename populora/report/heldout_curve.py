@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from statistics import mean
 
-from populora.bench.stats import mcnemar_exact, paired_bootstrap
+from populora.core.stats import mcnemar_exact, paired_bootstrap
 
 
 def curve_rows(doc: dict, role: str = "students") -> list[dict]:

@@ -18,7 +18,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from populora.core.io import write_text
-from populora.report.dynamics import final_dynamics_table, plot_complexity, plot_dynamics, plot_ratings
+from populora.report.dynamics import (
+    SIGNAL_NOTE,
+    final_dynamics_table,
+    plot_complexity,
+    plot_dynamics,
+    plot_ratings,
+    signal_table,
+)
 from populora.report.figures import plot_benchmarks
 from populora.report.heldout import HELDOUT_NOTE, heldout_table
 from populora.report.html import report_html
@@ -72,10 +79,13 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
         *claims(metrics, extremes),
         "",
         *(["### Paired differences (same problems)", "",
-           "Per-problem differences resampled over problems (2000 paired-bootstrap samples); an interval that "
-           "covers 0 means no detectable difference at this sample size. The best / weakest student is chosen "
-           "on the same data, which the intervals do not account for. The minimum detectable effect is the true "
-           "difference found with 80% power at the 5% level: no detectable difference says nothing below it.", "",
+           "Per-problem differences resampled over problems (2000 paired-bootstrap samples): the uncertainty of "
+           "these models on other problems, not of another seed's run (`python -m populora.study` compares seeds). "
+           "An interval that covers 0 means no detectable difference at this sample size. The best / weakest "
+           "student is chosen on the same data, which the intervals do not account for. The minimum detectable "
+           "effect is the true difference found with 80% power at the 5% level, never below the rule-of-three "
+           "bound 3 / n (no problem's verdict differing is no proof of equality): no detectable difference says "
+           "nothing below it.", "",
            differences, ""] if differences else []),
         *(["### Each member against the base model", "",
            "Problems only the member or only the base solves, and the exact McNemar p of that split.", "",
@@ -96,8 +106,11 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
         plot_dynamics(dynamics, out_dir / "dynamics.png")
         plot_complexity(dynamics, out_dir / "complexity.png")
         plot_ratings(dynamics, out_dir / "ratings.png")
-        sections += [final_dynamics_table(dynamics), "",
-                     "![Solve rates, validity, rewards and coverage per generation](dynamics.png)", "",
+        sections += [final_dynamics_table(dynamics), ""]
+        signal = signal_table(dynamics)
+        if signal:
+            sections += ["### Signal accounting", "", SIGNAL_NOTE, "", signal, ""]
+        sections += ["![Solve rates, validity, rewards and coverage per generation](dynamics.png)", "",
                      "![Complexity of valid proposed programs](complexity.png)", "",
                      "![TrueSkill ratings per slot](ratings.png)", ""]
     else:

@@ -71,8 +71,8 @@ from populora.bench import (
     benchmark_kind,
     primary_metric,
 )
-from populora.bench.stats import paired_bootstrap, wilson_interval
 from populora.core.refs import BASE, ModelRef
+from populora.core.stats import paired_bootstrap, wilson_interval
 
 POPULATION = "population"
 
@@ -158,7 +158,7 @@ def gold_loglik_table(results: list[dict]) -> dict[str, dict[str, dict[str, floa
 def versus_base(bench: str, verdicts: dict[str, dict[str, int]], out: dict) -> None:
     """`bench.<b>.vs_base.<model>.member_only|base_only|p`: the problems only the member or only the base
     solves, and the exact McNemar p of that split, for every benchmarked member."""
-    from populora.bench.stats import mcnemar_exact
+    from populora.core.stats import mcnemar_exact
 
     if BASE not in verdicts:
         return

@@ -7,8 +7,8 @@ nothing here computes a statistic.
 
 from __future__ import annotations
 
-from populora.bench.stats import covers_zero, minimum_detectable_effect
 from populora.core.refs import BASE, ModelRef
+from populora.core.stats import covers_zero, minimum_detectable_effect
 from populora.report.figures import model_order
 from populora.report.metrics import BASELINE, POPULATION, score_columns
 
@@ -53,10 +53,19 @@ DIFFERENCES = (("students_mean_minus_baseline", "population students' mean - bas
 
 
 def difference_verdict(delta: float, low: float, high: float) -> str:
-    """'no detectable difference' when the 95% interval covers 0, else which side is higher."""
+    """'no detectable difference' when the 95% interval covers 0 (its MDE, never 0, beside it), else which
+    side is higher."""
     if covers_zero(low, high):
         return "no detectable difference"
     return "higher" if delta > 0 else "lower"
+
+
+def _mde_cell(low: float, high: float, n_problems: int | None, scale: float, digits: int) -> str:
+    """The MDE of a paired difference: read off its interval and, for verdicts on n problems, never below
+    the rule-of-three bound (no discordant problem is no proof of equality: `populora.core.stats`)."""
+    if not n_problems and high <= low:
+        return "-"  # a continuous score that did not move on any problem: no spread to read an MDE from
+    return f"{scale * minimum_detectable_effect(low, high, n_problems=n_problems):.{digits}f}"
 
 
 def differences_table(metrics: dict[str, float]) -> str | None:
@@ -68,8 +77,9 @@ def differences_table(metrics: dict[str, float]) -> str | None:
             key = f"bench.{bench}.diff.{name}"
             if f"{key}.delta" in metrics:
                 delta, low, high = (metrics[f"{key}.{part}"] for part in ("delta", "low", "high"))
+                n = int(metrics.get(f"bench.{bench}.n") or 0) or None
                 rows.append(f"| {bench} | {label} | {100 * delta:+.1f} | [{100 * low:+.1f}, {100 * high:+.1f}] | "
-                            f"{100 * minimum_detectable_effect(low, high):.1f} | {difference_verdict(delta, low, high)} |")
+                            f"{_mde_cell(low, high, n, 100, 1)} | {difference_verdict(delta, low, high)} |")
     if not rows:
         return None
     header = ["| benchmark | difference | points | 95% paired-bootstrap interval | minimum detectable effect | verdict |",
@@ -86,8 +96,9 @@ def gold_loglik_table(metrics: dict[str, float]) -> str | None:
         stem = key.removesuffix(".delta")
         delta, low, high = metrics[key], metrics[f"{stem}.low"], metrics[f"{stem}.high"]
         label = dict(DIFFERENCES).get(name, name.replace("_", " "))
+        verdict = "identical scores" if high <= low and delta == 0 else difference_verdict(delta, low, high)
         rows.append(f"| {bench} | {label} | {delta:+.3f} | [{low:+.3f}, {high:+.3f}] | "
-                    f"{minimum_detectable_effect(low, high):.3f} | {difference_verdict(delta, low, high)} |")
+                    f"{_mde_cell(low, high, None, 1, 3)} | {verdict} |")
     if not rows:
         return None
     header = ["| benchmark | difference | nats per problem | 95% paired-bootstrap interval | minimum detectable effect "

@@ -3,6 +3,9 @@
 Each function returns a flat dict for one concern; `stages.checkpoint` merges them. Definitions:
 
 * **validity / solve rates** per task type and overall, from `reward_stats.json`.
+* **signal accounting** (`signal.*`): the students' rollouts with a nonzero advantage, and how many (and
+  what share) of them differ from their group only in format (-1 malformed against -0.5 wrong, no answer
+  right) or in correctness (`populora.selfplay.rollouts.signal_accounting`).
 * **complexity** (AST depth, cyclomatic complexity, lines, distinct variables) of the valid
   code_o / code_i programs the teachers wrote this generation. code_f is left out: a code_f
   proposal brings inputs and a message for a program drawn from the buffer, which its teacher
@@ -52,7 +55,19 @@ def rate_metrics(stats: dict) -> dict:
             metrics[f"{task_type}.reason.{reason}"] = count
     for teacher, games in stats.get("games_per_teacher", {}).items():
         metrics[f"games.{teacher}"] = games
-    return metrics
+    return metrics | signal_metrics(stats.get("signal"))
+
+
+def signal_metrics(signal: dict | None) -> dict:
+    """`signal.solve_with_signal|format_only|correctness` and the two shares of the rollouts with signal
+    (None when none had any); nothing for reward_stats.json written before the accounting."""
+    if not signal:
+        return {}
+    n = signal["solve_with_signal"]
+    return {"signal.solve_with_signal": n, "signal.format_only": signal["format_only"],
+            "signal.correctness": signal["correctness"],
+            "signal.format_only_share": round(signal["format_only"] / n, 6) if n else None,
+            "signal.correctness_share": round(signal["correctness"] / n, 6) if n else None}
 
 
 def complexity_metrics(tasks: list[dict]) -> dict:

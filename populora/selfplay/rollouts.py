@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 
 from populora.config import TASK_TYPES
 from populora.selfplay.advantages import group_key, leave_one_out_advantages, whiten_advantages
-from populora.selfplay.rewards import student_reward, teacher_reward
+from populora.selfplay.rewards import REWARD_CORRECT, student_reward, teacher_reward
 from populora.selfplay.tasks import program_key
 
 ROLLOUT_FIELDS = ("segments", "tokens", "type", "task_id")
@@ -60,12 +60,44 @@ def build_rollouts(tasks: list[dict], graded: list[dict], mode: str, baseline: s
     if baseline == "per_task":
         solving = [i for i, r in enumerate(rollouts) if r["role"] == "solve"]
         per_task = leave_one_out_advantages([rollouts[i]["reward"] for i in solving],
-                                            [(rollouts[i]["adapter"], rollouts[i]["task_id"]) for i in solving])
+                                            [solve_group(rollouts[i], baseline) for i in solving])
         for i, advantage in zip(solving, per_task):
             advantages[i] = advantage
     for rollout, advantage in zip(rollouts, advantages):
         rollout["advantage"] = advantage
     return rollouts
+
+
+def solve_group(rollout: dict, baseline: str) -> tuple:
+    """The group a solve rollout's advantage is measured against: the same adapter's answers to the same
+    task (`per_task`), or to every task of its type (TRR++)."""
+    if baseline == "per_task":
+        return rollout["adapter"], rollout["task_id"]
+    return rollout["adapter"], group_key("solve", rollout["type"])
+
+
+def signal_accounting(rollouts: list[dict], baseline: str = "trr++") -> dict:
+    """What the students' learning signal differed in: of the solve rollouts with a nonzero advantage,
+    `correctness` counts those whose group (`solve_group`) holds a right answer beside one that is not, and
+    `format_only` those whose group holds no right answer, so that their rewards differ only in format
+    (-1 malformed against -0.5 wrong). Counted before the update (the null control shuffles afterwards).
+
+    >>> rows = [{"role": "solve", "adapter": "s", "task_id": t, "type": "code_o", "reward": r, "advantage": a}
+    ...         for t, r, a in (("a", 1.0, 1.5), ("a", -0.5, -0.75), ("b", -1.0, -0.5), ("b", -0.5, 0.5))]
+    >>> signal_accounting(rows, "per_task")
+    {'solve_with_signal': 4, 'format_only': 2, 'correctness': 2}
+    """
+    rewards: dict[tuple, set] = defaultdict(set)
+    solving = [r for r in rollouts if r["role"] == "solve" and r.get("reward") is not None]
+    for rollout in solving:
+        rewards[solve_group(rollout, baseline)].add(rollout["reward"])
+    out = {"solve_with_signal": 0, "format_only": 0, "correctness": 0}
+    for rollout in solving:
+        if rollout.get("advantage"):
+            group = rewards[solve_group(rollout, baseline)]
+            out["solve_with_signal"] += 1
+            out["correctness" if REWARD_CORRECT in group and len(group) > 1 else "format_only"] += 1
+    return out
 
 
 def played_games(graded: list[dict], tasks: list[dict], pairing: dict) -> list[tuple[str, str, bool]]:
@@ -114,9 +146,11 @@ def reward_by_adapter(rollouts: list[dict]) -> dict[str, dict[str, float]]:
     return totals
 
 
-def generation_stats(tasks: list[dict], graded: list[dict], rollouts: list[dict], games: list[tuple]) -> dict:
+def generation_stats(tasks: list[dict], graded: list[dict], rollouts: list[dict], games: list[tuple],
+                     baseline: str = "trr++") -> dict:
     """reward_stats.json: validity and solve rates per type, failure reasons, rewards, tokens,
-    games per teacher, and how many answers came from buffer fill-ins."""
+    games per teacher, how many answers came from buffer fill-ins, and the signal accounting
+    (`signal_accounting`, with the advantage baseline the rollouts were built with)."""
     by_type: dict[str, dict] = {}
     for task_type in TASK_TYPES:
         props = [t for t in tasks if t["type"] == task_type]
@@ -142,4 +176,5 @@ def generation_stats(tasks: list[dict], graded: list[dict], rollouts: list[dict]
         "rewards": reward_by_adapter(rollouts),
         "games": len(games),
         "games_per_teacher": dict(Counter(teacher for _, teacher, _ in games)),
+        "signal": signal_accounting(rollouts, baseline),
     }

@@ -1,0 +1,77 @@
+"""What a held-out pool gives away without reasoning: the best constant answer and the copy baseline,
+per task type, graded by the project's own grader (`populora.heldout.scoring.pool_verdicts`).
+
+    python -m populora.study.baselines study/learning/heldout_pool.jsonl --out study/learning/pool_baselines.json
+
+* **best constant**: one answer given to every task of a type. Candidates: every gold input and output
+  in the pool (the answers the pool's own programs make likely) and `SIMPLE` (small literals); each is
+  graded on every task of the type and the one right most often is the type's best constant (with the
+  next few, for the reader).
+* **copy**: each task answered with what it shows: a `code_o` task with its input, a `code_i` task with
+  its output (the answer a student that learnt to echo would give).
+
+Written as JSON ({type: {n_tasks, best: {answer, correct, share}, runners_up: [...], copy: {correct,
+share}}}); the study analyser prints it beside the pool scores where the plan names the file
+(`pool_baselines`). Grading runs every candidate in the sandbox: about a minute for a 128-task pool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from populora.core.io import write_json
+from populora.heldout.scoring import pool_verdicts
+
+# small literals a model reaches for when it does not know (the pool's own literals are added per pool)
+SIMPLE = ("0", "1", "2", "3", "5", "10", "-1", "100", "True", "False", "None", "''", "'a'", "'hello'", '"hello"',
+          "'Hello'", "'HeLLo'", "'abc'", "[]", "[1, 2, 3]", "[0, 2, 4]", "[1, 2, 3, 4]", "{}", "()", "'hello world'")
+
+
+def candidates(pool: list[dict]) -> list[str]:
+    """Every gold input and output of the pool, then SIMPLE, without repeats (one-argument answers only:
+    a constant is one literal)."""
+    seen = dict.fromkeys([*(v for t in pool for v in [*t.get("inputs", []), *t.get("outputs", [])]), *SIMPLE])
+    return [value for value in seen if isinstance(value, str) and value.strip()]
+
+
+def pool_baselines(pool: list[dict], config=None, *, top: int = 5) -> dict:
+    """{type: {n_tasks, best, runners_up, copy}} (see the module docstring), `config` a VerifySection
+    (None: the defaults)."""
+    answers = candidates(pool)
+    rows = [{"task_id": t["task_id"], "member": f"const:{k}", "answer": a} for k, a in enumerate(answers) for t in pool]
+    rows += [{"task_id": t["task_id"], "member": "copy", "answer": (t["outputs"] if t["type"] == "code_i" else t["inputs"])[0]}
+             for t in pool]
+    table = pool_verdicts(pool, rows, config)
+    out = {}
+    for task_type in sorted({t["type"] for t in pool}):
+        ids = [t["task_id"] for t in pool if t["type"] == task_type]
+        scores = sorted(((sum(table[f"const:{k}"].get(i, 0) for i in ids), answer) for k, answer in enumerate(answers)),
+                        key=lambda pair: (-pair[0], pair[1]))
+        ranked = [{"answer": answer, "correct": n, "share": round(n / len(ids), 6)} for n, answer in scores[:top + 1]]
+        copied = sum(table["copy"].get(i, 0) for i in ids)
+        out[task_type] = {"n_tasks": len(ids), "best": ranked[0], "runners_up": ranked[1:],
+                          "copy": {"correct": copied, "share": round(copied / len(ids), 6)},
+                          "candidates": len(answers)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("pool", help="a held-out pool (jsonl, as the heldout_pool stage writes it)")
+    parser.add_argument("--out", help="write the JSON here (default: print it)")
+    parser.add_argument("--params", default="params.yaml", help="verify.* (sandbox limits) from these params")
+    args = parser.parse_args(argv)
+    from populora.config import load_params
+
+    pool = [json.loads(line) for line in Path(args.pool).read_text().splitlines() if line.strip()]
+    result = {"pool": args.pool, "by_type": pool_baselines(pool, load_params(args.params).verify)}
+    if args.out:
+        write_json(args.out, result)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

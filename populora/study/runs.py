@@ -1,0 +1,127 @@
+"""The committed runs of a study, read into the analyser's run records (`populora.study.analysis`).
+
+    python -m populora.study study/learning/runs --plan study/learning/plan.yaml --out study/learning
+
+Each run folder (`<control>-s<seed>/`, written by scripts/study.sh) holds one arm's results: `run.json`
+(control, seed, wall time), `params.yaml`, `dynamics/<arm>/{summary,dynamics,heldout_verdicts}.json`
+(accounting, the per-generation rows, the held-out pool's verdicts), `bench/<base|arm>/<benchmark>/<model>.json`
+(per-problem verdicts, answer diagnostics, the gold answer's log-likelihood) with `<model>/answers.json`
+(which problems each diagnostic holds for), and `training_answers.json` (the students' training answers
+per generation and task type). `populora.study.experiments` makes the same records from `dvc exp show`.
+
+A run record: name, control, seed, arm, models and students, `verdicts` / `copy_free` / `gold`
+({benchmark: {model: {problem: score}}}, the held-out pool as the benchmark `heldout`: its last
+generation), `heldout_curve` (per generation {model: verdicts}), `summary`, `rows` (dynamics.json),
+`diagnostics`, `training`, `params` (flat), wall time and machine. Missing parts are empty.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from populora.bench.diagnostics import copied_ids
+from populora.core.refs import arm_refs
+from populora.report import DYNAMICS_SUMMARY, DYNAMICS_TABLE, HELDOUT_VERDICTS
+
+BENCHES = ("cruxeval_o", "cruxeval_i")  # the benchmarks the study reads, in table order
+READ_BENCHES = ("heldout", *BENCHES)  # the held-out pool (a run's final generation, where it has one) first
+
+
+class StudyRunsError(RuntimeError):
+    """The run folders cannot be summarised; the message says why."""
+
+
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """{'a': {'b': 1}} -> {'a.b': 1}; lists become tuples (hashable, comparable)."""
+    out = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+def empty_run(name: str, control: str, seed: int, arm: str, students: list[str], models: list[str]) -> dict:
+    """A run record with nothing measured yet (the fields every reader may look up)."""
+    return {"name": name, "control": control, "seed": seed, "arm": arm, "models": models, "students": students,
+            "verdicts": {}, "copy_free": {}, "gold": {}, "diagnostics": {}, "summary": {}, "rows": [],
+            "training": {}, "params": {}, "wall_s": None, "attempts": 1, "machine": None, "heldout_curve": [],
+            "generations": None}
+
+
+def load_run(folder: Path) -> dict:
+    """One committed run folder as a run record (see the module docstring)."""
+    run = json.loads((folder / "run.json").read_text())
+    params = yaml.safe_load((folder / "params.yaml").read_text())
+    arm = params["dag"]["arms"][0]
+    dynamics = folder / "dynamics" / arm
+    verdicts: dict[str, dict[str, dict[str, int]]] = {}
+    copy_free: dict[str, dict[str, dict[str, int]]] = {}
+    gold: dict[str, dict[str, dict[str, float]]] = {}
+    diagnostics: dict[str, dict[str, dict]] = {}
+    for bench in BENCHES:  # the benchmark results; the held-out pool comes from the dynamics below
+        results = sorted((folder / "bench" / arm / bench).glob("*.json"))
+        base = folder / "bench" / "base" / bench / "base.json"
+        for result_file in [*results, *([base] if base.is_file() else [])]:
+            result = json.loads(result_file.read_text())
+            model = "base" if result_file == base else result["model"]
+            verdicts.setdefault(bench, {})[model] = result["per_problem"]
+            if isinstance(result.get("per_problem_gold_logprob"), dict):  # absent where the engine scored none (vllm)
+                gold.setdefault(bench, {})[model] = {k: float(v) for k, v in result["per_problem_gold_logprob"].items()}
+            if model != "base":
+                diagnostics.setdefault(bench, {})[model] = result.get("diagnostics") or {}
+            answers = result_file.with_suffix("") / "answers.json"
+            if answers.is_file():
+                copy_free.setdefault(bench, {})[model] = without_copies(result["per_problem"], json.loads(answers.read_text()))
+    refs_of = arm_refs(arm, params["population"]["teachers"], params["population"]["students"])
+    curve = heldout_generations(dynamics / HELDOUT_VERDICTS, refs_of)
+    if curve:  # the held-out pool, read as one more benchmark: the final generation's verdicts and the base's
+        verdicts["heldout"] = {**curve["generations"][-1], "base": curve["base"]}
+    first = next((b for b in READ_BENCHES if b in verdicts), None)
+    models = sorted(m for m in verdicts.get(first, {}) if m != "base")
+    # the roles as the run's own params assigned them (runs of older code record no role in their results)
+    students = [m for m in models if m in {ref.name for ref in refs_of["students"]}]
+    # paused_s: time the run spent stopped (SIGSTOP, to time something else on the machine), not running
+    wall_s = run["wall_s"] - run.get("paused_s", 0) if run.get("wall_s") is not None else None
+    rows = _read_optional(dynamics / DYNAMICS_TABLE)
+    return {**empty_run(folder.name, run["control"], run["seed"], arm, students, models),
+            "wall_s": wall_s, "attempts": int(run.get("attempts") or 1), "machine": run.get("machine"),
+            "verdicts": verdicts, "copy_free": copy_free, "gold": gold, "diagnostics": diagnostics,
+            "summary": _read_optional(dynamics / DYNAMICS_SUMMARY), "rows": rows if isinstance(rows, list) else [],
+            "training": _read_optional(folder / "training_answers.json"), "params": flatten(params),
+            "generations": params["dag"]["generations"], "heldout_curve": curve.get("generations", [])}
+
+
+def heldout_generations(path: Path, refs: dict) -> dict:
+    """The held-out verdicts of a run (`dynamics/<arm>/heldout_verdicts.json`) keyed by model name
+    (`population-student0`, as the benchmarks name models): `{"base": {...}, "generations": [{model:
+    {task: 0|1}}, ...]}`; empty for runs without a pool."""
+    doc = _read_optional(path)
+    if not doc.get("base") or not doc.get("generations"):
+        return {}
+    names = {ref.slot: ref.name for group in refs.values() for ref in group}
+    return {"base": doc["base"],
+            "generations": [{names.get(slot, slot): table for slot, table in gen.items()} for gen in doc["generations"]]}
+
+
+def _read_optional(path: Path):
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def without_copies(per_problem: dict[str, int], flags: dict[str, list[str]]) -> dict[str, int]:
+    """The verdicts with every answer that copies the input or one argument counted wrong."""
+    copied = copied_ids(flags)
+    return {task: int(bool(verdict) and task not in copied) for task, verdict in per_problem.items()}
+
+
+def load_runs(root: Path) -> list[dict]:
+    """Every run folder (one with run.json) under `root`, in name order."""
+    folders = sorted(p for p in Path(root).iterdir() if (p / "run.json").is_file()) if Path(root).is_dir() else []
+    if not folders:
+        raise StudyRunsError(f"no run folders with run.json under {root}. Fix: run scripts/study.sh first.")
+    return [load_run(folder) for folder in folders]

@@ -1,0 +1,36 @@
+"""What a held-out pool gives away without reasoning (populora/study/baselines.py): the best constant
+answer and the copy baseline per task type, graded in the sandbox by the project's grader, and printed
+by the study beside the pool's scores.
+
+    python -m pytest -m "" -n 0 tests/test_study_baselines.py -q
+"""
+
+from __future__ import annotations
+
+from populora.study.baselines import candidates, pool_baselines
+from populora.study.tables import baselines_lines
+
+
+def _task(task_id: str, task_type: str, program: str, inputs: str, outputs: str) -> dict:
+    return {"task_id": task_id, "type": task_type, "program": program, "inputs": [inputs], "outputs": [outputs],
+            "message": None, "examples": []}
+
+
+POOL = [_task("heldout-code_i-000", "code_i", "def f(x):\n    return x > 3", "10", "True"),
+        _task("heldout-code_i-001", "code_i", "def f(x):\n    return x * 2", "10", "20"),
+        _task("heldout-code_i-002", "code_i", "def f(x):\n    return x", "7", "7"),  # echoing the output solves it
+        _task("heldout-code_o-000", "code_o", "def f(x):\n    return [0, 2, 4]", "1", "[0, 2, 4]"),
+        _task("heldout-code_o-001", "code_o", "def f(x):\n    return len(x)", "'abc'", "3")]
+
+
+def test_the_best_constant_and_the_copy_baseline_are_graded_per_type():
+    assert {"10", "True", "[0, 2, 4]", "'abc'", "0"} <= set(candidates(POOL))
+    found = pool_baselines(POOL)
+    code_i, code_o = found["code_i"], found["code_o"]
+    # `10` makes x > 3 true and 2x = 20: right on two of three code_i tasks; an input of 7 right on the third
+    assert code_i["best"] == {"answer": "10", "correct": 2, "share": 0.666667} and code_i["n_tasks"] == 3
+    assert code_i["copy"] == {"correct": 1, "share": 0.333333}
+    assert code_o["best"]["correct"] == 1 and code_o["copy"]["correct"] == 0
+    line = baselines_lines({"pool_baselines": found})[0]
+    assert "code_i: the constant `10` is right on 2 of 3 (66.7)" in line
+    assert "One constant per type scores 3 of 5 (60.0) on the whole pool" in line
