@@ -70,9 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         child = make_child(parents, event["operator"], event["seed"], fitness=event["fitness"])
         event["distance_to_parents"] = [round(weight_distance(child, parent), 6) for parent in parents]
         moments = Path(args.trained) / OPTIMIZER / f"{event['parent_slots'][0]}.safetensors"
-        if moments.is_file():  # a parent that took no step yet has none: the child starts fresh, as it would
-            carry_moments(moments, tmp / OPTIMIZER / f"{event['slot']}.safetensors", event["parent_slots"][0], event["slot"])
-        event["moments"] = "carried" if moments.is_file() else "fresh"
+        # a parent that took no step yet has no moments: the child starts fresh, as the parent would
+        carried = moments.is_file() and carry_moments(moments, tmp / OPTIMIZER / f"{event['slot']}.safetensors",
+                                                      event["parent_slots"][0], event["slot"])
+        event["moments"] = "carried" if carried else "fresh"
         write_adapter(tmp / ADAPTERS / event["slot"], child, config_from=trained / event["parent_slots"][0])
         log.info("%s: %s replaced by %s, %s(%s)", event["role"], event["replaces"], event["child_id"], event["operator"],
                  event["parents"])

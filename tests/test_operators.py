@@ -449,3 +449,19 @@ def test_children_load_into_peft_llama_and_generate(tmp_path):
     with torch.no_grad():
         again = reloaded.generate(prompt, max_new_tokens=4, do_sample=False, pad_token_id=0)
     assert torch.equal(again, outputs[ALL_OPS[-1]])
+
+
+def test_carried_moments_take_the_childs_slot_names(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from populora.lm.adapters import carry_moments
+
+    src = tmp_path / "student0.safetensors"
+    save_file({"m.lora_A.student0.weight.exp_avg": torch.ones(2, 3)}, str(src))
+    assert carry_moments(src, tmp_path / "out" / "student1.safetensors", "student0", "student1")
+    assert list(load_file(str(tmp_path / "out" / "student1.safetensors"))) == ["m.lora_A.student1.weight.exp_avg"]
+    save_file({}, str(tmp_path / "empty.safetensors"))  # an adapter that took no step yet
+    assert not carry_moments(tmp_path / "empty.safetensors", tmp_path / "x.safetensors", "student0", "student1")
+    save_file({"m.lora_A.teacher0.weight.exp_avg": torch.ones(1)}, str(tmp_path / "other.safetensors"))
+    with pytest.raises(ValueError, match="no moments of adapter"):
+        carry_moments(tmp_path / "other.safetensors", tmp_path / "y.safetensors", "student0", "student1")

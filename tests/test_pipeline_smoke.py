@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from safetensors.torch import load_file
 
 from tests.conftest import REPO, copy_snakemake_entry
 
@@ -114,9 +115,14 @@ def test_evolution_crosses_carries_moments_and_records_how_sure_it_was(finished)
     assert any(len(e["parents"]) == 2 for e in evolution["events"])  # the default mix and seed: crossovers
     for event in evolution["events"]:
         assert 0.0 <= event["confidence"] <= 1.0 and isinstance(event["within_noise"], bool)
-        assert event["moments"] == "carried" and len(event["distance_to_parents"]) == len(event["parents"])
+        assert len(event["distance_to_parents"]) == len(event["parents"])
+        parent = finished / "population" / "gen001" / "trained" / "optimizer" / f"{event['parent_slots'][0]}.safetensors"
         moments = finished / "population" / "gen001" / "checkpoint" / "optimizer" / f"{event['slot']}.safetensors"
-        assert moments.is_file()
+        # the child's moments are its first parent's, under its own slot's names (a tiny run's parent may
+        # have taken no step: then it has none, and the child starts fresh as the parent would)
+        expected = {k.replace(f".{event['parent_slots'][0]}.", f".{event['slot']}.") for k in load_file(str(parent))}
+        assert event["moments"] == ("carried" if expected else "fresh")
+        assert set(load_file(str(moments))) == expected if moments.is_file() else not expected
     for rows in evolution["rankings"].values():
         assert all(row["error"] is not None and "rewards" in row for row in rows)
 

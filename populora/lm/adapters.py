@@ -102,8 +102,9 @@ def delta_norm(state: dict[str, torch.Tensor]) -> float:
     return total
 
 
-def carry_moments(src: str | Path, dst: str | Path, src_slot: str, dst_slot: str) -> None:
-    """Write the AdamW moments file `src` (saved for adapter `src_slot`) as `dst`, for adapter `dst_slot`.
+def carry_moments(src: str | Path, dst: str | Path, src_slot: str, dst_slot: str) -> bool:
+    """Write the AdamW moments file `src` (saved for adapter `src_slot`) as `dst`, for adapter `dst_slot`;
+    False when `src` holds none (an adapter that has taken no step yet: `dst` then starts fresh, as it).
 
     The update keys moments by parameter name, which holds the adapter's name (`...lora_A.<slot>.weight.exp_avg`):
     a child born into another slot takes its parent's moments under its own names, or it would find
@@ -112,7 +113,8 @@ def carry_moments(src: str | Path, dst: str | Path, src_slot: str, dst_slot: str
 
     old, new = f".{src_slot}.", f".{dst_slot}."
     tensors = {key.replace(old, new): value.contiguous() for key, value in load_safetensors(Path(src)).items()}
-    if old != new and not any(new in key for key in tensors):
-        raise ValueError(f"{src}: no moments of adapter {src_slot!r} (keys like {next(iter(tensors), None)!r})")
+    if tensors and old != new and not any(new in key for key in tensors):
+        raise ValueError(f"{src}: no moments of adapter {src_slot!r} (keys like {next(iter(tensors))!r})")
     Path(dst).parent.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(dst))
+    return bool(tensors)
