@@ -96,6 +96,15 @@ def into_dvc(made: set[str] | None = None, params: str = "params.yaml") -> int:
         print("adopt: dvc.yaml does not match params.yaml (above); DVC's records left as they were", file=sys.stderr)
         return 2
     write_stamp(GUARD_STAMP)
+    try:
+        return _commit_stages(made)
+    except Exception as error:  # DVC missing or busy (another dvc command holds its lock)
+        print(f"adopt: DVC could not adopt the run ({type(error).__name__}: {error}). Fix: run `python -m "
+              f"workflow.adopt --into dvc` once no dvc command runs here", file=sys.stderr)
+        return 1
+
+
+def _commit_stages(made: set[str] | None) -> int:
     from dvc.repo import Repo, lock_repo
 
     adopted, left = [], {}
@@ -111,7 +120,7 @@ def into_dvc(made: set[str] | None = None, params: str = "params.yaml") -> int:
                     # relink=False: the outputs stay the files Snakemake wrote (a copy goes to the cache), so
                     # their mtimes, which Snakemake's own rerun trigger reads, do not move
                     stage.commit(relink=False)
-                except Exception as error:  # noqa: BLE001 - a DVC error on one stage: named, the rest go on
+                except Exception as error:  # a DVC error on one stage: named, the rest go on
                     reason = f"{type(error).__name__}: {error}"
             if reason is None:
                 adopted.append(stage)
