@@ -167,7 +167,9 @@ def after_snakemake(workflow) -> None:
     listing = Path(".snakemake", "adopt_made.txt")
     listing.parent.mkdir(exist_ok=True)
     listing.write_text("".join(f"{path}\n" for path in made))
-    result = subprocess.run([sys.executable, "-m", "workflow.adopt", "--into", "dvc", "--made", str(listing)])
+    path = os.pathsep.join(filter(None, (str(workflow.basedir), os.environ.get("PYTHONPATH"))))  # this workflow/
+    result = subprocess.run([sys.executable, "-m", "workflow.adopt", "--into", "dvc", "--made", str(listing)],
+                            env={**os.environ, "PYTHONPATH": path})
     if result.returncode:
         print("adopt: some stages stay DVC-changed (above); `dvc repro` reruns exactly those", file=sys.stderr)
 
