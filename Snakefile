@@ -9,6 +9,9 @@ Every job records its timings (`benchmark:` wall s, max RSS, CPU time; beside it
 report stage tabulates them per stage (docs/dvc.md#per-job-timings-and-the-snakemake-report).
 
 params.yaml is validated before any rule is built, so a bad value fails here, naming the key.
+
+In a DVC project, DVC adopts what a successful run made (onsuccess below, workflow/adopt.py): `dvc status`
+is clean after it and `dvc metrics diff` works without a second run (docs/dvc.md#one-run-both-engines).
 """
 
 import sys
@@ -17,6 +20,7 @@ sys.path.insert(0, workflow.basedir)
 
 from populora.config import ParamsError, load_params
 from populora.core.paths import shipped_path
+from workflow.adopt import after_snakemake
 from workflow.dag import REPORT_CAPTIONS, SCOPES, STAGES, collected_paths, final_targets, gen_label, resolve_input, scope_items
 from workflow.time_model import runtime_minutes
 
@@ -138,3 +142,7 @@ rule all:
     default_target: True
     input:
         final_targets(PARAMS),
+
+
+onsuccess:
+    after_snakemake(workflow)  # DVC records this run's outputs as its own (nothing happens outside a DVC project)

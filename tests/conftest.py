@@ -60,11 +60,13 @@ def tiny_params_dict(tiny_model_dir) -> dict:
 
 # The modules that take minutes, longest first (`pytest -m slow --durations=0` beside two study runs,
 # 2026-11-27: the DVC experiments ~640 s, the Snakemake smoke runs ~580 s, the DVC queue of two seeds
-# ~410 s, the SLURM run ~265 s since it runs one generation, ...; docs/measurements.md). scripts/run_tests.sh
+# ~410 s, both engines on one tiny DAG ~310 s (beside other jobs), the SLURM run ~265 s since it runs one
+# generation, ...; docs/measurements.md). scripts/run_tests.sh
 # runs the suite on two xdist workers, a module at a time on one worker (--dist loadfile, in collection
 # order): starting these first pairs them off across the workers instead of leaving one of them alone at
 # the end with a ten-minute module. Order only.
-LONGEST_MODULES = ("test_dvc_experiments", "test_pipeline_smoke", "test_report_study", "test_slurm_cluster",
+LONGEST_MODULES = ("test_dvc_experiments", "test_pipeline_smoke", "test_report_study", "test_engines_share",
+                   "test_slurm_cluster",
                    "test_study_controls", "test_gpu_env", "test_update_jobs", "test_dvc_shape", "test_bench_resume",
                    "test_sandbox", "test_bench_members", "test_artifacts_robustness")
 

@@ -31,16 +31,20 @@ def run(cwd: Path, *args: str, timeout: int = 1800, check: bool = True) -> subpr
     return result
 
 
-def new_dvc_project(root: Path, params: dict) -> Path:
-    """Copy the code into `root`, write `params`, render dvc.yaml, `git init` + `dvc init`, commit."""
-    for name in ("populora", "stages", "workflow"):
+def new_dvc_project(root: Path, params: dict, *, snakemake: bool = False) -> Path:
+    """Copy the code into `root`, write `params`, render dvc.yaml, `git init` + `dvc init`, commit
+    (`snakemake`: the Snakefile and profiles too, so both engines run there)."""
+    for name in ("populora", "stages", "workflow", *(("profiles",) if snakemake else ())):
         shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    if snakemake:
+        shutil.copy(REPO / "Snakefile", root / "Snakefile")
     shutil.copy(REPO / ".gitignore", root / ".gitignore")
     copy_shipped_files(root)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     run(root, f"{BIN}/python", "-m", "workflow.render_dvc", "--params", "params.yaml", "--out", "dvc.yaml")
     run(root, "git", "init", "-q")
     run(root, f"{BIN}/dvc", "init", "-q")
+    shutil.copy(REPO / ".dvcignore", root / ".dvcignore")  # dvc init writes its own
     run(root, "git", "add", "-A")
     run(root, "git", "commit", "-qm", "setup")
     return root

@@ -5,8 +5,8 @@ checkout answers `dvc status` and a dry run."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, copy_shipped_files
+from tests.params_flow import ParamsFlowError, params_read
 from workflow.dag import STAGES, code_deps
 
 BIN = str(Path(sys.executable).parent)
@@ -80,47 +81,16 @@ def test_declared_code_deps_cover_every_local_module_the_stage_imports(stage):
 # ---------------------------------------------------------------- params a stage reads
 
 
-def _params_read(module: str) -> set[str]:
-    """params keys the stage module reads: `params.section[.key]`, plus helpers given `params`."""
-    text = (REPO / (module.replace(".", "/") + ".py")).read_text()
-    text = re.sub(r'"""[\s\S]*?"""', "", text)
-    text = re.sub(r'help=(f?"[^"]*"|\([^)]*\))', "", text)
-    reads = set()
-    for match in re.finditer(r"\bparams\.(\w+)(?:\.(\w+))?", text):
-        section, key = match.groups()
-        if section == "yaml":
-            continue
-        reads.add(section if key in (None, "model_dump") else f"{section}.{key}")
-    if re.search(r"\b(members_of_arm|slots_of_arm|update_part_slots|benchmarked_refs|benchmarked_models)\(params\b", text):
-        reads.add("population")  # slot names per role come from population.teachers/students
-    if re.search(r"\bupdate_part_slots\(params\b", text):
-        reads.add("dag.update_jobs")  # which of the arm's adapters an update job trains
-    if re.search(r"\b(benchmarked_refs|benchmarked_models)\(params\b", text):
-        reads.add("bench.roles")  # the roles whose members are benchmarked
-    if re.search(r"\bbenchmarked_models\(params\b", text):
-        reads.add("dag.arms")  # the base model and the members of every arm
-    reads.update(".".join(filter(None, m)) for m in re.findall(r"load_params\([^)]*\)\.(\w+)(?:\.(\w+))?", text))
-    if "bench.limit_of" in reads:  # BenchSection.limit_of reads both keys
-        reads = (reads - {"bench.limit_of"}) | {"bench.limit", "bench.limits"}
-    return reads
+# keys a stage's code reads only on a path the stage never takes: bench_base has no members to select;
+# the update checks its device with check_device(samples=False), which never asks for the sampling engine
+UNUSED_PATHS = {"bench_base": {"bench.roles", "population.teachers", "population.students"},
+                "update": {"sampler", "lora.rank", "update.max_seq_len"}}
 
 
-# modules a stage hands the whole `params` (or its path) to (they read it for the stage)
-PARAMS_HELPERS = {"stages.bench": ("populora.bench.settings", "populora.lm.engines", "populora.lm.vllm_engine"),
-                  "stages.propose": ("populora.lm.engines",),
-                  "stages.heldout_pool": ("populora.lm.engines", "populora.heldout.scoring", "populora.heldout.pool"),
-                  "stages.heldout": ("populora.lm.engines", "populora.heldout.scoring"), "stages.solve": ("populora.lm.engines",),
-                  "stages.verify": ("stages._sandbox",), "stages.grade": ("stages._sandbox",)}
-# keys a stage's module reads only on a path the stage never takes (bench_base: no members to select)
-UNUSED_PATHS = {"bench_base": {"bench.roles", "population"}}
-
-
-@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
-def test_a_stage_tracks_exactly_the_params_it_reads(stage):
-    reads = _params_read(stage.module)
-    for helper in PARAMS_HELPERS.get(stage.module, ()):
-        reads |= _params_read(helper)
-    reads -= UNUSED_PATHS.get(stage.name, set())
+def _check_params(stage) -> None:
+    """The stage tracks exactly the params keys its code reads (tests/params_flow.py follows `params` through
+    every function it is handed to: no hand-kept table of helper modules)."""
+    reads = params_read(stage.module) - UNUSED_PATHS.get(stage.name, set())
 
     def covered(key, by):
         return any(key == other or key.startswith(other + ".") for other in by)
@@ -129,6 +99,46 @@ def test_a_stage_tracks_exactly_the_params_it_reads(stage):
     untracked = sorted(r for r in reads if not covered(r, stage.params))
     assert not unread, f"{stage.name} tracks params it never reads: {unread}"
     assert not untracked, f"{stage.name} reads params DVC does not track: {untracked}"
+
+
+@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
+def test_a_stage_tracks_exactly_the_params_it_reads(stage):
+    _check_params(stage)
+
+
+def test_the_check_fails_when_the_keys_a_helper_reads_are_untracked():
+    """The broken copy: propose tracking none of the keys that only load_sampler (populora.lm.engines) reads,
+    as if the helper were new. The old check took helper modules from a hand-kept table (PARAMS_HELPERS); with
+    the helper missing from it, it passed this copy (shown by hand, 2026-11-27)."""
+    engine_only = {"sampler", "lora.rank", "update.max_seq_len", "model.dtype", "model.device"}
+    propose = next(s for s in STAGES if s.name == "propose")
+    broken = dataclasses.replace(propose, params=tuple(k for k in propose.params if k not in engine_only))
+    with pytest.raises(AssertionError, match=r"propose reads params DVC does not track: \['lora.rank', "
+                                             r"'model.device', 'model.dtype', 'sampler', 'update.max_seq_len'\]"):
+        _check_params(broken)
+
+
+def test_a_new_helper_is_followed_whatever_it_calls_params(tmp_path):
+    files = {
+        "stages/__init__.py": "",
+        "stages/s.py": "from populora.helper import make\nfrom populora import other\n\n\ndef main():\n"
+                       "    params = setup()\n    make(1, params)\n    other.use(cfg=params)\n    return params.base.seed\n",
+        "populora/__init__.py": "",
+        "populora/helper.py": "def make(n, config):\n    return config.reward.teacher_mode, deeper(config)\n\n\n"
+                              "def deeper(p):\n    return p.evolve\n",
+        "populora/other.py": "def use(*, cfg):\n    return cfg.bench.limit_of('x')\n",
+        "stages/t.py": "def main(params):\n    return {'p': params}\n",
+        "stages/u.py": "import json\n\n\ndef main(params):\n    return json.dumps(params)\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert params_read("stages.s", tmp_path) == {"base.seed", "reward.teacher_mode", "evolve", "bench.limit",
+                                                 "bench.limits"}
+    with pytest.raises(ParamsFlowError, match=r"stages/t.py:2: `params` goes where the params reader cannot follow"):
+        params_read("stages.t", tmp_path)
+    with pytest.raises(ParamsFlowError, match=r"stages/u.py:5: `params` is handed to json.dumps"):
+        params_read("stages.u", tmp_path)
 
 
 # ---------------------------------------------------------------- DAG shape and fresh checkouts

@@ -14,13 +14,11 @@ import signal
 import subprocess
 import time
 
-import numpy as np
 import pytest
 
-from populora.core.stats import welch_interval
 from populora.study import experiments as study
 from populora.study.__main__ import main as study_main
-from populora.study.analysis import summarize
+from populora.study.analysis import summarize, verdict
 from tests.conftest import REPO
 from tests.dvc_project import BIN, new_dvc_project
 from tests.dvc_project import env as dvc_env
@@ -85,24 +83,53 @@ VERDICTS = {
 }
 
 
-def test_population_minus_baseline_is_the_studys_comparison_across_seeds():
-    result = _summary(VERDICTS)
+def _population_minus_baseline(result: dict) -> None:
+    """The comparison on VERDICTS, against figures worked out by hand (not by the code under test): seed means
+    0.30, 0.25 (population) and 0.10, 0.10 (baseline); each side's sd floored at one problem's worth, 1/20,
+    so se = sqrt(0.05^2/2 + 0.05^2/2) = 0.05 with Welch's df = 2, t_0.975(2) = 4.302653: 0.175 +- 0.215133.
+    The interval covers 0: no detectable difference."""
     [row] = [c for c in result["comparisons"] if c["right"] != "base"]  # zero_sum has no baseline: no comparison
     assert (row["bench"], row["left"], row["right"]) == (
         "cruxeval_o", "population (reward.teacher_mode=learnability)", "baseline (reward.teacher_mode=learnability)")
-    pop = np.array([[VERDICTS[e]["cruxeval_o"]["population-student0"][p] for p in PROBLEMS] for e in ("pop0", "pop1")], float)
-    base = np.array([[VERDICTS[e]["cruxeval_o"]["baseline-solo"][p] for p in PROBLEMS] for e in ("base0", "base1")], float)
-    welch = welch_interval(pop.mean(axis=1), base.mean(axis=1), sd_floor=1 / len(PROBLEMS))  # one problem's worth
-    assert (row["delta"], row["low"], row["high"], row["method"]) == (welch["delta"], welch["low"], welch["high"],
-                                                                       "Welch t over seeds")
-    assert row["delta"] == pytest.approx(0.175) and row["seeds"] == [2, 2] and row["mde"] >= 3 / len(PROBLEMS)
-    assert row["verdict"] == ("no detectable difference" if row["low"] <= 0 <= row["high"] else
-                              "population (reward.teacher_mode=learnability) higher")
+    assert row["method"] == "Welch t over seeds" and row["seeds"] == [2, 2] and row["df"] == 2
+    assert (row["delta"], row["low"], row["high"]) == pytest.approx((0.175, -0.040133, 0.390133), abs=2e-6)
+    assert row["verdict"] == "no detectable difference"
+    assert row["mde"] >= 3 / len(PROBLEMS)
+
+
+def test_population_minus_baseline_is_the_studys_comparison_across_seeds():
+    _population_minus_baseline(_summary(VERDICTS))
     missing = _summary({k: v for k, v in VERDICTS.items() if k != "base1"})
     assert missing["comparisons"][0]["seeds"] == [2, 1]  # an experiment without verdicts is left out
     assert missing["comparisons"][0]["method"] == "one seed: tasks only"
     assert "no per-problem verdicts" in missing["notes"][0]
     assert _summary()["comparisons"] == []
+
+
+def test_the_comparison_test_fails_on_a_normal_quantile_for_two_seeds(monkeypatch):
+    """The broken copy: z = 1.96 instead of Student's t (df = 2) narrows the interval to [0.077, 0.273] and
+    the verdict turns to "population higher". The old test took the interval from the code's own
+    welch_interval and the verdict from the code's own condition on it, so it passed this copy."""
+    from scipy.stats import norm
+
+    from populora.core import stats
+
+    monkeypatch.setattr(stats, "_t", lambda q, df: float(norm.ppf(q)))
+    broken = _summary(VERDICTS)
+    assert [c["verdict"] for c in broken["comparisons"] if c["right"] != "base"] == [
+        "population (reward.teacher_mode=learnability) higher"]
+    with pytest.raises(AssertionError):
+        _population_minus_baseline(broken)
+
+
+def test_a_verdict_reads_the_interval():
+    """verdict() against literal cases (not its own condition)."""
+    c = {"mde": 0.1}
+    assert verdict({**c, "low": 0.01, "high": 0.2}, "a", "b") == "a higher"
+    assert verdict({**c, "low": -0.2, "high": -0.01}, "a", "b") == "b higher"
+    assert verdict({**c, "low": -0.2, "high": 0.3}, "a", "b") == "no detectable difference"
+    assert verdict({**c, "low": 0.0, "high": 0.3}, "a", "b") == "no detectable difference"  # 0 on the edge: covered
+    assert verdict({"mde": None, "low": 0.0, "high": 0.0}, "a", "b") == "identical scores"
 
 
 def test_groups_get_the_t_interval_of_the_study():

@@ -96,6 +96,81 @@ def test_hostile_suite_is_large_and_covers_every_class():
         c.contains for c in HOSTILE_CASES}
 
 
+# The cases the suite lets end in `ok:1`: the program returned, and the harness around it must have lived on
+# to report the whole job, the zygote that forked it must still serve the next job, and a job running
+# beside it on the other zygote must be untouched. Each case runs with every layer, and with seccomp off
+# (kill(-1) then returns 1: as root the child holds a private uid, so it can reach nothing else).
+SURVIVAL = ("alarm_storm_in_harness", "kill_everything")
+NEIGHBOUR = "import time\ndef f(x):\n    time.sleep(0.6)\n    return x\n"
+NEXT = "def f(x):\n    return sum(range(x))\n"
+
+
+def _case(name: str):
+    return next(c for c in HOSTILE_CASES if c.name == name)
+
+
+def _lives_on(box: Sandbox, case) -> None:
+    """The hostile job on zygote 0 (group 0) while a job sleeps on zygote 1 (group 1), then the next job on
+    zygote 0."""
+    zygotes = [z.proc.pid for z in box._zygotes]
+    beside = box.submit(Job(NEIGHBOUR, (Call("f(7)"),)), group=1)
+    time.sleep(0.2)  # the neighbour is running when the hostile job starts
+    run = box.run(Job(case.program, (Call(f"f({case.input})"), Call("len('ab')"))), group=0)
+    assert outcome(run) in case.expect, (run.detail, run.calls)
+    if outcome(run) == "ok:1":  # the harness survived the program: it ran and reported the job's next call
+        assert run.status == "ok" and len(run.calls) == 2 and run.calls[1].status in ("ok", "exception"), run
+    after = box.run(Job(NEXT, (Call("f(10)"),)), group=0)
+    assert outcome(after) == "ok:45", f"the next job on the same zygote: {after}"
+    assert outcome(beside.result()) == "ok:7", f"the job beside it: {beside.result()}"
+    assert [z.proc.pid for z in box._zygotes] == zygotes, "a zygote died under the hostile job (the pool restarted it)"
+
+
+@needs_root
+@pytest.mark.parametrize("skip", [(), ("seccomp",)], ids=["every_layer", "no_seccomp"])
+@pytest.mark.parametrize("name", SURVIVAL)
+def test_the_harness_survives_and_the_next_job_runs(name, skip):
+    with Sandbox(workers=2, limits=limits(), skip_layers=frozenset(skip)) as sandbox:
+        assert sandbox.layers["uid_drop"], "kill(-1) without seccomp is only safe under a private uid"
+        for _ in range(2):
+            _lives_on(sandbox, _case(name))
+
+
+@needs_root
+def test_the_survival_check_fails_when_zygotes_share_a_uid(monkeypatch):
+    """The broken copy: one private uid for both zygotes' children. Without seccomp kill(-1) still returns 1
+    (the case's accepted `ok:1`), but it kills the job beside it."""
+    import itertools
+
+    from populora.sandbox import pool
+
+    monkeypatch.setattr(pool, "_slot_counter", itertools.repeat(0))
+    with Sandbox(workers=2, limits=limits(), skip_layers=frozenset({"seccomp"})) as sandbox:
+        assert sandbox.layers["uid_drop"] and len(set(sandbox._uids)) == 1
+        with pytest.raises(AssertionError, match="the job beside it"):
+            _lives_on(sandbox, _case("kill_everything"))
+
+
+@needs_root
+def test_the_survival_check_fails_when_the_zygote_runs_the_program_itself(monkeypatch, tmp_path):
+    """The broken copy: a zygote that runs each job in its own process instead of a forked child. The alarm
+    storm then hits the zygote: `crash` or `exception:E`, both outcomes the suite accepts, but the zygote dies.
+    Only the alarm storm runs on this copy (a program run as root outside any child could reach anything)."""
+    from populora.sandbox import pool
+
+    source = Path(pool._ZYGOTE_SCRIPT)
+    text = source.read_text()
+    call = "result = _supervise(request, caps, workroot, uid, devnull, seq)"
+    assert call in text
+    (tmp_path / "zygote.py").write_text(text.replace(call, "result = _execute(request)"))
+    (tmp_path / "jail.py").write_text((source.parent / "jail.py").read_text())
+    monkeypatch.setattr(pool, "_ZYGOTE_SCRIPT", str(tmp_path / "zygote.py"))
+    storm = _case("alarm_storm_in_harness")
+    assert "kill" not in storm.program and "fork" not in storm.program
+    with Sandbox(workers=2, limits=limits()) as sandbox:
+        with pytest.raises(AssertionError):
+            _lives_on(sandbox, storm)
+
+
 @needs_root
 def test_every_containment_layer_is_active(box):
     assert set(LAYERS) == {"net_namespace", "mount_namespace", "fs_jail", "uid_drop", "ipc_namespace", "seccomp"}

@@ -23,6 +23,7 @@ from populora.core.stats import (
     welch_interval,
 )
 from populora.study import calibration
+from tests.mutants import broken_copy
 
 
 @pytest.fixture(scope="module")
@@ -116,12 +117,27 @@ def test_the_mde_comes_from_the_t_distribution_of_the_comparison():
     assert welch["mde"] == pytest.approx((t.ppf(0.975, welch["df"]) + t.ppf(0.8, welch["df"])) * se, rel=1e-3)
 
 
-def test_the_two_level_bootstrap_widens_with_seed_drift():
+def _widens_with_seed_drift(bootstrap) -> None:
+    """One seed far off must widen the interval (the seed level at work), against the same mean without
+    drift. Both sides differ from each other, so the interval has width (the old first half compared two
+    identical inputs: [0, 0] whatever the code did; gone since the study moved to core/stats.py)."""
     rng = np.random.default_rng(0)
     problems = (rng.random(200) < 0.1).astype(float)
     same = np.tile(problems, (3, 1))
     drift = same.copy()
     drift[0, :40] = 1.0  # one seed far off: the seed level must widen the interval
-    _, low_d, high_d = two_level_bootstrap(drift, same)
-    _, low_s, high_s = two_level_bootstrap(np.tile(drift.mean(axis=0), (3, 1)), same)  # same mean, no drift
+    _, low_d, high_d = bootstrap(drift, same)
+    _, low_s, high_s = bootstrap(np.tile(drift.mean(axis=0), (3, 1)), same)  # same mean, no drift
     assert high_d - low_d > 1.5 * (high_s - low_s) > 0
+
+
+def test_the_two_level_bootstrap_widens_with_seed_drift():
+    _widens_with_seed_drift(two_level_bootstrap)
+
+
+def test_the_drift_test_fails_on_a_bootstrap_without_its_seed_level():
+    """The broken copy: every draw keeps all seeds (problems resampled only), so drift cannot widen it."""
+    one_level = broken_copy(two_level_bootstrap, ("np.take_along_axis(means_a, rows_a, 1)", "means_a"),
+                            ("np.take_along_axis(means_b, rows_b, 1)", "means_b"))
+    with pytest.raises(AssertionError):
+        _widens_with_seed_drift(one_level)

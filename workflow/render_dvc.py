@@ -22,13 +22,17 @@ run as they are. The number of generations and of update jobs (`dag.update_jobs`
 templating has no arithmetic (generation g starts from g-1's checkpoint) and cannot build a range
 from a number, so both are rendered (update job k trains the arm's adapters k, k+J, ..., so a
 population size change never needs a re-render: a job left without an adapter writes an empty part).
-The first stage, `dag_shape` (always run; every other stage is downstream of it through
-`base_model`), re-renders the stages in memory and fails before any other work when they differ
-from dvc.yaml, with the fix:
+The first stage, `dag_shape` (rerun whenever params.yaml or any code changes; every other stage is
+downstream of it through `base_model`), re-renders the stages in memory and fails before any other
+work when they differ from dvc.yaml, with the fix:
 
     dvc exp run -S dag.generations=5      ->  ERROR ... dvc.yaml has the DAG shape of other params
     python -m workflow.render_dvc         # params.yaml already holds the -S values
     dvc exp run                           # now five generations
+
+The guard reruns on its inputs (params.yaml, where `-S` writes, and the code the stages and their
+deps are rendered from), not on every run (`always_changed`), so `dvc status` can be clean: after a
+Snakemake run, workflow/adopt.py writes the same stamp and commits every stage (docs/dvc.md).
 
 The `plots` section is rendered for the arms and slots of the params it was rendered from (a
 one-arm experiment of a two-arm dvc.yaml has no data for the other arm's plots).
@@ -61,6 +65,10 @@ GUARD = "dag_shape"
 GUARD_STAMP = f"{RESULTS}/.dag_shape.ok"  # constant content: base_model depends on it only for the order
 GUARD_CMD = (f"python -m workflow.render_dvc --check --shape-only --params params.yaml --out dvc.yaml "
              f"--stamp {GUARD_STAMP}")
+# what the rendered stages are made of: the params (`dvc exp run -S` edits params.yaml) and the code (each
+# stage's deps are its imports). dvc.yaml itself cannot be a DVC dependency; a stage whose entry changes
+# reruns anyway, and `render_dvc --check` (scripts/run_pipeline.sh, the tests) catches hand edits.
+GUARD_DEPS = ["params.yaml", "populora", "stages", "workflow"]
 
 # DVC interpolation of each path field; `last` (the final generation) is rendered
 ITEM = {"arm": "${item.arm}", "gen": "${item.gen.id}", "prev": "${item.gen.prev}", "bench": "${item.bench}",
@@ -99,7 +107,7 @@ def render_stage(stage: Stage, params) -> dict:
 
 def render(params_path: str = "params.yaml") -> str:
     params = load_params(params_path)
-    guard = {"cmd": GUARD_CMD, "always_changed": True, "outs": [{GUARD_STAMP: {"cache": False}}]}
+    guard = {"cmd": GUARD_CMD, "deps": GUARD_DEPS, "outs": [{GUARD_STAMP: {"cache": False}}]}
     document = {"stages": {GUARD: guard, **{stage.name: render_stage(stage, params) for stage in STAGES}}}
     document["plots"] = plots_section(params)
     return HEADER + yaml.dump(document, Dumper=_NoAliases, sort_keys=False, width=1000)
@@ -174,6 +182,12 @@ def stale_message(path: Path, current: str, wanted: str) -> str:
             f"the same dvc command again without -S for those keys; commit dvc.yaml first for --queue/--temp runs.")
 
 
+def write_stamp(path: str = GUARD_STAMP) -> None:
+    """The guard's marker: constant content, so base_model (which depends on it for the order) never reruns
+    because of it; workflow/adopt.py writes it too after a Snakemake run."""
+    write_json(path, {"dvc.yaml": "matches params.yaml and workflow/dag.py"})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default="params.yaml")
@@ -198,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             print(stale_message(path, current, text), file=sys.stderr)
             return 1
         if args.stamp:
-            write_json(args.stamp, {"dvc.yaml": "matches params.yaml and workflow/dag.py"})
+            write_stamp(args.stamp)
         print(f"{path} is up to date")
         return 0
     path.write_text(text)
