@@ -3,7 +3,8 @@
 # another in a clone of this repository with params/cpu-study.yaml applied; as each finishes, its
 # small results (metrics, arm summary and dynamics, benchmark results with per-problem verdicts and
 # answer diagnostics, the task ids behind each diagnostic (<model>/answers.json), the students'
-# training answers per generation (training_answers.json), its params, wall time) are copied to study/runs/<control>-s<seed>/ of THIS checkout and committed there (only
+# training answers per generation (training_answers.json), each replacement step (evolution/genNNN.json),
+# its params, wall time) are copied to study/runs/<control>-s<seed>/ of THIS checkout and committed there (only
 # that folder), so no result lives only in a work tree or cache.
 #
 #   bash scripts/study.sh /path/to/study-clone 2t2s:0 baseline:0 1t1s:0 ...
@@ -170,6 +171,11 @@ for item in "$@"; do
   # only this run's arm and the base (the work tree may hold another experiment's arm folder)
   (cd "$clone/results" && cp metrics.json "$tmp/" && mkdir -p "$tmp/dynamics" && cp -r "dynamics/$arm" "$tmp/dynamics/")
   find "$tmp/dynamics" -name '*.lock' -delete  # the live history's file lock is not a result
+  # each replacement step: events (operator, parents, confidence, moments), every member's fitness with its uncertainty
+  for file in "$clone/results/$arm"/gen*/evolved/evolution.json; do
+    [ -f "$file" ] || continue
+    gen=$(basename "$(dirname "$(dirname "$file")")"); mkdir -p "$tmp/evolution"; cp "$file" "$tmp/evolution/$gen.json"
+  done
   for bench in "bench/base" "bench/$arm"; do  # absent where the overlay runs no benchmark (a candidate budget)
     [ -d "$clone/results/$bench" ] || continue
     (cd "$clone/results" && find "$bench" -maxdepth 2 -name '*.json' | while read -r f; do
