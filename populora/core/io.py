@@ -127,9 +127,24 @@ def read_json(path: str | Path) -> Any:
         raise ArtifactError(f"{path} is truncated or corrupted (not valid JSON: {error}). Fix: {FIX}.") from error
 
 
+def _jsonl_line(row: dict) -> str:
+    line = json.dumps(row, sort_keys=True, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (garbage text) has no UTF-8: JSON's \uXXXX escapes round-trip it
+        line = json.dumps(row, sort_keys=True, ensure_ascii=True)
+    return line + "\n"
+
+
 def write_jsonl(path: str | Path, rows: Iterable[dict]) -> None:
-    """Write one JSON object per line (sorted keys), atomically."""
+    """Write one JSON object per line (sorted keys), atomically. Text is written as UTF-8 as it is;
+    a row holding a lone surrogate (which has no UTF-8) is written with JSON escapes instead."""
+    rows = list(rows)
     text = "".join(json.dumps(row, sort_keys=True, ensure_ascii=False) + "\n" for row in rows)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = "".join(_jsonl_line(row) for row in rows)
     _atomic_write_text(Path(path), text)
 
 
