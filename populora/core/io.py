@@ -14,6 +14,16 @@ artifact behind and Snakemake/DVC never mistake a partial file for a finished on
 
 Readers fail with `ArtifactError`, naming the file and the fix, on truncated or corrupted JSON,
 JSONL or safetensors files.
+
+Fault injection (tests only; nothing happens unless the variable is set): every write passes
+numbered *write points* (`write_point`): a temp file created, written and fsynced, renamed into
+place; a staging folder created, filled (adapter weights, optimizer moments, links), moved into
+place. With `POPULORA_KILL_AT=<stage>:<n>[:<word>]` the process of stage `<stage>` (`python -m
+stages.<stage>`, the module's name), whose command line holds `<word>` when given, SIGKILLs itself at
+its n-th write point: a kill at a chosen moment of its writes, reproducibly (tests/test_kill_stages.py).
+`POPULORA_WRITE_LOG=<file>` appends one JSON line per write point passed (stage, n, point, path,
+pid, command line, and `"kill": true` for the one that killed), so a test can list a stage's points
+from a clean run.
 """
 
 from __future__ import annotations
@@ -23,11 +33,44 @@ import json
 import os
 import re
 import shutil
+import signal
 import struct
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+KILL_ENV = "POPULORA_KILL_AT"  # <stage>:<n>[:<word>]: SIGKILL at the n-th write point (see the docstring)
+WRITE_LOG_ENV = "POPULORA_WRITE_LOG"  # a file: one JSON line per write point passed
+_points = {"n": 0}
+
+
+def _stage_name() -> str:
+    """The running stage's module name (`python -m stages.update` -> `update`), else the script's."""
+    return Path(sys.argv[0]).stem if sys.argv and sys.argv[0] else "?"
+
+
+def write_point(point: str, path: str | Path) -> None:
+    """A moment in a write where a test may kill this process (no-op unless KILL_ENV or WRITE_LOG_ENV is set)."""
+    spec, log = os.environ.get(KILL_ENV), os.environ.get(WRITE_LOG_ENV)
+    if not (spec or log):
+        return
+    _points["n"] += 1
+    stage, n = _stage_name(), _points["n"]
+    kill = False
+    if spec:
+        name, _, rest = spec.partition(":")
+        at, _, word = rest.partition(":")
+        kill = name == stage and at.isdigit() and int(at) == n and (not word or word in " ".join(sys.argv))
+    if log:
+        entry = {"stage": stage, "n": n, "point": point, "path": str(path), "pid": os.getpid(), "kill": kill,
+                 "command": " ".join(sys.argv[1:])}
+        with open(log, "a", encoding="utf-8") as handle:  # O_APPEND: one line per write, whole
+            handle.write(json.dumps(entry, sort_keys=True) + "\n")
+    if kill:
+        os.kill(os.getpid(), signal.SIGKILL)
+
 
 FIX = "delete it and rerun the stage that writes it (snakemake reruns it by itself; dvc: dvc repro -f STAGE)"
 
@@ -88,15 +131,18 @@ def _atomic_write(path: Path, fill) -> None:
     _remove_stale(path.parent, path.name)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        write_point("temp file created", path)
         with os.fdopen(fd, "wb") as handle:
             fill(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, file_mode())
+        write_point("temp file written", path)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    write_point("renamed into place", path)
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -203,10 +249,13 @@ def replace_dir(tmp: str | Path, dst: str | Path) -> None:
     """Move a finished staging folder into place, replacing any old `dst`."""
     tmp, dst = Path(tmp), Path(dst)
     apply_umask(tmp)
+    write_point("staged folder filled", dst)
     if dst.exists():
         shutil.rmtree(dst)
+        write_point("old folder removed", dst)
     os.replace(tmp, dst)
     _PENDING.discard(tmp)
+    write_point("folder moved into place", dst)
 
 
 def staging_dir(dst: str | Path) -> Path:
@@ -219,6 +268,7 @@ def staging_dir(dst: str | Path) -> Path:
     _remove_stale(dst.parent, dst.name)
     tmp = Path(tempfile.mkdtemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".staging"))
     _PENDING.add(tmp)
+    write_point("staging folder created", dst)
     return tmp
 
 
@@ -245,3 +295,4 @@ def link_or_copy(src: str | Path, dst: str | Path) -> None:
 def link_tree(src: str | Path, dst: str | Path) -> None:
     """`shutil.copytree` with hard links (see `link_or_copy`)."""
     shutil.copytree(src, dst, copy_function=link_or_copy)
+    write_point("folder linked", dst)

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from populora.core.io import write_point
 from populora.core.paths import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 
 WEIGHTS, CONFIG = ADAPTER_WEIGHTS, ADAPTER_CONFIG
@@ -62,6 +63,7 @@ def write_adapter(folder: str | Path, state: dict[str, torch.Tensor], config_fro
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in state.items()}, str(folder / WEIGHTS))
+    write_point("adapter weights written", folder / WEIGHTS)
     shutil.copy(Path(config_from) / CONFIG, folder / CONFIG)
 
 
@@ -85,6 +87,7 @@ def save_trained_adapter(peft_model, slot: str, dst: str | Path) -> None:
     shutil.move(str(saved), str(dst))
     normalize_config(dst)
     shutil.rmtree(scratch, ignore_errors=True)
+    write_point("adapter saved", dst)
 
 
 def delta_norm(state: dict[str, torch.Tensor]) -> float:
