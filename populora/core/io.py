@@ -9,6 +9,8 @@ artifact behind and Snakemake/DVC never mistake a partial file for a finished on
   `replace_dir`; staging folders a failed stage leaves behind are removed when the process
   exits, and those a killed stage (SIGKILL, power loss) left behind are removed by the next
   run of the same stage, so a rerun ends with exactly the artifacts of an uninterrupted run;
+* a write that fails (a full disk) raises OSError naming the file it was writing (`naming`),
+  where the OS and safetensors name none;
 * artifacts get the permissions the umask gives (files 0o666 & ~umask, folders 0o777 & ~umask),
   not the owner-only modes of `mkstemp`/`mkdtemp`.
 
@@ -29,6 +31,7 @@ from a clean run.
 from __future__ import annotations
 
 import atexit
+import errno
 import json
 import os
 import re
@@ -38,6 +41,7 @@ import struct
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +128,23 @@ def _remove_stale(parent: Path, name: str) -> None:
                 stale.unlink(missing_ok=True)
 
 
+@contextmanager
+def naming(path: str | Path) -> Iterator[None]:
+    """Re-raise an OSError that names no file (a write's ENOSPC, EIO: the OS leaves the file out) or
+    safetensors' I/O error as OSError(errno, message, path): a failed stage then says which file."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is not None or error.errno is None:
+            raise
+        raise OSError(error.errno, error.strerror or str(error), str(path)) from error
+    except Exception as error:
+        if type(error).__name__ != "SafetensorError" or "I/O error" not in str(error):
+            raise
+        code = errno.ENOSPC if "os error 28" in str(error) else errno.EIO
+        raise OSError(code, str(error), str(path)) from error
+
+
 def _atomic_write(path: Path, fill) -> None:
     """`fill(handle)` writes the content into a binary temp file beside `path`, which is then renamed over it."""
     path = Path(path)
@@ -132,7 +153,7 @@ def _atomic_write(path: Path, fill) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         write_point("temp file created", path)
-        with os.fdopen(fd, "wb") as handle:
+        with naming(path), os.fdopen(fd, "wb") as handle:
             fill(handle)
             handle.flush()
             os.fsync(handle.fileno())
@@ -289,7 +310,8 @@ def link_or_copy(src: str | Path, dst: str | Path) -> None:
     try:
         os.link(src, dst)
     except OSError:
-        shutil.copy2(src, dst)
+        with naming(dst):
+            shutil.copy2(src, dst)
 
 
 def link_tree(src: str | Path, dst: str | Path) -> None:
