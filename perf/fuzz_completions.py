@@ -257,10 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hogs", type=int, default=2, help="busy-loop processes beside the second pass")
     parser.add_argument("--json", default=None, help="write the report here")
     args = parser.parse_args(argv)
-    start = time.perf_counter()
-    report = fuzz(generate(args.n, args.seed), args.hogs)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip()
+                            cwd=Path(__file__).parent).stdout.strip()  # the code this process imported
+    start, load_start = time.perf_counter(), os.getloadavg()[0]
+    report = fuzz(generate(args.n, args.seed), args.hogs)
+    report |= {"loadavg_1min": [round(load_start, 2), round(os.getloadavg()[0], 2)]}  # at start and end: what ran beside
     report |= {"seed": args.seed, "wall_s": round(time.perf_counter() - start, 1), "commit": commit,
                "date": time.strftime("%Y-%m-%d"), "cpu": platform.processor() or platform.machine(),
                "cpus": os.cpu_count(), "command": " ".join(["perf/fuzz_completions.py", *(argv or sys.argv[1:])])}
