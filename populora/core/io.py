@@ -22,7 +22,9 @@ numbered *write points* (`write_point`): a temp file created, written and fsynce
 place; a staging folder created, filled (adapter weights, optimizer moments, links), moved into
 place. With `POPULORA_KILL_AT=<stage>:<n>[:<word>]` the process of stage `<stage>` (`python -m
 stages.<stage>`, the module's name), whose command line holds `<word>` when given, SIGKILLs itself at
-its n-th write point: a kill at a chosen moment of its writes, reproducibly (tests/test_kill_stages.py).
+its n-th write point (or, when `<n>` is a point's name such as `folder moved into place`, at the first
+point of that name: a resumed bench job passes fewer points): a kill at a chosen moment of its writes,
+reproducibly (tests/test_kill_stages.py).
 `POPULORA_WRITE_LOG=<file>` appends one JSON line per write point passed (stage, n, point, path,
 pid, command line, and `"kill": true` for the one that killed), so a test can list a stage's points
 from a clean run.
@@ -45,7 +47,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-KILL_ENV = "POPULORA_KILL_AT"  # <stage>:<n>[:<word>]: SIGKILL at the n-th write point (see the docstring)
+KILL_ENV = "POPULORA_KILL_AT"  # <stage>:<n or point name>[:<word>]: SIGKILL there (see the docstring)
 WRITE_LOG_ENV = "POPULORA_WRITE_LOG"  # a file: one JSON line per write point passed
 _points = {"n": 0}
 
@@ -66,7 +68,8 @@ def write_point(point: str, path: str | Path) -> None:
     if spec:
         name, _, rest = spec.partition(":")
         at, _, word = rest.partition(":")
-        kill = name == stage and at.isdigit() and int(at) == n and (not word or word in " ".join(sys.argv))
+        here = int(at) == n if at.isdigit() else at == point  # the n-th point, or the first of that name
+        kill = name == stage and here and (not word or word in " ".join(sys.argv))
     if log:
         entry = {"stage": stage, "n": n, "point": point, "path": str(path), "pid": os.getpid(), "kill": kill,
                  "command": " ".join(sys.argv[1:])}
