@@ -9,7 +9,7 @@ folder moved into place); `POPULORA_KILL_AT=<stage>:<n>[:<word>]` makes that sta
 itself at its n-th point, and `POPULORA_WRITE_LOG` lists the points a run passed.
 
 The project: the tiny random model, one arm (population), one generation with evolution after it
-(so the checkpoint holds a child), two update jobs of two adapters each, CRUXEval-O on 2 problems.
+(so the checkpoint holds a child), two update jobs of two adapters each, CRUXEval-O on 8 problems.
 One undisturbed Snakemake run is the reference; its write log gives each stage's points. Then, in
 the same folder (so paths inside artifacts are the same), `snakemake` runs again and again, each
 time with one kill: propose, update (job 0), update_gather, checkpoint and the arm's bench, each at
@@ -18,8 +18,9 @@ middle of its pieces resumes from them, with fewer points); each run must die wi
 at that point, and the next one (the same command) picks up. A last run without a kill finishes; every file under
 results/ must then equal the reference's, hidden files included (no temp file or staging folder
 left), except the files that record time: logs/, timings/ (Snakemake's per-job TSVs), report/ (its
-timings table) and the `wall_s` of each benchmark result. The DVC side does the same once: `dvc
-repro` killed inside update job 0's writes, `dvc repro` again, the same comparison.
+timings table) and the timings inside each benchmark result (`wall_s`, `generation_s`, ...). The DVC
+side does the same once: `dvc repro` killed inside update job 0's writes, `dvc repro` again, the same
+comparison.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def project(tmp_path_factory, tiny_params_dict) -> Path:
     params = dict(tiny_params_dict)
     params["dag"] = {**params["dag"], "generations": 1, "arms": ["population"], "update_jobs": 2}
     params["evolve"] = {**params["evolve"], "interval": 1, "replace": 1}
-    params["bench"] = {**params["bench"], "benchmarks": ["cruxeval_o"], "limit": 2, "max_new_tokens": 16,
+    params["bench"] = {**params["bench"], "benchmarks": ["cruxeval_o"], "limits": {"cruxeval_o": 8}, "max_new_tokens": 16,
                        "data_dir": str(REPO.parent / "shared" / "benchmarks")}
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return root
@@ -83,7 +84,7 @@ def _log(path: Path) -> list[dict]:
 
 def _artifacts(results: Path) -> dict[str, bytes | None]:
     """Every entry under results/ (hidden ones included) but the timed folders: path -> bytes (None:
-    a folder); a benchmark result's `wall_s` left out."""
+    a folder); a benchmark result's timings left out."""
     out = {}
     for path in sorted(results.rglob("*")):
         rel = path.relative_to(results)
@@ -91,9 +92,16 @@ def _artifacts(results: Path) -> dict[str, bytes | None]:
             continue
         data = path.read_bytes() if path.is_file() else None
         if data is not None and rel.parts[0] == "bench" and path.suffix == ".json":
-            data = json.dumps({k: v for k, v in json.loads(data).items() if k != "wall_s"}, sort_keys=True).encode()
+            data = json.dumps(_untimed(json.loads(data)), sort_keys=True).encode()
         out[rel.as_posix()] = data
     return out
+
+
+def _untimed(value):
+    """A benchmark result without its timings (`wall_s`, `generation_s`, `s_per_problem`, `gold_loglik.seconds`)."""
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if not (k.endswith("_s") or k == "seconds")}
+    return value
 
 
 def _differences(got: dict, want: dict) -> list[str]:
