@@ -2,7 +2,7 @@
 fails with the file it was writing named in its error, leaves nothing half-written, and the same
 command completes once space is freed, with the bytes of a run on a roomy disk.
 
-    .venv/bin/python -m pytest tests/test_full_disk.py -q
+    .venv/bin/python -m pytest tests/test_full_disk.py -m "" -q     (slow: -m "" selects it)
 
 Two stages: `verify` (a JSONL artifact, through the atomic writer) and `update_gather` (a staged
 folder whose adapters are copied in, since its update parts lie on another file system, so the copy
@@ -24,6 +24,7 @@ import yaml
 from tests.conftest import REPO
 from tests.seed_tasks import seed_rows
 
+pytestmark = pytest.mark.slow  # stage subprocesses and sandboxes: CI's full lane, not the fast one
 DISK_KB = 256
 
 

@@ -1,7 +1,7 @@
 """Garbage completions never crash a stage (issue 50): the small version of perf/fuzz_completions.py,
 hypothesis properties of the parsers, and the library bugs the fuzzer found, one test each.
 
-    .venv/bin/python -m pytest tests/test_fuzz_completions.py -q
+    .venv/bin/python -m pytest tests/test_fuzz_completions.py -m "" -q     (-m "": the sandboxed run is marked slow)
 
 The full run (10,000 completions, idle and beside two CPU hogs) is `perf/fuzz_completions.py`; its
 figures are in docs/measurements.md and perf/measured/fuzz_completions.json.
@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +29,7 @@ from fuzz_completions import fuzz  # noqa: E402
 from fuzz_corpus import TOKENS, generate  # noqa: E402
 
 
+@pytest.mark.slow  # sandboxes and busy loops for ~30 s: CI's full lane (scripts/run_tests.sh), not the fast one
 def test_garbage_through_every_stage_idle_and_beside_cpu_hogs():
     """400 completions of every kind: nothing raises, every failed row has a known reason, nothing
     escapes the sandbox, and the verdicts beside two busy loops equal those on the idle machine."""
