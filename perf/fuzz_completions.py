@@ -50,6 +50,7 @@ from populora.verifier import GRADE_REASONS, VERIFY_REASONS, grade_rows, open_sa
 CONFIG = VerifySection(timeout_s=0.5, memory_mb=256, workers=2)
 TEACHERS, STUDENTS = ("teacher0", "teacher1"), ("student0", "student1")
 SECRET = "s3cret-populora-fuzz-7f1c"
+SANDBOX_UIDS = 1_000_000  # populora.sandbox.pool._UID_BASE: as root, checks run under _UID_BASE + pid * 256 + n
 
 
 @dataclass
@@ -208,11 +209,20 @@ def _hogs(n: int) -> list[subprocess.Popen]:
 
 
 def escapes() -> list[str]:
-    """Traces an escaped program would leave: canary files, this process's stray descendants."""
+    """Traces an escaped program would leave: canary files, children of this process, processes under
+    the private uids of this process's sandboxes (as root every check runs under one)."""
     found = [p for p in (CANARY, f"{CANARY}-dir", f"{CANARY}2") if os.path.lexists(p)]
+    own_uids = SANDBOX_UIDS + (os.getpid() % 4_194_304) * 256  # this process's pools (other runs' are theirs)
     children = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
     if children.exists() and children.read_text().split():
         found.append(f"processes left: {children.read_text().split()}")
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            uid = int(next(line for line in status.read_text().splitlines() if line.startswith("Uid:")).split()[1])
+        except (OSError, StopIteration, ValueError, IndexError):
+            continue  # gone meanwhile
+        if own_uids <= uid < own_uids + 256:
+            found.append(f"process {status.parent.name} runs under one of this run's sandbox uids ({uid})")
     return found
 
 
