@@ -41,7 +41,8 @@ from tests.dvc_project import GIT_ID
 pytestmark = pytest.mark.slow
 BIN = str(Path(sys.executable).parent)
 TIMED = ("logs", "timings", "report")  # folders whose files record how long things took
-BOOKKEEPING = (".gitignore", ".snakemake_timestamp")  # DVC's list of its outputs, Snakemake's mark in a folder output
+# the engines' own files: DVC's lists of its outputs and its dag_shape guard's stamp, Snakemake's mark in a folder output
+BOOKKEEPING = (".gitignore", ".dag_shape.ok", ".snakemake_timestamp")
 
 
 @pytest.fixture(scope="module")
