@@ -15,12 +15,12 @@ the same folder (so paths inside artifacts are the same), `snakemake` runs again
 time with one kill: propose, update (job 0), update_gather, checkpoint and the arm's bench, each at
 its first point, a middle one and its last (by name where it is unique: the bench job killed in the
 middle of its pieces resumes from them, with fewer points); each run must die with that job killed
-at that point, and the next one (the same command) picks up. A last run without a kill finishes; every file under
-results/ must then equal the reference's, hidden files included (no temp file or staging folder
-left), except the files that record time: logs/, timings/ (Snakemake's per-job TSVs), report/ (its
-timings table) and the timings inside each benchmark result (`wall_s`, `generation_s`, ...). The DVC
-side does the same once: `dvc repro` killed inside update job 0's writes, `dvc repro` again, the same
-comparison.
+at that point, and the next one (the same command) picks up. A last run without a kill finishes;
+every file under results/ must then equal the reference's, hidden files included (no temp file or
+staging folder left), except the files that record time (logs/, timings/: Snakemake's per-job TSVs,
+report/: its timings table, and the timings inside each benchmark result: `wall_s`, `generation_s`,
+...) and the engines' own bookkeeping (BOOKKEEPING). The DVC side does the same once: `dvc repro`
+killed inside update job 0's writes, `dvc repro` again, the same comparison.
 """
 
 from __future__ import annotations
