@@ -594,6 +594,60 @@ class Params(_Section):
             raise ValidationError.from_exception_data(type(self).__name__, errors)
         return self
 
+    @model_validator(mode="after")
+    def _every_role_can_learn(self):
+        """Refuse settings under which every advantage of a role is 0 by construction (the run would
+        train on nothing): a group of one rollout, or a group whose rollouts are identical, gets A = 0
+        (populora.selfplay.advantages). See `cannot_learn` for the cases."""
+        errors = [InitErrorDetails(type=PydanticCustomError("cannot_learn", problem, {"fix": fix}),
+                                   loc=tuple(key.split(".")), input=value)
+                  for key, value, problem, fix in cannot_learn(self)]
+        if errors:
+            raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
+
+
+def cannot_learn(params: Params) -> list[tuple[str, object, str, str]]:
+    """(key, value, problem, fix) for each role whose every advantage is 0 by construction.
+
+    * propose: proposals always use TRR++ groups (adapter, propose, type) of `propose.per_type` rollouts;
+      one per group whitens to 0.
+    * solve, per_task: groups (adapter, task) of `solve.samples` answers; one per group, or identical
+      answers (greedy decoding of one prompt: temperature 0 with no worked examples drawn per sample), give 0.
+    * solve, trr++: groups (adapter, solve, type) of slots x samples answers; a student has exactly
+      `solve.tasks_per_type` slots in the baseline arm and in a population whose students' slots cover
+      its teachers (else pairing adds slots), so 1 x 1, or 1 task with identical answers, gives 0.
+    """
+    solve, problems = params.solve, []
+    identical = solve.temperature == 0 and solve.worked_examples == 0  # every sample of a task gets one prompt, greedy
+    if params.propose.per_type < 2:
+        problems.append(("propose.per_type", params.propose.per_type,
+                         "one proposal per teacher and task type is alone in its TRR++ group (adapter, propose, type), "
+                         "so every proposer advantage is 0 and teachers never learn",
+                         "Set propose.per_type to 2 or more."))
+    if params.reward.advantage_baseline == "per_task" and solve.samples < 2:
+        problems.append(("solve.samples", solve.samples,
+                         "reward.advantage_baseline: per_task compares an answer with the other answers to its task, "
+                         "and with one sample there are none, so every solve advantage is 0",
+                         "Set solve.samples to 2 or more, or reward.advantage_baseline: trr++."))
+    elif params.reward.advantage_baseline == "per_task" and identical:
+        problems.append(("solve.temperature", solve.temperature,
+                         "greedy answers (temperature 0, solve.worked_examples 0: one prompt per task) are identical, so "
+                         "with reward.advantage_baseline: per_task every solve advantage is 0",
+                         "Sample the answers (solve.temperature above 0, e.g. 0.5), draw worked examples per sample "
+                         "(solve.worked_examples 1 or more), or use reward.advantage_baseline: trr++."))
+    exact_slots = "baseline" in params.dag.arms or (
+        params.population.teachers <= params.population.students * solve.tasks_per_type)
+    if (params.reward.advantage_baseline == "trr++" and exact_slots and solve.tasks_per_type == 1
+            and (solve.samples == 1 or identical)):
+        what = "one answer" if solve.samples == 1 else "identical greedy answers (temperature 0, no worked examples)"
+        problems.append(("solve.tasks_per_type", solve.tasks_per_type,
+                         f"one task per student and type with {what} leaves each TRR++ group (adapter, solve, type) "
+                         "without a spread, so every solve advantage is 0",
+                         "Set solve.tasks_per_type to 2 or more, or solve.samples to 2 or more with sampled answers "
+                         "(solve.temperature above 0)."))
+    return problems
+
 
 _SAMPLING_TEMPERATURE_FIX = (f"Use 0 (greedy) or a temperature from {MIN_TEMPERATURE:g} to {MAX_TEMPERATURE:g}; "
                              "1.0 samples the model's own distribution, 0.5 to 1.0 is usual.")

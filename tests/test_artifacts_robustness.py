@@ -278,3 +278,30 @@ def test_exported_adapter_loads_with_autopeft_from_another_directory(tmp_path, t
     ids = torch.tensor([[1, 2, 3, 4, 5]])
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids).logits, reference(ids).logits)
+
+
+# ---------------------------------------------------------------- the kill hook (tests/test_kill_stages.py uses it)
+
+
+def test_the_kill_hook_kills_the_named_stage_at_its_nth_write_point_and_only_then(tmp_path):
+    script = tmp_path / "fakestage.py"  # named like a stage module: the hook matches on the script's name
+    script.write_text("import sys\nfrom pathlib import Path\nsys.path.insert(0, sys.argv[2])\nfrom populora.core import io\n"
+                      "io.write_json(Path(sys.argv[1]) / 'a.json', {'a': 1})\nio.write_json(Path(sys.argv[1]) / 'b.json', {'b': 2})\n")
+    log = tmp_path / "writes.jsonl"
+
+    def run(**env):
+        return subprocess.run([sys.executable, str(script), str(tmp_path / "out"), str(REPO), "--part 0"],
+                              env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+
+    assert run(POPULORA_KILL_AT="otherstage:1").returncode == 0  # another stage's spec: no effect
+    assert run(POPULORA_KILL_AT="fakestage:5:--part 1").returncode == 0  # its word is not in the command line
+    killed = run(POPULORA_KILL_AT="fakestage:5", POPULORA_WRITE_LOG=str(log))
+    assert killed.returncode == -9
+    points = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(p["n"], p["point"], Path(p["path"]).name, p["kill"]) for p in points] == [
+        (1, "temp file created", "a.json", False), (2, "temp file written", "a.json", False),
+        (3, "renamed into place", "a.json", False), (4, "temp file created", "b.json", False),
+        (5, "temp file written", "b.json", True)]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir())[0].startswith(".b.json.")  # the killed temp file
+    assert run().returncode == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.json", "b.json"]

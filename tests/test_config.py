@@ -268,3 +268,39 @@ def test_no_benchmark_at_all_is_refused_with_the_fix():
     """DVC fails late (bench_summary's folder was never written) on a run with no benchmark: refused first."""
     with pytest.raises(ParamsError, match=r"bench\.benchmarks.*one benchmark at least"):
         parse_params({"bench": {"benchmarks": []}})
+
+
+@pytest.mark.parametrize(
+    "raw, key, problem, fix",
+    [
+        ({"reward": {"advantage_baseline": "per_task"}, "solve": {"samples": 1}}, "solve.samples",
+         "with one sample there are none, so every solve advantage is 0", "Set solve.samples to 2 or more"),
+        ({"propose": {"per_type": 1}}, "propose.per_type", "every proposer advantage is 0",
+         "Set propose.per_type to 2 or more."),
+        ({"reward": {"advantage_baseline": "per_task"}, "solve": {"temperature": 0, "worked_examples": 0}},
+         "solve.temperature", "greedy answers", "Sample the answers"),
+        ({"solve": {"tasks_per_type": 1, "samples": 1}}, "solve.tasks_per_type", "one answer leaves each TRR++ group",
+         "Set solve.tasks_per_type to 2 or more"),
+        ({"solve": {"tasks_per_type": 1, "samples": 4, "temperature": 0, "worked_examples": 0}},
+         "solve.tasks_per_type", "identical greedy answers", "Set solve.tasks_per_type to 2 or more"),
+    ],
+)
+def test_settings_under_which_a_role_cannot_learn_are_refused(tmp_path, raw, key, problem, fix):
+    """Issue 50: every advantage of a role 0 by construction is refused before work, naming the key and the fix."""
+    message = _refused_by_cli_and_loader(tmp_path, raw)
+    line = next((line for line in message.splitlines() if line.strip().startswith(f"{key}:")), None)
+    assert line is not None, message
+    assert problem in line and fix in line, line
+
+
+@pytest.mark.parametrize("raw", [
+    {"reward": {"advantage_baseline": "per_task"}, "solve": {"samples": 2}},
+    {"reward": {"advantage_baseline": "per_task"}, "solve": {"temperature": 0, "worked_examples": 1}},  # prompts differ
+    {"solve": {"tasks_per_type": 2, "samples": 1}},  # trr++: two tasks per group
+    {"solve": {"tasks_per_type": 1, "samples": 2}},
+    # population only, 3 teachers on 1 student x 1 slot: pairing gives the student 3 slots, a spread is possible
+    {"dag": {"arms": ["population"]}, "population": {"teachers": 3, "students": 1}, "evolve": {"replace": 0},
+     "solve": {"tasks_per_type": 1, "samples": 1}},
+])
+def test_settings_that_can_learn_pass(raw):
+    parse_params(raw)

@@ -164,7 +164,7 @@ def test_rows_match_one_to_one(finished):
     folder = finished / "population" / "gen000"
     proposals = (folder / "proposals.jsonl").read_text().splitlines()
     tasks = (folder / "tasks.jsonl").read_text().splitlines()
-    assert len(proposals) == len(tasks) == 2 * 3 * 1  # 2 teachers x 3 types x per_type 1
+    assert len(proposals) == len(tasks) == 2 * 3 * 2  # 2 teachers x 3 types x per_type 2
     assert [json.loads(a)["task_id"] for a in proposals] == [json.loads(b)["task_id"] for b in tasks]
 
 

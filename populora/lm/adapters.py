@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from populora.core.io import naming, write_point
 from populora.core.paths import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 
 WEIGHTS, CONFIG = ADAPTER_WEIGHTS, ADAPTER_CONFIG
@@ -61,7 +62,9 @@ def write_adapter(folder: str | Path, state: dict[str, torch.Tensor], config_fro
     """Write `state` as an adapter folder, copying the adapter_config.json of `config_from`."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in state.items()}, str(folder / WEIGHTS))
+    with naming(folder / WEIGHTS):
+        save_file({k: v.contiguous() for k, v in state.items()}, str(folder / WEIGHTS))
+    write_point("adapter weights written", folder / WEIGHTS)
     shutil.copy(Path(config_from) / CONFIG, folder / CONFIG)
 
 
@@ -79,12 +82,14 @@ def save_trained_adapter(peft_model, slot: str, dst: str | Path) -> None:
     dst = Path(dst)
     scratch = dst.parent / f".{dst.name}.save"
     shutil.rmtree(scratch, ignore_errors=True)
-    peft_model.save_pretrained(scratch, selected_adapters=[slot])
+    with naming(dst / WEIGHTS):
+        peft_model.save_pretrained(scratch, selected_adapters=[slot])
     saved = scratch / slot if (scratch / slot).is_dir() else scratch
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(saved), str(dst))
     normalize_config(dst)
     shutil.rmtree(scratch, ignore_errors=True)
+    write_point("adapter saved", dst)
 
 
 def delta_norm(state: dict[str, torch.Tensor]) -> float:

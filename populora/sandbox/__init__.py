@@ -25,8 +25,11 @@ tests/test_sandbox_unprivileged.py as an ordinary user too):
   * Time (no layer; always): the verdict "timeout" is decided by the child's CPU time (user +
     system, read from its process CPU clock by the zygote; `Limits.timeout_s`), so a busy machine
     does not change verdicts; a wall-clock backstop (`Limits.wall_timeout_s`, default
-    max(5 x timeout_s, timeout_s + 3 s)) ends programs that sleep or block. SIGKILL, which signal
-    handlers cannot intercept; a child cannot start threads or processes. -> status "timeout".
+    max(5 x timeout_s, timeout_s + 3 s)) ends programs that sleep or block. The backstop does not
+    count the time the child waited for a CPU (its run-queue delay, from /proc/<pid>/schedstat, which
+    the zygote opens before the jail), so a starved CPU-bound program is still ended by its CPU time
+    or its memory limit, as on an idle machine (up to 10 x the backstop; tests/test_sandbox_load.py).
+    SIGKILL, which signal handlers cannot intercept; a child cannot start threads or processes. -> status "timeout".
   * Memory (always): RLIMIT_AS (`Limits.memory_mb`)                   -> status "memory".
   * Processes (always): RLIMIT_NPROC = 0, so a child can neither fork nor start threads; its
     process group is killed after every check.

@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from populora.sandbox.jail import LAYERS
-from populora.sandbox.zygote import CALL_FIELDS, valid_payload
+from populora.sandbox.zygote import CALL_FIELDS, WALL_CAP_FACTOR, valid_payload
 
 HASH_SEEDS = (1, 2)  # group 0, group 1
 _UID_BASE = 1_000_000  # private uids: _UID_BASE + pid * 256 + n, never a real account
@@ -197,7 +197,8 @@ class _Zygote:
                    "roundtrip": job.roundtrip, **vars(limits), "wall_timeout_s": limits.wall_limit_s}
         self.proc.stdin.write(json.dumps(request).encode() + b"\n")
         self.proc.stdin.flush()
-        payload = self._read_message(time.monotonic() + limits.wall_limit_s + 30)
+        # the zygote ends a check by WALL_CAP_FACTOR x its backstop at the latest (time spent waiting for a CPU)
+        payload = self._read_message(time.monotonic() + WALL_CAP_FACTOR * limits.wall_limit_s + 30)
         return parse_result(payload, len(job.calls))
 
     def kill(self) -> None:

@@ -28,6 +28,12 @@ else:  # run as the zygote script: the sibling module, then this folder leaves s
     del sys.path[0]
 
 RUN_STATUSES = ("ok", "syntax", "timeout", "memory", "crash", "output_too_large", "sandbox_error")
+# The wall-clock backstop does not count the time a child waited for a CPU (its run-queue delay,
+# /proc/<pid>/schedstat): on a busy machine a CPU-bound program is then stopped by its CPU time (or
+# reaches its memory limit) exactly as on an idle one. WALL_CAP_FACTOR x the backstop is the absolute
+# end, however starved the child is (and how long the pool waits for a zygote's answer).
+WALL_CAP_FACTOR = 10.0
+_proc_fd: int | None = None  # /proc, opened before the jail hides it (children close it: jail.lock_down)
 CALL_STATUSES = ("ok", "exception", "no_entry", "output_too_large")
 
 # Imported once in the zygote. Kept short on purpose: every loaded extension module adds mappings
@@ -46,6 +52,11 @@ def zygote_main(config_json: str) -> None:
     # from a .pyc would otherwise leave it to them).
     compile("0", "<warm-up>", "eval")
     config = json.loads(config_json)
+    global _proc_fd
+    try:  # kept across the jail (pivot_root) to read children's run-queue delay; never inherited by them
+        _proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        _proc_fd = None
     # protocol on private fds; fd 0 becomes /dev/null and fd 1 stderr, so neither a stray print
     # nor a child (which inherits sys.stdin) can touch the protocol
     requests, out = os.fdopen(os.dup(0), "rb"), os.fdopen(os.dup(1), "wb")
@@ -142,6 +153,21 @@ def _cpu_seconds(pid: int) -> float | None:
         return None
 
 
+def _run_delay(pid: int) -> float | None:
+    """Seconds process `pid` has spent runnable but waiting for a CPU (None if unreadable)."""
+    if _proc_fd is None:
+        return None
+    try:
+        fd = os.open(f"{pid}/schedstat", os.O_RDONLY, dir_fd=_proc_fd)
+        try:
+            fields = os.read(fd, 200).split()
+        finally:
+            os.close(fd)
+        return int(fields[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _collect(pid: int, read_fd: int, request: dict) -> dict:
     """Read the child's result (bounded), enforce the CPU-time limit and the wall-clock backstop
     with SIGKILL, reap it.
@@ -149,11 +175,15 @@ def _collect(pid: int, read_fd: int, request: dict) -> dict:
     The verdict "timeout" is decided by the child's CPU time (`timeout_s`), so a busy machine, which
     only stretches the wall clock, does not change it; `wall_timeout_s` (a multiple of it) ends
     programs that sleep or block without using CPU. The CPU clock is read only when the limit could
-    have been reached: a single-threaded child uses at most as much CPU time as wall time passes."""
+    have been reached: a single-threaded child uses at most as much CPU time as wall time passes.
+    When the backstop comes, the time the child waited for a CPU is added to it (`_run_delay`), so a
+    starved CPU-bound child is left to its CPU limit (or memory limit), never cut short by the load,
+    up to WALL_CAP_FACTOR x the backstop."""
     cpu_limit = float(request["timeout_s"])
     wall_limit = float(request.get("wall_timeout_s") or cpu_limit)
     start = time.monotonic()
     wall_deadline, next_cpu_check = start + wall_limit, start + cpu_limit
+    wall_cap, waited = start + WALL_CAP_FACTOR * wall_limit, 0.0
     max_bytes = len(request["calls"]) * (6 * int(request["max_output_chars"]) + 4096) + 65536
     chunks, size, killed_for, cpu_used = [], 0, None, None
     pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
@@ -165,6 +195,11 @@ def _collect(pid: int, read_fd: int, request: dict) -> dict:
     while not (eof and exited):
         now = time.monotonic()
         if now >= wall_deadline:
+            delay = _run_delay(pid)
+            if delay is not None and delay > waited + 0.001 and now < wall_cap:
+                waited = delay  # not the program's time: move the backstop by it
+                wall_deadline = min(start + wall_limit + waited, wall_cap)
+                continue
             killed_for = "wall"
             break
         if now >= next_cpu_check:
@@ -212,7 +247,8 @@ def _collect(pid: int, read_fd: int, request: dict) -> dict:
     if killed_for == "wall":
         used = "?" if cpu_used is None else f"{cpu_used:.2f}"
         return {"status": "timeout", "detail": f"killed after {wall_limit:g} s wall clock (the backstop; "
-                                               f"{used} s of CPU time, limit {cpu_limit:g} s)"}
+                                               f"{used} s of CPU time, limit {cpu_limit:g} s; "
+                                               f"{waited:.2f} s waiting for a CPU not counted)"}
     if killed_for:
         return {"status": "output_too_large", "detail": f"result larger than {max_bytes} bytes"}
     return _judge_exit(status, b"".join(chunks), request)

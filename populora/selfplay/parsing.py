@@ -4,15 +4,36 @@ Completions are the assistant text *including* any scaffold prefills, so both ge
 parse with the same code. Fixes over AZR: the program block must be tagged ```python (an
 ```input block that comes first is never taken as code); programs may hold classes and helper
 functions (AZR's one-`def` regex rejected them); trailing top-level junk is cleaned off the way
-AZR's seeding does (keep `f` and what it uses). Every failure returns a reason, never raises.
+AZR's seeding does (keep `f` and what it uses). Every failure returns a reason (PARSE_REASONS),
+never raises: text that breaks Python's parser (MemoryError "parser stack overflowed",
+RecursionError) is `syntax`, a program block over MAX_PROGRAM_CHARS is `too_long`, and the work on
+one completion stays bounded however long or broken it is (perf/fuzz_completions.py feeds 10,000).
 """
 
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 
-_THINK_ANSWER = re.compile(r"(?s)^\s*<think>.*?</think>\s*<answer>.*?</answer>")
+MAX_PROGRAM_CHARS = 20_000  # longer programs are `too_long` here and in the verifier (populora.verifier.rules)
+_PARSE_ERRORS = (SyntaxError, ValueError, MemoryError, RecursionError)  # what ast.parse raises on hostile text
+_MAX_PREFIX_PARSES = 64  # bounds the work on one broken program (each parse is linear in its length)
+_BLANK_TOKENS = (tokenize.NL, tokenize.COMMENT, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # Python's own line ends (str.splitlines also splits at \f, \x1c, ...)
+_THINK_OPEN = re.compile(r"\s*<think>")
+_THINK_TO_ANSWER = re.compile(r"</think>\s*<answer>")
+PARSE_REASONS = {
+    "truncated": "the generation hit max_new_tokens before the format was complete",
+    "format": "free_form: no <think>...</think><answer>...</answer>",
+    "no_program": "no ```python block", "no_input": "no (non-empty) ```input block",
+    "too_few_inputs": "code_f: fewer ```input blocks than propose.code_f_inputs",
+    "no_message": "code_f: no ```message block", "no_answer_block": "no block of the answer's kind",
+    "syntax": "no prefix of the program parses", "no_entry_function": "no top-level def f",
+    "too_long": f"a program block over {MAX_PROGRAM_CHARS} characters",
+    "duplicate": "a code_o/code_i program already in the buffer (populora.selfplay.tasks.mark_duplicates)",
+}
 
 
 def fenced_blocks(text: str, lang: str) -> list[str]:
@@ -26,8 +47,13 @@ def fenced_blocks(text: str, lang: str) -> list[str]:
 
 
 def answer_section(text: str) -> str | None:
-    """AZR free-form format: the text inside the last <answer>...</answer>, or None if malformed."""
-    if not _THINK_ANSWER.match(text):
+    """AZR free-form format: the text inside the last <answer>...</answer>, or None if malformed.
+
+    Matches `^\\s*<think>.*?</think>\\s*<answer>.*?</answer>` (DOTALL) without a backtracking regex,
+    which takes quadratic time on a megabyte of repeated tags."""
+    opened = _THINK_OPEN.match(text)
+    bridge = _THINK_TO_ANSWER.search(text, opened.end()) if opened else None
+    if bridge is None or text.find("</answer>", bridge.end()) == -1:
         return None
     start = text.rfind("<answer>")
     end = text.find("</answer>", start)
@@ -40,12 +66,50 @@ def _names_used(node: ast.AST) -> set[str]:
     }
 
 
+def _logical_line_ends(text: str) -> list[int]:
+    """Line numbers (1-based), ascending, where a prefix can end and parse: where a logical line ends (a
+    NEWLINE token; elsewhere a bracket, string or continuation is open), up to the first error, and
+    every line before the first code (blank, comment, continuation lines: an empty module)."""
+    ends, first_code, failed = [], None, False
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.NEWLINE:
+                ends.append(token.start[0])
+            elif first_code is None and token.type not in _BLANK_TOKENS:
+                first_code = token.start[0]
+    except (tokenize.TokenError, SyntaxError, ValueError) as error:  # a prefix can use the lines before the error
+        failed = True
+        where = error.args[1] if isinstance(error, tokenize.TokenError) and len(error.args) > 1 else None
+        where = where[0] if isinstance(where, tuple) else getattr(error, "lineno", None)
+        first_code = first_code or (where if isinstance(where, int) else 1)
+    # blank and comment lines before the first code: a prefix of them alone parses (an empty module)
+    lead = first_code - 1 if first_code is not None else (0 if failed else text.count("\n") + 1)
+    return [end for end in range(1, lead + 1) if end not in ends] + ends
+
+
 def _longest_parsable_prefix(src: str) -> ast.Module | None:
-    lines = src.rstrip().splitlines()
-    for end in range(len(lines), 0, -1):
+    """The AST of the longest prefix of whole lines that parses. Only prefixes ending at a logical
+    line's end are tried, longest first; a prefix holding the line a parse failed at fails the same
+    way, so the search jumps below it; it gives up (None) after _MAX_PREFIX_PARSES parses. (Trying
+    every prefix was quadratic: 3,000 broken lines took 1.5 s, a megabyte hours.) Lines are split
+    where Python splits them (\\n, \\r\\n, \\r), so parse positions index them."""
+    if not src.strip():
+        return None
+    lines = _LINE_BREAK.split(src.rstrip())
+    limit = len(lines)
+    attempts = 0
+    for end in reversed(_logical_line_ends("\n".join(lines))):
+        if end > limit:
+            continue
+        attempts += 1
+        if attempts > _MAX_PREFIX_PARSES:
+            return None
         try:
             return ast.parse("\n".join(lines[:end]))
-        except (SyntaxError, ValueError):
+        except SyntaxError as error:
+            if isinstance(error.lineno, int) and error.lineno >= 1:
+                limit = min(limit, error.lineno - 1)
+        except _PARSE_ERRORS:  # nul bytes, surrogates, parser stack or recursion overflow: a shorter prefix may do
             continue
     return None
 
@@ -53,11 +117,13 @@ def _longest_parsable_prefix(src: str) -> ast.Module | None:
 def clean_program(src: str) -> tuple[str | None, str | None]:
     """Keep imports, `f`, and the top-level functions/classes/constants `f` needs; drop the rest.
 
-    Returns (program, None) or (None, reason) with reason `syntax` or `no_entry_function`.
+    Returns (program, None) or (None, reason) with reason `syntax`, `no_entry_function` or `too_long`.
 
     >>> clean_program("def f(a):\\n    return g(a)\\ndef g(x):\\n    return x * 2\\nprint(f(3))")[0]
     'def f(a):\\n    return g(a)\\n\\ndef g(x):\\n    return x * 2'
     """
+    if len(src) > MAX_PROGRAM_CHARS:
+        return None, "too_long"
     tree = _longest_parsable_prefix(src)
     if tree is None:
         return None, "syntax"
@@ -81,7 +147,10 @@ def clean_program(src: str) -> tuple[str | None, str | None]:
         frontier.extend(defined[name] for name in _names_used(stmt) if name in defined and id(defined[name]) not in keep)
     kept = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom)) or id(s) in keep]
     # Offsets from a prefix parse are valid in the full text: only trailing lines were dropped.
-    return "\n\n".join(ast.get_source_segment(src, s) or ast.unparse(s) for s in kept), None
+    try:
+        return "\n\n".join(ast.get_source_segment(src, s) or ast.unparse(s) for s in kept), None
+    except RecursionError:  # ast.unparse of a deeply nested statement
+        return None, "syntax"
 
 
 def parse_proposal(text: str, task_type: str, *, mode: str, n_inputs: int, truncated: bool = False) -> dict:

@@ -17,12 +17,16 @@
   the number of distinct hashes measures how much of the program space proposals cover.
 
 Every function raises SyntaxError for source that does not parse (only valid programs are measured).
+A valid program may be nested deeper than Python's recursion limit allows radon's visitor (a sum of
+500 terms is); `cyclomatic_complexity` then reruns radon on a thread with a deep stack of its own.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import sys
+import threading
 from collections.abc import Iterable
 
 from radon.complexity import cc_visit
@@ -40,8 +44,41 @@ def ast_depth(tree: ast.AST) -> int:
     return deepest
 
 
+_DEEP_STACK_BYTES = 256 << 20  # reserved address space, touched only as deep as the program goes
+_DEEP_RECURSION = 200_000  # far past any AST that ast.parse builds (its own limit is a few thousand levels)
+
+
+def _on_deep_stack(fn, *args):
+    """fn(*args) on a thread with a large stack and recursion limit (radon's visitor recurses per AST
+    level); the process-wide limit is restored after, and the stage is single-threaded meanwhile."""
+    result, previous_size, previous_limit = {}, threading.stack_size(), sys.getrecursionlimit()
+
+    def run():
+        try:
+            result["value"] = fn(*args)
+        except BaseException as error:  # noqa: BLE001  (re-raised in the caller's thread)
+            result["error"] = error
+
+    threading.stack_size(_DEEP_STACK_BYTES)
+    sys.setrecursionlimit(_DEEP_RECURSION)
+    try:
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+    finally:
+        threading.stack_size(previous_size)
+        sys.setrecursionlimit(previous_limit)
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
+
+
 def cyclomatic_complexity(src: str) -> int:
-    total, blocks = 0, [b for b in cc_visit(src) if not isinstance(b, Class)]  # cc_visit lists methods itself
+    try:
+        visited = cc_visit(src)
+    except RecursionError:
+        visited = _on_deep_stack(cc_visit, src)
+    total, blocks = 0, [b for b in visited if not isinstance(b, Class)]  # cc_visit lists methods itself
     while blocks:
         block = blocks.pop()
         total += block.complexity

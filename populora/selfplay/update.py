@@ -35,6 +35,7 @@ import torch
 from safetensors.torch import save_file
 from torch.utils.checkpoint import checkpoint
 
+from populora.core.io import naming, write_point
 from populora.core.progress import Progress
 from populora.lm.sampling import process_logits
 
@@ -279,7 +280,9 @@ def save_optimizer(optimizer, params: dict[str, torch.nn.Parameter], names: list
             tensors[f"{name}.exp_avg"] = st["exp_avg"].detach().cpu().contiguous()
             tensors[f"{name}.exp_avg_sq"] = st["exp_avg_sq"].detach().cpu().contiguous()
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(path))
+    with naming(path):
+        save_file(tensors, str(path))
+    write_point("optimizer moments written", path)
 
 
 def set_gradient_checkpointing(model, enabled: bool) -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import ast
 
 from populora.config import TASK_TYPES
+from populora.selfplay.parsing import MAX_PROGRAM_CHARS  # one cap for the parser and the verifier
 from populora.selfplay.program_metrics import bound_names
 from populora.selfplay.tasks import CODE_F_INPUTS, input_count
 
-MAX_PROGRAM_CHARS = 20_000
 MAX_INPUT_CHARS = 5_000
 
 FORBIDDEN_MODULES = frozenset({
