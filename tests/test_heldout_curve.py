@@ -36,3 +36,19 @@ def test_cli_prints_the_table_and_refuses_a_run_without_a_pool(tmp_path, capsys)
     path.write_text(json.dumps({"base": {}, "generations": []}))
     with pytest.raises(SystemExit):
         main([str(path)])
+
+
+def test_a_child_is_its_own_point_beside_its_parents():
+    from populora.report.heldout_curve import born_rows
+
+    base = {"heldout-code_i-000": 0, "heldout-code_i-001": 1}
+    doc = {"base": base, "roles": {"students": ["s0", "s1"]},
+           "generations": [{"s0": {"heldout-code_i-000": 1, "heldout-code_i-001": 1}, "s1": {"heldout-code_i-001": 1}}],
+           "members": [{"s0": "population/s0@g000", "s1": "population/s1@g000"}],
+           "born": [{"s1": {"member": "population/s1@g002", "operator": "layerwise",
+                            "parents": ["population/s0@g000", "population/s1@g000"],
+                            "verdicts": {"heldout-code_i-000": 1}}}]}
+    (row,) = born_rows(doc)
+    assert row["slot"] == "s1" and row["accuracy"] == 0.5 and row["parents"] == {"s0": 1.0, "s1": 0.5}
+    assert row["differs_from_first_parent"] == 1
+    assert born_rows({**doc, "born": []}) == []  # runs made before children were scored

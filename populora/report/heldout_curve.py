@@ -41,6 +41,30 @@ def curve_rows(doc: dict, role: str = "students") -> list[dict]:
     return rows
 
 
+def born_rows(doc: dict, role: str = "students") -> list[dict]:
+    """Each child evolution made after a generation, as its own point beside its parents: its accuracy,
+    its parents' (the members they were, as trained that generation) and the tasks where it differs from
+    its first parent. `heldout_verdicts.json`'s `born` (absent in runs made before it was kept: [])."""
+    base = doc["base"]
+    ids = sorted(base)
+    members = set(doc.get("roles", {}).get(role) or [])
+    rows = []
+    generations_members = doc.get("members") or [{} for _ in doc["generations"]]
+    for gen, (table, born) in enumerate(zip(doc["generations"], doc.get("born") or [])):
+        slot_of = {member: slot for slot, member in generations_members[gen].items()}  # who each slot held, as trained
+        for slot, child in sorted(born.items()):
+            if members and slot not in members:
+                continue
+            verdicts = child["verdicts"]
+            parents = [slot_of[p] for p in child.get("parents", []) if p in slot_of]
+            rows.append({"generation": gen, "slot": slot, "member": child["member"], "operator": child.get("operator"),
+                         "accuracy": mean(verdicts.get(t, 0) for t in ids),
+                         "parents": {p: mean(table.get(p, {}).get(t, 0) for t in ids) for p in parents if p in table},
+                         "differs_from_first_parent": sum(verdicts.get(t, 0) != table.get(parents[0], {}).get(t, 0)
+                                                          for t in ids) if parents and parents[0] in table else None})
+    return rows
+
+
 def render(rows: list[dict]) -> str:
     types = [key.split(".")[0] for key in rows[0] if key.endswith(".accuracy")]
     head = ["generation", "accuracy %", *[f"{kind} %" for kind in types], "minus base (points, 95% CI)",
@@ -71,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.verdicts} holds no held-out verdicts (a run without a pool)")
     rows = curve_rows(doc, args.role)
     print(render(rows))
+    for child in born_rows(doc, args.role):
+        print(f"born after generation {child['generation']}: {child['slot']} ({child['operator']}) "
+              f"{100 * child['accuracy']:.1f}%, parents {', '.join(f'{p} {100 * a:.1f}%' for p, a in child['parents'].items())}; "
+              f"differs from its first parent on {child['differs_from_first_parent']} tasks")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
     return 0
