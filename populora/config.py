@@ -345,6 +345,8 @@ BENCHMARKS = ("humaneval_plus", "mbpp_plus", "gsm8k", "math500", "minerva_math",
               "cruxeval_o", "cruxeval_i", "livecodebench")
 # run when bench.benchmarks is not given: LiveCodeBench needs the hub or a local copy, so it is opt-in
 DEFAULT_BENCHMARKS = tuple(name for name in BENCHMARKS if name != "livecodebench")
+# run together by default (bench.together): the code and math benchmarks, 2 problems each on the CPU
+SMOKE_BENCHMARKS = tuple(name for name in DEFAULT_BENCHMARKS if not name.startswith("cruxeval"))
 
 
 class CruxevalSection(_Section):
@@ -382,10 +384,17 @@ class BenchSection(_Section):
     benchmarks: tuple[Literal[BENCHMARKS], ...] = Field(
         DEFAULT_BENCHMARKS, min_length=1,
         description="Benchmarks to run for every model (livecodebench only when listed), one at least.")
+    # the 2-problem smoke subsets, whose jobs of their own were mostly start-up (docs/benchmarks.md)
+    together: tuple[Literal[BENCHMARKS], ...] = Field(
+        SMOKE_BENCHMARKS,
+        description="Benchmarks (of those in `benchmarks`) run one after another in one job per arm and one for the "
+        "base model, the model loaded once; the others get a job each. Ignored with sampler.engine: vllm (an "
+        "engine's memory is only given back when its process ends). [] = every benchmark a job of its own.")
     roles: tuple[Literal["students", "teachers"], ...] = Field(
-        ("students", "teachers"), min_length=1,
+        ("students",), min_length=1,
         description="Which final members of an arm are benchmarked (the baseline's one adapter is both); "
-        "the base model always is.")
+        "the base model always is. Students: the headline compares them with the baseline, and every stacked "
+        "member adds its rows to each benchmark pass (teachers doubled the population's cost on 2T-2S).")
     # before data_dir: its validator checks that LiveCodeBench's release is on disk or on the hub
     livecodebench: LiveCodeBenchSection = Field(
         LiveCodeBenchSection(), description="The LiveCodeBench release, contest window (start_date <= end_date, "
@@ -784,6 +793,20 @@ def benchmarked_refs(params: Params, arm: str) -> list:
 
     refs = arm_refs(arm, params.population.teachers, params.population.students)
     return list(dict.fromkeys(ref for role in params.bench.roles for ref in refs[role]))
+
+
+def together_benchmarks(params: Params) -> list[str]:
+    """The benchmarks of `bench.benchmarks` that run in one job per arm (and one for the base model), in their
+    order there: those also in `bench.together`; none with `sampler.engine: vllm` (one engine per process)."""
+    if params.sampler.engine == "vllm":
+        return []
+    return [name for name in params.bench.benchmarks if name in params.bench.together]
+
+
+def own_job_benchmarks(params: Params) -> list[str]:
+    """The benchmarks of `bench.benchmarks` that run in a job of their own per arm (and for the base model)."""
+    grouped = together_benchmarks(params)
+    return [name for name in params.bench.benchmarks if name not in grouped]
 
 
 def benchmarked_models(params: Params) -> dict[str, list]:

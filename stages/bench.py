@@ -58,7 +58,7 @@ from populora.bench.models import base_model_entry, exported_models
 from populora.bench.partial import Partial
 from populora.bench.runners import run_benchmark
 from populora.bench.settings import settings_for
-from populora.config import benchmarked_refs
+from populora.config import benchmarked_refs, together_benchmarks
 from populora.core.io import read_json, replace_dir, staging_dir, write_json
 from stages._common import setup, stage_parser
 
@@ -73,40 +73,65 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default=str(TASKS_DIR), help="lm-eval task templates (math benchmarks)")
     args = parser.parse_args(argv)
     params, log = setup(args, "bench")
-    settings = settings_for(params, args.bench, tasks_dir=args.tasks)
-    start = time.perf_counter()
-    tmp = staging_dir(args.results)
+    if args.bench in together_benchmarks(params):  # DVC's matrix runs every (arm, benchmark): a note, no model
+        tmp = staging_dir(args.results)
+        write_json(tmp / TOGETHER_NOTE, {"benchmark": args.bench, "results": "in the together job's folder "
+                                         "(bench.together: one job for the group, the model loaded once)"})
+        replace_dir(tmp, args.results)
+        log.info("%s runs in the together job (bench.together): nothing to do here", args.bench)
+        return 0
     try:
-        if args.models:  # the arm's members of the roles in bench.roles
-            wanted = set(benchmarked_refs(params, args.arm))
-            models = [model for model in exported_models(Path(args.models)) if model.ref in wanted]
-        else:
-            models = [base_model_entry()]
-        log.info("benchmarking %s on %s (limit %s, max_new_tokens %d)", ", ".join(m.name for m in models),
-                 args.bench, settings.limit, settings.max_new_tokens)
+        models = selected_models(params, args.arm, args.models)
+    except BenchError as error:
+        log.error("%s", error)
+        return 1
+    return run_one(settings_for(params, args.bench, tasks_dir=args.tasks), models, Path(args.base_model),
+                   Path(args.results), log)
+
+
+TOGETHER_NOTE = "_together.json"  # an underscore: never a model's name (base, <arm>-<slot>)
+
+
+def selected_models(params, arm: str | None, models_dir: str | None) -> list:
+    """The bare base model (no `models_dir`), or the arm's exported members of the roles in bench.roles."""
+    if not models_dir:
+        return [base_model_entry()]
+    wanted = set(benchmarked_refs(params, arm))
+    return [model for model in exported_models(Path(models_dir)) if model.ref in wanted]
+
+
+def run_one(settings, models: list, base_model: Path, results: Path, log) -> int:
+    """One benchmark for `models`: `<results>/<model>.json` and `<model>/`, in place only when every model
+    succeeded; finished work kept in `<results>.partial/` for a rerun. 0, or 1 after a BenchError."""
+    start = time.perf_counter()
+    tmp = staging_dir(results)
+    log.info("benchmarking %s on %s (limit %s, max_new_tokens %d)", ", ".join(m.name for m in models),
+             settings.benchmark, settings.limit, settings.max_new_tokens)
+    try:
         if settings.sampler.name == "vllm" and settings.runner == "lm_eval":
             # lm-eval's vllm model runs each model in a process of its own anyway: keep each finished one.
             # Our engine serves every model at once: one engine started and freed per model leaked host
             # memory in vLLM's CPU build (the vLLM lane's bench jobs ran out of KV-cache memory, 2026-11-25)
-            results = run_resumable(settings, models, Path(args.base_model), tmp, Path(args.results), log)
+            results_of = run_resumable(settings, models, base_model, tmp, results, log)
         else:  # hf: every member in one stacked pass; finished problems kept in <results>.partial/
-            partial = Partial(Path(f"{args.results}{PARTIAL}"), settings, Path(args.base_model))
-            results = run_benchmark(settings, models, Path(args.base_model), tmp, log, partial=partial)
+            partial = Partial(Path(f"{results}{PARTIAL}"), settings, base_model)
+            results_of = run_benchmark(settings, models, base_model, tmp, log, partial=partial)
     except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(error, BenchError):
-            log.error("%s on %s failed: %s", args.models or "the base model", args.bench, error)
+            log.error("%s on %s failed: %s", ", ".join(m.name for m in models), settings.benchmark, error)
             return 1
         raise
     wall_s = round(time.perf_counter() - start, 1)
-    for name, result in results.items():
-        result.update(benchmark=args.bench, limit=settings.limit, max_new_tokens=settings.max_new_tokens, wall_s=wall_s)
+    for name, result in results_of.items():
+        result.update(benchmark=settings.benchmark, limit=settings.limit, max_new_tokens=settings.max_new_tokens,
+                      wall_s=wall_s)
         write_json(tmp / f"{name}.json", result)
-        log.info("%s on %s: %s, %d/%d correct (95%% Wilson %.3f-%.3f)", name, args.bench, result["metrics"],
+        log.info("%s on %s: %s, %d/%d correct (95%% Wilson %.3f-%.3f)", name, settings.benchmark, result["metrics"],
                  result["correct"], result["n"], result["interval"]["low"], result["interval"]["high"])
-    replace_dir(tmp, args.results)
-    shutil.rmtree(f"{args.results}{PARTIAL}", ignore_errors=True)
-    log.info("%d model(s) on %s in %.1f s", len(results), args.bench, wall_s)
+    replace_dir(tmp, results)
+    shutil.rmtree(f"{results}{PARTIAL}", ignore_errors=True)
+    log.info("%d model(s) on %s in %.1f s", len(results_of), settings.benchmark, wall_s)
     return 0
 
 

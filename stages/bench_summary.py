@@ -26,7 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from populora.bench import BenchError
-from populora.config import benchmarked_models
+from populora.config import benchmarked_models, together_benchmarks
 from populora.core.io import read_json, write_json
 from populora.report import DYNAMICS_SUMMARY, DYNAMICS_TABLE
 from populora.report.headline import headline_metrics
@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     params, log = setup(args, "bench_summary")
     try:
-        results = read_results(args.results, benchmarked_models(params), params.bench.benchmarks)
+        results = read_results(args.results, benchmarked_models(params), params.bench.benchmarks,
+                               together_benchmarks(params))
         metrics = benchmark_metrics(results)
         table = score_table(results)[0]
         chosen = {role: best_weakest_members(table, refs_of(results), role) for role in ("students", "teachers")}

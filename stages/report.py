@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 
 from populora.bench import BenchError
-from populora.config import benchmarked_models
+from populora.config import benchmarked_models, together_benchmarks
 from populora.core.io import read_json, replace_dir, staging_dir
 from populora.report import DYNAMICS_TABLE, HELDOUT_VERDICTS
 from populora.report.markdown import write_report
@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     params, log = setup(args, "report")
     try:
-        results = read_results(args.results, benchmarked_models(params), params.bench.benchmarks)
+        results = read_results(args.results, benchmarked_models(params), params.bench.benchmarks,
+                               together_benchmarks(params))
         metrics = read_json(args.metrics)
         dynamics = {arm: read_json(Path(args.dynamics) / arm / DYNAMICS_TABLE)
                     for arm in params.dag.arms} if args.dynamics else {}

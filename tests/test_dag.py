@@ -48,11 +48,20 @@ def _empty_update_job(command: str, params) -> bool:
     return bool(match) and not update_part_slots(params, match.group(1), int(match.group(2)))
 
 
+def _grouped_bench_job(command: str, params) -> bool:
+    """A benchmark of `bench.together` in a job of its own: DVC's matrix runs it (a note, written at once),
+    Snakemake knows it runs in the together job."""
+    from populora.config import together_benchmarks
+
+    match = re.match(r"python -m stages\.bench .*--bench (\w+) ", command)
+    return bool(match) and match.group(1) in together_benchmarks(params)
+
+
 @pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_snakemake_and_dvc_run_identical_commands(snakemake_dry_run):
     from dvc.repo import Repo
 
-    from populora.config import load_params
+    from populora.config import load_params, together_benchmarks
 
     params = load_params(REPO / "params.yaml")
     dvc_commands = sorted(stage.cmd for stage in Repo(str(REPO)).index.stages if stage.name != render_dvc.GUARD)
@@ -61,9 +70,14 @@ def test_snakemake_and_dvc_run_identical_commands(snakemake_dry_run):
         if line.startswith("Shell command: python")
     )
     empty = [c for c in dvc_commands if _empty_update_job(c, params)]
-    assert smk_commands == [c for c in dvc_commands if c not in empty]
+    grouped = [c for c in dvc_commands if _grouped_bench_job(c, params)]
+    assert smk_commands == [c for c in dvc_commands if c not in empty and c not in grouped]
     # the baseline's one adapter is update job 0's; its 3 other jobs per generation are DVC's only
     assert len(empty) == (params.dag.update_jobs - 1) * params.dag.generations
+    # the default's 2-problem code and math benchmarks run in one together job per arm and one for the base
+    together = together_benchmarks(params)
+    assert together and len(grouped) == len(together) * (1 + len(params.dag.arms))
+    assert sum("stages.bench_together " in c for c in smk_commands) == 1 + len(params.dag.arms)
     assert len(dvc_commands) > len(STAGES)  # per-arm and per-generation expansion happened
 
 
@@ -98,7 +112,8 @@ def test_gpu_stages_declare_a_gpu(snakemake_dry_run):
     for stage in STAGES:
         block = next(b for b in blocks if b.startswith(stage.name + ":"))
         assert f"gpu={stage.gpus(params)}" in block
-    assert {s.name for s in STAGES if s.gpu} == {"heldout_pool", "propose", "solve", "update", "heldout", "bench_base", "bench"}
+    assert {s.name for s in STAGES if s.gpu} == {"heldout_pool", "propose", "solve", "update", "heldout", "bench_base", "bench",
+                                                 "bench_base_together", "bench_together"}
 
 
 @pytest.mark.slow
@@ -111,7 +126,7 @@ def test_the_training_chain_runs_before_the_benchmarks(snakemake_dry_run):
         name = block.split(":", 1)[0]
         found = re.search(r"^    priority: (\d+)$", block, flags=re.M)
         by_rule.setdefault(name, set()).add(found.group(1) if found else "0")
-    assert by_rule["bench"] == by_rule["bench_base"] == {"0"}
+    assert by_rule["bench"] == by_rule["bench_base"] == by_rule["bench_together"] == by_rule["bench_base_together"] == {"0"}
     assert all(by_rule[name] == {"1"} for name in ("propose", "solve", "update", "evolve", "checkpoint", "heldout", "export"))
 
 
@@ -128,7 +143,8 @@ def test_stages_spell_no_paths():
 OPTIONAL_FLAGS = {"verify": {"--timeout", "--memory-mb", "--max-output-chars", "--workers", "--code-f-inputs",
                              "--reject-copyable"},
                   "grade": {"--timeout", "--memory-mb", "--max-output-chars", "--workers"},
-                  "bench_base": {"--arm", "--models"}}  # the same stage module benchmarks an arm's members
+                  "bench_base": {"--arm", "--models"},  # the same stage module benchmarks an arm's members
+                  "bench_base_together": {"--arm", "--models"}}
 
 
 def _parser_of(module: str):

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from populora.core.benchmark_data import TOGETHER
 from populora.report import DYNAMICS_SUMMARY, DYNAMICS_TABLE, HELDOUT_VERDICTS
 
 RESULTS = "results"
@@ -72,6 +73,8 @@ SCOPES: dict[str, tuple[str, ...]] = {
     "gen_part": ("arm", "gen", "part"),  # one update job of a generation (see `dag.update_jobs`)
     "benchmark": ("bench",),  # the bare base model, per benchmark
     "arm_bench": ("arm", "bench"),  # every final member of an arm, per benchmark
+    "together": (),  # the bare base model, the benchmarks of `bench.together` in one job
+    "arm_together": ("arm",),  # every final member of an arm, the benchmarks of `bench.together` in one job
 }
 
 
@@ -304,7 +307,11 @@ LM_EVAL_TASKS = "workflow/lm_eval_tasks"
 # (subset, prompt, grading) and LiveCodeBench's (release, contest window, test limits)
 BENCH_PARAMS = ("bench.data_dir", "bench.limit", "bench.max_new_tokens", "bench.batch_size", "sampler", "lora.rank",
                 "update.max_seq_len",
-                "model.dtype", "model.device", "bench.limits", "bench.cruxeval", "solve.mode", "verify", "bench.livecodebench")
+                "model.dtype", "model.device", "bench.limits", "bench.cruxeval", "solve.mode", "verify", "bench.livecodebench",
+                "bench.together")  # whether the benchmark runs in a job of its own (else: writes a note, DVC only)
+# the together jobs: every benchmark of the group (a change to bench.benchmarks reruns the group, not the others)
+TOGETHER_PARAMS = (*BENCH_PARAMS, "bench.benchmarks")
+BENCH_WRITERS = ("bench_base", "bench", "bench_base_together", "bench_together")  # the stages writing results/bench
 
 STAGES += (
     Stage(
@@ -334,19 +341,34 @@ STAGES += (
         params=(*BENCH_PARAMS, "bench.roles", "population"),  # which members: their roles and slots
         priority=0,
     ),
+    # the benchmarks of bench.together, one after another in one job (the model loaded once): one job for the base
+    # and one per arm, each writing <together>/<benchmark>/ as the jobs above write <benchmark>/
+    Stage(
+        "bench_base_together", "stages.bench_together", "together",
+        inputs={"base_model": BASE_MODEL, "tasks": LM_EVAL_TASKS}, outputs={"results": f"{BENCH_DIR}/base/{TOGETHER}"},
+        directories=("results",), gpu=1, params=TOGETHER_PARAMS, priority=0,
+    ),
+    Stage(
+        "bench_together", "stages.bench_together", "arm_together",
+        inputs={"base_model": BASE_MODEL, "models": f"{MODELS_DIR}/{{arm}}", "tasks": LM_EVAL_TASKS},
+        outputs={"results": f"{BENCH_DIR}/{{arm}}/{TOGETHER}"}, directories=("results",), gpu=1,
+        params=(*TOGETHER_PARAMS, "bench.roles", "population"), priority=0,
+    ),
     Stage(
         "bench_summary", "stages.bench_summary", "global", local=True,
         inputs={"results": BENCH_DIR, "dynamics": DYNAMICS_DIR},
-        collects={"results": ("bench_base", "bench"), "dynamics": ("dynamics",)},
+        collects={"results": BENCH_WRITERS, "dynamics": ("dynamics",)},
         outputs={"metrics": f"{RESULTS}/metrics.json", "headline": HEADLINE, "progress": PROGRESS},
-        metrics=("headline", "progress"), params=("dag.arms", "bench.benchmarks", "bench.roles", "population"),
+        metrics=("headline", "progress"),
+        params=("dag.arms", "bench.benchmarks", "bench.together", "sampler.engine", "bench.roles", "population"),
     ),
     Stage(
         "report", "stages.report", "global", local=True,
         inputs={"results": BENCH_DIR, "metrics": f"{RESULTS}/metrics.json", "dynamics": DYNAMICS_DIR},
-        collects={"results": ("bench_base", "bench"), "dynamics": ("dynamics",)},
+        collects={"results": BENCH_WRITERS, "dynamics": ("dynamics",)},
         untracked={"timings": BENCHMARKS_DIR},  # the other jobs' timings: they all ran before the report
-        outputs={"report": f"{RESULTS}/report"}, directories=("report",), params=("dag.arms", "bench.benchmarks", "bench.roles", "population"),
+        outputs={"report": f"{RESULTS}/report"}, directories=("report",),
+        params=("dag.arms", "bench.benchmarks", "bench.together", "sampler.engine", "bench.roles", "population"),
         shown={"report": Shown("Report", patterns=("{name}.html", "{name}.png", "{name}.md"))},
     ),
 )
@@ -404,10 +426,21 @@ def scope_items(scope: str, params, *, every: bool = False) -> dict[str, dict[st
                                                  "last": last}
                 for arm in arms for g in range(generations) for part in range(params.dag.update_jobs)
                 if every or update_part_slots(params, arm, part)}
+    if scope in ("benchmark", "arm_bench", "together", "arm_together"):
+        from populora.config import own_job_benchmarks, together_benchmarks
+
+        # a benchmark of the together group has no job of its own, and an empty group no job, unless `every`
+        # (DVC's matrix runs them all: such a job writes a note in seconds, no model loaded)
+        own = benchmarks if every else own_job_benchmarks(params)
+        grouped = every or bool(together_benchmarks(params))
     if scope == "benchmark":
-        return {b: {"bench": b, "last": last} for b in benchmarks}
+        return {b: {"bench": b, "last": last} for b in own}
     if scope == "arm_bench":
-        return {f"{arm}-{b}": {"arm": arm, "bench": b, "last": last} for arm in arms for b in benchmarks}
+        return {f"{arm}-{b}": {"arm": arm, "bench": b, "last": last} for arm in arms for b in own}
+    if scope == "together":
+        return {"": {"last": last}} if grouped else {}
+    if scope == "arm_together":
+        return {arm: {"arm": arm, "last": last} for arm in arms} if grouped else {}
     raise ValueError(f"unknown scope {scope!r}")
 
 

@@ -6,7 +6,9 @@
 Scoped stages become DVC `matrix` stages: per arm over `${dag.arms}` (`init@population`), per
 generation over the arms and the rendered generations (`propose@population-gen1`: DVC names a
 matrix item that is a mapping by its key and index), per benchmark over `${bench.benchmarks}`
-(`bench_base@cruxeval_o`, `bench@population-cruxeval_o`). The generated commands are the same
+(`bench_base@cruxeval_o`, `bench@population-cruxeval_o`); the benchmarks of `bench.together` run in
+`bench_base_together` and `bench_together@population` (their own `bench@...` jobs write a note in
+seconds: DVC's matrix cannot leave them out, as with update jobs). The generated commands are the same
 strings the Snakefile runs. Stages that read a whole results folder (`bench_summary`, `report`)
 depend on that folder, so DVC runs every stage writing under it first.
 
@@ -100,7 +102,7 @@ def render_stage(stage: Stage, params) -> dict:
         body["outs"] = outs
     if metrics:
         body["metrics"] = list(metrics)  # cached by DVC, so experiments (results/ is git-ignored) keep them
-    if stage.scope == "global":
+    if not stage.wildcards:  # global, and the base model's together job: one stage, no matrix
         return body
     return {"matrix": matrix(stage.scope, params), **body}
 

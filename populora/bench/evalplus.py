@@ -37,6 +37,7 @@ silently reused, a pickle cache of expected outputs in ~/.cache, a 20 s watchdog
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import json
@@ -45,6 +46,7 @@ import multiprocessing
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
@@ -198,21 +200,33 @@ def check_solutions(dataset: str, problems: dict[str, dict], expected: dict[str,
                     solutions: dict[str, str], *, desc: str = "evalplus checks", log=log) -> dict[str, dict]:
     """evalplus's verdict per task: {"base_status", "plus_status", "base_passed_tests", "plus_passed_tests"}.
 
-    The checks run in one freshly *spawned* worker: evalplus's sandbox forks and caps the address
-    space at 4 GiB, which a fork of this process (torch, a model, maybe a CUDA context) exceeds.
-    They go to it `CHECK_CHUNK` solutions at a time, the progress (`desc`) counted between calls.
+    The checks run in a *spawned* worker: evalplus's sandbox forks and caps the address space at
+    4 GiB, which a fork of this process (torch, a model, maybe a CUDA context) exceeds. They go to it
+    `CHECK_CHUNK` solutions at a time, the progress (`desc`) counted between calls. The worker is
+    started once per process and kept for every model and benchmark after (starting one, which
+    imports evalplus, took 6-9 s: most of a 2-problem benchmark's checks per model).
     """
     ids = list(solutions)
     verdicts: dict[str, dict] = {}
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool, \
-            Progress(len(ids), desc, unit="solutions", log=log) as progress:
+    with Progress(len(ids), desc, unit="solutions", log=log) as progress:
         for start in range(0, len(ids), CHECK_CHUNK):
             part = ids[start:start + CHECK_CHUNK]
-            verdicts.update(pool.submit(_check_serially, dataset, {t: problems[t] for t in part},
-                                        {t: expected[t] for t in part}, {t: solutions[t] for t in part}).result())
+            try:
+                verdicts.update(_checker().submit(_check_serially, dataset, {t: problems[t] for t in part},
+                                                  {t: expected[t] for t in part},
+                                                  {t: solutions[t] for t in part}).result())
+            except BrokenProcessPool:
+                _checker.cache_clear()  # the next call starts a fresh worker
+                raise
             progress.update(len(part))
     return verdicts
+
+
+@functools.cache
+def _checker() -> ProcessPoolExecutor:
+    """The process's checking worker (see `check_solutions`), spawned on first use; concurrent.futures
+    shuts it down when the process exits."""
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
 
 
 def pass_at_1(verdicts: dict[str, dict]) -> dict[str, float]:

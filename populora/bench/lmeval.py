@@ -115,7 +115,7 @@ def evaluate(benchmark: str, *, base_model: str | Path, adapter: str | Path | No
     arguments = model_args(base_model, adapter, dtype, vllm)
     try:
         if vllm is None:  # lm-eval's hf model as simple_evaluate builds it, with the project's progress lines
-            model = _progress_lm_class().create_from_arg_obj(arguments, {"batch_size": batch_size, "device": device})
+            model = _hf_model(arguments, batch_size, device)
             model.progress_desc = f"{benchmark} (lm-eval)"
         results = lm_eval.simple_evaluate(
             model=model if vllm is None else "vllm", model_args=None if vllm is None else arguments,
@@ -133,6 +133,23 @@ def evaluate(benchmark: str, *, base_model: str | Path, adapter: str | Path | No
     if vllm is None:  # recorded as when simple_evaluate is given the model's name and arguments
         results["config"].update(model="hf", model_args=arguments)
     return results
+
+
+def _hf_model(arguments: dict, batch_size: int, device: str):
+    """lm-eval's hf model for `arguments`, kept by the process for the next benchmark with the same ones (the
+    bare base's math benchmarks in one job load it once: stages/bench_together.py). The folder's files are in
+    the key, so a model rewritten in place is loaded again."""
+    from populora.bench.settings import _files
+
+    key = (json.dumps(arguments, sort_keys=True), _files(arguments["pretrained"]), batch_size, device)
+    if key not in _HF_MODELS:
+        _HF_MODELS.clear()  # one at a time
+        _HF_MODELS[key] = _progress_lm_class().create_from_arg_obj(arguments, {"batch_size": batch_size,
+                                                                              "device": device})
+    return _HF_MODELS[key]
+
+
+_HF_MODELS: dict = {}
 
 
 class _CountingHook:

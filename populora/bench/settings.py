@@ -53,14 +53,35 @@ class BenchSettings:
 
     def load_model(self, base_model: Path, adapters: dict[str, Path]):
         """Tokenizer and sampler of `sampler.engine`: the base with `adapters` (name -> PEFT folder)
-        stacked on it (hf) or served as LoRA requests (vllm); every adapter at once, rows pick theirs."""
+        stacked on it (hf) or served as LoRA requests (vllm); every adapter at once, rows pick theirs.
+        With hf the process keeps the last model it loaded and hands it out again for the same base,
+        adapters and engine settings (a job running several benchmarks loads it once: stages/bench_together.py)."""
+        key = (self.sampler, _files(base_model), tuple(sorted((name, _files(path)) for name, path in adapters.items())))
+        if self.sampler.name == "hf" and key in _LOADED:
+            return _LOADED[key]
+        _LOADED.clear()  # one model at a time
         try:
-            return self.sampler.load(base_model, adapters)
+            loaded = self.sampler.load(base_model, adapters)
         except Exception as error:  # noqa: BLE001  (safetensors, PEFT and transformers raise many kinds)
             raise BenchError(f"model {', '.join(adapters) or 'base'} did not load (base {base_model}, adapters "
                              f"{', '.join(map(str, adapters.values())) or 'none'}): "
                              f"{type(error).__name__}: {error}. Fix: re-run the base_model / export stages; an "
                              "adapter must come from the same base model and LoRA settings.") from error
+        if self.sampler.name == "hf":  # vLLM: an engine's memory is only given back when its process ends
+            _LOADED[key] = loaded
+        return loaded
+
+
+# the model this process loaded last (hf engine), by (sampler, base folder, adapters): see BenchSettings.load_model
+_LOADED: dict[tuple, tuple] = {}
+
+
+def _files(folder: str | Path) -> tuple:
+    """A folder as the key of what was loaded from it: its path and files (names, sizes, modification times)."""
+    folder = Path(folder).resolve()
+    files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file()) \
+        if folder.is_dir() else []
+    return str(folder), tuple(files)
 
 
 def settings_for(params, benchmark: str, tasks_dir: str | Path | None = None) -> BenchSettings:

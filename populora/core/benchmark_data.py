@@ -21,6 +21,15 @@ CRUXEVAL_BENCHMARKS = {"cruxeval_o": "code_o", "cruxeval_i": "code_i"}
 # or a local copy of the release).
 LIVECODEBENCH_BENCHMARKS = ("livecodebench",)
 LIVECODEBENCH_HUB = "livecodebench/code_generation_lite"  # the official release on the Hugging Face hub
+# The folder, beside the per-benchmark ones of results/bench/<base|arm>/, where the benchmarks of bench.together
+# are written (<together>/<benchmark>/<model>.json): no benchmark's name
+TOGETHER = "together"
+
+
+def result_folder(benchmark: str, together) -> str:
+    """Where a benchmark's results are, inside results/bench/<base|arm>/: `<benchmark>`, or `together/<benchmark>`
+    when it is one of `together` (`populora.config.together_benchmarks`: those run in one job)."""
+    return f"{TOGETHER}/{benchmark}" if benchmark in together else benchmark
 
 # Offline files, relative to the data folder (see ../shared/benchmarks/README.md).
 EVALPLUS_FILES = {

@@ -86,13 +86,15 @@ ROLES = ("students", "teachers")
 GROUPS = ("code", "math", "cruxeval", "overall")
 
 
-def read_results(bench_dir: str | Path, models: dict[str, list[ModelRef]], benchmarks) -> list[dict]:
+def read_results(bench_dir: str | Path, models: dict[str, list[ModelRef]], benchmarks, together=()) -> list[dict]:
     """The result of every model on every benchmark: `<bench_dir>/<folder>/<benchmark>/<model>.json`
-    for `models` = folder -> model refs (`populora.config.benchmarked_models`). Folders of arms
-    not asked for (an earlier run's) are ignored; a missing result fails, naming the files."""
+    for `models` = folder -> model refs (`populora.config.benchmarked_models`), and for a benchmark of
+    `together` (`populora.config.together_benchmarks`) `<folder>/together/<benchmark>/<model>.json`. Folders
+    of arms not asked for (an earlier run's) are ignored; a missing result fails, naming the files."""
+    from populora.core.benchmark_data import result_folder
     from populora.core.io import read_json
 
-    paths = [Path(bench_dir) / folder / bench / f"{ref.name}.json"
+    paths = [Path(bench_dir) / folder / result_folder(bench, together) / f"{ref.name}.json"
              for folder, refs in models.items() for bench in benchmarks for ref in refs]
     missing = [str(path) for path in paths if not path.is_file()]
     if missing:

@@ -21,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from populora.core.benchmark_data import TOGETHER
 from populora.core.refs import arm_refs
 from populora.study.runs import empty_run, flatten
 
@@ -88,9 +89,11 @@ def experiment_verdicts(repo: Path, experiment: dict) -> dict[str, dict[str, dic
     fs = DVCFileSystem(str(repo), rev=experiment["rev"])
     verdicts: dict[str, dict[str, dict[str, int]]] = {}
     for bench in experiment["params"].get("bench.benchmarks", ()):
-        for model, path in [(m, f"{BENCH_DIR}/{arm}/{bench}/{m}.json") for m in students] + [
-                ("base", f"{BENCH_DIR}/base/{bench}/base.json")]:
-            if fs.exists(path):
+        for model, side in [(m, arm) for m in students] + [("base", "base")]:
+            # a job of its own, or the together job (bench.together)
+            paths = [f"{BENCH_DIR}/{side}/{folder}/{model}.json" for folder in (bench, f"{TOGETHER}/{bench}")]
+            path = next((path for path in paths if fs.exists(path)), None)
+            if path is not None:
                 verdicts.setdefault(bench, {})[model] = json.loads(fs.read_text(path))["per_problem"]
     return verdicts
 

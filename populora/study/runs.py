@@ -23,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from populora.bench.diagnostics import copied_ids
+from populora.core.benchmark_data import TOGETHER
 from populora.core.refs import arm_refs
 from populora.report import DYNAMICS_SUMMARY, DYNAMICS_TABLE, HELDOUT_VERDICTS
 
@@ -65,8 +66,12 @@ def load_run(folder: Path) -> dict:
     gold: dict[str, dict[str, dict[str, float]]] = {}
     diagnostics: dict[str, dict[str, dict]] = {}
     for bench in BENCHES:  # the benchmark results; the held-out pool comes from the dynamics below
-        results = sorted((folder / "bench" / arm / bench).glob("*.json"))
-        base = folder / "bench" / "base" / bench / "base.json"
+        # a job of its own, or the together job (bench.together); `_*.json` are notes, not results
+        own = [folder / "bench" / side / bench for side in (arm, "base")]
+        arm_dir, base_dir = (path if path.is_dir() and not (path / "_together.json").is_file()
+                             else path.parent / TOGETHER / bench for path in own)
+        results = sorted(path for path in arm_dir.glob("*.json") if not path.name.startswith("_"))
+        base = base_dir / "base.json"
         for result_file in [*results, *([base] if base.is_file() else [])]:
             result = json.loads(result_file.read_text())
             model = "base" if result_file == base else result["model"]
