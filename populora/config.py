@@ -795,12 +795,15 @@ def benchmarked_refs(params: Params, arm: str) -> list:
     return list(dict.fromkeys(ref for role in params.bench.roles for ref in refs[role]))
 
 
+def runs_together(params: Params, benchmark: str) -> bool:
+    """Whether `benchmark` runs in the together job (one per arm and one for the base model) rather than a job of
+    its own: it is in `bench.together`, and the engine is not vllm (one engine per process)."""
+    return params.sampler.engine != "vllm" and benchmark in params.bench.together
+
+
 def together_benchmarks(params: Params) -> list[str]:
-    """The benchmarks of `bench.benchmarks` that run in one job per arm (and one for the base model), in their
-    order there: those also in `bench.together`; none with `sampler.engine: vllm` (one engine per process)."""
-    if params.sampler.engine == "vllm":
-        return []
-    return [name for name in params.bench.benchmarks if name in params.bench.together]
+    """The benchmarks of `bench.benchmarks` that run in the together job, in their order there."""
+    return [name for name in params.bench.benchmarks if runs_together(params, name)]
 
 
 def own_job_benchmarks(params: Params) -> list[str]:

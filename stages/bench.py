@@ -58,7 +58,7 @@ from populora.bench.models import base_model_entry, exported_models
 from populora.bench.partial import Partial
 from populora.bench.runners import run_benchmark
 from populora.bench.settings import settings_for
-from populora.config import benchmarked_refs, together_benchmarks
+from populora.config import benchmarked_refs, runs_together
 from populora.core.io import read_json, replace_dir, staging_dir, write_json
 from stages._common import setup, stage_parser
 
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default=str(TASKS_DIR), help="lm-eval task templates (math benchmarks)")
     args = parser.parse_args(argv)
     params, log = setup(args, "bench")
-    if args.bench in together_benchmarks(params):  # DVC's matrix runs every (arm, benchmark): a note, no model
+    if runs_together(params, args.bench):  # DVC's matrix runs every (arm, benchmark): a note, no model
         tmp = staging_dir(args.results)
         write_json(tmp / TOGETHER_NOTE, {"benchmark": args.bench, "results": "in the together job's folder "
                                          "(bench.together: one job for the group, the model loaded once)"})

@@ -24,6 +24,7 @@ def write_params(path: Path, data_dir: Path | str, limit: int = 2) -> Path:
     path.write_text(
         "model:\n  device: cpu\n"
         f"bench:\n  data_dir: {data_dir}\n  limit: {limit}\n  max_new_tokens: 16\n  batch_size: 2\n"
+        "  together: []\n  roles: [students, teachers]\n"  # a job of its own, every member
     )
     return path
 

@@ -101,7 +101,8 @@ def test_bench_stage_gsm8k_on_tiny_model_with_adapter(tmp_path, tiny_model_dir, 
     get_peft_model(model, lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"])).save_pretrained(model_dir / "adapter")
     (model_dir / "model.json").write_text(json.dumps({**ModelRef("population", "teacher0", TEACHER).fields(), "adapter": "adapter"}))
     params = tmp_path / "params.yaml"
-    params.write_text(f"model:\n  device: cpu\nbench:\n  data_dir: {BENCH_DATA}\n  limit: 2\n  max_new_tokens: 16\n  batch_size: 2\n")
+    params.write_text(f"model:\n  device: cpu\nbench:\n  data_dir: {BENCH_DATA}\n  limit: 2\n  max_new_tokens: 16\n  batch_size: 2\n"
+                      "  together: []\n  roles: [students, teachers]\n")  # a job of its own, every member
     folder = tmp_path / "bench" / "population" / "gsm8k"
     out, samples = folder / "population-teacher0.json", folder / "population-teacher0"
     argv = ["--params", str(params), "--arm", "population", "--bench", "gsm8k", "--base-model", str(tiny_model_dir),

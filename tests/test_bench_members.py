@@ -31,7 +31,7 @@ def test_members_in_one_pass_answer_as_when_benchmarked_alone(tmp_path, tiny_mod
     params = tmp_path / "params.yaml"
     # batch 2 < 3 problems x 2 members: the shared pass spans several batches
     params.write_text(f"model:\n  device: cpu\nbench:\n  data_dir: {BENCH_DATA}\n  limit: 3\n  max_new_tokens: 16\n"
-                      "  batch_size: 2\n")
+                      "  batch_size: 2\n  together: []\n")  # a job of its own
     seeds = {"student0": 1, "student1": 2}
     argv = ["--params", str(params), "--arm", "population", "--bench", bench, "--base-model", str(tiny_model_dir),
             "--log", str(tmp_path / "bench.log")]

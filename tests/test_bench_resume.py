@@ -155,7 +155,8 @@ def _kill_after_first_piece(tmp_path, argv: list[str], patch: str) -> None:
 
 def _params_file(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "params.yaml"
-    path.write_text(f"model:\n  device: cpu\nverify:\n  workers: 1\nbench:\n  data_dir: {BENCH_DATA}\n{text}")
+    path.write_text(f"model:\n  device: cpu\nverify:\n  workers: 1\nbench:\n  data_dir: {BENCH_DATA}\n"
+                    f"  together: []\n{text}")  # jobs of their own (a together job resumes: test_bench_together.py)
     return path
 
 

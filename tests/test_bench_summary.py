@@ -45,8 +45,9 @@ def synthetic_results(scores: dict = SCORES, n: int = N) -> list[dict]:
 
 
 # params matching SCORES: one teacher, two students, the four benchmarks
-SCORES_PARAMS = ("population:\n  teachers: 1\n  students: 2\n"
-                 "bench:\n  benchmarks: [humaneval_plus, mbpp_plus, gsm8k, cruxeval_o]\n")
+SCORES_PARAMS = ("population:\n  teachers: 1\n  students: 2\n"  # every member benchmarked, each benchmark its own job
+                 "bench:\n  benchmarks: [humaneval_plus, mbpp_plus, gsm8k, cruxeval_o]\n  roles: [students, teachers]\n"
+                 "  together: []\n")
 
 
 def write_results(bench_dir: Path, results: list[dict]) -> None:

@@ -84,6 +84,7 @@ def test_declared_code_deps_cover_every_local_module_the_stage_imports(stage):
 # keys a stage's code reads only on a path the stage never takes: bench_base has no members to select;
 # the update checks its device with check_device(samples=False), which never asks for the sampling engine
 UNUSED_PATHS = {"bench_base": {"bench.roles", "population.teachers", "population.students"},
+                "bench_base_together": {"bench.roles", "population.teachers", "population.students"},
                 "update": {"sampler", "lora.rank", "update.max_seq_len"}}
 
 
