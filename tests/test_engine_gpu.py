@@ -6,19 +6,18 @@ On a tiny random model (no download): the hf engine in bf16 (rows routed to thei
 recorded scores equal to the update's), the update in a bf16 model under Accelerate's bf16 autocast
 (LoRA weights and Adam moments stay float32); with vLLM's CUDA build (.venv-gpu), our vLLM engine
 against the hf engine (greedy parity in float32, the recorded log-prob gap of sampled tokens) and
-lm-eval's `vllm` model with an adapter. Then a probe at Qwen2.5-7B's shape (random bf16 weights
-built on the GPU, rank-16 LoRA on all 7 linear modules, the overlay's update settings) writes
-torch.cuda.max_memory_allocated to perf/measured/ (MEASURED): commit that file.
+lm-eval's `vllm` model with an adapter. Then a probe at Qwen2.5-7B's shape (perf/update_probe.py: random
+bf16 weights built on the GPU, rank-16 LoRA on all 7 linear modules, the overlay's update settings) writes
+torch.cuda.max_memory_allocated to perf/measured/ (MEASURED): commit that file. scripts/device_check.sh
+runs this lane, the probe and perf/generation.py at the 7B shape in one go on a bare GPU machine.
 """
 
 from __future__ import annotations
 
 import json
 import platform
-import time
 from datetime import date
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -227,54 +226,20 @@ def test_lmeval_vllm_model_with_an_adapter(model_dir, adapters, tmp_path):
     assert len(results["samples"]["populora_gsm8k"]) == 2
 
 
-QWEN25_7B = dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                 num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768, rope_theta=1e6,
-                 tie_word_embeddings=False)
-
-
 @pytest.mark.slow
 def test_update_probe_at_7b_shape():
     """Peak GPU memory of the overlay's update at Qwen2.5-7B's shape (random weights): bf16 weights,
     rank-16 LoRA on all 7 linear modules (fp32), bf16 autocast, checkpointing, 8,192 tokens per
-    micro-batch as 8 x 1,024 and as 1 x 8,192 (update.max_seq_len). Writes MEASURED/update_probe_7b.json."""
-    from accelerate import Accelerator
-    from peft import get_peft_model
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    micro-batch as 8 x 1,024 and as 1 x 8,192 (update.max_seq_len): perf/update_probe.py, which
+    writes MEASURED/update_probe_7b.json (scripts/device_check.sh runs it too)."""
+    import sys
 
-    from populora.selfplay.update import reinforce_steps
+    sys.path.insert(0, str(REPO / "perf"))
+    import update_probe
 
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = Qwen2ForCausalLM._from_config(Qwen2Config(**QWEN25_7B), dtype=torch.bfloat16)
-    model.requires_grad_(False)
-    weights = torch.cuda.memory_allocated()
-    model = get_peft_model(model, lora_config(16, 32.0, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                              "up_proj", "down_proj"]), adapter_name="probe")
-    accelerator = Accelerator(mixed_precision="bf16")
-    model = accelerator.prepare_model(model)
-    runs = []
-    for rows, length in ((8, 1024), (1, 8192)):
-        rollouts = [{"role": "solve", "advantage": 1.0 if i % 2 else -1.0, "reward": None, "segments": [
-            {"text": "", "train": False, "ids": torch.randint(0, 150000, (length // 2,)).tolist()},
-            {"text": "", "train": True, "ids": torch.randint(0, 150000, (length // 2,)).tolist(), "keep": length // 2,
-             "logprobs": [None] * (length // 2), "sampling": {"temperature": 1.0, "top_p": 1.0, "suppress_first": None}},
-        ]} for i in range(rows)]
-        config = UpdateSection(steps=1, learning_rate=1e-5, micro_batch=8, max_seq_len=8192,
-                               max_tokens_per_micro_batch=8192, gradient_checkpointing=True, mixed_precision="bf16")
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        start = time.perf_counter()
-        stats = reinforce_steps(accelerator, model, SimpleNamespace(pad_token_id=0), "probe", rollouts, config,
-                                optimizer_file=None, optimizer_out=None)
-        torch.cuda.synchronize()
-        runs.append({"rows": rows, "tokens_per_row": length, "optimizer_steps": stats["optimizer_steps"],
-                     "seconds": round(time.perf_counter() - start, 2),
-                     "max_memory_allocated_bytes": torch.cuda.max_memory_allocated(),
-                     "max_memory_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)})
-    path = _record("update_probe_7b", "test_update_probe_at_7b_shape", {
-        "what": "params/gpu-paper.yaml's update at Qwen2.5-7B's shape, random bf16 weights; LoRA rank 16 on q,k,v,o,"
-                "gate,up,down (fp32, Adam); bf16 autocast; gradient checkpointing; one optimizer step per run",
-        "weights_bytes": weights, "runs": runs})
+    path = MEASURED / "update_probe_7b.json"
+    assert update_probe.main(["--shape", "qwen2-7b", "--device", "cuda", "--json", str(path)]) == 0
     print(path.read_text())
+    runs = json.loads(path.read_text())["runs"]
     assert all(run["optimizer_steps"] == 1 for run in runs)
     assert all(run["max_memory_allocated_bytes"] < 0.9 * torch.cuda.get_device_properties(0).total_memory for run in runs)

@@ -29,8 +29,10 @@ def project(tmp_path_factory, tiny_params_dict) -> Path:
     root = tmp_path_factory.mktemp("project")
     copy_snakemake_entry(root)
     params = dict(tiny_params_dict)
-    # one math benchmark, one problem, short answers: exercises export, bench, summary and report
-    params["bench"] = {**params["bench"], "benchmarks": ["gsm8k"], "limit": 1, "max_new_tokens": 16,
+    # one problem each, short answers: a math benchmark in the together job (bench.together), CRUXEval-O in a
+    # job of its own; exercises export, both kinds of bench job, summary and report
+    params["bench"] = {**params["bench"], "benchmarks": ["gsm8k", "cruxeval_o"], "limit": 1, "max_new_tokens": 16,
+                       "limits": {"cruxeval_o": 1}, "cruxeval": {**params["bench"]["cruxeval"], "max_new_tokens": 16},
                        "data_dir": str(REPO.parent / "shared" / "benchmarks")}
     # a pool to score (the tiny model proposes none): 2 + 2 tasks of the committed one, 2 answers at T = 1 each
     params["heldout"] = {**params["heldout"], "pool_file": "study/learning/heldout_pool.jsonl", "samples": 2}
@@ -66,11 +68,16 @@ def test_every_generation_leaves_its_artifacts(finished):
                 assert (checkpoint / "adapters" / slot / "adapter_model.safetensors").is_file()
         assert (finished / "dynamics" / arm / "dynamics.json").is_file()
         assert (finished / "dynamics" / arm / "family_tree.png").is_file()
-        for slot in slots:  # every final member exported and benchmarked
+        for slot in slots:  # every final member exported; those of bench.roles (students) benchmarked
             assert (finished / "models" / arm / slot / "model.json").is_file()
-            assert (finished / "bench" / arm / "gsm8k" / f"{arm}-{slot}.json").is_file()
+            benchmarked = not slot.startswith("teacher")
+            assert (finished / "bench" / arm / "together" / "gsm8k" / f"{arm}-{slot}.json").is_file() == benchmarked
+            assert (finished / "bench" / arm / "cruxeval_o" / f"{arm}-{slot}.json").is_file() == benchmarked
+        assert not (finished / "bench" / arm / "gsm8k").exists()  # no job of its own under Snakemake
+    assert (finished / "bench" / "base" / "together" / "gsm8k" / "base.json").is_file()
     summary = json.loads((finished / "metrics.json").read_text())
     assert any(key.startswith("bench.gsm8k.") for key in summary)
+    assert any(key.startswith("bench.cruxeval_o.") for key in summary)
     assert (finished / "report" / "report.md").is_file()
 
 

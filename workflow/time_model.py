@@ -169,6 +169,12 @@ def job_seconds(stage: str, params, item: dict) -> float | None:
         return PROCESS_S + m.weights / READ_BYTES_S + m.train_s(tokens)
     if stage in ("bench", "bench_base"):
         return bench_seconds(params, m, item["bench"], arm)
+    if stage in ("bench_together", "bench_base_together"):  # the group in one process, the model loaded once
+        from populora.config import together_benchmarks
+
+        grouped = together_benchmarks(params)
+        return m.start_s() + sum(bench_seconds(params, m, b, arm) - m.start_s() for b in grouped) if grouped \
+            else PROCESS_S
     pool_types = [t for t in prop.types if t in ("code_o", "code_i")]
     pool = params.heldout.per_type * len(pool_types)
     if stage == "heldout_pool" and pool:  # rounds of one proposal batch, about a quarter of them valid
