@@ -13,7 +13,9 @@ test case in the same sandbox (populora/bench/livecodebench*.py). The members of
 on every benchmark (stacked adapters, each row through its member's). `--models`
 is an export folder (`<slot>/model.json` + `<slot>/adapter/`); each model is the frozen base plus
 that adapter, greedy. `bench.limits[<bench>]`, else `bench.limit`, = N evaluates the first N
-problems in file order (null: all). Only the members of the roles in `bench.roles` are benchmarked (default: students and teachers).
+problems in file order (null: all). Only the members of the roles in `bench.roles` are benchmarked (default: students).
+A benchmark of `bench.together` runs in the together job (stages/bench_together.py, which calls `run_one`
+here): given a job of its own (DVC's matrix runs every one), this stage writes a note and loads nothing.
 `--results` gets, per model (`base`, `population-teacher0`, ...):
 
 * `<model>.json`: `{"model", "arm", "slot", "role", "benchmark", "n", "correct", "interval", "per_problem", "metrics",

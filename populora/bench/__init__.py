@@ -1,7 +1,8 @@
 """Benchmarks of the final models: EvalPlus for code, lm-evaluation-harness for math, CRUXEval, LiveCodeBench.
 
 Every benchmarked model (the bare base, each final member of each arm) runs every benchmark of
-`params.bench.benchmarks` in its own stage, `python -m stages.bench --model M --bench B ...`.
+`params.bench.benchmarks`, in a job per benchmark (`python -m stages.bench --bench B ...`) or, for those of
+`bench.together`, one after another in one job (`python -m stages.bench_together ...`, the model loaded once).
 This package holds one module per benchmark family, each with its loading, prompts, generation
 pass (`run`) and scoring, and what they share:
 
