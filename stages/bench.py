@@ -58,7 +58,6 @@ from populora.bench import BenchError
 from populora.bench.lmeval import TASKS_DIR
 from populora.bench.models import base_model_entry, exported_models
 from populora.bench.partial import Partial
-from populora.bench.runners import run_benchmark
 from populora.bench.settings import settings_for
 from populora.config import benchmarked_refs, runs_together
 from populora.core.io import read_json, replace_dir, staging_dir, write_json
@@ -138,6 +137,14 @@ def run_one(settings, models: list, base_model: Path, results: Path, log) -> int
 
 
 PARTIAL = ".partial"  # beside --results: what an earlier attempt finished (populora.bench.partial)
+
+
+def run_benchmark(*args, **kwargs) -> dict[str, dict]:
+    """`populora.bench.runners.run_benchmark`, imported on first use: the note of a grouped benchmark's own job
+    (DVC runs every one) needs neither torch nor the harnesses."""
+    from populora.bench.runners import run_benchmark as run
+
+    return run(*args, **kwargs)
 
 
 def run_resumable(settings, models, base_model: Path, out: Path, results: Path, log) -> dict[str, dict]:
