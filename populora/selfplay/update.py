@@ -385,6 +385,8 @@ class AdapterUpdate:
     samples from the same PEFT model, which holds the adapter being trained.
     """
 
+    CHAIN_DIAGNOSTICS = True  # False: every step re-scores its tokens itself (tests compare the two)
+
     def __init__(self, accelerator, model, tokenizer, adapter: str, config, *, optimizer_file: Path | None = None):
         self.accelerator, self.model, self.tokenizer, self.adapter, self.config = (
             accelerator, model, tokenizer, adapter, config)
@@ -420,19 +422,35 @@ class AdapterUpdate:
                  "truncated_sequences": sum(plan["truncated"] for plan in plans),
                  "micro_batches": sum(len(plan["batches"]) for plan in plans if plan["sequences"]), "steps": []}
         rank, world = self.accelerator.process_index, self.accelerator.num_processes
-        passes = config.steps * sum(len(plan["batches"][rank::world]) for plan in plans if plan["sequences"])
-        steps = config.steps * sum(1 for plan in plans if plan["sequences"])
+        active = [plan for plan in plans if plan["sequences"]]
+        per_step = [len(plan["batches"][rank::world]) for plan in active]
+        steps = config.steps * len(active)
+        # With one loss (joint), step k + 1's forward scores the same tokens under the weights step k
+        # left: it is step k's "after" diagnostic, so only the last step re-scores (issue 48: what is
+        # computed twice costs at most a quarter of a step). Per role, each step re-scores at once.
+        chained = config.diagnostics and len(active) == 1 and self.CHAIN_DIAGNOSTICS
+        rescored = (1 if chained else config.steps) * sum(per_step) if config.diagnostics else 0
+        self.timings = []
         self.model.train()
-        # one unit per micro-batch scored: forward and backward, and with diagnostics the re-scoring after the step
-        with Progress(passes * (2 if config.diagnostics else 1), f"update {self.adapter}", unit="micro-batch passes",
+        # one unit per micro-batch scored: forward and backward, and with diagnostics the re-scoring after a step
+        with Progress(config.steps * sum(per_step) + rescored, f"update {self.adapter}", unit="micro-batch passes",
                       log=log, enabled=self.accelerator.is_main_process) as progress:
+            waiting = None  # (row, before, count) of the step whose "after" is the next step's forward
             for step in range(config.steps):
-                for plan in plans:
-                    if plan["sequences"]:
-                        note = f"optimizer step {len(stats['steps']) + 1}/{steps}"
-                        stats["steps"].append(self._step(plan, on_policy=step == 0,
-                                                         advance=lambda note=note: progress.update(note=note)))
+                for plan in active:
+                    note = f"optimizer step {len(stats['steps']) + 1}/{steps}"
+                    advance = lambda note=note: progress.update(note=note)  # noqa: E731
+                    row, before, count = self._step(plan, on_policy=step == 0, advance=advance)
+                    if waiting is not None:
+                        self._diagnose(*waiting, after=before, plan=plan)
+                    waiting = None
+                    if config.diagnostics and chained and step < config.steps - 1:
+                        waiting = (row, before, count)
+                    elif config.diagnostics:
+                        self._diagnose(row, before, count, after=self._rescore(plan, advance), plan=plan)
+                    stats["steps"].append(row)
         self.model.eval()
+        self._log_timings()
         stats["optimizer_steps"] = len(stats["steps"])
         stats["losses"] = [row["loss"] for row in stats["steps"]]
         if stats["steps"]:
@@ -448,20 +466,24 @@ class AdapterUpdate:
             return selected_logprobs(self.unwrapped, chunk, self.tokenizer.pad_token_id, self.accelerator.device,
                                      entropy=entropy)
 
-    def _step(self, plan: dict, *, on_policy: bool, advance=lambda: None) -> dict:
-        """One optimizer step over `plan`; returns its diagnostics. `advance()` is called after each
-        micro-batch this process scores (the progress of `train`)."""
+    def _step(self, plan: dict, *, on_policy: bool, advance=lambda: None) -> tuple[dict, torch.Tensor, torch.Tensor]:
+        """One optimizer step over `plan`: its diagnostics, and per rollout the summed log-prob of its
+        trained tokens before the step and their count. `advance()` is called after each micro-batch
+        this process scores (the progress of `train`)."""
+        import time
+
         accelerator, config = self.accelerator, self.config
         sequences, batches, weights, offsets = plan["sequences"], plan["batches"], plan["weights"], plan["offsets"]
         rank, world = accelerator.process_index, accelerator.num_processes
         device = accelerator.device
         n = len(plan["advantages"])
-        # per rollout: summed log-prob of its trained tokens before and after the step, and their count;
+        # per rollout: summed log-prob of its trained tokens before the step and their count;
         # then [loss, entropy sum, gap sum, gap count] and the largest gap
-        before, after, count = (torch.zeros(n, dtype=torch.float64, device=device) for _ in range(3))
+        before, count = (torch.zeros(n, dtype=torch.float64, device=device) for _ in range(2))
         totals = torch.zeros(4, dtype=torch.float64, device=device)
         gap_max = torch.tensor([-1.0], dtype=torch.float64, device=device)
         mine = batches[rank::world]
+        started = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
         for batch in mine:
             chunk = [sequences[i] for i in batch]
@@ -489,25 +511,52 @@ class AdapterUpdate:
             _all_reduce(gap_max, "max")
         grad_norm = accelerator.clip_grad_norm_(parameters, config.max_grad_norm)  # the norm before clipping
         self.optimizer.step()
+        self.timings.append({"tokens": sum(len(sequences[i].ids) for b in mine for i in b),
+                             "padded_tokens": sum(len(b) * max(len(sequences[i].ids) for i in b) for b in mine),
+                             "forward_backward_s": time.perf_counter() - started, "rescore_s": 0.0})
         row = {"on_policy": on_policy, "loss": float(totals[0]), "grad_norm": float(grad_norm),
                "entropy": float(totals[1] / count.sum()) if count.sum() > 0 else None,
                "sampler_gap_mean": float(totals[2] / totals[3]) if totals[3] > 0 else None,
                "sampler_gap_max": float(gap_max[0]) if totals[3] > 0 else None}
-        if config.diagnostics:
-            with torch.no_grad():
-                for batch in mine:
-                    chunk = [sequences[i] for i in batch]
-                    owners = torch.tensor([s.rollout for s in chunk for _ in s.targets], device=device)
-                    after.index_add_(0, owners, self._score(chunk, entropy=False).double())
-                    advance()
-            if world > 1:
-                _all_reduce(after, "sum")
-            scored = count > 0
-            change = torch.where(scored, (after - before) / count.clamp(min=1), torch.zeros_like(after))
-            advantages = torch.tensor(plan["advantages"], dtype=torch.float64, device=device)
-            row["logprob_change_positive"] = _mean_where(change, scored & (advantages > 0))
-            row["logprob_change_negative"] = _mean_where(change, scored & (advantages < 0))
-        return row
+        return row, before, count
+
+    def _rescore(self, plan: dict, advance=lambda: None) -> torch.Tensor:
+        """Per rollout, the summed log-prob of its trained tokens under the weights as they are now."""
+        import time
+
+        started = time.perf_counter()
+        sequences, device = plan["sequences"], self.accelerator.device
+        after = torch.zeros(len(plan["advantages"]), dtype=torch.float64, device=device)
+        with torch.no_grad():
+            for batch in plan["batches"][self.accelerator.process_index::self.accelerator.num_processes]:
+                chunk = [sequences[i] for i in batch]
+                owners = torch.tensor([s.rollout for s in chunk for _ in s.targets], device=device)
+                after.index_add_(0, owners, self._score(chunk, entropy=False).double())
+                advance()
+        if self.accelerator.num_processes > 1:
+            _all_reduce(after, "sum")
+        self.timings[-1]["rescore_s"] = time.perf_counter() - started
+        return after
+
+    @staticmethod
+    def _diagnose(row: dict, before: torch.Tensor, count: torch.Tensor, *, after: torch.Tensor, plan: dict) -> None:
+        """The mean change of the per-token log-prob of answers with A > 0 and with A < 0, into `row`."""
+        scored = count > 0
+        change = torch.where(scored, (after - before) / count.clamp(min=1), torch.zeros_like(after))
+        advantages = torch.tensor(plan["advantages"], dtype=torch.float64, device=before.device)
+        row["logprob_change_positive"] = _mean_where(change, scored & (advantages > 0))
+        row["logprob_change_negative"] = _mean_where(change, scored & (advantages < 0))
+
+    def _log_timings(self) -> None:
+        """Forward + backward tokens per second, padding, and what re-scoring cost (the log only: the
+        statistics stay byte-identical between reruns)."""
+        if not self.timings:
+            return
+        tokens, padded = sum(t["tokens"] for t in self.timings), sum(t["padded_tokens"] for t in self.timings)
+        train_s, rescore_s = sum(t["forward_backward_s"] for t in self.timings), sum(t["rescore_s"] for t in self.timings)
+        log.info("update %s: %d tokens forward+backward in %.1f s (%.0f tokens/s, padding %.1f%%); re-scoring for the "
+                 "diagnostics %.1f s (%.0f%% of the steps)", self.adapter, tokens, train_s, tokens / max(train_s, 1e-9),
+                 100 * (padded - tokens) / max(padded, 1), rescore_s, 100 * rescore_s / max(train_s + rescore_s, 1e-9))
 
     def save_optimizer(self, path: Path) -> None:
         save_optimizer(self.optimizer, self.params, self.names, path)
