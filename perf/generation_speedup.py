@@ -10,6 +10,8 @@ Each measurement is a child process that imports `populora` from one source tree
     `--samples` 8 samples of each (32 rows in one batch, as solve.batch_size), `--tokens` 48 new
     tokens per row (EOS off), temperature 0.5.
 
+Each child runs `--threads` torch threads (default 1: the CPU pipeline's model stages take one thread
+each, two side by side; on a busy machine two threads also stall each other at every barrier).
 Children run interleaved (old, new, old, new, ... per dtype, `--repeats` rounds) so that load on the
 machine falls on both alike; medians and the ratio old/new of the seconds (= new/old tokens per
 second) are written with the commits and the CPU's flags:
@@ -124,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads per child (the CPU stages run one thread each, side by side)")
     parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path)
@@ -141,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     for repeat in range(args.repeats):
         for dtype in args.dtypes:
             for name, tree in trees.items():
-                env = {**os.environ, "PYTHONPATH": str(tree)}
+                env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(args.threads)}
                 done = subprocess.run([sys.executable, str(HERE), "--child", "--dtype", dtype, *shape_args],
                                       env=env, cwd=tree, capture_output=True, text=True, check=True)
                 row = json.loads(done.stdout.strip().splitlines()[-1])

@@ -110,6 +110,15 @@ def main(argv: list[str] | None = None) -> int:
     return train(args, params, log, slots)
 
 
+def update_config(update, dtype: str):
+    """The `update` section as the update runs it: with a base in bfloat16 (or float16) and no cap set,
+    the truncated importance correction on (`BF16_IMPORTANCE_CAP`): the sampler's scores (stacked LoRA
+    in the base's dtype) and the update's (PEFT's LoRA in float32) differ by rounding."""
+    if dtype != "float32" and update.importance_cap is None:
+        return update.model_copy(update={"importance_cap": BF16_IMPORTANCE_CAP})
+    return update
+
+
 def train(args, params, log, slots: list[str]) -> int:
     from accelerate import Accelerator
 
@@ -135,12 +144,9 @@ def train(args, params, log, slots: list[str]) -> int:
              ", ".join(slots), accelerator.device, accelerator.num_processes,
              "" if accelerator.num_processes == 1 else "es", params.update.mixed_precision or "none")
     runtime = runtime_record(params.model.dtype, str(accelerator.device.type))
-    config = params.update
-    if runtime["dtype"] != "float32" and config.importance_cap is None:
-        # the sampler's bf16 scores (stacked LoRA in bf16) and the update's (PEFT, LoRA in float32) differ
-        # by rounding: the truncated importance correction weighs each token by their ratio, capped
-        config = config.model_copy(update={"importance_cap": BF16_IMPORTANCE_CAP})
-        log.info("model dtype %s: truncated importance correction on (cap %s)", runtime["dtype"], BF16_IMPORTANCE_CAP)
+    config = update_config(params.update, runtime["dtype"])
+    if config.importance_cap != params.update.importance_cap:
+        log.info("model dtype %s: truncated importance correction on (cap %s)", runtime["dtype"], config.importance_cap)
     tokenizer, model = load_base(args.base_model, dtype=runtime["dtype"], device=str(accelerator.device))
     tokenizer.padding_side = "right"
     model = attach_adapters(model, {s: str(p) for s, p in adapter_dirs(args.state, slots).items()}, trainable=slots[0])

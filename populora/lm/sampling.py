@@ -42,7 +42,7 @@ import torch
 
 from populora.core.progress import Progress
 from populora.lm.plans import Plan
-from populora.lm.prefix_cache import CarriedCache, score_continuations, select, shared_prefill
+from populora.lm.prefix_cache import CarriedCache, contiguous_head, score_continuations, select, shared_prefill
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +173,7 @@ def sample_batch(model, tokenizer, contexts: list[list[int]], *, budget: int, st
     if carried is not None and static_cache:
         raise ValueError("a carried cache is dynamic: static_cache applies to a fresh one only")
     device = next(model.parameters()).device
+    contiguous_head(model)
     n, pad = len(contexts), tokenizer.pad_token_id
     done = list(skip) if skip else [False] * n
     adapters = adapters or [None] * n
