@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     shape_args = ["--shape", args.shape, "--prompts", str(args.prompts), "--samples", str(args.samples),
                   "--adapters", str(args.adapters), "--prompt-tokens", str(args.prompt_tokens),
                   "--shared-prefix", str(args.shared_prefix), "--tokens", str(args.tokens)]
+    commits = {name: git_commit(tree) for name, tree in trees.items()}  # before: the trees may change meanwhile
     runs: dict[str, dict[str, list[dict]]] = {d: {"old": [], "new": []} for d in args.dtypes}
     for repeat in range(args.repeats):
         for dtype in args.dtypes:
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"shape": args.shape, "prompts": args.prompts, "samples_per_prompt": args.samples,
               "rows": args.prompts * args.samples, "adapters": args.adapters, "prompt_tokens": args.prompt_tokens,
               "shared_prefix_tokens": args.shared_prefix, "new_tokens_per_row": args.tokens,
-              "repeats": args.repeats, "commits": {name: git_commit(tree) for name, tree in trees.items()},
+              "repeats": args.repeats, "commits": commits,
               "cpu": cpu, "cpu_flags": sorted(f for f in flags if f.startswith(("avx512", "amx", "avx2"))),
               "threads": runs[args.dtypes[0]]["new"][0]["threads"], "by_dtype": {}}
     for dtype, by_tree in runs.items():
