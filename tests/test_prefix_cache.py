@@ -109,3 +109,24 @@ def test_prefix_bookkeeping(tiny_model_dir, tmp_path):
     nothing = CarriedCache(model, 2)  # no prefix, no duplicate: left to the ordinary prefill
     assert shared_prefill(model, nothing, [[5, 6], [7, 8]], ["a", "b"], tails=[1, 1], pad=0, device="cpu") is None
     assert nothing.width == 0
+
+
+def test_update_rescoring_with_shared_prompts_equals_the_plain_scoring(tiny_model_dir, tmp_path):
+    """The update's after-step scores (`shared_prefix_logprobs`: a prompt once for its samples) equal
+    `selected_logprobs`' to float rounding, multi-step plans (branches) and suppression included."""
+    from populora.lm.model import attach_adapters
+    from populora.selfplay.sequences import rollout_sequences, selected_logprobs, shared_prefix_logprobs
+    from tests.test_generation_update import _sampled_rollouts
+
+    adapters = _adapters(tiny_model_dir, tmp_path)
+    rows, results = _sampled_rollouts(tiny_model_dir, adapters)
+    sequences = [s for k, r in enumerate(results) for s in rollout_sequences(r.segments, k, 4096)[0]]
+    tokenizer, base = load_base(tiny_model_dir)
+    peft = attach_adapters(base, adapters)
+    peft.set_adapter("a")
+    with torch.no_grad():
+        plain = selected_logprobs(peft, sequences, tokenizer.pad_token_id, "cpu")
+    fed = _count_fed_tokens(peft)
+    shared = shared_prefix_logprobs(peft, sequences, tokenizer.pad_token_id, "cpu", group_rows=3)
+    torch.testing.assert_close(shared, plain, atol=1e-5, rtol=0)
+    assert sum(fed) < sum(len(s.ids) for s in sequences), "the shared prompts were fed once"

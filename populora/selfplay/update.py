@@ -41,6 +41,7 @@ from populora.selfplay.sequences import (  # noqa: F401  (re-exported: the updat
     plan_micro_batches,
     rollout_sequences,
     selected_logprobs,
+    shared_prefix_logprobs,
     token_weights,
 )
 
@@ -326,12 +327,15 @@ class AdapterUpdate:
         started = time.perf_counter()
         sequences, device = plan["sequences"], self.accelerator.device
         after = torch.zeros(len(plan["advantages"]), dtype=torch.float64, device=device)
-        with torch.no_grad():
-            for batch in plan["batches"][self.accelerator.process_index::self.accelerator.num_processes]:
-                chunk = [sequences[i] for i in batch]
-                owners = torch.tensor([s.rollout for s in chunk for _ in s.targets], device=device)
-                after.index_add_(0, owners, self._score(chunk, entropy=False).double())
-                advance()
+        mine = plan["batches"][self.accelerator.process_index::self.accelerator.num_processes]
+        # every sequence of this process at once: the samples of a task share their prompt's forward
+        chunk = [sequences[i] for batch in mine for i in batch]
+        with torch.no_grad(), self.accelerator.autocast():
+            scored = shared_prefix_logprobs(self.unwrapped, chunk, self.tokenizer.pad_token_id, device)
+        owners = torch.tensor([s.rollout for s in chunk for _ in s.targets], device=device)
+        after.index_add_(0, owners, scored.double())
+        for _ in mine:
+            advance()
         if self.accelerator.num_processes > 1:
             _all_reduce(after, "sum")
         self.timings[-1]["rescore_s"] = time.perf_counter() - started
