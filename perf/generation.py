@@ -21,6 +21,12 @@ production). vLLM's peak RSS includes the KV cache it reserves (`--memory-fracti
 
     .venv/bin/python perf/generation.py --shape smollm2-135m --batch 16 --adapters 4 \
         --json results/perf_generation.json
+    .venv/bin/python perf/generation.py --shape smollm2-135m --batch 32 --adapters 4 --samples 8 \
+        --prompt-tokens 300 --shared-prefix 200 --tokens 48 --json OUT.json   # the study's solve shape
+
+`--samples` rows share each prompt (one adapter per prompt) and every prompt begins with the same
+`--shared-prefix` tokens: the shape whose prefill the sampler shares (`populora.lm.prefix_cache`).
+perf/generation_speedup.py times that shape on the code before and after, side by side.
     .venv/bin/python perf/generation.py --model smollm2 --batch 64 --adapters 4 --tokens 96 \
         --json results/perf_generation_hf.json
     .venv-vllm/bin/python perf/generation.py --engine vllm --model smollm2 --batch 64 --adapters 4 \
@@ -116,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="attention: q,k,v,o (params.yaml default); all: every linear (GPU overlay)")
     parser.add_argument("--tokens", type=int, default=64, help="new tokens per row")
     parser.add_argument("--prompt-tokens", type=int, default=128, help="mean prompt length (rows vary +-25%%)")
+    parser.add_argument("--samples", type=int, default=1,
+                        help="rows per prompt (a task's samples, one adapter; the study's solve: 8)")
+    parser.add_argument("--shared-prefix", type=int, default=0,
+                        help="tokens every prompt begins with (instruction + worked example; the solve shape: 200)")
     parser.add_argument("--temperature", type=float, default=0.6)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="auto")
@@ -128,8 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--memory-fraction", type=float, default=0.15, help="vllm: gpu_memory_utilization")
     args = parser.parse_args(argv)
-    if args.batch % args.adapters:
-        parser.error("--batch must be a multiple of --adapters (rows are spread evenly)")
+    if args.batch % (args.adapters * args.samples):
+        parser.error("--batch must be a multiple of --adapters x --samples (rows are spread evenly)")
+    if not 0 <= args.shared_prefix < args.prompt_tokens * 0.8:
+        parser.error("--shared-prefix must leave each prompt a part of its own")
     if args.engine == "vllm":
         if not args.model:
             parser.error("--engine vllm needs --model (vLLM loads a model folder)")
@@ -145,11 +157,14 @@ def main(argv: list[str] | None = None) -> int:
     vocab = model.config.vocab_size
     tokenizer = SimpleNamespace(pad_token_id=0, eos_token_id=None)
     g = torch.Generator().manual_seed(0)
-    low, high = int(args.prompt_tokens * 0.75), int(args.prompt_tokens * 1.25)
-    lengths = torch.randint(low, high + 1, (args.batch,), generator=g)
-    contexts = [torch.randint(1, vocab, (int(n),), generator=g).tolist() for n in lengths]
+    own = args.prompt_tokens - args.shared_prefix
+    low, high = int(own * 0.75), int(own * 1.25)
+    prefix = torch.randint(1, vocab, (args.shared_prefix,), generator=g).tolist()
+    lengths = torch.randint(low, high + 1, (args.batch // args.samples,), generator=g)
+    prompts = [prefix + torch.randint(1, vocab, (int(n),), generator=g).tolist() for n in lengths]
+    contexts = [prompts[i // args.samples] for i in range(args.batch)]  # a prompt's samples: adjacent rows
     names = [f"a{i}" for i in range(args.adapters)]
-    row_adapter = [names[i % args.adapters] for i in range(args.batch)]
+    row_adapter = [names[(i // args.samples) % args.adapters] for i in range(args.batch)]
 
     def decode(m, rows, adapters):
         _sync(device)
@@ -196,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "engine": "hf", "model": model_label(args.model) if args.model else f"random {args.shape}",
         "shape": args.shape, "batch": args.batch, "adapters": args.adapters, "rank": args.rank, "targets": args.targets,
-        "new_tokens_per_row": args.tokens, "prompt_tokens_mean": args.prompt_tokens, "temperature": args.temperature,
+        "new_tokens_per_row": args.tokens, "prompt_tokens_mean": args.prompt_tokens, "samples_per_prompt": args.samples,
+        "shared_prefix_tokens": args.shared_prefix, "temperature": args.temperature,
         "repeats": args.repeats, "dtype": args.dtype, "device": str(device), "static_cache": args.static_cache,
         "compile": args.compile,
         "device_name": torch.cuda.get_device_name() if device.type == "cuda" else platform.machine(),

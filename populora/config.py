@@ -57,7 +57,10 @@ class ModelSection(_Section):
         min_length=1,
         description="'smollm2' for the embedded SmolLM2-135M-Instruct, or any HF model id or local folder.",
     )
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights dtype; float32 on CPU.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights dtype of sampling and scoring. auto: bfloat16 on a CPU with avx512_bf16 or AMX "
+        "(or a GPU with bf16), float32 elsewhere (populora.lm.dtype; the choice is logged and recorded). A study pins "
+        "float32 or bfloat16: auto can differ between machine kinds. The update's LoRA weights and AdamW stay float32.")
     device: str = Field("cpu", description="'cpu', 'auto' (cuda when present) or 'cuda'. With 'cpu' the model "
                         "stages claim no GPU and take one thread each, so Snakemake runs them side by side.")
 

@@ -25,6 +25,12 @@ optimizer moments stay float32); with `update.processes: N > 1` this stage re-la
 N-th micro-batch of the adapter's rollouts and the gradients are summed across the processes before
 clipping and the optimizer step (`populora.selfplay.update.reinforce_steps`), so all hold the same weights and
 the first writes them (tests/test_update_jobs.py runs 2 CPU processes).
+
+`model.dtype` (auto: bfloat16 on a CPU with avx512_bf16 or AMX, `populora.lm.dtype`) is the frozen
+base's dtype; the adapter's weights and AdamW moments stay float32. In bfloat16 the sampler's scores
+differ from the update's by rounding, so the truncated importance correction is on
+(`BF16_IMPORTANCE_CAP` unless `update.importance_cap` sets one); each adapter's statistics record the
+dtype, why it was chosen and the CPU's flags (`runtime`).
 """
 
 from __future__ import annotations
@@ -41,6 +47,10 @@ from populora.core.rows import Rollout, read_rows
 from populora.core.seeds import derive_seed
 from populora.core.state import ADAPTERS, OPTIMIZER, UPDATE_STATS, adapter_dirs
 from stages._common import claim_gpu, keep_gpu_claims_across_exec, require_device, setup, stage_parser, timed
+
+# `model.dtype` bfloat16 with `update.importance_cap: null`: the cap the update uses (a token's weight at most
+# doubled), so the sampler's bf16 rounding is corrected for (issue 48)
+BF16_IMPORTANCE_CAP = 2.0
 
 LAUNCHED = "LOCAL_RANK"  # set by torchrun / accelerate launch in each process it starts
 
@@ -100,10 +110,20 @@ def main(argv: list[str] | None = None) -> int:
     return train(args, params, log, slots)
 
 
+def update_config(update, dtype: str):
+    """The `update` section as the update runs it: with a base in bfloat16 (or float16) and no cap set,
+    the truncated importance correction on (`BF16_IMPORTANCE_CAP`): the sampler's scores (stacked LoRA
+    in the base's dtype) and the update's (PEFT's LoRA in float32) differ by rounding."""
+    if dtype != "float32" and update.importance_cap is None:
+        return update.model_copy(update={"importance_cap": BF16_IMPORTANCE_CAP})
+    return update
+
+
 def train(args, params, log, slots: list[str]) -> int:
     from accelerate import Accelerator
 
     from populora.lm.adapters import save_trained_adapter
+    from populora.lm.dtype import runtime_record
     from populora.lm.model import attach_adapters, load_base
     from populora.selfplay.advantages import shuffle_within_groups
     from populora.selfplay.update import reinforce_steps
@@ -123,7 +143,11 @@ def train(args, params, log, slots: list[str]) -> int:
     log.info("update job %d of %d: %s on %s (%d process%s, mixed precision %s)", args.part, params.dag.update_jobs,
              ", ".join(slots), accelerator.device, accelerator.num_processes,
              "" if accelerator.num_processes == 1 else "es", params.update.mixed_precision or "none")
-    tokenizer, model = load_base(args.base_model, dtype=params.model.dtype, device=str(accelerator.device))
+    runtime = runtime_record(params.model.dtype, str(accelerator.device.type))
+    config = update_config(params.update, runtime["dtype"])
+    if config.importance_cap != params.update.importance_cap:
+        log.info("model dtype %s: truncated importance correction on (cap %s)", runtime["dtype"], config.importance_cap)
+    tokenizer, model = load_base(args.base_model, dtype=runtime["dtype"], device=str(accelerator.device))
     tokenizer.padding_side = "right"
     model = attach_adapters(model, {s: str(p) for s, p in adapter_dirs(args.state, slots).items()}, trainable=slots[0])
     tmp = staging_dir(args.trained) if main_process else None
@@ -133,11 +157,12 @@ def train(args, params, log, slots: list[str]) -> int:
         torch.manual_seed(derive_seed(params.base.seed, "update", args.arm, args.gen, slot))
         with timed(log, f"update {slot} on {len(by_adapter[slot])} rollouts"):
             stats[slot] = reinforce_steps(
-                accelerator, model, tokenizer, slot, by_adapter[slot], params.update,
+                accelerator, model, tokenizer, slot, by_adapter[slot], config,
                 optimizer_file=Path(args.state) / OPTIMIZER / f"{slot}.safetensors",
                 optimizer_out=tmp / OPTIMIZER / f"{slot}.safetensors" if main_process else None,
             )
         stats[slot]["advantages_shuffled"] = params.update.shuffle_advantages
+        stats[slot]["runtime"] = {**runtime, "importance_cap": config.importance_cap}
         if main_process:
             save_trained_adapter(model, slot, tmp / ADAPTERS / slot)
         log.info("%s: %s", slot, {k: v for k, v in stats[slot].items() if k != "losses"})

@@ -7,6 +7,7 @@ import re
 
 from populora.bench.settings import settings_for
 from populora.config import parse_params
+from populora.lm.dtype import resolve_dtype
 from populora.lm.engines import HfSampler, VllmSampler, pick_sampler
 from tests.conftest import REPO
 
@@ -14,7 +15,8 @@ from tests.conftest import REPO
 def test_hf_is_the_default_and_brings_no_vllm_settings():
     params = parse_params({"bench": {"data_dir": None}})
     sampler = pick_sampler(params)
-    assert sampler == HfSampler(dtype="float32", device="cpu") and sampler.name == "hf"
+    # model.dtype: auto, resolved once here (bfloat16 on a CPU with avx512_bf16 or AMX)
+    assert sampler == HfSampler(dtype=resolve_dtype("auto", "cpu")[0], device="cpu") and sampler.name == "hf"
     assert sampler.lmeval_vllm_args() is None  # math: lm-eval's hf model and the stacked one
 
 
@@ -23,7 +25,7 @@ def test_vllm_carries_its_engine_settings_and_lm_evals():
                            "sampler": {"engine": "vllm", "memory_fraction": 0.2, "max_num_seqs": 64}})
     sampler = pick_sampler(params)
     assert isinstance(sampler, VllmSampler) and sampler.name == "vllm"
-    assert (sampler.dtype, sampler.lora_rank, sampler.memory_fraction, sampler.max_num_seqs) == ("float32", 4, 0.2, 64)
+    assert (sampler.dtype, sampler.lora_rank, sampler.memory_fraction, sampler.max_num_seqs) == (resolve_dtype("auto", "cpu")[0], 4, 0.2, 64)
     assert sampler.lmeval_vllm_args() == {"gpu_memory_utilization": 0.2, "enforce_eager": True, "max_num_seqs": 64,
                                           "max_lora_rank": 8,  # vLLM's smallest compiled rank above 4
                                           "max_model_len": params.update.max_seq_len}

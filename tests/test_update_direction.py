@@ -62,3 +62,28 @@ def test_the_direction_check_fails_when_the_sign_is_flipped(tiny_model_dir, tmp_
     monkeypatch.setattr(update_module, "token_weights", lambda *a, **k: [-w for w in right(*a, **k)])
     _, positive, negative = _one_step(tiny_model_dir, tmp_path)
     assert sum(positive) / len(positive) < 0 < sum(negative) / len(negative), (positive, negative)
+
+
+def test_chained_diagnostics_equal_a_rescoring_after_every_step(tiny_model_dir, tmp_path, monkeypatch):
+    """With one loss and several steps, step k's "after" scores are step k + 1's forward: the same
+    figures as scoring again after every step, with one re-scoring pass instead of one per step."""
+    adapters = _adapters(tiny_model_dir, tmp_path)
+    rows, results = _sampled_rollouts(tiny_model_dir, adapters)
+    mine = [r for row, r in zip(rows, results) if row.adapter == "a"]
+    rollouts = [{"segments": r.segments, "advantage": 1.0 if k % 2 == 0 else -1.0} for k, r in enumerate(mine)]
+    runs, rescores = {}, {}
+    for chained in (True, False):
+        monkeypatch.setattr(AdapterUpdate, "CHAIN_DIAGNOSTICS", chained)
+        tokenizer, model = load_base(tiny_model_dir)
+        tokenizer.padding_side = "right"
+        model = attach_adapters(model, adapters, trainable="a")
+        update = AdapterUpdate(Accelerator(cpu=True), model, tokenizer, "a",
+                               UpdateSection(steps=3, learning_rate=1e-3, micro_batch=2, max_seq_len=4096))
+        runs[chained] = update.train(rollouts)
+        rescores[chained] = sum(t["rescore_s"] > 0 for t in update.timings)
+    assert rescores == {True: 1, False: 3}
+    for a, b in zip(runs[True]["steps"], runs[False]["steps"]):
+        for key in ("loss", "grad_norm"):
+            assert a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-9), key
+        for key in ("logprob_change_positive", "logprob_change_negative"):  # the re-scoring shares prompts: rounding
+            assert a[key] == pytest.approx(b[key], rel=1e-3, abs=1e-6), key

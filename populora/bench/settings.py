@@ -90,10 +90,11 @@ def settings_for(params, benchmark: str, tasks_dir: str | Path | None = None) ->
     from populora.lm.model import pick_device
 
     cruxeval = benchmark_kind(benchmark) == "cruxeval"
+    sampler = pick_sampler(params)
     return BenchSettings(
         benchmark=benchmark, runner=runner_of(benchmark), limit=params.bench.limit_of(benchmark),
         max_new_tokens=params.bench.cruxeval.max_new_tokens if cruxeval else params.bench.max_new_tokens,
         batch_size=params.bench.batch_size, data_dir=resolve_data_dir(params.bench.data_dir),
         solve_mode=params.solve.mode, cruxeval=params.bench.cruxeval, livecodebench=params.bench.livecodebench,
-        verify=params.verify, sampler=pick_sampler(params), dtype=params.model.dtype,
+        verify=params.verify, sampler=sampler, dtype=sampler.dtype,
         device=str(pick_device(params.model.device)), tasks_dir=Path(tasks_dir) if tasks_dir else None)

@@ -79,12 +79,15 @@ class VllmSampler:
 
 def pick_sampler(params) -> HfSampler | VllmSampler:
     """The engine `params.sampler.engine` names, with what it loads with (validated params)."""
+    from populora.lm.dtype import log_choice
+
     cfg = params.sampler
+    dtype = log_choice(params.model.dtype, params.model.device)  # `auto` resolved here: vLLM's auto means the config's
     if cfg.engine == "vllm":
-        return VllmSampler(dtype=params.model.dtype, lora_rank=params.lora.rank, memory_fraction=cfg.memory_fraction,
+        return VllmSampler(dtype=dtype, lora_rank=params.lora.rank, memory_fraction=cfg.memory_fraction,
                            max_loras=cfg.max_loras, max_num_seqs=cfg.max_num_seqs, enforce_eager=cfg.enforce_eager,
                            max_model_len=params.update.max_seq_len, request_seeds=cfg.request_seeds)
-    return HfSampler(dtype=params.model.dtype, device=params.model.device)
+    return HfSampler(dtype=dtype, device=params.model.device)
 
 
 def load_sampler(model_dir: str | Path, adapters: dict[str, str | Path], params):

@@ -115,7 +115,8 @@ def load_base(model_dir: str | Path, *, dtype: str = "float32", device: str = "a
     The weights go straight to `device` (`device_map`): each safetensors shard is read (memory-mapped)
     and its tensors are placed on the device in `dtype` as they come, with the model built on the
     meta device first, so a GPU stage never holds a full host copy of the weights (at 7B in bf16,
-    15 GB; host memory stays near one tensor plus the page cache of the mapped shard)."""
+    15 GB; host memory stays near one tensor plus the page cache of the mapped shard). `dtype` may be
+    `auto` (`populora.lm.dtype.resolve_dtype`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model_dir = Path(model_dir)
@@ -124,6 +125,9 @@ def load_base(model_dir: str | Path, *, dtype: str = "float32", device: str = "a
             f"{model_dir} is not a Hugging Face model folder (no config.json). "
             "Fix: run the base_model stage first (snakemake results/base_model/config.json)."
         )
+    from populora.lm.dtype import log_choice
+
+    dtype = log_choice(dtype, device)  # `auto`: bfloat16 where the hardware has it, logged with the reason
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:

@@ -115,10 +115,13 @@ def read_peft_adapter(folder: str | Path) -> tuple[dict, dict[str, tuple[torch.T
 class MultiLoraModel(torch.nn.Module):
     """A causal LM whose adapted linears hold N LoRA adapters; `select(names)` routes rows to them."""
 
-    def __init__(self, model: torch.nn.Module, names: list[str], router: _Router):
+    def __init__(self, model: torch.nn.Module, names: list[str], router: _Router, zero: set[str] = frozenset()):
         super().__init__()
         self.model = model
         self.adapter_names = list(names)
+        # adapters whose B factors are all zero (PEFT's init): their rows compute the base's numbers
+        # exactly (x A * 0 adds exact zeros), so they share the base's KV cache (populora.lm.prefix_cache)
+        self.zero_adapters = frozenset(zero)
         self.index = {name: i for i, name in enumerate(names)}
         self.router = router
 
@@ -167,6 +170,7 @@ def attach_multilora(model: torch.nn.Module, adapters: dict[str, str | Path]) ->
         for path, (a, b, scaling) in modules.items():
             per_module.setdefault(path, []).append((index, a, b, scaling))
     router = _Router()
+    nonzero = {names[index] for entries in per_module.values() for index, _, b, _ in entries if bool(b.any())}
     layouts: dict[tuple, int] = {}
     for path, entries in per_module.items():
         try:
@@ -189,4 +193,4 @@ def attach_multilora(model: torch.nn.Module, adapters: dict[str, str | Path]) ->
                                     owner.to(weight.device), router, key)
         parent_path, _, child = path.rpartition(".")
         setattr(model.get_submodule(parent_path), child, stacked)
-    return MultiLoraModel(model, names, router)
+    return MultiLoraModel(model, names, router, zero=set(names) - nonzero)

@@ -9,6 +9,9 @@ A row may carry a gold continuation (`GenRow.gold`, CRUXEval's gold answer): wit
 teacher-forced log-likelihood is scored in the same forward that prefills the prompt
 (`score_continuations`), so the benchmark's paired likelihood measure costs no second prefill.
 
+A batch's first prefill computes each distinct prompt once (a task's samples share it) and the
+prefix every prompt of the batch begins with once per adapter (`populora.lm.prefix_cache`).
+
 The sampler is our own decode loop (KV cache, left padding) so the policy gradient can be exactly
 on-policy: `process_logits` turns raw logits into the log-probabilities the sampler draws from
 (temperature, top-p, tokens suppressed at a block's first position), and the update calls the
@@ -38,8 +41,8 @@ from dataclasses import dataclass, field
 import torch
 
 from populora.core.progress import Progress
-from populora.lm.multilora import MultiLoraModel
 from populora.lm.plans import Plan
+from populora.lm.prefix_cache import CarriedCache, contiguous_head, score_continuations, select, shared_prefill
 
 log = logging.getLogger(__name__)
 
@@ -134,95 +137,6 @@ def suppress_mask(rows: int, vocab: int, ids: list[int] | None, device) -> torch
     return mask
 
 
-class CarriedCache:
-    """One batch's KV cache carried from one plan step to the next, so that a step feeds only what
-    the plan added since the last (the kept sampled tokens and the next prefill) instead of the
-    whole context again: a code_f proposal is 11 steps over a ~440-token prompt.
-
-    Row i's context token j sits in cache slot `slots[i][j]` and has position id j, as a fresh
-    prefill would give it; every other slot (left padding, the pads fed to rows that stopped,
-    sampled tokens a later step does not see: `forget`) is masked out, so each row attends to
-    exactly its context, tokens in order."""
-
-    def __init__(self, model, rows: int):
-        from transformers import DynamicCache
-
-        self.cache = DynamicCache(config=model.config)
-        self.slots: list[list[int]] = [[] for _ in range(rows)]
-        self.attention = torch.zeros((rows, 0), dtype=torch.long)
-
-    @property
-    def width(self) -> int:
-        return self.attention.shape[1]
-
-    def forget(self, row: int, length: int) -> None:
-        """Row `row`'s context goes on after its first `length` tokens: later cached ones are masked."""
-        dropped = self.slots[row][length:]
-        del self.slots[row][length:]
-        if dropped:
-            self.attention[row, dropped] = 0
-
-    def feed(self, contexts: list[list[int]], skip: list[bool], pad: int, device):
-        """(input ids, attention mask, position ids) feeding each row the part of its context the
-        cache does not hold yet, left-padded; the cache then holds every context whole."""
-        for row, context in enumerate(contexts):
-            if len(self.slots[row]) > len(context):
-                raise AssertionError(f"row {row}: the cache holds more than its context")
-            if not skip[row] and len(self.slots[row]) == len(context):
-                self.forget(row, len(context) - 1)  # feed the last token again: its logits start the step
-        chunks = [context[len(slots):] for context, slots in zip(contexts, self.slots)]
-        width = max(len(chunk) for chunk in chunks)
-        ids = torch.full((len(chunks), width), pad, dtype=torch.long)
-        fed = torch.zeros((len(chunks), width), dtype=torch.long)
-        positions = torch.zeros((len(chunks), width), dtype=torch.long)
-        for row, chunk in enumerate(chunks):
-            start, first = width - len(chunk), len(self.slots[row])
-            if chunk:
-                ids[row, start:] = torch.tensor(chunk)
-                fed[row, start:] = 1
-                positions[row, start:] = torch.arange(first, first + len(chunk))
-            positions[row, :start] = max(first - 1, 0)  # padding: masked out, any position will do
-            self.slots[row].extend(range(self.width + start, self.width + width))
-        self.attention = torch.cat([self.attention.to(device), fed.to(device)], dim=1)
-        return ids.to(device), self.attention, positions.to(device)
-
-    def append(self, stopped: list[bool], device) -> torch.Tensor:
-        """One decode step fed a token per row: it joins the context of the rows still sampling."""
-        for row, done in enumerate(stopped):
-            if not done:
-                self.slots[row].append(self.width)
-        column = torch.tensor([[0 if done else 1] for done in stopped], dtype=torch.long, device=device)
-        self.attention = torch.cat([self.attention.to(device), column], dim=1)
-        return self.attention
-
-
-@torch.no_grad()
-def score_continuations(model, carried: CarriedCache, contexts: list[list[int]], golds: list[list[int] | None],
-                        adapters: list[str | None], pad: int, device) -> list[tuple[float, int] | None]:
-    """Teacher-forced log-likelihood (temperature 1) of `golds[i]` right after `contexts[i]`, in one
-    forward that also fills the batch's carried cache with the contexts: the sampling that follows
-    feeds only each context's last token again, so a gold answer costs its own tokens, not a second
-    prefill of the prompt. The gold tokens are then masked out of the cache (`forget`); the contexts
-    sample as they would have. Returns (summed log-prob, token count) per row, None without a gold."""
-    fed = [[*context, *(gold or [])] for context, gold in zip(contexts, golds)]
-    ids, attention, positions = carried.feed(fed, [False] * len(fed), pad, device)
-    keep = max((len(gold) for gold in golds if gold), default=0) + 1
-    selection = model.select(adapters) if isinstance(model, MultiLoraModel) else _no_adapters(adapters)
-    with selection:
-        logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, past_key_values=carried.cache,
-                       use_cache=True, logits_to_keep=keep).logits
-    scores: list[tuple[float, int] | None] = []
-    for row, (context, gold) in enumerate(zip(contexts, golds)):
-        if gold:  # rows end in the same column: gold token j is predicted by column keep - 1 - len(gold) + j
-            predicting = logits[row, keep - 1 - len(gold):keep - 1].float()
-            chosen = torch.log_softmax(predicting, -1).gather(-1, torch.tensor(gold, device=device).unsqueeze(-1))
-            scores.append((float(chosen.double().sum()), len(gold)))
-        else:
-            scores.append(None)
-        carried.forget(row, len(context))
-    return scores
-
-
 @dataclass
 class Sampled:
     ids: list[int]
@@ -240,7 +154,7 @@ def sample_batch(model, tokenizer, contexts: list[list[int]], *, budget: int, st
                  suppress_first: list[int] | None, temperature: float, top_p: float,
                  generator: torch.Generator, adapters: list[str | None] | None = None,
                  static_cache: bool = False, carried: CarriedCache | None = None,
-                 skip: list[bool] | None = None) -> list[Sampled]:
+                 skip: list[bool] | None = None, share_prefixes: bool = True) -> list[Sampled]:
     """Sample continuations of `contexts` (token ids) in one batch with a KV cache.
 
     A row ends after the token that completes one of `stops` in its generated text, after EOS, or
@@ -249,16 +163,28 @@ def sample_batch(model, tokenizer, contexts: list[list[int]], *, budget: int, st
     for context + budget (fixed shapes, what a compiled decode step on a GPU needs). `carried`
     (a `CarriedCache` of these rows) holds what an earlier call fed: only the rest of each context
     is fed now, and what this call feeds stays in it. Rows marked in `skip` sample nothing (an
-    empty result): they keep their place in a carried batch.
+    empty result): they keep their place in a carried batch. With `share_prefixes` an empty cache
+    (a fresh one, or a carried one not filled yet) is filled by `populora.lm.prefix_cache.shared_prefill`:
+    each distinct context once, the batch's common prefix once per adapter (same draws, the same
+    scores up to float rounding); off, every row is prefilled on its own, as before.
     """
     from transformers import DynamicCache, StaticCache
 
     if carried is not None and static_cache:
         raise ValueError("a carried cache is dynamic: static_cache applies to a fresh one only")
     device = next(model.parameters()).device
+    contiguous_head(model)
     n, pad = len(contexts), tokenizer.pad_token_id
     done = list(skip) if skip else [False] * n
-    if carried is None:
+    adapters = adapters or [None] * n
+    if carried is None and share_prefixes and not static_cache:
+        carried = CarriedCache(model, n)  # the shared prefill fills a carried cache's bookkeeping
+    logits = shared_prefill(model, carried, contexts, adapters, tails=[1] * n, pad=pad, device=device) \
+        if carried is not None and share_prefixes and not any(done) else None
+    if logits is not None:
+        cache, attention = carried.cache, carried.attention
+        positions = torch.tensor([[len(context) - 1] for context in contexts], device=device)
+    elif carried is None:
         width = max(len(c) for c in contexts)
         ids = torch.full((n, width), pad, dtype=torch.long)
         attention = torch.zeros((n, width), dtype=torch.long)
@@ -275,13 +201,12 @@ def sample_batch(model, tokenizer, contexts: list[list[int]], *, budget: int, st
     eos = set(_eos_ids(model, tokenizer))
     window = stop_window(stops)
     rows = [Sampled([], [], False) for _ in contexts]
-    adapters = adapters or [None] * n
-    selection = model.select(adapters) if isinstance(model, MultiLoraModel) else _no_adapters(adapters)
-    with selection:
-        out = model(input_ids=ids, attention_mask=attention, position_ids=positions, past_key_values=cache,
-                    use_cache=True, logits_to_keep=1)
+    with select(model, adapters):
+        if logits is None:
+            logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, past_key_values=cache,
+                           use_cache=True, logits_to_keep=1).logits
         for step in range(budget):
-            logits = out.logits[:, -1]
+            logits = logits[:, -1]
             mask = suppress_mask(n, logits.shape[-1], suppress_first, device) if step == 0 else None
             logprobs = process_logits(logits, temperature, top_p, suppress=mask)
             if temperature > 0:
@@ -311,8 +236,8 @@ def sample_batch(model, tokenizer, contexts: list[list[int]], *, budget: int, st
             else:
                 attention = carried.append(done, device)
             positions = positions[:, -1:] + 1
-            out = model(input_ids=token.unsqueeze(-1), attention_mask=attention, position_ids=positions,
-                        past_key_values=cache, use_cache=True)
+            logits = model(input_ids=token.unsqueeze(-1), attention_mask=attention, position_ids=positions,
+                           past_key_values=cache, use_cache=True).logits
     return rows
 
 
@@ -322,19 +247,6 @@ def _eos_ids(model, tokenizer) -> list[int]:
         configured = getattr(getattr(model.model, "generation_config", None), "eos_token_id", None)
     configured = configured if isinstance(configured, list) else [configured]
     return sorted({i for i in [tokenizer.eos_token_id, *configured] if i is not None})
-
-
-class _no_adapters:
-    def __init__(self, adapters):
-        if adapters and any(a is not None for a in adapters):
-            raise ValueError("rows name adapters but the model has none; load them with "
-                             "populora.lm.multilora.attach_multilora")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _kept(tokenizer, ids: list[int], piece: str) -> int:
@@ -361,6 +273,7 @@ def run_plans(
     seed: int,
     desc: str = "generate",
     carry_cache: bool = True,
+    share_prefixes: bool = True,
     progress: Progress | None = None,
 ) -> list[GenResult]:
     """Execute every row's plan; returns one GenResult per row, in order.
@@ -372,6 +285,9 @@ def run_plans(
     similar prompt length form a batch once and run all their steps together; with `carry_cache`
     the batch's KV cache goes from step to step (`CarriedCache`), else each step prefills the whole
     context again (the same batches and random draws: the results agree up to float rounding).
+    With `share_prefixes` a batch's first prefill computes each distinct context once and the batch's
+    common prefix once per adapter (`populora.lm.prefix_cache`): the same draws, scores equal up to
+    float rounding.
 
     Progress (`populora.core.progress`: a bar on a terminal, else a log line every 30 s) counts plan
     steps done, as `desc`; a caller that runs several passes of one job passes its own `progress`
@@ -406,7 +322,7 @@ def run_plans(
             golds = [_encode(tokenizer, rows[i].gold) if rows[i].gold and not skipped else None
                      for i, skipped in zip(batch, skip)]
             scored = score_continuations(model, carried, contexts, golds, sampling["adapters"],
-                                         tokenizer.pad_token_id, device)
+                                         tokenizer.pad_token_id, device, share_prefixes=share_prefixes)
             for i, score in zip(batch, scored):
                 plans.results[i].gold = score
         if engine:
@@ -414,7 +330,7 @@ def run_plans(
         else:
             generator = torch.Generator(device=device).manual_seed(batch_seed)
             sampled = sample_batch(model, tokenizer, contexts, generator=generator, carried=carried, skip=skip,
-                                   **sampling)
+                                   share_prefixes=share_prefixes, **sampling)
         dropped = 0  # later steps of rows that stopped here (truncated): they count as done
         for position, (i, skipped, sample) in enumerate(zip(batch, skip, sampled)):
             if skipped:

@@ -11,7 +11,7 @@ The loss is `mean_i(-A_i * mean_token_logprob_i)` over the adapter's rollouts (p
 statistics), written per token as weights `A_i / (N n_i)` so it can be split into micro-batches
 anywhere; rollouts with zero or missing advantage carry no gradient and are skipped.
 
-Memory: only the positions that are trained get logits, in chunks recomputed in the backward pass
+Scoring (`populora.selfplay.sequences`, re-exported here). Memory: only the positions that are trained get logits, in chunks recomputed in the backward pass
 (no `[batch, time, vocab]` fp32 tensor); micro-batches hold at most `micro_batch` sequences and
 `max_tokens_per_micro_batch` padded tokens; gradient checkpointing is optional.
 
@@ -28,225 +28,25 @@ micro-batches would leave DDP's per-backward collectives unmatched.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
-from torch.utils.checkpoint import checkpoint
 
 from populora.core.io import naming, write_point
 from populora.core.progress import Progress
-from populora.lm.sampling import process_logits
+from populora.selfplay.sequences import (  # noqa: F401  (re-exported: the update's building blocks)
+    LOGIT_CHUNK,
+    RolloutFormatError,
+    Sequence,
+    plan_micro_batches,
+    rollout_sequences,
+    selected_logprobs,
+    shared_prefix_logprobs,
+    token_weights,
+)
 
 log = logging.getLogger(__name__)
-LOGIT_CHUNK = 1024  # trained positions per lm-head chunk: chunk x vocab fp32 logits at a time
-
-
-class RolloutFormatError(ValueError):
-    """A rollout's segments lack the token records the update needs."""
-
-
-@dataclass
-class Sequence:
-    """One forward pass worth of a rollout: token ids and, per trained position, how it was sampled."""
-
-    ids: list[int]
-    rollout: int  # index of the rollout it belongs to
-    targets: list[int] = field(default_factory=list)  # positions t whose token ids[t] is trained (t >= 1)
-    temperature: list[float] = field(default_factory=list)  # per target
-    top_p: list[float] = field(default_factory=list)  # per target
-    suppress: list[list[int] | None] = field(default_factory=list)  # per target: ids forbidden there
-    sampler_logprobs: list[float | None] = field(default_factory=list)  # per target, when recorded
-
-
-def _require_ids(segment: dict, index: int) -> list[int]:
-    if "ids" not in segment:
-        raise RolloutFormatError(
-            f"segment {index} has no token ids (rollouts from an older propose/solve stage?). "
-            "Fix: regenerate the rollouts with the current stages.propose / stages.solve.")
-    return segment["ids"]
-
-
-def _require_sampling(segment: dict, index: int) -> dict:
-    """How a trained segment was sampled: without it the update cannot score it as sampled."""
-    sampling = segment.get("sampling") or {}
-    missing = [key for key in ("temperature", "top_p") if key not in sampling]
-    if missing:
-        raise RolloutFormatError(
-            f"trained segment {index} does not record its sampling {missing} (rollouts from an older stage?). "
-            "Fix: regenerate the rollouts with the current stages.propose / stages.solve.")
-    return sampling
-
-
-def rollout_sequences(segments: list[dict], rollout: int, max_len: int) -> tuple[list[Sequence], int]:
-    """The sequences that score every sampled token of a rollout in its generation context.
-
-    Segments are laid end to end, each contributing `ids[:keep]` to later context. A generated
-    segment whose tokens all stay in the context is scored in that main sequence; one whose tail
-    was cut from later context (a stop string the next prefill does not repeat) is scored in a
-    branch: its context, then all its ids. Sequences longer than `max_len` lose their oldest
-    tokens (targets there are dropped). Returns the sequences and how many were truncated.
-    """
-    prefix: list[int] = []
-    main = Sequence([], rollout)
-    branches: list[Sequence] = []
-    for index, segment in enumerate(segments):
-        ids = _require_ids(segment, index)
-        keep = int(segment.get("keep", len(ids)))
-        if not segment.get("train"):
-            prefix.extend(ids[:keep])
-            continue
-        last = index == len(segments) - 1
-        target = main if keep == len(ids) or last else Sequence([], rollout)
-        if target is not main:
-            target.ids = list(prefix)
-            branches.append(target)
-        sampling = _require_sampling(segment, index)
-        logprobs = segment.get("logprobs") or [None] * len(ids)
-        start = len(prefix)
-        for offset in range(len(ids)):
-            target.targets.append(start + offset)
-            target.temperature.append(float(sampling["temperature"]))
-            target.top_p.append(float(sampling["top_p"]))
-            target.suppress.append(sampling.get("suppress_first") if offset == 0 else None)
-            target.sampler_logprobs.append(logprobs[offset])
-        if target is not main:
-            target.ids.extend(ids)
-        prefix.extend(ids if target is main else ids[:keep])
-    main.ids = prefix
-    sequences, truncated = [], 0
-    for sequence in [main, *branches]:
-        if not sequence.targets:
-            continue
-        cut = max(0, len(sequence.ids) - max_len)
-        if cut:
-            truncated += 1
-            kept = [k for k, t in enumerate(sequence.targets) if t - cut >= 1]
-            sequence = Sequence(sequence.ids[cut:], rollout, [sequence.targets[k] - cut for k in kept],
-                                *([getattr(sequence, name)[k] for k in kept]
-                                  for name in ("temperature", "top_p", "suppress", "sampler_logprobs")))
-        if sequence.targets:
-            sequences.append(sequence)
-    return sequences, truncated
-
-
-def plan_micro_batches(lengths: list[int], max_rows: int, max_tokens: int | None) -> list[list[int]]:
-    """Group sequence indices, longest first, into micro-batches of at most `max_rows` sequences and
-    `max_tokens` padded tokens (rows x longest); a sequence longer than the budget goes alone."""
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    batches: list[list[int]] = []
-    for i in order:
-        if batches:
-            current = batches[-1]
-            width = max(lengths[current[0]], lengths[i])
-            if len(current) < max_rows and (max_tokens is None or width * (len(current) + 1) <= max_tokens):
-                current.append(i)
-                continue
-        batches.append([i])
-    return batches
-
-
-def _pad(sequences: list[Sequence], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(s.ids) for s in sequences)
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, sequence in enumerate(sequences):
-        ids[row, : len(sequence.ids)] = torch.tensor(sequence.ids)
-        attention[row, : len(sequence.ids)] = 1
-    return ids.to(device), attention.to(device)
-
-
-def _decoder_and_head(model):
-    """(decoder that returns hidden states, output head) of a causal LM, PEFT-wrapped or not."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    config = base.config
-    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
-        return None  # heads that transform logits: use the model's own forward
-    return base.get_decoder(), base.get_output_embeddings()
-
-
-def selected_logprobs(model, sequences: list[Sequence], pad_id: int, device, *, chunk: int = LOGIT_CHUNK,
-                      full_logits: bool = False, entropy: bool = False):
-    """Log-probabilities of every target token of `sequences` (concatenated, in order), as sampled.
-
-    Only the target positions get logits, `chunk` rows at a time; with gradients on, each chunk's
-    logits are recomputed in the backward pass instead of being kept. `full_logits=True` runs the
-    model's own forward (all logits), e.g. for a distributed wrapper. `entropy=True` returns
-    `(logprobs, entropies)`: also the entropy of the distribution each target was sampled from
-    (after temperature and top-p; no gradient), a diagnostic of how sure the policy is.
-    """
-    ids, attention = _pad(sequences, pad_id, device)
-    rows = torch.tensor([r for r, s in enumerate(sequences) for _ in s.targets], device=device)
-    positions = torch.tensor([t for s in sequences for t in s.targets], device=device)
-    targets = ids[rows, positions]
-    temperature = torch.tensor([x for s in sequences for x in s.temperature], device=device)
-    top_p = torch.tensor([x for s in sequences for x in s.top_p], device=device)
-    suppress = [x for s in sequences for x in s.suppress]
-    parts = None if full_logits else _decoder_and_head(model)
-    if parts is None:
-        features = model(input_ids=ids, attention_mask=attention, use_cache=False).logits[rows, positions - 1]
-        head = None
-    else:
-        decoder, head = parts
-        hidden = decoder(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
-        features = hidden[rows, positions - 1]
-
-    def score(feature, target, temp, nucleus, suppressed):
-        logits = head(feature) if head is not None else feature
-        distribution = process_logits(logits, temp, nucleus, suppress=suppressed, keep=target)
-        chosen = distribution.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-        if not entropy:
-            return chosen
-        with torch.no_grad():  # -sum p log p, with 0 log 0 = 0 for the tokens top-p or suppression cut
-            spread = -torch.where(torch.isinf(distribution), 0.0, distribution.exp() * distribution).sum(-1)
-        return chosen, spread
-
-    out, spreads = [], []
-    for start in range(0, len(positions), chunk):
-        sl = slice(start, start + chunk)
-        mask = None
-        if any(x for x in suppress[sl]):
-            mask = torch.zeros((len(suppress[sl]), _vocab(head, features)), dtype=torch.bool, device=device)
-            for k, forbidden in enumerate(suppress[sl]):
-                if forbidden:
-                    mask[k, torch.tensor(forbidden, device=device)] = True
-        args = (features[sl], targets[sl], temperature[sl], top_p[sl], mask)
-        scored = checkpoint(score, *args, use_reentrant=False) if torch.is_grad_enabled() and head is not None \
-            else score(*args)
-        if entropy:
-            out.append(scored[0])
-            spreads.append(scored[1])
-        else:
-            out.append(scored)
-    logprobs = torch.cat(out) if out else torch.zeros(0, device=device)
-    if entropy:
-        return logprobs, torch.cat(spreads) if spreads else torch.zeros(0, device=device)
-    return logprobs
-
-
-def _vocab(head, features) -> int:
-    return head.weight.shape[0] if head is not None else features.shape[-1]
-
-
-def token_weights(sequences: list[Sequence], advantages: list[float], reduction: str = "sequence") -> list[float]:
-    """Per target token, the weight of its log-prob in the objective (the loss is minus their sum).
-
-    `sequence` (the design's per-sequence statistics): `A_i / (N n_i)`, so the objective is
-    mean_i(A_i * mean_token_logprob_i) over the N rollouts: every answer weighs the same whatever
-    its length. `token` (DAPO's token-level mean): `A_i / T` with T the trained tokens of all N
-    rollouts, so every token weighs the same and long answers weigh more. Either way the weights do
-    not depend on how tokens are batched."""
-    counts: dict[int, int] = {}
-    for s in sequences:
-        counts[s.rollout] = counts.get(s.rollout, 0) + len(s.targets)
-    if reduction == "token":
-        total = sum(counts.values())
-        return [advantages[s.rollout] / total for s in sequences for _ in s.targets]
-    if reduction != "sequence":
-        raise ValueError(f"reduction must be 'sequence' or 'token', got {reduction!r}")
-    n = len(advantages)
-    return [advantages[s.rollout] / (n * counts[s.rollout]) for s in sequences for _ in s.targets]
 
 
 def trainable_state(model, adapter: str) -> dict[str, torch.nn.Parameter]:
@@ -388,6 +188,8 @@ class AdapterUpdate:
     samples from the same PEFT model, which holds the adapter being trained.
     """
 
+    CHAIN_DIAGNOSTICS = True  # False: every step re-scores its tokens itself (tests compare the two)
+
     def __init__(self, accelerator, model, tokenizer, adapter: str, config, *, optimizer_file: Path | None = None):
         self.accelerator, self.model, self.tokenizer, self.adapter, self.config = (
             accelerator, model, tokenizer, adapter, config)
@@ -423,19 +225,35 @@ class AdapterUpdate:
                  "truncated_sequences": sum(plan["truncated"] for plan in plans),
                  "micro_batches": sum(len(plan["batches"]) for plan in plans if plan["sequences"]), "steps": []}
         rank, world = self.accelerator.process_index, self.accelerator.num_processes
-        passes = config.steps * sum(len(plan["batches"][rank::world]) for plan in plans if plan["sequences"])
-        steps = config.steps * sum(1 for plan in plans if plan["sequences"])
+        active = [plan for plan in plans if plan["sequences"]]
+        per_step = [len(plan["batches"][rank::world]) for plan in active]
+        steps = config.steps * len(active)
+        # With one loss (joint), step k + 1's forward scores the same tokens under the weights step k
+        # left: it is step k's "after" diagnostic, so only the last step re-scores (issue 48: what is
+        # computed twice costs at most a quarter of a step). Per role, each step re-scores at once.
+        chained = config.diagnostics and len(active) == 1 and self.CHAIN_DIAGNOSTICS
+        rescored = (1 if chained else config.steps) * sum(per_step) if config.diagnostics else 0
+        self.timings = []
         self.model.train()
-        # one unit per micro-batch scored: forward and backward, and with diagnostics the re-scoring after the step
-        with Progress(passes * (2 if config.diagnostics else 1), f"update {self.adapter}", unit="micro-batch passes",
+        # one unit per micro-batch scored: forward and backward, and with diagnostics the re-scoring after a step
+        with Progress(config.steps * sum(per_step) + rescored, f"update {self.adapter}", unit="micro-batch passes",
                       log=log, enabled=self.accelerator.is_main_process) as progress:
+            waiting = None  # (row, before, count) of the step whose "after" is the next step's forward
             for step in range(config.steps):
-                for plan in plans:
-                    if plan["sequences"]:
-                        note = f"optimizer step {len(stats['steps']) + 1}/{steps}"
-                        stats["steps"].append(self._step(plan, on_policy=step == 0,
-                                                         advance=lambda note=note: progress.update(note=note)))
+                for plan in active:
+                    note = f"optimizer step {len(stats['steps']) + 1}/{steps}"
+                    advance = lambda note=note: progress.update(note=note)  # noqa: E731
+                    row, before, count = self._step(plan, on_policy=step == 0, advance=advance)
+                    if waiting is not None:
+                        self._diagnose(*waiting, after=before, plan=plan)
+                    waiting = None
+                    if config.diagnostics and chained and step < config.steps - 1:
+                        waiting = (row, before, count)
+                    elif config.diagnostics:
+                        self._diagnose(row, before, count, after=self._rescore(plan, advance), plan=plan)
+                    stats["steps"].append(row)
         self.model.eval()
+        self._log_timings()
         stats["optimizer_steps"] = len(stats["steps"])
         stats["losses"] = [row["loss"] for row in stats["steps"]]
         if stats["steps"]:
@@ -451,20 +269,24 @@ class AdapterUpdate:
             return selected_logprobs(self.unwrapped, chunk, self.tokenizer.pad_token_id, self.accelerator.device,
                                      entropy=entropy)
 
-    def _step(self, plan: dict, *, on_policy: bool, advance=lambda: None) -> dict:
-        """One optimizer step over `plan`; returns its diagnostics. `advance()` is called after each
-        micro-batch this process scores (the progress of `train`)."""
+    def _step(self, plan: dict, *, on_policy: bool, advance=lambda: None) -> tuple[dict, torch.Tensor, torch.Tensor]:
+        """One optimizer step over `plan`: its diagnostics, and per rollout the summed log-prob of its
+        trained tokens before the step and their count. `advance()` is called after each micro-batch
+        this process scores (the progress of `train`)."""
+        import time
+
         accelerator, config = self.accelerator, self.config
         sequences, batches, weights, offsets = plan["sequences"], plan["batches"], plan["weights"], plan["offsets"]
         rank, world = accelerator.process_index, accelerator.num_processes
         device = accelerator.device
         n = len(plan["advantages"])
-        # per rollout: summed log-prob of its trained tokens before and after the step, and their count;
+        # per rollout: summed log-prob of its trained tokens before the step and their count;
         # then [loss, entropy sum, gap sum, gap count] and the largest gap
-        before, after, count = (torch.zeros(n, dtype=torch.float64, device=device) for _ in range(3))
+        before, count = (torch.zeros(n, dtype=torch.float64, device=device) for _ in range(2))
         totals = torch.zeros(4, dtype=torch.float64, device=device)
         gap_max = torch.tensor([-1.0], dtype=torch.float64, device=device)
         mine = batches[rank::world]
+        started = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
         for batch in mine:
             chunk = [sequences[i] for i in batch]
@@ -492,25 +314,55 @@ class AdapterUpdate:
             _all_reduce(gap_max, "max")
         grad_norm = accelerator.clip_grad_norm_(parameters, config.max_grad_norm)  # the norm before clipping
         self.optimizer.step()
+        self.timings.append({"tokens": sum(len(sequences[i].ids) for b in mine for i in b),
+                             "padded_tokens": sum(len(b) * max(len(sequences[i].ids) for i in b) for b in mine),
+                             "forward_backward_s": time.perf_counter() - started, "rescore_s": 0.0})
         row = {"on_policy": on_policy, "loss": float(totals[0]), "grad_norm": float(grad_norm),
                "entropy": float(totals[1] / count.sum()) if count.sum() > 0 else None,
                "sampler_gap_mean": float(totals[2] / totals[3]) if totals[3] > 0 else None,
                "sampler_gap_max": float(gap_max[0]) if totals[3] > 0 else None}
-        if config.diagnostics:
-            with torch.no_grad():
-                for batch in mine:
-                    chunk = [sequences[i] for i in batch]
-                    owners = torch.tensor([s.rollout for s in chunk for _ in s.targets], device=device)
-                    after.index_add_(0, owners, self._score(chunk, entropy=False).double())
-                    advance()
-            if world > 1:
-                _all_reduce(after, "sum")
-            scored = count > 0
-            change = torch.where(scored, (after - before) / count.clamp(min=1), torch.zeros_like(after))
-            advantages = torch.tensor(plan["advantages"], dtype=torch.float64, device=device)
-            row["logprob_change_positive"] = _mean_where(change, scored & (advantages > 0))
-            row["logprob_change_negative"] = _mean_where(change, scored & (advantages < 0))
-        return row
+        return row, before, count
+
+    def _rescore(self, plan: dict, advance=lambda: None) -> torch.Tensor:
+        """Per rollout, the summed log-prob of its trained tokens under the weights as they are now."""
+        import time
+
+        started = time.perf_counter()
+        sequences, device = plan["sequences"], self.accelerator.device
+        after = torch.zeros(len(plan["advantages"]), dtype=torch.float64, device=device)
+        mine = plan["batches"][self.accelerator.process_index::self.accelerator.num_processes]
+        # every sequence of this process at once: the samples of a task share their prompt's forward
+        chunk = [sequences[i] for batch in mine for i in batch]
+        with torch.no_grad(), self.accelerator.autocast():
+            scored = shared_prefix_logprobs(self.unwrapped, chunk, self.tokenizer.pad_token_id, device)
+        owners = torch.tensor([s.rollout for s in chunk for _ in s.targets], device=device)
+        after.index_add_(0, owners, scored.double())
+        for _ in mine:
+            advance()
+        if self.accelerator.num_processes > 1:
+            _all_reduce(after, "sum")
+        self.timings[-1]["rescore_s"] = time.perf_counter() - started
+        return after
+
+    @staticmethod
+    def _diagnose(row: dict, before: torch.Tensor, count: torch.Tensor, *, after: torch.Tensor, plan: dict) -> None:
+        """The mean change of the per-token log-prob of answers with A > 0 and with A < 0, into `row`."""
+        scored = count > 0
+        change = torch.where(scored, (after - before) / count.clamp(min=1), torch.zeros_like(after))
+        advantages = torch.tensor(plan["advantages"], dtype=torch.float64, device=before.device)
+        row["logprob_change_positive"] = _mean_where(change, scored & (advantages > 0))
+        row["logprob_change_negative"] = _mean_where(change, scored & (advantages < 0))
+
+    def _log_timings(self) -> None:
+        """Forward + backward tokens per second, padding, and what re-scoring cost (the log only: the
+        statistics stay byte-identical between reruns)."""
+        if not self.timings:
+            return
+        tokens, padded = sum(t["tokens"] for t in self.timings), sum(t["padded_tokens"] for t in self.timings)
+        train_s, rescore_s = sum(t["forward_backward_s"] for t in self.timings), sum(t["rescore_s"] for t in self.timings)
+        log.info("update %s: %d tokens forward+backward in %.1f s (%.0f tokens/s, padding %.1f%%); re-scoring for the "
+                 "diagnostics %.1f s (%.0f%% of the steps)", self.adapter, tokens, train_s, tokens / max(train_s, 1e-9),
+                 100 * (padded - tokens) / max(padded, 1), rescore_s, 100 * rescore_s / max(train_s + rescore_s, 1e-9))
 
     def save_optimizer(self, path: Path) -> None:
         save_optimizer(self.optimizer, self.params, self.names, path)

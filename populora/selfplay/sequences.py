@@ -1,0 +1,297 @@
+"""From rollouts to scored tokens: the sequences a rollout's token records make, micro-batches of them,
+their log-probabilities as sampled, and each trained token's weight in the loss.
+
+`rollout_sequences` lays a rollout's segments (`populora.lm.sampling`) end to end so every sampled
+token is scored in the context it was sampled in; `selected_logprobs` scores them through the
+sampler's own `process_logits`, with logits only at the trained positions, in chunks recomputed in
+the backward pass. Used by the update (`populora.selfplay.update`, which re-exports these names) and
+the benchmarks' gold log-likelihood. Tests: tests/test_generation_update.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from populora.lm.sampling import process_logits
+
+LOGIT_CHUNK = 1024  # trained positions per lm-head chunk: chunk x vocab fp32 logits at a time
+
+
+class RolloutFormatError(ValueError):
+    """A rollout's segments lack the token records the update needs."""
+
+
+@dataclass
+class Sequence:
+    """One forward pass worth of a rollout: token ids and, per trained position, how it was sampled."""
+
+    ids: list[int]
+    rollout: int  # index of the rollout it belongs to
+    targets: list[int] = field(default_factory=list)  # positions t whose token ids[t] is trained (t >= 1)
+    temperature: list[float] = field(default_factory=list)  # per target
+    top_p: list[float] = field(default_factory=list)  # per target
+    suppress: list[list[int] | None] = field(default_factory=list)  # per target: ids forbidden there
+    sampler_logprobs: list[float | None] = field(default_factory=list)  # per target, when recorded
+
+
+def _require_ids(segment: dict, index: int) -> list[int]:
+    if "ids" not in segment:
+        raise RolloutFormatError(
+            f"segment {index} has no token ids (rollouts from an older propose/solve stage?). "
+            "Fix: regenerate the rollouts with the current stages.propose / stages.solve.")
+    return segment["ids"]
+
+
+def _require_sampling(segment: dict, index: int) -> dict:
+    """How a trained segment was sampled: without it the update cannot score it as sampled."""
+    sampling = segment.get("sampling") or {}
+    missing = [key for key in ("temperature", "top_p") if key not in sampling]
+    if missing:
+        raise RolloutFormatError(
+            f"trained segment {index} does not record its sampling {missing} (rollouts from an older stage?). "
+            "Fix: regenerate the rollouts with the current stages.propose / stages.solve.")
+    return sampling
+
+
+def rollout_sequences(segments: list[dict], rollout: int, max_len: int) -> tuple[list[Sequence], int]:
+    """The sequences that score every sampled token of a rollout in its generation context.
+
+    Segments are laid end to end, each contributing `ids[:keep]` to later context. A generated
+    segment whose tokens all stay in the context is scored in that main sequence; one whose tail
+    was cut from later context (a stop string the next prefill does not repeat) is scored in a
+    branch: its context, then all its ids. Sequences longer than `max_len` lose their oldest
+    tokens (targets there are dropped). Returns the sequences and how many were truncated.
+    """
+    prefix: list[int] = []
+    main = Sequence([], rollout)
+    branches: list[Sequence] = []
+    for index, segment in enumerate(segments):
+        ids = _require_ids(segment, index)
+        keep = int(segment.get("keep", len(ids)))
+        if not segment.get("train"):
+            prefix.extend(ids[:keep])
+            continue
+        last = index == len(segments) - 1
+        target = main if keep == len(ids) or last else Sequence([], rollout)
+        if target is not main:
+            target.ids = list(prefix)
+            branches.append(target)
+        sampling = _require_sampling(segment, index)
+        logprobs = segment.get("logprobs") or [None] * len(ids)
+        start = len(prefix)
+        for offset in range(len(ids)):
+            target.targets.append(start + offset)
+            target.temperature.append(float(sampling["temperature"]))
+            target.top_p.append(float(sampling["top_p"]))
+            target.suppress.append(sampling.get("suppress_first") if offset == 0 else None)
+            target.sampler_logprobs.append(logprobs[offset])
+        if target is not main:
+            target.ids.extend(ids)
+        prefix.extend(ids if target is main else ids[:keep])
+    main.ids = prefix
+    sequences, truncated = [], 0
+    for sequence in [main, *branches]:
+        if not sequence.targets:
+            continue
+        cut = max(0, len(sequence.ids) - max_len)
+        if cut:
+            truncated += 1
+            kept = [k for k, t in enumerate(sequence.targets) if t - cut >= 1]
+            sequence = Sequence(sequence.ids[cut:], rollout, [sequence.targets[k] - cut for k in kept],
+                                *([getattr(sequence, name)[k] for k in kept]
+                                  for name in ("temperature", "top_p", "suppress", "sampler_logprobs")))
+        if sequence.targets:
+            sequences.append(sequence)
+    return sequences, truncated
+
+
+def plan_micro_batches(lengths: list[int], max_rows: int, max_tokens: int | None) -> list[list[int]]:
+    """Group sequence indices, longest first, into micro-batches of at most `max_rows` sequences and
+    `max_tokens` padded tokens (rows x longest); a sequence longer than the budget goes alone."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    for i in order:
+        if batches:
+            current = batches[-1]
+            width = max(lengths[current[0]], lengths[i])
+            if len(current) < max_rows and (max_tokens is None or width * (len(current) + 1) <= max_tokens):
+                current.append(i)
+                continue
+        batches.append([i])
+    return batches
+
+
+def _pad(sequences: list[Sequence], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s.ids) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        ids[row, : len(sequence.ids)] = torch.tensor(sequence.ids)
+        attention[row, : len(sequence.ids)] = 1
+    return ids.to(device), attention.to(device)
+
+
+def _decoder_and_head(model):
+    """(decoder that returns hidden states, output head) of a causal LM, PEFT-wrapped or not."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = base.config
+    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+        return None  # heads that transform logits: use the model's own forward
+    return base.get_decoder(), base.get_output_embeddings()
+
+
+def selected_logprobs(model, sequences: list[Sequence], pad_id: int, device, *, chunk: int = LOGIT_CHUNK,
+                      full_logits: bool = False, entropy: bool = False):
+    """Log-probabilities of every target token of `sequences` (concatenated, in order), as sampled.
+
+    Only the target positions get logits, `chunk` rows at a time; with gradients on, each chunk's
+    logits are recomputed in the backward pass instead of being kept. `full_logits=True` runs the
+    model's own forward (all logits), e.g. for a distributed wrapper. `entropy=True` returns
+    `(logprobs, entropies)`: also the entropy of the distribution each target was sampled from
+    (after temperature and top-p; no gradient), a diagnostic of how sure the policy is.
+    """
+    ids, attention = _pad(sequences, pad_id, device)
+    rows = torch.tensor([r for r, s in enumerate(sequences) for _ in s.targets], device=device)
+    positions = torch.tensor([t for s in sequences for t in s.targets], device=device)
+    targets = ids[rows, positions]
+    temperature = torch.tensor([x for s in sequences for x in s.temperature], device=device)
+    top_p = torch.tensor([x for s in sequences for x in s.top_p], device=device)
+    suppress = [x for s in sequences for x in s.suppress]
+    parts = None if full_logits else _decoder_and_head(model)
+    if parts is None:
+        features = model(input_ids=ids, attention_mask=attention, use_cache=False).logits[rows, positions - 1]
+        head = None
+    else:
+        decoder, head = parts
+        hidden = decoder(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
+        features = hidden[rows, positions - 1]
+
+    def score(feature, target, temp, nucleus, suppressed):
+        logits = head(feature) if head is not None else feature
+        distribution = process_logits(logits, temp, nucleus, suppress=suppressed, keep=target)
+        chosen = distribution.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+        if not entropy:
+            return chosen
+        with torch.no_grad():  # -sum p log p, with 0 log 0 = 0 for the tokens top-p or suppression cut
+            spread = -torch.where(torch.isinf(distribution), 0.0, distribution.exp() * distribution).sum(-1)
+        return chosen, spread
+
+    out, spreads = [], []
+    for start in range(0, len(positions), chunk):
+        sl = slice(start, start + chunk)
+        mask = None
+        if any(x for x in suppress[sl]):
+            mask = torch.zeros((len(suppress[sl]), _vocab(head, features)), dtype=torch.bool, device=device)
+            for k, forbidden in enumerate(suppress[sl]):
+                if forbidden:
+                    mask[k, torch.tensor(forbidden, device=device)] = True
+        args = (features[sl], targets[sl], temperature[sl], top_p[sl], mask)
+        scored = checkpoint(score, *args, use_reentrant=False) if torch.is_grad_enabled() and head is not None \
+            else score(*args)
+        if entropy:
+            out.append(scored[0])
+            spreads.append(scored[1])
+        else:
+            out.append(scored)
+    logprobs = torch.cat(out) if out else torch.zeros(0, device=device)
+    if entropy:
+        return logprobs, torch.cat(spreads) if spreads else torch.zeros(0, device=device)
+    return logprobs
+
+
+def _vocab(head, features) -> int:
+    return head.weight.shape[0] if head is not None else features.shape[-1]
+
+
+def token_weights(sequences: list[Sequence], advantages: list[float], reduction: str = "sequence") -> list[float]:
+    """Per target token, the weight of its log-prob in the objective (the loss is minus their sum).
+
+    `sequence` (the design's per-sequence statistics): `A_i / (N n_i)`, so the objective is
+    mean_i(A_i * mean_token_logprob_i) over the N rollouts: every answer weighs the same whatever
+    its length. `token` (DAPO's token-level mean): `A_i / T` with T the trained tokens of all N
+    rollouts, so every token weighs the same and long answers weigh more. Either way the weights do
+    not depend on how tokens are batched."""
+    counts: dict[int, int] = {}
+    for s in sequences:
+        counts[s.rollout] = counts.get(s.rollout, 0) + len(s.targets)
+    if reduction == "token":
+        total = sum(counts.values())
+        return [advantages[s.rollout] / total for s in sequences for _ in s.targets]
+    if reduction != "sequence":
+        raise ValueError(f"reduction must be 'sequence' or 'token', got {reduction!r}")
+    n = len(advantages)
+    return [advantages[s.rollout] / (n * counts[s.rollout]) for s in sequences for _ in s.targets]
+
+
+@torch.no_grad()
+def shared_prefix_logprobs(model, sequences: list[Sequence], pad_id: int, device, *, group_rows: int = 16) -> torch.Tensor:
+    """`selected_logprobs` without gradients, computing each context before a sequence's first target
+    once for all the sequences that share it (a task's samples share their prompt: at the solve shape
+    ~300 prompt tokens against ~48 answer tokens each). The update's after-step diagnostics use it;
+    the values equal `selected_logprobs`' up to float rounding. Groups of at most `group_rows` rows."""
+    from populora.lm.prefix_cache import MIN_SHARED_PREFIX, CarriedCache, contiguous_head, shared_prefill
+
+    contiguous_head(model)
+    out: list[torch.Tensor | None] = [None] * len(sequences)
+    groups: dict[tuple, list[int]] = {}
+    for k, sequence in enumerate(sequences):
+        groups.setdefault(tuple(sequence.ids[:min(sequence.targets) - 1]), []).append(k)
+    alone = []
+    for prefix, members in groups.items():
+        if len(members) == 1 or len(prefix) < MIN_SHARED_PREFIX:
+            alone += members
+            continue
+        for part in _parts(members, [len(sequences[k].ids) - len(prefix) for k in members], group_rows):
+            rows = [sequences[k] for k in part]
+            tails = [len(s.ids) - len(prefix) for s in rows]
+            logits = shared_prefill(model, CarriedCache(model, len(rows)), [s.ids for s in rows], [None] * len(rows),
+                                    tails=tails, pad=pad_id, device=device)
+            if logits is None:  # nothing shared after all
+                alone += part
+                continue
+            width = logits.shape[1]
+            for row, (k, sequence) in enumerate(zip(part, rows)):
+                # position j's logits sit in column width - (len - j): rows end in the same column
+                columns = torch.tensor([width - len(sequence.ids) + t - 1 for t in sequence.targets], device=device)
+                out[k] = _score_rows(logits[row, columns], sequence, device)
+    alone.sort(key=lambda k: -len(sequences[k].ids))
+    for start in range(0, len(alone), group_rows):  # the rest as before, longest first to pad little
+        part = alone[start:start + group_rows]
+        scored = selected_logprobs(model, [sequences[k] for k in part], pad_id, device)
+        offset = 0
+        for k in part:
+            n = len(sequences[k].targets)
+            out[k], offset = scored[offset:offset + n], offset + n
+    return torch.cat(out) if out else torch.zeros(0, device=device)
+
+
+def _score_rows(logits: torch.Tensor, sequence: Sequence, device) -> torch.Tensor:
+    """The sampled tokens' log-probs from the raw logits at their positions (as `selected_logprobs`)."""
+    target = torch.tensor([sequence.ids[t] for t in sequence.targets], device=device)
+    mask = None
+    if any(sequence.suppress):
+        mask = torch.zeros((len(target), logits.shape[-1]), dtype=torch.bool, device=device)
+        for k, forbidden in enumerate(sequence.suppress):
+            if forbidden:
+                mask[k, torch.tensor(forbidden, device=device)] = True
+    distribution = process_logits(logits, torch.tensor(sequence.temperature, device=device),
+                                  torch.tensor(sequence.top_p, device=device), suppress=mask, keep=target)
+    return distribution.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+
+
+def _parts(members: list[int], tails: list[int], rows: int) -> list[list[int]]:
+    """Consecutive pieces of at most `rows` members whose logits (members x longest tail) stay within
+    `LOGIT_CHUNK` positions, one member at least."""
+    parts: list[list[int]] = []
+    longest = 0
+    for member, tail in zip(members, tails):
+        if parts and len(parts[-1]) < rows and max(longest, tail) * (len(parts[-1]) + 1) <= LOGIT_CHUNK:
+            parts[-1].append(member)
+            longest = max(longest, tail)
+        else:
+            parts.append([member])
+            longest = tail
+    return parts
