@@ -85,8 +85,8 @@ def test_reward_totals_per_adapter_role():
     tasks = [_task("a", "t0"), _task("c", "t0", valid=False)]
     graded = [_answer("a", "s0", True), _answer("a", "s0", False, sample=1)]
     stats = generation_stats(tasks, graded, build_rollouts(tasks, graded, "learnability"), [])
-    assert stats["rewards"]["t0/propose"] == {"sum": 0.5 - 1.0, "count": 2}
-    assert stats["rewards"]["s0/solve"] == {"sum": 0.5, "count": 2}
+    assert stats["rewards"]["t0/propose"] == {"sum": 0.5 - 1.0, "sumsq": 0.25 + 1.0, "count": 2}
+    assert stats["rewards"]["s0/solve"] == {"sum": 0.5, "sumsq": 1.0 + 0.25, "count": 2}  # 1 and -0.5
 
 
 def test_same_program_worked_examples_are_counted():
