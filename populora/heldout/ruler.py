@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from populora.config import load_params
     from populora.heldout.scoring import pass_rates, score_members
+    from populora.lm.dtype import runtime_record
     from populora.lm.engines import load_sampler
     from populora.verifier import sandbox_for
 
@@ -219,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         "base_calibration_pass_rate": {tt: sum(t["base_correct"] for t in pool if t["type"] == tt)
                                        / max(1, args.samples * sum(t["type"] == tt for t in pool)) for tt in ("code_o", "code_i")},
         "sources": dict(sorted(Counter(f"{t['type']} {source_group(t)}" for t in pool).items())),
-        "settings": {k: v for k, v in vars(args).items() if k not in ("params",)}})
+        "settings": {k: v for k, v in vars(args).items() if k not in ("params",)},
+        "runtime": runtime_record(params.model.dtype, params.model.device)})
     log.info("pool v2: %s; best constant %s", dict(counts["pool"]), constant)
     return 0
 
