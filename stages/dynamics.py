@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                                        "generations": [score["verdicts"] for score in scores],
                                        "born": [score.get("born", {}) for score in scores],
                                        "members": [score.get("members", {}) for score in scores],
+                                       "best_constant": base.get("best_constant", {}),
                                        "roles": scores[-1].get("roles", {}) if scores else {}})
     state = load_state(args.state)
     write_json(args.summary, arm_summary(rows, {"teachers": list(state.teachers), "students": list(state.students)}))

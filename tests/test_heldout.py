@@ -109,6 +109,16 @@ def test_report_table_pairs_arms_and_base_per_generation():
     assert heldout_table({"population": {"base": {}, "generations": []}}) == ""
 
 
+def test_the_report_prints_the_best_constant_and_the_copy_baseline_beside_pool_scores():
+    from populora.report.heldout import constant_line
+
+    doc = {"base": {"t0": 0}, "generations": [], "best_constant": {
+        "code_i": {"answer": "10", "correct": 2, "n": 64, "accuracy": 2 / 64, "copy_correct": 0, "copy_accuracy": 0.0}}}
+    line = constant_line({"population": doc})
+    assert "`10` 2/64 (3.1%)" in line and "copy baseline 0/64 (0.0%)" in line
+    assert constant_line({"population": {"base": {}}}) == ""  # a pool made before the record was kept
+
+
 def test_stages_build_an_empty_pool_and_score_members_on_the_tiny_model(tiny_model_dir, tiny_params_dict, tmp_path):
     """The random tiny model proposes nothing valid: the pool stage runs its rounds, writes an empty pool
     and a base record; the scoring stage then answers a hand-made pool with every member of a checkpoint."""

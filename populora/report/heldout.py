@@ -60,6 +60,18 @@ def heldout_table(docs: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def constant_line(docs: dict[str, dict]) -> str:
+    """What a score on the pool stands beside: per type, the best single constant answer's score and the
+    copy baseline's, computed on the pool by the heldout_pool stage (`best_constant` of base.json)."""
+    constant = next((doc.get("best_constant") for doc in docs.values() if doc.get("best_constant")), None)
+    if not constant:
+        return ""
+    parts = [f"{task_type}: the best constant answer `{row['answer']}` {row['correct']}/{row['n']} "
+             f"({100 * row['accuracy']:.1f}%), the copy baseline {row['copy_correct']}/{row['n']} "
+             f"({100 * row['copy_accuracy']:.1f}%)" for task_type, row in sorted(constant.items())]
+    return "Beside these scores, on the same pool: " + "; ".join(parts) + "."
+
+
 HELDOUT_NOTE = ("Held-out pool: verified code_o/code_i tasks made once by the base model as teacher, never "
                 "proposed, solved or trained on (populora/heldout/), answered greedily by every member "
                 "after each generation. Accuracy in %; differences in points with 95% paired-bootstrap intervals over "

@@ -27,7 +27,7 @@ from populora.report.dynamics import (
     signal_table,
 )
 from populora.report.figures import plot_benchmarks
-from populora.report.heldout import HELDOUT_NOTE, heldout_table
+from populora.report.heldout import HELDOUT_NOTE, constant_line, heldout_table
 from populora.report.html import report_html
 from populora.report.metrics import best_weakest_members, refs_of, result_intervals, score_table
 from populora.report.tables import (
@@ -101,7 +101,8 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
     ]
     pool_table = heldout_table(heldout or {})
     if pool_table:
-        sections += ["### Held-out pool (in-distribution learning curves)", "", HELDOUT_NOTE, "", pool_table, ""]
+        sections += ["### Held-out pool (in-distribution learning curves)", "", HELDOUT_NOTE, "", pool_table, "",
+                     constant_line(heldout or {}), ""]
     if dynamics:
         plot_dynamics(dynamics, out_dir / "dynamics.png")
         plot_complexity(dynamics, out_dir / "complexity.png")
