@@ -11,8 +11,8 @@ baseline pair on the same tasks; intervals are the paired bootstrap over tasks
 from __future__ import annotations
 
 from populora.core.stats import paired_bootstrap
-from populora.report.metrics import BASELINE, POPULATION
 from populora.heldout.scoring import per_task_mean
+from populora.report.metrics import BASELINE, POPULATION
 
 
 def _role_scores(doc: dict, gen: int, role: str, task_ids: list[str]) -> list[float] | None:
