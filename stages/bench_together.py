@@ -28,13 +28,13 @@ import time
 from pathlib import Path
 
 from populora.bench import BenchError
+from populora.bench.jobs import PARTIAL, TOGETHER_NOTE, run_one, selected_models
 from populora.bench.lmeval import TASKS_DIR
 from populora.bench.partial import Partial
 from populora.bench.settings import settings_for
 from populora.config import together_benchmarks
 from populora.core.io import ArtifactError, read_json, replace_dir, staging_dir, write_json
 from stages._common import setup, stage_parser
-from stages.bench import PARTIAL, TOGETHER_NOTE, run_one, selected_models
 
 KEY = "{bench}.key.json"  # beside a finished benchmark's folder in <results>.partial/
 

@@ -2,7 +2,7 @@
 
     python -m pytest -m "" tests/test_bench_resume.py -q
 
-stages.bench.run_resumable (the vllm engine's math benchmarks, model by model) with a stand-in
+populora.bench.jobs.run_resumable (the vllm engine's math benchmarks, model by model) with a stand-in
 `run_benchmark` (no model): the second model fails on the first attempt; the retry runs only that one
 and the third; a change of params runs everything again. Then the bench stage on the tiny model,
 SIGKILLed right after it kept its first piece of work and run again: CRUXEval (pieces of problems),
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from populora.bench import BenchError
+from populora.bench import BenchError, jobs
 from populora.bench.models import BenchModel
 from populora.bench.settings import settings_for
 from populora.config import parse_params
@@ -61,7 +61,7 @@ def setup(tmp_path, monkeypatch):
         (out / model.name / "samples.jsonl").write_text(model.name)
         return {model.name: {"correct": 1, "n": 2}}
 
-    monkeypatch.setattr(bench, "run_benchmark", run_benchmark)
+    monkeypatch.setattr(jobs, "run_benchmark", run_benchmark)
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     return tmp_path, base, models, ran, failing, raw
 
@@ -70,7 +70,7 @@ def _run(tmp_path, base, models, raw, attempt: int):
     out = tmp_path / f"staging{attempt}"
     out.mkdir()
     settings = settings_for(parse_params(raw), "gsm8k")  # the key is the benchmark's resolved settings
-    return out, bench.run_resumable(settings, models, base, out, tmp_path / "gsm8k", Log())
+    return out, jobs.run_resumable(settings, models, base, out, tmp_path / "gsm8k", Log())
 
 
 def test_a_retry_runs_only_the_models_not_finished(setup):
