@@ -26,6 +26,10 @@
 #   1t1s            one teacher + one student: roles separated, no population, no evolution
 #   2t2s            the population: 2 teachers + 2 students, evolution on
 #   2t2s-noevo      the population with evolve.replace=0
+#   ensemble        two independent 1T-1S pairs in one arm (2T-2S, pairing.strategy=pairs: teacher k serves student k
+#                   only and each pair reads only the seeds and its own tasks; evolve.replace=0): as many members and
+#                   updates as 2t2s, no cross-evaluation, no evolution (issue 51)
+#   4t4s            the population: 4 teachers + 4 students, evolution on
 #   <control>-nocopy  any of them with propose.reject_copyable=true (no task a student solves by echoing
 #                   what it is shown, no identity seed; needs a study at a commit that has the key: STUDY_SOURCE)
 #   <control>-null  any of them with update.shuffle_advantages=true (same data, no learning signal);
@@ -48,6 +52,9 @@ control_flags() {
     1t1s) flags=(-S 'dag.arms=[population]' -S population.teachers=1 -S population.students=1) ;;
     2t2s) flags=(-S 'dag.arms=[population]') ;;
     2t2s-noevo) flags=(-S 'dag.arms=[population]' -S evolve.replace=0) ;;
+    ensemble) flags=(-S 'dag.arms=[population]' -S population.teachers=2 -S population.students=2
+                     -S pairing.strategy=pairs -S evolve.replace=0) ;;
+    4t4s) flags=(-S 'dag.arms=[population]' -S population.teachers=4 -S population.students=4) ;;
     *) echo "unknown control $control" >&2; return 2 ;;
   esac
   # `++` sets a key whether or not the params file spells it out (runs pinned to older code do not)

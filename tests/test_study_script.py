@@ -20,7 +20,7 @@ from populora.config import load_params, merge
 ROOT = Path(__file__).resolve().parents[1]
 # study.sh runs `python` from its .venv: the one running the tests
 VENV_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-CONTROLS = ("baseline", "baseline-roles", "1t1s", "2t2s", "2t2s-noevo")
+CONTROLS = ("baseline", "baseline-roles", "1t1s", "2t2s", "2t2s-noevo", "ensemble", "4t4s")
 
 
 def control_flags(control: str) -> list[str]:
@@ -58,9 +58,12 @@ def test_every_control_applies_and_validates(control, older, tmp_path):
     base = control.removesuffix("-null").removesuffix("-nocopy")
     assert list(params.dag.arms) == (["baseline"] if base.startswith("baseline") else ["population"])
     assert params.update.role_steps == ("per_role" if base == "baseline-roles" else "joint")
-    if base == "1t1s":
-        assert (params.population.teachers, params.population.students) == (1, 1)
-    assert (params.evolve.replace == 0) is (base == "2t2s-noevo")
+    sizes = {"1t1s": (1, 1), "ensemble": (2, 2), "4t4s": (4, 4)}
+    if base in sizes:
+        assert (params.population.teachers, params.population.students) == sizes[base]
+    assert (params.evolve.replace == 0) is (base in ("2t2s-noevo", "ensemble"))
+    # the ensemble control: independent pairs (teacher k serves student k only), no evolution
+    assert (params.pairing.strategy == "pairs") is (base == "ensemble")
 
 
 def test_an_unknown_control_is_refused():
