@@ -122,6 +122,29 @@ earlier_attempts() {
   if [ -s "$file" ]; then awk '{ s += $1; n += 1 } END { printf "%d %d\n", s, n }' "$file"; else echo "0 0"; fi
 }
 
+# Issue 51's measurements of a run's adapters, taken before the next experiment replaces them (optional):
+# STUDY_PASSK=<answers per task> (e.g. 64): pass@k of the final students on the run's held-out pool
+# (populora.study.passk; the base model too in the first run that measures it, the others leave it out);
+# STUDY_CROSSPLAY=<tasks per generation> (e.g. 8): a population's cross-play matrix (populora.study.crossplay).
+# Each writes into the run folder (passk/, crossplay/); a failure is logged and the run is kept without it.
+# Both run the clone's code (the run's own commit), so that commit must have the modules.
+measure_final() {
+  local clone=$1 name=$2 arm=$3 tmp=$4 base_flag=()
+  if [ -n "${STUDY_PASSK:-}" ] && [ -s "$clone/results/heldout/pool.jsonl" ]; then
+    grep -qs '"base"' "$here/$runs"/*/passk/passk.json && base_flag=(--no-base)
+    (cd "$clone" && PYTHONPATH="$clone" python -m populora.study.passk --pool results/heldout/pool.jsonl \
+       --params params.yaml --base-model results/base_model --run "$name=results/$arm" --samples "$STUDY_PASSK" \
+       "${base_flag[@]}" --out "$tmp/passk") >> "$clone/$name.log" 2>&1 \
+      || echo "$(date -u +%FT%TZ) $name: pass@k failed, kept without it (see $clone/$name.log)" >&2
+  fi
+  if [ -n "${STUDY_CROSSPLAY:-}" ] && [ "$arm" = population ]; then
+    (cd "$clone" && PYTHONPATH="$clone" python -m populora.study.crossplay results --arm "$arm" --params params.yaml \
+       --tasks-per-gen "$STUDY_CROSSPLAY" --out "$tmp/crossplay") >> "$clone/$name.log" 2>&1 \
+      || echo "$(date -u +%FT%TZ) $name: cross-play failed, kept without it (see $clone/$name.log)" >&2
+  fi
+  return 0
+}
+
 # sourced (tests/test_study_script.py): define the functions only
 if [[ ${BASH_SOURCE[0]} != "$0" ]]; then return 0; fi
 
@@ -193,6 +216,7 @@ for item in "$@"; do
   done
   # the students' training answers per generation: how many copy what the task showed
   PYTHONPATH="$here" python -m populora.bench.diagnostics --training "$clone/results/$arm" > "$tmp/training_answers.json"
+  measure_final "$clone" "$name" "$arm" "$tmp"
   cp "$clone/params.yaml" "$tmp/params.yaml"
   if [ -s "$clone/results/heldout/pool.jsonl" ]; then  # the held-out pool: once per study, the base's verdicts per run
     cp "$clone/results/heldout/base.json" "$tmp/heldout_base.json"

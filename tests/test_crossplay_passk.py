@@ -193,3 +193,33 @@ def test_passk_command_on_the_tiny_model(tiny_model_dir, tiny_params_dict, tmp_p
     assert set(doc["baselines"]) == {"code_o", "code_i"} and (out / "passk.png").stat().st_size > 0
     assert passk.main(["--pool", str(pool_path), "--params", str(params), "--run", "no-equals-sign",
                        "--out", str(out)]) == 1
+
+
+def test_the_study_reports_pass_at_k_per_control_across_seeds(tmp_path):
+    """Run folders holding passk/passk.json (scripts/study.sh STUDY_PASSK): per control and k the mean over
+    seeds with its interval, the base from the run that measured it, Welch between controls, a table and a panel."""
+    from populora.study.__main__ import main
+    from populora.study.figure import figure_panels
+    from tests.test_study_runs import _run
+
+    root = tmp_path / "runs"
+    for control, level in (("1t1s", 0.10), ("2t2s", 0.20)):
+        for seed in range(3):
+            _run(root, control, seed, 0.3)
+            curve = {str(k): round(min(1.0, (level + 0.01 * seed) * k ** 0.5), 6) for k in (1, 4, 16)}
+            doc = {"samples": 16, "ks": [1, 4, 16], "groups": {f"{control}-s{seed}": {"all": curve}},
+                   "members": {**({"base": {"all": {"1": 0.05, "4": 0.15, "16": 0.3}}} if (control, seed) == ("1t1s", 0) else {})},
+                   "baselines": {"code_o": {"n_tasks": 10, "best": {"correct": 0}}, "code_i": {"n_tasks": 10, "best": {"correct": 1}}}}
+            (root / f"{control}-s{seed}" / "passk").mkdir()
+            (root / f"{control}-s{seed}" / "passk" / "passk.json").write_text(json.dumps(doc))
+    assert main([str(root), "--out", str(tmp_path / "out")]) == 0
+    study = json.loads((tmp_path / "out" / "study.json").read_text())
+    passk = study["passk"]
+    assert passk["ks"] == [1, 4, 16] and passk["base"] == {"1": 0.05, "4": 0.15, "16": 0.3}
+    assert passk["controls"]["2t2s"]["1"]["mean"] == pytest.approx(0.21) and passk["controls"]["1t1s"]["4"]["n"] == 3
+    c = next(c for c in passk["comparisons"] if (c["left"], c["right"], c["k"]) == ("2t2s", "1t1s", 1))
+    assert c["delta"] == pytest.approx(0.1) and c["low"] > 0
+    text = (tmp_path / "out" / "study.md").read_text()
+    assert "## pass@k on the held-out pool" in text and "| base model | 5.0 | 15.0 | 30.0 |" in text
+    assert "| best constant answer | 5.0 | 5.0 | 5.0 |" in text and "| 2t2s - 1t1s | 1 | +10.0 [" in text
+    assert "pass@k" in figure_panels(study) and (tmp_path / "out" / "study.png").stat().st_size > 0

@@ -11,7 +11,8 @@ one-sample t over the seeds' gains), the MDE from the same t distribution and ne
 rule-of-three bound; one seed on a side falls back to the paired bootstrap over problems, labelled so.
 The same for pass@1, with copied answers counted wrong, and for CRUXEval's gold log-likelihood (nats),
 and on the held-out pool for every generation (learning curves, also by task type). What the proposers
-wrote (`populora.study.proposals`): task complexity and coverage by generation per control across seeds.
+wrote (`populora.study.proposals`): task complexity and coverage by generation per control across seeds; the
+final students' pass@k on the pool where the runs measured it (`populora.study.passk`).
 
 With a plan (`populora.study.plan`): runs of its tuning seeds are marked and left out of every figure of
 the answer (kept in the per-run tables, and in `with_tuning`, the held-out comparisons with them in, to
@@ -28,6 +29,7 @@ import numpy as np
 from populora.core.stats import resolution, seed_comparison, t_interval
 from populora.heldout.pool import HELDOUT_TYPES, pool_task_type
 from populora.study import plan as study_plan
+from populora.study.passk import passk_summary
 from populora.study.proposals import proposal_dynamics
 from populora.study.readings import (
     ACCOUNTING,
@@ -237,7 +239,7 @@ def summarize(runs: list[dict], pairs=COMPARISONS, plan: dict | None = None, not
                "controls": control_rows(groups), "comparisons": comparisons(groups, pairs),
                "per_run": run_rows(runs), "training_copies": training_copy_rows(runs), "signal": signal_rows(runs),
                "heldout_curves": curves, "with_tuning": [c for c in with_tuning if c["generation"] == final],
-               "proposals": proposal_dynamics(groups, pairs),
+               "proposals": proposal_dynamics(groups, pairs), "passk": passk_summary(groups, pairs),
                "headline": headline_rows(groups) if any(r.get("headline") for r in runs) else [],
                "plan": study_plan.findings(runs, plan), "notes": list(notes or [])}
     summary["primary"] = study_plan.primary(summary, plan)

@@ -226,3 +226,91 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# --- across a study's runs (populora.study.analysis: study.json `passk`, a table and a figure panel) ---------
+
+
+def passk_summary(groups: dict[str, list[dict]], pairs=()) -> dict:
+    """Per control and k, the final students' pass@k on the pool over the seeds that measured it (mean,
+    95% t-interval), the base's curve (from the run that measured it), and between the controls of `pairs`
+    Welch's interval at the smallest and the largest k; {} where no run measured pass@k (run records'
+    `passk`, `populora.study.runs.read_passk`)."""
+    from populora.core.stats import welch_interval
+    from populora.study.proposals import summary
+
+    measured = {c: [r for r in runs if (r.get("passk") or {}).get("students")] for c, runs in groups.items()}
+    measured = {c: runs for c, runs in measured.items() if runs}
+    if not measured:
+        return {}
+    every = [r["passk"] for runs in measured.values() for r in runs]
+    ks = sorted(set.intersection(*(set(p["ks"]) for p in every)))
+    base = next((p["base"]["all"] for p in every if p.get("base")), None)
+    values = {c: {k: [r["passk"]["students"]["all"][str(k)] for r in runs] for k in ks} for c, runs in measured.items()}
+    out = {"ks": ks, "samples": sorted({p["samples"] for p in every}),
+           "base": {str(k): base[str(k)] for k in ks} if base else None,
+           "baselines": next((p["baselines"] for p in every if p.get("baselines")), {}),
+           "controls": {c: {str(k): summary(v[k]) for k in ks} for c, v in values.items()}, "comparisons": []}
+    for left, right in [(a, b) for a, b in pairs if a in values and b in values]:
+        for k in dict.fromkeys([ks[0], ks[-1]]):
+            a, b = values[left][k], values[right][k]
+            if len(a) >= 2 and len(b) >= 2:
+                welch = welch_interval(a, b)
+                out["comparisons"].append({"left": left, "right": right, "k": k,
+                                           **{key: welch[key] for key in ("delta", "low", "high", "mde")}})
+    return out
+
+
+def passk_table(doc: dict) -> list[str]:
+    """study.md's pass@k section: per control and k the final students' pass@k (points, mean [95%
+    t-interval] over seeds), the base's and the best constant's beside; then the comparisons."""
+    if not doc:
+        return []
+
+    def pts(entry) -> str:
+        if entry is None:
+            return "-"
+        if entry.get("low") is None:
+            return f"{100 * entry['mean']:.1f} (n={entry['n']})"
+        return f"{100 * entry['mean']:.1f} [{100 * entry['low']:.1f}, {100 * entry['high']:.1f}]"
+
+    ks = doc["ks"]
+    lines = ["## pass@k on the held-out pool", "",
+             f"The final students' pass@k (unbiased estimate from n = {', '.join(map(str, doc['samples']))} answers per "
+             "task at temperature 1, Chen et al. 2021; `python -m populora.study.passk`), points, mean over seeds [95% "
+             "t-interval]. RL that only sharpens raises pass@1 and leaves pass@k at large k where the base has it; RL that "
+             "widens what is solvable raises it too.", "",
+             "| control | " + " | ".join(f"pass@{k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
+    if doc.get("base"):
+        lines.append("| base model | " + " | ".join(f"{100 * doc['base'][str(k)]:.1f}" for k in ks) + " |")
+    best = constant_share(doc.get("baselines") or {}, "all")
+    if best is not None:
+        lines.append("| best constant answer | " + " | ".join([f"{100 * best:.1f}"] * len(ks)) + " |")
+    for control, by_k in doc["controls"].items():
+        lines.append(f"| {control} | " + " | ".join(pts(by_k[str(k)]) for k in ks) + " |")
+    if doc["comparisons"]:
+        lines += ["", "| comparison | k | difference [Welch 95% interval] | MDE |", "|---|---|---|---|"]
+        for c in doc["comparisons"]:
+            lines.append(f"| {c['left']} - {c['right']} | {c['k']} | {100 * c['delta']:+.1f} [{100 * c['low']:+.1f}, "
+                         f"{100 * c['high']:+.1f}] | {100 * c['mde']:.1f} |")
+    return lines + [""]
+
+
+def plot_passk_panel(ax, doc: dict, colors: list[str]) -> None:
+    """The study figure's pass@k panel: per control the mean over seeds against k (log scale), the base."""
+    ks = doc["ks"]
+    if doc.get("base"):
+        ax.plot(ks, [100 * doc["base"][str(k)] for k in ks], color="tab:red", ls="--", marker="o", ms=3, label="base model")
+    for i, (control, by_k) in enumerate(doc["controls"].items()):
+        ax.plot(ks, [100 * by_k[str(k)]["mean"] for k in ks], color=colors[i % len(colors)], marker="o", ms=3, lw=2,
+                label=control)
+    best = constant_share(doc.get("baselines") or {}, "all")
+    if best is not None:
+        ax.axhline(100 * best, color="black", ls=":", lw=1.2, label="best constant answer")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_xlabel("k (answers)")
+    ax.set_ylabel("final students' pass@k (points)")
+    ax.set_title("held-out pool: pass@k, mean over seeds", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
