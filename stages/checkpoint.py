@@ -48,8 +48,7 @@ from populora.lm.adapters import delta_norm, read_state_dict
 from populora.population.diversity import weight_diversity
 from populora.population.evolution import append_lineage
 from populora.selfplay import generation_metrics as gm
-from populora.selfplay.roles import extend_pair_buffers
-from populora.selfplay.tasks import is_valid_task
+from populora.selfplay.tasks import extend_pair_buffers, is_valid_task
 from stages._common import setup, stage_parser
 from stages._live import add_live_flags, record_live
 

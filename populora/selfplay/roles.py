@@ -14,11 +14,11 @@ from populora.config import TASK_TYPES
 from populora.selfplay import prompts
 from populora.selfplay.parsing import parse_proposal
 from populora.selfplay.tasks import (
-    buffer_entry,
-    extend_buffer,
     is_valid_task,
     mark_duplicates,
     newest_first,
+    pair_buffer,
+    pair_of,
     program_key,
     sample_code_f_program,
     sample_references,
@@ -32,18 +32,6 @@ def make_plan(prompt: str, steps: list[prompts.Step], mode: str, chat: Callable[
     if mode == "free_form":
         return prompts.free_form_plan(prompt + prompts.free_form_suffix(task_type, role))
     return prompts.scaffolded_plan(prompt, steps, chat)
-
-
-def pair_of(pairing: dict | None) -> dict[str, str] | None:
-    """teacher -> student where the pairing keeps independent pairs (`pairing.strategy: pairs`, the
-    ensemble control), else None: every member shares the arm's one buffer."""
-    return dict(pairing["pairs"]) if pairing and pairing.get("scheme") == "pairs" else None
-
-
-def pair_buffer(buffer: list[dict], teacher: str) -> list[dict]:
-    """The buffer as one independent pair sees it: the seeds and its own teacher's tasks (buffer
-    entries carry `teacher`), never another pair's."""
-    return [b for b in buffer if b.get("origin") == "seed" or (b.get("teacher") is not None and b.get("teacher") == teacher)]
 
 
 def buffer_of(buffer: list[dict], pairing: dict | None, *, teacher: str | None = None,
@@ -71,21 +59,6 @@ def mark_pair_duplicates(proposals: list[dict], buffer: list[dict], pairing: dic
         rows = mark_duplicates([proposals[i] for i in mine], buffer_of(buffer, pairing, teacher=teacher))
         marked |= dict(zip(mine, rows))
     return [marked[i] for i in range(len(proposals))]
-
-
-def extend_pair_buffers(buffer: list[dict], valid_tasks: list[dict], max_size: int, pairing: dict | None) -> list[dict]:
-    """The next buffer: `extend_buffer`, or under `pairs` each pair's own tasks capped as one pair's
-    buffer would be (seeds + its tasks <= `max_size`, its oldest dropped first), in the buffer's order."""
-    pairs = pair_of(pairing)
-    if pairs is None:
-        return extend_buffer(buffer, valid_tasks, max_size)
-    merged = buffer + [buffer_entry(t) for t in valid_tasks if is_valid_task(t)]
-    seeds = [t for t in merged if t.get("origin") == "seed"]
-    drop = set()
-    for teacher in pairs:
-        own = [t["task_id"] for t in merged if t.get("origin") != "seed" and t.get("teacher") == teacher]
-        drop |= set(own[: max(0, len(seeds) + len(own) - max_size)])
-    return seeds + [t for t in merged if t.get("origin") != "seed" and t["task_id"] not in drop]
 
 
 def proposer_jobs(teachers: list[str], buffer: list[dict], *, per_type: int, references: int, n_inputs: int,
