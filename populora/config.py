@@ -303,7 +303,9 @@ class RatingsSection(_Section):
 
 
 class PairingSection(_Section):
-    strategy: Literal["pfsp", "round_robin"] = Field("pfsp", description="pfsp: favour near-balanced matchups.")
+    strategy: Literal["pfsp", "round_robin", "pairs"] = Field(
+        "pfsp", description="pfsp: favour near-balanced matchups; pairs: teacher k with student k only, each pair "
+        "reading only its own tasks (the ensemble control: independent 1T-1S pairs).")
     temperature: float = Field(1.0, gt=0, le=MAX_TEMPERATURE, description="PFSP weighting temperature.")
 
 
@@ -604,6 +606,24 @@ class Params(_Section):
             for key, budget in budgets.items() if budget >= window]
         if errors:  # keyed errors, formatted as the fields' own (a plain ValueError here would have no key)
             raise ValidationError.from_exception_data(type(self).__name__, errors)
+        return self
+
+    @model_validator(mode="after")
+    def _pairs_are_pairs(self):
+        """`pairing.strategy: pairs` needs one teacher per student, and no evolution (a child would carry one
+        pair's weights into another's slot)."""
+        teachers, students = self.population.teachers, self.population.students
+        problems = [] if self.pairing.strategy != "pairs" or "population" not in self.dag.arms else [
+            *([("population.teachers", teachers, f"pairing.strategy pairs teacher k with student k, so needs as many "
+                f"teachers as students ({students})", "Set population.teachers equal to population.students, or use "
+                "pairing.strategy: pfsp.")] if teachers != students else []),
+            *([("evolve.replace", self.evolve.replace, "pairing.strategy: pairs keeps the pairs independent, but "
+                "evolution would copy one pair's weights into another's slot", "Set evolve.replace: 0 (the ensemble "
+                "control has no evolution), or use pairing.strategy: pfsp.")] if self.evolve.replace and teachers > 1 else [])]
+        if problems:
+            raise ValidationError.from_exception_data(type(self).__name__, [InitErrorDetails(
+                type=PydanticCustomError("pairs", problem, {"fix": fix}), loc=tuple(key.split(".")), input=value)
+                for key, value, problem, fix in problems])
         return self
 
     @model_validator(mode="after")

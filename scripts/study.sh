@@ -26,6 +26,10 @@
 #   1t1s            one teacher + one student: roles separated, no population, no evolution
 #   2t2s            the population: 2 teachers + 2 students, evolution on
 #   2t2s-noevo      the population with evolve.replace=0
+#   ensemble        two independent 1T-1S pairs in one arm (2T-2S, pairing.strategy=pairs: teacher k serves student k
+#                   only and each pair reads only the seeds and its own tasks; evolve.replace=0): as many members and
+#                   updates as 2t2s, no cross-evaluation, no evolution (issue 51)
+#   4t4s            the population: 4 teachers + 4 students, evolution on
 #   <control>-nocopy  any of them with propose.reject_copyable=true (no task a student solves by echoing
 #                   what it is shown, no identity seed; needs a study at a commit that has the key: STUDY_SOURCE)
 #   <control>-null  any of them with update.shuffle_advantages=true (same data, no learning signal);
@@ -48,6 +52,9 @@ control_flags() {
     1t1s) flags=(-S 'dag.arms=[population]' -S population.teachers=1 -S population.students=1) ;;
     2t2s) flags=(-S 'dag.arms=[population]') ;;
     2t2s-noevo) flags=(-S 'dag.arms=[population]' -S evolve.replace=0) ;;
+    ensemble) flags=(-S 'dag.arms=[population]' -S population.teachers=2 -S population.students=2
+                     -S pairing.strategy=pairs -S evolve.replace=0) ;;
+    4t4s) flags=(-S 'dag.arms=[population]' -S population.teachers=4 -S population.students=4) ;;
     *) echo "unknown control $control" >&2; return 2 ;;
   esac
   # `++` sets a key whether or not the params file spells it out (runs pinned to older code do not)
@@ -113,6 +120,29 @@ close_interrupted_attempt() {
 earlier_attempts() {
   local file="$1/$2.attempts"
   if [ -s "$file" ]; then awk '{ s += $1; n += 1 } END { printf "%d %d\n", s, n }' "$file"; else echo "0 0"; fi
+}
+
+# Issue 51's measurements of a run's adapters, taken before the next experiment replaces them (optional):
+# STUDY_PASSK=<answers per task> (e.g. 64): pass@k of the final students on the run's held-out pool
+# (populora.study.passk; the base model too in the first run that measures it, the others leave it out);
+# STUDY_CROSSPLAY=<tasks per generation> (e.g. 8): a population's cross-play matrix (populora.study.crossplay).
+# Each writes into the run folder (passk/, crossplay/); a failure is logged and the run is kept without it.
+# Both run the clone's code (the run's own commit), so that commit must have the modules.
+measure_final() {
+  local clone=$1 name=$2 arm=$3 tmp=$4 base_flag=()
+  if [ -n "${STUDY_PASSK:-}" ] && [ -s "$clone/results/heldout/pool.jsonl" ]; then
+    grep -qs '"base"' "$here/$runs"/*/passk/passk.json && base_flag=(--no-base)
+    (cd "$clone" && PYTHONPATH="$clone" python -m populora.study.passk --pool results/heldout/pool.jsonl \
+       --params params.yaml --base-model results/base_model --run "$name=results/$arm" --samples "$STUDY_PASSK" \
+       "${base_flag[@]}" --out "$tmp/passk") >> "$clone/$name.log" 2>&1 \
+      || echo "$(date -u +%FT%TZ) $name: pass@k failed, kept without it (see $clone/$name.log)" >&2
+  fi
+  if [ -n "${STUDY_CROSSPLAY:-}" ] && [ "$arm" = population ]; then
+    (cd "$clone" && PYTHONPATH="$clone" python -m populora.study.crossplay results --arm "$arm" --params params.yaml \
+       --tasks-per-gen "$STUDY_CROSSPLAY" --out "$tmp/crossplay") >> "$clone/$name.log" 2>&1 \
+      || echo "$(date -u +%FT%TZ) $name: cross-play failed, kept without it (see $clone/$name.log)" >&2
+  fi
+  return 0
 }
 
 # sourced (tests/test_study_script.py): define the functions only
@@ -186,6 +216,7 @@ for item in "$@"; do
   done
   # the students' training answers per generation: how many copy what the task showed
   PYTHONPATH="$here" python -m populora.bench.diagnostics --training "$clone/results/$arm" > "$tmp/training_answers.json"
+  measure_final "$clone" "$name" "$arm" "$tmp"
   cp "$clone/params.yaml" "$tmp/params.yaml"
   if [ -s "$clone/results/heldout/pool.jsonl" ]; then  # the held-out pool: once per study, the base's verdicts per run
     cp "$clone/results/heldout/base.json" "$tmp/heldout_base.json"

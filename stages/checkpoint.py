@@ -48,7 +48,7 @@ from populora.lm.adapters import delta_norm, read_state_dict
 from populora.population.diversity import weight_diversity
 from populora.population.evolution import append_lineage
 from populora.selfplay import generation_metrics as gm
-from populora.selfplay.tasks import extend_buffer, is_valid_task
+from populora.selfplay.tasks import extend_pair_buffers, is_valid_task
 from stages._common import setup, stage_parser
 from stages._live import add_live_flags, record_live
 
@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         moments = (evolved if slot in children else trained) / OPTIMIZER / f"{slot}.safetensors"
         if moments.is_file():
             link_or_copy(moments, tmp / OPTIMIZER / moments.name)
-    write_rows(tmp / BUFFER, extend_buffer(load_buffer(args.state), [t for t in tasks if is_valid_task(t)],
-                                            params.buffer.max_size), BufferEntry)
+    write_rows(tmp / BUFFER, extend_pair_buffers(load_buffer(args.state), [t for t in tasks if is_valid_task(t)],
+                                                 params.buffer.max_size, read_json(args.pairing)), BufferEntry)
     state = prev.evolve(generation=args.gen, ratings=ratings, members=evolution["members"],
                         fitness=evolution["reward_records"], lineage=append_lineage(prev.lineage, evolution["events"]),
                         coverage_hashes=coverage, matched_coverage_hashes=matched,

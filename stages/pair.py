@@ -6,7 +6,8 @@
 Each student gets `solve.tasks_per_type` slots per task type; a slot names the teacher whose
 task it solves. PFSP favours matchups with student win probability near 0.5; every student
 gets tasks and every teacher gets at least one student (an extra slot when teachers outnumber
-student slots). The baseline pairs `solo` with itself. Schemes: `populora.population.ratings`.
+student slots). `pairs` (the ensemble control) gives teacher k's every slot to student k, and the
+later stages keep each pair's buffer its own. The baseline pairs `solo` with itself. Schemes: `populora.population.ratings`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from populora.core.io import write_json
 from populora.core.seeds import derive_seed
 from populora.core.state import load_state
-from populora.population.ratings import pfsp_pairing, round_robin_pairing
+from populora.population.ratings import pairs_pairing, pfsp_pairing, round_robin_pairing
 from stages._common import setup, stage_parser
 
 
@@ -32,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
             temperature=params.pairing.temperature, seed=derive_seed(params.base.seed, "pair", args.arm, args.gen),
             beta=params.ratings.beta,
         )
+    elif params.pairing.strategy == "pairs":  # the ensemble control: teacher k with student k only
+        pairing = pairs_pairing(state.teachers, state.students, slots_per_student=slots)
     else:
         pairing = round_robin_pairing(state.teachers, state.students, slots_per_student=slots)
     write_json(args.pairing, pairing)

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import random
 
+from populora.core.io import read_json
 from populora.core.rows import Proposal, write_rows
 from populora.core.seeds import derive_seed
 from populora.core.state import adapter_dirs, load_buffer, load_state
 from populora.lm.engines import load_sampler
 from populora.lm.sampling import GenRow, run_plans
 from populora.selfplay.prompts import chat_wrapper
-from populora.selfplay.roles import proposal_rows, proposer_jobs
-from populora.selfplay.tasks import mark_duplicates
+from populora.selfplay.roles import mark_pair_duplicates, proposal_rows, proposer_jobs
 from stages._common import setup, stage_parser, timed
 
 
@@ -35,16 +35,17 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer, model = load_sampler(args.base_model, adapter_dirs(args.state, teachers), params)
     seed = derive_seed(params.base.seed, "propose", args.arm, args.gen)
     buffer = load_buffer(args.state)
+    pairing = read_json(args.pairing)  # under `pairs` each teacher reads only its pair's buffer
     jobs = proposer_jobs(teachers, buffer, per_type=cfg.per_type, references=cfg.references,
                          n_inputs=cfg.code_f_inputs, mode=cfg.mode, chat=chat_wrapper(tokenizer),
-                         rng=random.Random(seed), arm=args.arm, gen=args.gen, types=cfg.types)
+                         rng=random.Random(seed), arm=args.arm, gen=args.gen, types=cfg.types, pairing=pairing)
     with timed(log, f"generating {len(jobs)} proposals"):
         results = run_plans(model, tokenizer, [GenRow(plan, meta["teacher"]) for meta, plan in jobs],
                             temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                             batch_size=cfg.batch_size, seed=seed, desc="propose")
     rows = proposal_rows(jobs, results, mode=cfg.mode, n_inputs=cfg.code_f_inputs)
     if cfg.reject_duplicates:
-        rows = mark_duplicates(rows, buffer)
+        rows = mark_pair_duplicates(rows, buffer, pairing)
     write_rows(args.proposals, rows, Proposal)
     parsed_ok = sum(r["parse_reason"] is None for r in rows)
     log.info("%d/%d proposals parsed; %d tokens generated", parsed_ok, len(rows), sum(r["tokens"] for r in rows))

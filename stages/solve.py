@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer, model = load_sampler(args.base_model, adapter_dirs(args.state, state.students), params)
     seed = derive_seed(params.base.seed, "solve", args.arm, args.gen)
     jobs = solver_jobs(assignment, buffer, samples=cfg.samples, worked_examples=cfg.worked_examples, mode=cfg.mode,
-                       chat=chat_wrapper(tokenizer), rng=random.Random(seed))
+                       chat=chat_wrapper(tokenizer), rng=random.Random(seed), pairing=pairing)
     with timed(log, f"generating {len(jobs)} answers"):
         results = run_plans(model, tokenizer, [GenRow(plan, meta["student"]) for meta, plan in jobs],
                             temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,

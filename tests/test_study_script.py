@@ -20,7 +20,7 @@ from populora.config import load_params, merge
 ROOT = Path(__file__).resolve().parents[1]
 # study.sh runs `python` from its .venv: the one running the tests
 VENV_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-CONTROLS = ("baseline", "baseline-roles", "1t1s", "2t2s", "2t2s-noevo")
+CONTROLS = ("baseline", "baseline-roles", "1t1s", "2t2s", "2t2s-noevo", "ensemble", "4t4s")
 
 
 def control_flags(control: str) -> list[str]:
@@ -58,9 +58,12 @@ def test_every_control_applies_and_validates(control, older, tmp_path):
     base = control.removesuffix("-null").removesuffix("-nocopy")
     assert list(params.dag.arms) == (["baseline"] if base.startswith("baseline") else ["population"])
     assert params.update.role_steps == ("per_role" if base == "baseline-roles" else "joint")
-    if base == "1t1s":
-        assert (params.population.teachers, params.population.students) == (1, 1)
-    assert (params.evolve.replace == 0) is (base == "2t2s-noevo")
+    sizes = {"1t1s": (1, 1), "ensemble": (2, 2), "4t4s": (4, 4)}
+    if base in sizes:
+        assert (params.population.teachers, params.population.students) == sizes[base]
+    assert (params.evolve.replace == 0) is (base in ("2t2s-noevo", "ensemble"))
+    # the ensemble control: independent pairs (teacher k serves student k only), no evolution
+    assert (params.pairing.strategy == "pairs") is (base == "ensemble")
 
 
 def test_an_unknown_control_is_refused():
@@ -129,3 +132,35 @@ def test_a_resumed_run_counts_every_attempt(tmp_path):
     assert (tmp_path / "run-s0.attempts").read_text().split() == ["600", "100", "0"]
     assert _study_fn('earlier_attempts "$1" run-s0', clone) == "700 3"
     assert _study_fn('earlier_attempts "$1" other-s0', clone) == "0 0"  # per run
+
+
+def test_final_measurements_run_only_when_asked_and_measure_the_base_once(tmp_path):
+    """STUDY_PASSK / STUDY_CROSSPLAY: pass@k of the run's final students (the base in the first run that
+    measures it, left out once a committed run holds it) and a population's cross-play matrix, measured in
+    the clone before the next experiment replaces the adapters (`python` stubbed: the arguments it got)."""
+    clone, here, tmp = tmp_path / "clone", tmp_path / "here", tmp_path / "tmp"
+    (clone / "results" / "heldout").mkdir(parents=True)
+    (clone / "results" / "heldout" / "pool.jsonl").write_text('{"task_id": "t"}\n')
+    (here / "study" / "runs").mkdir(parents=True)
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "calls"}\n')
+    (stub / "python").chmod(0o755)
+
+    def measure(arm: str, **env) -> list[str]:
+        (tmp_path / "calls").unlink(missing_ok=True)
+        subprocess.run(["bash", "-c", f'source scripts/study.sh && here="$1" runs=study/runs && '
+                        f'PATH="{stub}:$PATH" measure_final "$2" run-s3 {arm} "$3"', "-", str(here), str(clone), str(tmp)],
+                       cwd=ROOT, check=True, env={**os.environ, **env})
+        return (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
+
+    assert measure("population") == []  # asked for nothing
+    passk, crossplay = measure("population", STUDY_PASSK="64", STUDY_CROSSPLAY="8")
+    assert passk.startswith("-m populora.study.passk --pool results/heldout/pool.jsonl") and "--no-base" not in passk
+    assert "--run run-s3=results/population --samples 64" in passk and passk.endswith(f"--out {tmp}/passk")
+    assert crossplay == f"-m populora.study.crossplay results --arm population --params params.yaml --tasks-per-gen 8 --out {tmp}/crossplay"
+    committed = here / "study" / "runs" / "run-s1" / "passk"  # an earlier run measured the base
+    committed.mkdir(parents=True)
+    (committed / "passk.json").write_text('{"members": {"base": {}}}')
+    (only,) = measure("baseline", STUDY_PASSK="16", STUDY_CROSSPLAY="8")  # no cross-play matrix for a single agent
+    assert "--run run-s3=results/baseline --samples 16 --no-base" in only

@@ -4,6 +4,8 @@ graded in the sandbox, as a verdict table `member -> task_id -> 0|1` and flat me
     jobs = scoring_jobs(pool, ["student0", None], mode="scaffolded", chat=chat)
     verdicts = verdict_table(graded_rows)                         # member -> task_id -> 0/1
     metrics = heldout_metrics(verdicts, pool, {"students": [...], "teachers": [...]})
+    counts = pass_counts(params, model, tokenizer, pool, members, sandbox, samples=64)   # member -> task_id -> right
+    curve = pass_at_k_curve(counts["base"], 64, [1, 2, 4, 8, 16, 32, 64])               # unbiased pass@k (Chen et al.)
 """
 
 from __future__ import annotations
@@ -106,10 +108,10 @@ def score_members(params, model, tokenizer, pool: list[dict], members: list[str 
     return heldout_metrics(table, pool, roles), table
 
 
-def pass_rates(params, model, tokenizer, pool: list[dict], members: list[str | None], sandbox, *, samples: int,
-               temperature: float = 1.0, seed: int = 0) -> dict[str, dict[str, float]]:
-    """member -> task_id -> share of `samples` answers at `temperature` that are correct: the pool's
-    continuous, paired measure (a greedy verdict moves only when the most likely answer flips)."""
+def pass_counts(params, model, tokenizer, pool: list[dict], members: list[str | None], sandbox, *, samples: int,
+                temperature: float = 1.0, seed: int = 0) -> dict[str, dict[str, int]]:
+    """member -> task_id -> how many of `samples` answers at `temperature` are correct (`pass_rates` divides
+    by `samples`; `pass_at_k` turns a count into pass@k)."""
     rows = _answer_rows(params, model, tokenizer, pool, members, samples=samples, temperature=temperature, seed=seed)
     tasks = [{**task, "valid": True} for task in pool]
     with Progress(len(rows), "heldout grading", unit="answers", log=logging.getLogger("heldout")) as progress:
@@ -118,8 +120,40 @@ def pass_rates(params, model, tokenizer, pool: list[dict], members: list[str | N
     for row in graded:
         member = hits.setdefault(row["member"], {})
         member[row["task_id"]] = member.get(row["task_id"], 0) + int(bool(row.get("correct")))
-    return {m: {t: hits.get(m, {}).get(t, 0) / samples for t in (task["task_id"] for task in pool)}
+    return {m: {t: hits.get(m, {}).get(t, 0) for t in (task["task_id"] for task in pool)}
             for m in dict.fromkeys(meta or BASE for meta in members)}
+
+
+def pass_rates(params, model, tokenizer, pool: list[dict], members: list[str | None], sandbox, *, samples: int,
+               temperature: float = 1.0, seed: int = 0) -> dict[str, dict[str, float]]:
+    """member -> task_id -> share of `samples` answers at `temperature` that are correct: the pool's
+    continuous, paired measure (a greedy verdict moves only when the most likely answer flips)."""
+    counts = pass_counts(params, model, tokenizer, pool, members, sandbox, samples=samples, temperature=temperature,
+                         seed=seed)
+    return {m: {t: c / samples for t, c in table.items()} for m, table in counts.items()}
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass@k (the chance that at least one of k answers is right) from `c`
+    right answers among `n` samples (Chen et al. 2021, "Evaluating Large Language Models Trained on
+    Code"): 1 - C(n - c, k) / C(n, k), computed as a product so that n = 1000 does not overflow.
+
+    >>> pass_at_k(64, 0, 8), pass_at_k(64, 64, 1), pass_at_k(4, 1, 1), round(pass_at_k(4, 1, 2), 4)
+    (0.0, 1.0, 0.25, 0.5)
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    out = 1.0
+    for i in range(n - c + 1, n + 1):
+        out *= 1.0 - k / i
+    return 1.0 - out
+
+
+def pass_at_k_curve(counts: dict[str, int], n: int, ks) -> dict[int, float | None]:
+    """k -> the mean over tasks of `pass_at_k(n, c, k)` (None for no task)."""
+    return {k: (round(mean(pass_at_k(n, c, k) for c in counts.values()), 6) if counts else None) for k in ks}
 
 
 def pass_rate_metrics(rates: dict[str, dict[str, float]], pool: list[dict], roles: dict[str, list[str]]) -> dict:

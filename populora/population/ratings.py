@@ -265,3 +265,22 @@ def round_robin_pairing(teachers: Sequence[str], students: Sequence[str], *, slo
         counts[t][students[extra % len(students)]] += 1
     return {"scheme": "round_robin", "teachers": list(teachers), "students": list(students), "counts": counts,
             "slots_per_student": int(slots_per_student)}
+
+
+def pairs_pairing(teachers: Sequence[str], students: Sequence[str], *, slots_per_student: int = 1) -> dict[str, Any]:
+    """The ensemble control's pairing: teacher k serves student k only, every slot (as many
+    independent 1T-1S pairs as there are students). `pairs` maps each teacher to its student; the
+    propose and solve stages read it to keep every pair's buffer its own (`populora.selfplay.roles`).
+
+    >>> pairs_pairing(["t0", "t1"], ["s0", "s1"], slots_per_student=2)["counts"]
+    {'t0': {'s0': 2, 's1': 0}, 't1': {'s0': 0, 's1': 2}}
+    """
+    _check_ids("teacher", teachers)
+    _check_ids("student", students)
+    if len(teachers) != len(students):
+        raise ValueError(f"pairs need as many teachers as students, got {len(teachers)} teachers and {len(students)} "
+                         "students (population.teachers must equal population.students)")
+    counts = {t: {s: int(slots_per_student) if j == k else 0 for j, s in enumerate(students)}
+              for k, t in enumerate(teachers)}
+    return {"scheme": "pairs", "teachers": list(teachers), "students": list(students), "counts": counts,
+            "slots_per_student": int(slots_per_student), "pairs": dict(zip(teachers, students))}

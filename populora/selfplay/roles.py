@@ -13,7 +13,16 @@ from collections.abc import Callable
 from populora.config import TASK_TYPES
 from populora.selfplay import prompts
 from populora.selfplay.parsing import parse_proposal
-from populora.selfplay.tasks import is_valid_task, newest_first, program_key, sample_code_f_program, sample_references
+from populora.selfplay.tasks import (
+    is_valid_task,
+    mark_duplicates,
+    newest_first,
+    pair_buffer,
+    pair_of,
+    program_key,
+    sample_code_f_program,
+    sample_references,
+)
 
 BANNED_FOR_PROMPT = ["logging", "random", "multiprocessing", "subprocess", "threading", "datetime", "time",
                      "hashlib", "os", "sys"]
@@ -25,11 +34,42 @@ def make_plan(prompt: str, steps: list[prompts.Step], mode: str, chat: Callable[
     return prompts.scaffolded_plan(prompt, steps, chat)
 
 
+def buffer_of(buffer: list[dict], pairing: dict | None, *, teacher: str | None = None,
+              student: str | None = None) -> list[dict]:
+    """What a teacher or a student may read of the buffer: all of it, or under `pairs` its pair's
+    part (`pair_buffer`)."""
+    pairs = pair_of(pairing)
+    if pairs is None:
+        return buffer
+    if teacher is None:
+        teacher = next((t for t, s in pairs.items() if s == student), None)
+        if teacher is None:
+            raise KeyError(f"student {student!r} is in no pair of {pairs}")
+    return pair_buffer(buffer, teacher)
+
+
+def mark_pair_duplicates(proposals: list[dict], buffer: list[dict], pairing: dict | None) -> list[dict]:
+    """`mark_duplicates` against the buffer each proposal's teacher reads: under `pairs` a program
+    another pair already has is no duplicate (the pairs know nothing of each other)."""
+    if pair_of(pairing) is None:
+        return mark_duplicates(proposals, buffer)
+    marked = {}
+    for teacher in dict.fromkeys(row["teacher"] for row in proposals):
+        mine = [i for i, row in enumerate(proposals) if row["teacher"] == teacher]
+        rows = mark_duplicates([proposals[i] for i in mine], buffer_of(buffer, pairing, teacher=teacher))
+        marked |= dict(zip(mine, rows))
+    return [marked[i] for i in range(len(proposals))]
+
+
 def proposer_jobs(teachers: list[str], buffer: list[dict], *, per_type: int, references: int, n_inputs: int,
                   mode: str, chat: Callable[[str], str], rng: random.Random, arm: str, gen: int,
-                  types: tuple[str, ...] = TASK_TYPES) -> list[tuple[dict, prompts.Plan]]:
+                  types: tuple[str, ...] = TASK_TYPES, pairing: dict | None = None) -> list[tuple[dict, prompts.Plan]]:
+    """Every teacher's proposal jobs: reference tasks and code_f programs drawn from the buffer it
+    reads (`buffer_of`: all of it, or under `pairs` the seeds and its own pair's tasks)."""
     jobs = []
+    full = buffer
     for teacher in teachers:
+        buffer = buffer_of(full, pairing, teacher=teacher)
         for task_type in types:
             for k in range(per_type):
                 meta = {"task_id": f"{arm}-g{gen:03d}-{teacher}-{task_type}-{k}", "type": task_type,
@@ -80,10 +120,11 @@ def assign_tasks(pairing: dict, tasks: list[dict], buffer: list[dict], *, fill_i
     assignment: dict[str, dict[str, list[dict]]] = {}
     for student in pairing["students"]:
         slots = teacher_slots(pairing, student)
+        readable = buffer_of(buffer, pairing, student=student)  # under `pairs`: the seeds and its pair's tasks
         assignment[student] = {}
         for task_type in types:
             chosen: list[dict] = []
-            fill = iter(fill_in_order(buffer, task_type, fill_in, rng))
+            fill = iter(fill_in_order(readable, task_type, fill_in, rng))
             for teacher in slots:
                 own = [t for t in valid if t["teacher"] == teacher and t["type"] == task_type and t not in chosen]
                 if own:
@@ -109,12 +150,15 @@ def worked_example_pool(task: dict, buffer: list[dict]) -> list[dict]:
 
 
 def solver_jobs(assignment: dict[str, dict[str, list[dict]]], buffer: list[dict], *, samples: int, worked_examples: int,
-                mode: str, chat: Callable[[str], str], rng: random.Random) -> list[tuple[dict, prompts.Plan]]:
+                mode: str, chat: Callable[[str], str], rng: random.Random,
+                pairing: dict | None = None) -> list[tuple[dict, prompts.Plan]]:
+    """Every student's answer jobs, worked examples drawn from the buffer it reads (`buffer_of`)."""
     jobs = []
     for student, by_type in assignment.items():
+        readable = buffer_of(buffer, pairing, student=student)
         for task_type, tasks in by_type.items():
             for task in tasks:
-                pool = worked_example_pool(task, buffer)
+                pool = worked_example_pool(task, readable)
                 for sample in range(samples):
                     # A fresh draw of worked examples per sample: a fixed example gets copied.
                     examples = rng.sample(pool, min(worked_examples, len(pool)))

@@ -112,6 +112,33 @@ def extend_buffer(buffer: list[dict], valid_tasks: list[dict], max_size: int) ->
     return seeds + rest[overflow:]
 
 
+def pair_of(pairing: dict | None) -> dict[str, str] | None:
+    """teacher -> student where the pairing keeps independent pairs (`pairing.strategy: pairs`, the
+    ensemble control), else None: every member shares the arm's one buffer."""
+    return dict(pairing["pairs"]) if pairing and pairing.get("scheme") == "pairs" else None
+
+
+def pair_buffer(buffer: list[dict], teacher: str) -> list[dict]:
+    """The buffer as one independent pair sees it: the seeds and its own teacher's tasks (buffer
+    entries carry `teacher`), never another pair's."""
+    return [b for b in buffer if b.get("origin") == "seed" or b.get("teacher") == teacher]
+
+
+def extend_pair_buffers(buffer: list[dict], valid_tasks: list[dict], max_size: int, pairing: dict | None) -> list[dict]:
+    """The next buffer: `extend_buffer`, or under `pairs` each pair's own tasks capped as one pair's
+    buffer would be (seeds + its tasks <= `max_size`, its oldest dropped first), in the buffer's order."""
+    pairs = pair_of(pairing)
+    if pairs is None:
+        return extend_buffer(buffer, valid_tasks, max_size)
+    merged = buffer + [buffer_entry(t) for t in valid_tasks if is_valid_task(t)]
+    seeds = [t for t in merged if t.get("origin") == "seed"]
+    drop = set()
+    for teacher in pairs:
+        own = [t["task_id"] for t in merged if t.get("origin") != "seed" and t.get("teacher") == teacher]
+        drop |= set(own[: max(0, len(seeds) + len(own) - max_size)])
+    return seeds + [t for t in merged if t.get("origin") != "seed" and t["task_id"] not in drop]
+
+
 def of_type(buffer: list[dict], task_type: str) -> list[dict]:
     return [t for t in buffer if t["type"] == task_type]
 

@@ -10,7 +10,9 @@ interval over the seed-level scores (against the base, whose verdicts are the sa
 one-sample t over the seeds' gains), the MDE from the same t distribution and never below the
 rule-of-three bound; one seed on a side falls back to the paired bootstrap over problems, labelled so.
 The same for pass@1, with copied answers counted wrong, and for CRUXEval's gold log-likelihood (nats),
-and on the held-out pool for every generation (learning curves, also by task type).
+and on the held-out pool for every generation (learning curves, also by task type). What the proposers
+wrote (`populora.study.proposals`): task complexity and coverage by generation per control across seeds; the
+final students' pass@k on the pool where the runs measured it (`populora.study.passk`).
 
 With a plan (`populora.study.plan`): runs of its tuning seeds are marked and left out of every figure of
 the answer (kept in the per-run tables, and in `with_tuning`, the held-out comparisons with them in, to
@@ -27,6 +29,8 @@ import numpy as np
 from populora.core.stats import resolution, seed_comparison, t_interval
 from populora.heldout.pool import HELDOUT_TYPES, pool_task_type
 from populora.study import plan as study_plan
+from populora.study.passk import passk_summary
+from populora.study.proposals import proposal_dynamics
 from populora.study.readings import (
     ACCOUNTING,
     headline_rows,
@@ -51,9 +55,12 @@ def nocopy(control: str) -> str:
 # the comparisons that answer the study's question (study/README.md: how to read the grid); the same
 # again between `-nocopy` controls, never across the two (a `-nocopy` study runs at a later commit)
 _GRID_COMPARISONS = (("2t2s", "1t1s"), ("2t2s", "baseline"), ("1t1s", "baseline"), ("2t2s", "2t2s-noevo"),
-                     ("2t2s", "2t2s-null"), ("1t1s", "1t1s-null"), ("baseline-roles", "baseline"), ("1t1s", "baseline-roles"))
+                     ("2t2s", "2t2s-null"), ("1t1s", "1t1s-null"), ("baseline-roles", "baseline"), ("1t1s", "baseline-roles"),
+                     # issue 51: a population against as many independent pairs (the ensemble), and 4T-4S
+                     ("2t2s", "ensemble"), ("ensemble", "1t1s"), ("ensemble", "baseline"), ("4t4s", "ensemble"),
+                     ("4t4s", "1t1s"), ("4t4s", "baseline"))
 COMPARISONS = _GRID_COMPARISONS + tuple((nocopy(left), nocopy(right)) for left, right in _GRID_COMPARISONS)
-_GRID_ORDER = ("baseline", "baseline-roles", "1t1s", "2t2s", "2t2s-noevo", "1t1s-null", "2t2s-null")
+_GRID_ORDER = ("baseline", "baseline-roles", "1t1s", "ensemble", "2t2s", "2t2s-noevo", "4t4s", "1t1s-null", "2t2s-null")
 CONTROL_ORDER = _GRID_ORDER + tuple(nocopy(control) for control in _GRID_ORDER)
 
 
@@ -232,6 +239,7 @@ def summarize(runs: list[dict], pairs=COMPARISONS, plan: dict | None = None, not
                "controls": control_rows(groups), "comparisons": comparisons(groups, pairs),
                "per_run": run_rows(runs), "training_copies": training_copy_rows(runs), "signal": signal_rows(runs),
                "heldout_curves": curves, "with_tuning": [c for c in with_tuning if c["generation"] == final],
+               "proposals": proposal_dynamics(groups, pairs), "passk": passk_summary(groups, pairs),
                "headline": headline_rows(groups) if any(r.get("headline") for r in runs) else [],
                "plan": study_plan.findings(runs, plan), "notes": list(notes or [])}
     summary["primary"] = study_plan.primary(summary, plan)

@@ -1,6 +1,7 @@
 """The study figure (study.png) from `populora.study.analysis.summarize`: the held-out learning curves
-(every seed thin, the mean thick; by task type), and per benchmark each control's seeds with their mean
-and 95% t-interval, the interval the tables report.
+(every seed thin, the mean thick; by task type), the proposed tasks' complexity and coverage by generation
+(`populora.study.proposals`), the final students' pass@k where measured (`populora.study.passk`), and per benchmark each control's seeds with their mean and 95% t-interval,
+the interval the tables report.
 
     python -m populora.study study/learning/runs --plan study/learning/plan.yaml --out study/learning
 """
@@ -9,18 +10,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from populora.study.passk import plot_passk_panel
+from populora.study.proposals import plot_proposals
 from populora.study.runs import READ_BENCHES
 from populora.study.tables import TITLES
 
 CURVES, BY_TYPE = "held-out curves", "held-out curves by type"
+COMPLEXITY, COVERAGE = "task complexity", "coverage"  # what the proposers wrote (populora/study/proposals.py)
+PASSK = "pass@k"  # the final students' pass@k on the pool (populora/study/passk.py)
+COMPLEXITY_KEYS = ("code_o.program.ast_depth", "code_i.program.ast_depth")
+COVERAGE_KEYS = ("coverage.matched.distinct_programs",)
 CONTROL_COLORS = ["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:gray", "tab:olive", "tab:cyan"]  # one per control, both curve panels
 
 def figure_panels(study: dict) -> list[str]:
     """The study figure's panels: one per benchmark scored (the bottom row), the held-out learning curves
     and the same by task type where the pool holds more than one type (the top row, where there are curves)."""
     curves = study.get("heldout_curves") or {}
+    keys = set((study.get("proposals") or {}).get("keys") or [])
     return ([b for b in READ_BENCHES if any(b in r["bench"] for r in study["controls"])]
-            + ([CURVES] if curves else []) + ([BY_TYPE] if len(curves.get("by_type") or {}) > 1 else []))
+            + ([CURVES] if curves else []) + ([BY_TYPE] if len(curves.get("by_type") or {}) > 1 else [])
+            + ([COMPLEXITY] if keys & set(COMPLEXITY_KEYS) else []) + ([COVERAGE] if keys & set(COVERAGE_KEYS) else [])
+            + ([PASSK] if study.get("passk") else []))
 
 def plot(study: dict, path: Path) -> None:
     import matplotlib
@@ -46,6 +56,15 @@ def plot(study: dict, path: Path) -> None:
         plot_curves(panel[CURVES], curves, study.get("pool_baselines"))
     if BY_TYPE in names:
         plot_type_curves(panel[BY_TYPE], curves["by_type"], study.get("pool_baselines"))
+    if COMPLEXITY in names:
+        keys = tuple(k for k in COMPLEXITY_KEYS if k in study["proposals"]["keys"])
+        plot_proposals(panel[COMPLEXITY], study["proposals"], keys, CONTROL_COLORS, "mean AST depth of valid programs",
+                       "proposed tasks' complexity: seeds (thin), mean (thick)")
+    if PASSK in names:
+        plot_passk_panel(panel[PASSK], study["passk"], CONTROL_COLORS)
+    if COVERAGE in names:
+        plot_proposals(panel[COVERAGE], study["proposals"], COVERAGE_KEYS, CONTROL_COLORS, "distinct programs so far",
+                       "coverage (one adapter's proposals, compute-matched)")
     for ax, bench in [(panel[b], b) for b in benches]:
         rows = [r for r in study["controls"] if bench in r["bench"]]
         for x, row in enumerate(rows):

@@ -12,7 +12,8 @@ per generation and task type). `populora.study.experiments` makes the same recor
 A run record: name, control, seed, arm, models and students, `verdicts` / `copy_free` / `gold`
 ({benchmark: {model: {problem: score}}}, the held-out pool as the benchmark `heldout`: its last
 generation), `heldout_curve` (per generation {model: verdicts}), `summary`, `rows` (dynamics.json),
-`diagnostics`, `training`, `params` (flat), wall time and machine. Missing parts are empty.
+`diagnostics`, `training`, `params` (flat), wall time and machine, `passk` (pass@k of the final students on the
+pool, where the study measured it: `passk/passk.json`). Missing parts are empty.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def empty_run(name: str, control: str, seed: int, arm: str, students: list[str],
     return {"name": name, "control": control, "seed": seed, "arm": arm, "models": models, "students": students,
             "verdicts": {}, "copy_free": {}, "gold": {}, "diagnostics": {}, "summary": {}, "rows": [],
             "training": {}, "params": {}, "wall_s": None, "attempts": 1, "machine": None, "heldout_curve": [],
-            "generations": None}
+            "generations": None, "passk": {}}
 
 
 def load_run(folder: Path) -> dict:
@@ -99,7 +100,18 @@ def load_run(folder: Path) -> dict:
             "verdicts": verdicts, "copy_free": copy_free, "gold": gold, "diagnostics": diagnostics,
             "summary": _read_optional(dynamics / DYNAMICS_SUMMARY), "rows": rows if isinstance(rows, list) else [],
             "training": _read_optional(folder / "training_answers.json"), "params": flatten(params),
-            "generations": params["dag"]["generations"], "heldout_curve": curve.get("generations", [])}
+            "generations": params["dag"]["generations"], "heldout_curve": curve.get("generations", []),
+            "passk": read_passk(folder / "passk" / "passk.json")}
+
+
+def read_passk(path: Path) -> dict:
+    """A run's pass@k on the pool (`passk/passk.json`, `populora.study.passk`, scripts/study.sh STUDY_PASSK):
+    `{"samples", "ks", "students": {part: {k: value}}, "base": {...} or None}`; {} where not measured."""
+    doc = _read_optional(path)
+    if not doc.get("groups"):
+        return {}
+    return {"samples": doc["samples"], "ks": doc["ks"], "students": next(iter(doc["groups"].values())),
+            "base": (doc.get("members") or {}).get("base"), "baselines": doc.get("baselines") or {}}
 
 
 def heldout_generations(path: Path, refs: dict) -> dict:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+from populora.study.passk import passk_table
+from populora.study.proposals import proposal_tables
 from populora.study.readings import share
 from populora.study.runs import READ_BENCHES
 
@@ -276,6 +278,8 @@ def markdown(study: dict, title: str = DEFAULT_TITLE) -> str:
              "t-interval across seeds.", "", *plan_section(study), *baselines_lines(study), *bench_tables(study)]
     if study.get("heldout_curves"):
         lines += curve_table(study["heldout_curves"], study.get("pool_baselines"))
+    lines += passk_table(study.get("passk") or {})
+    lines += proposal_tables(study.get("proposals") or {})
     lines += comparison_table(study["comparisons"], "## Between controls and against the base, across seeds", INTERVALS)
     lines += [f"* {note}" for note in study.get("notes") or []] + ([""] if study.get("notes") else [])
     if study.get("with_tuning"):
