@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.only_together:
         new_jobs = [job for job in sides["new"][2] if job["stage"].endswith("_together")]
         grouped = set(json.loads(subprocess.run(
-            [sys.executable, "-c", "import yaml; from populora.config import parse_params, together_benchmarks; "
+            [sys.executable, "-c", "import yaml; from populora.config import parse_params; from populora.core.topology import together_benchmarks; "
              "import json; print(json.dumps(together_benchmarks(parse_params(yaml.safe_load(open('params.yaml'))))))"],
             cwd=sides["new"][1], env=env_of(NEW), capture_output=True, text=True, check=True).stdout))
         sides["new"] = (*sides["new"][:2], new_jobs)

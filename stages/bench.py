@@ -56,8 +56,8 @@ from populora.bench import BenchError
 from populora.bench.jobs import TOGETHER_NOTE, run_one, selected_models
 from populora.bench.lmeval import TASKS_DIR
 from populora.bench.settings import settings_for
-from populora.config import runs_together
 from populora.core.io import replace_dir, staging_dir, write_json
+from populora.core.topology import runs_together
 from stages._common import setup, stage_parser
 
 

@@ -26,8 +26,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from populora.bench import BenchError
-from populora.config import benchmarked_models, together_benchmarks
 from populora.core.io import read_json, write_json
+from populora.core.topology import benchmarked_models, together_benchmarks
 from populora.report import DYNAMICS_SUMMARY, DYNAMICS_TABLE
 from populora.report.headline import headline_metrics
 from populora.report.live import write_progress

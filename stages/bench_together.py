@@ -5,7 +5,7 @@
     python -m stages.bench_together --params params.yaml --arm population --base-model results/base_model \
         --models results/models/population --results results/bench/population/together   # every member of the arm
 
-The benchmarks of `bench.benchmarks` that are also in `bench.together` (`populora.config.together_benchmarks`;
+The benchmarks of `bench.benchmarks` that are also in `bench.together` (`populora.core.topology.together_benchmarks`;
 none with `sampler.engine: vllm`) run here instead of in `stages.bench` jobs of their own: the default's
 2-problem code and math subsets, whose jobs were mostly start-up (a process, torch and the harnesses
 imported, the model loaded, evalplus's checking worker spawned). Each benchmark runs exactly as
@@ -32,8 +32,8 @@ from populora.bench.jobs import PARTIAL, TOGETHER_NOTE, run_one, selected_models
 from populora.bench.lmeval import TASKS_DIR
 from populora.bench.partial import Partial
 from populora.bench.settings import settings_for
-from populora.config import together_benchmarks
 from populora.core.io import ArtifactError, read_json, replace_dir, staging_dir, write_json
+from populora.core.topology import together_benchmarks
 from stages._common import setup, stage_parser
 
 KEY = "{bench}.key.json"  # beside a finished benchmark's folder in <results>.partial/

@@ -9,11 +9,11 @@ Baseline arm: one slot, `solo`, that both proposes and solves (AZR-style self-pl
 
 from __future__ import annotations
 
-from populora.config import members_of_arm, slots_of_arm
 from populora.core.io import replace_dir, staging_dir
 from populora.core.rows import BufferEntry, write_rows
 from populora.core.seeds import derive_seed
 from populora.core.state import ADAPTERS, BUFFER, State, save_state
+from populora.core.topology import members_of_arm, slots_of_arm
 from populora.lm.adapters import create_adapters
 from populora.lm.model import load_base, lora_config
 from populora.population import ratings as rating_lib

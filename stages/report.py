@@ -19,8 +19,8 @@ import shutil
 from pathlib import Path
 
 from populora.bench import BenchError
-from populora.config import benchmarked_models, together_benchmarks
 from populora.core.io import read_json, replace_dir, staging_dir
+from populora.core.topology import benchmarked_models, together_benchmarks
 from populora.report import DYNAMICS_TABLE, HELDOUT_VERDICTS
 from populora.report.markdown import write_report
 from populora.report.metrics import read_results

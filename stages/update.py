@@ -5,7 +5,7 @@
         --trained results/population/gen000/update/0
 
 Job `--part k` of the `dag.update_jobs` (J) jobs of an arm and generation trains the arm's adapters
-k, k+J, k+2J, ... (teachers, then students; `populora.config.update_part_slots`): one adapter per
+k, k+J, k+2J, ... (teachers, then students; `populora.core.topology.update_part_slots`): one adapter per
 job when J is at least the arm's size, so N GPUs train N adapters at once. It writes, per adapter,
 adapters/<slot>/, optimizer/<slot>.safetensors and its entry of update_stats.json;
 `stages.update_gather` links the parts into the generation's trained/ folder. A job left without an
@@ -41,12 +41,13 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from populora.config import update_part_slots
 from populora.core.io import replace_dir, staging_dir, write_json
 from populora.core.rows import Rollout, read_rows
 from populora.core.seeds import derive_seed
 from populora.core.state import ADAPTERS, OPTIMIZER, UPDATE_STATS, adapter_dirs
-from stages._common import claim_gpu, keep_gpu_claims_across_exec, require_device, setup, stage_parser, timed
+from populora.core.topology import update_part_slots
+from populora.lm.gpus import claim_gpu, keep_gpu_claims_across_exec
+from stages._common import require_device, setup, stage_parser, timed
 
 # `model.dtype` bfloat16 with `update.importance_cap: null`: the cap the update uses (a token's weight at most
 # doubled), so the sampler's bf16 rounding is corrected for (issue 48)

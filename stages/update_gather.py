@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from populora.config import slots_of_arm, update_part_slots
 from populora.core.io import link_or_copy, link_tree, read_json, replace_dir, staging_dir, write_json
 from populora.core.paths import ADAPTER_WEIGHTS
 from populora.core.state import ADAPTERS, OPTIMIZER, UPDATE_STATS
+from populora.core.topology import slots_of_arm, update_part_slots
 from stages._common import setup, stage_parser
 
 

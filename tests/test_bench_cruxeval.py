@@ -199,7 +199,8 @@ def test_an_empty_export_folder_fails_naming_the_fix(tmp_path, tiny_model_dir, m
 
 @needs_data
 def test_only_the_members_of_bench_roles_are_benchmarked(tmp_path, tiny_model_dir, monkeypatch):
-    from populora.config import benchmarked_models, load_params
+    from populora.config import load_params
+    from populora.core.topology import benchmarked_models
 
     monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
     params = _params(tmp_path, prompt="project")

@@ -8,7 +8,8 @@ import sys
 import pytest
 import yaml
 
-from populora.config import ParamsError, load_params, members_of_arm, parse_params
+from populora.config import ParamsError, load_params, parse_params
+from populora.core.topology import members_of_arm
 from tests.conftest import REPO, TINY_PARAMS
 
 

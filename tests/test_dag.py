@@ -42,7 +42,7 @@ def test_stale_dvc_yaml_is_detected(tmp_path):
 def _empty_update_job(command: str, params) -> bool:
     """An update job left without an adapter (the baseline's jobs past the first): DVC's matrix, a
     cross product, runs it (an empty part, written at once); Snakemake knows not to."""
-    from populora.config import update_part_slots
+    from populora.core.topology import update_part_slots
 
     match = re.match(r"python -m stages\.update .*--arm (\w+) .*--part (\d+) ", command)
     return bool(match) and not update_part_slots(params, match.group(1), int(match.group(2)))
@@ -51,7 +51,7 @@ def _empty_update_job(command: str, params) -> bool:
 def _grouped_bench_job(command: str, params) -> bool:
     """A benchmark of `bench.together` in a job of its own: DVC's matrix runs it (a note, written at once),
     Snakemake knows it runs in the together job."""
-    from populora.config import together_benchmarks
+    from populora.core.topology import together_benchmarks
 
     match = re.match(r"python -m stages\.bench .*--bench (\w+) ", command)
     return bool(match) and match.group(1) in together_benchmarks(params)
@@ -61,7 +61,8 @@ def _grouped_bench_job(command: str, params) -> bool:
 def test_snakemake_and_dvc_run_identical_commands(snakemake_dry_run):
     from dvc.repo import Repo
 
-    from populora.config import load_params, together_benchmarks
+    from populora.config import load_params
+    from populora.core.topology import together_benchmarks
 
     params = load_params(REPO / "params.yaml")
     dvc_commands = sorted(stage.cmd for stage in Repo(str(REPO)).index.stages if stage.name != render_dvc.GUARD)
@@ -83,7 +84,8 @@ def test_snakemake_and_dvc_run_identical_commands(snakemake_dry_run):
 
 @pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_one_update_job_per_adapter_in_the_default_dag(snakemake_dry_run):
-    from populora.config import load_params, slots_of_arm
+    from populora.config import load_params
+    from populora.core.topology import slots_of_arm
 
     params = load_params(REPO / "params.yaml")
     jobs = re.findall(r"python -m stages\.update .*--arm (\w+) --gen (\d+) --part (\d+) ", snakemake_dry_run)

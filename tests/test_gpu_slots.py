@@ -25,7 +25,7 @@ JOB = """
 import logging, os, sys, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from stages._common import claim_gpu
+from populora.lm.gpus import claim_gpu
 logging.basicConfig(level=logging.INFO)
 device = claim_gpu(logging.getLogger("job"), poll_s=0.1, count=int(os.environ.get("COUNT", "1")))
 Path(sys.argv[2]).write_text(f"{device} {os.environ.get('CUDA_VISIBLE_DEVICES')} {time.time()}")
@@ -106,7 +106,7 @@ def test_a_job_waits_for_a_free_device_then_takes_the_released_one(tmp_path):
 
 def _claim(tmp_path, **env) -> list[str]:
     """What `claim_gpu` returns, and CUDA_VISIBLE_DEVICES after it, in a fresh process."""
-    code = ("import logging, os, sys; sys.path.insert(0, sys.argv[1]); from stages._common import claim_gpu;"
+    code = ("import logging, os, sys; sys.path.insert(0, sys.argv[1]); from populora.lm.gpus import claim_gpu;"
             "print(claim_gpu(logging.getLogger('x')), os.environ.get('CUDA_VISIBLE_DEVICES'))")
     out = subprocess.run([sys.executable, "-c", code, str(REPO)], env=_env(tmp_path, **env),
                          capture_output=True, text=True, timeout=60)

@@ -103,7 +103,7 @@ class Stage:
     metrics: tuple[str, ...] = ()  # output keys that are DVC metrics (small JSON, not cached)
     params: tuple[str, ...] = ()  # params.yaml sections (or dotted keys) the stage reads
     # Snakemake `resources: gpu=...`: stages that run the model (a params key: that many); their command
-    # carries --claim-gpu, so the stage claims its device (stages/_common.claim_gpu)
+    # carries --claim-gpu, so the stage claims its device (populora.lm.gpus.claim_gpu)
     gpu: int | str = 0
     # CPU threads (Snakemake `threads`, SLURM cpus-per-task): a params key holding the count (the
     # sandbox stages: `verify.workers`); else GPU_THREADS for a GPU stage, 1 for the others
@@ -420,14 +420,14 @@ def scope_items(scope: str, params, *, every: bool = False) -> dict[str, dict[st
         return {f"{arm}-{gen_label(g)}": {"arm": arm, "gen": gen_label(g), "prev": prev_dir(g), "last": last}
                 for arm in arms for g in range(generations)}
     if scope == "gen_part":
-        from populora.config import update_part_slots
+        from populora.core.topology import update_part_slots
 
         return {f"{arm}-{gen_label(g)}-{part}": {"arm": arm, "gen": gen_label(g), "part": str(part), "prev": prev_dir(g),
                                                  "last": last}
                 for arm in arms for g in range(generations) for part in range(params.dag.update_jobs)
                 if every or update_part_slots(params, arm, part)}
     if scope in ("benchmark", "arm_bench", "together", "arm_together"):
-        from populora.config import own_job_benchmarks, together_benchmarks
+        from populora.core.topology import own_job_benchmarks, together_benchmarks
 
         # a benchmark of the together group has no job of its own, and an empty group no job, unless `every`
         # (DVC's matrix runs them all: such a job writes a note in seconds, no model loaded)

@@ -10,7 +10,7 @@ dvc.yaml; `dvc plots show` draws them.
 
 from __future__ import annotations
 
-from populora.config import members_of_arm, slots_of_arm
+from populora.core.topology import members_of_arm, slots_of_arm
 from populora.report.panels import COMPARISONS, PANELS
 from workflow.dag import stage_named
 

@@ -123,7 +123,7 @@ class Model:
 
 
 def _roles(params, arm: str) -> dict[str, list[str]]:
-    from populora.config import members_of_arm
+    from populora.core.topology import members_of_arm
 
     return members_of_arm(params, arm)
 
@@ -159,7 +159,7 @@ def job_seconds(stage: str, params, item: dict) -> float | None:
     if stage == "grade":
         return PROCESS_S + answers * params.verify.timeout_s / params.verify.workers
     if stage == "update":
-        from populora.config import update_part_slots
+        from populora.core.topology import update_part_slots
 
         slots = update_part_slots(params, arm, int(item["part"]))
         window = params.update.max_seq_len
@@ -170,7 +170,7 @@ def job_seconds(stage: str, params, item: dict) -> float | None:
     if stage in ("bench", "bench_base"):
         return bench_seconds(params, m, item["bench"], arm)
     if stage in ("bench_together", "bench_base_together"):  # the group in one process, the model loaded once
-        from populora.config import together_benchmarks
+        from populora.core.topology import together_benchmarks
 
         grouped = together_benchmarks(params)
         return m.start_s() + sum(bench_seconds(params, m, b, arm) - m.start_s() for b in grouped) if grouped \
@@ -195,7 +195,7 @@ def job_seconds(stage: str, params, item: dict) -> float | None:
 
 
 def bench_models(params, arm: str | None) -> int:
-    from populora.config import benchmarked_refs
+    from populora.core.topology import benchmarked_refs
 
     return 1 if arm is None else len(benchmarked_refs(params, arm))
 

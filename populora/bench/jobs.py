@@ -15,8 +15,8 @@ from pathlib import Path
 from populora.bench import BenchError
 from populora.bench.models import base_model_entry, exported_models
 from populora.bench.partial import Partial
-from populora.config import benchmarked_refs
 from populora.core.io import read_json, replace_dir, staging_dir, write_json
+from populora.core.topology import benchmarked_refs
 
 TOGETHER_NOTE = "_together.json"  # an underscore: never a model's name (base, <arm>-<slot>)
 

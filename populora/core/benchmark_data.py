@@ -28,7 +28,7 @@ TOGETHER = "together"
 
 def result_folder(benchmark: str, together) -> str:
     """Where a benchmark's results are, inside results/bench/<base|arm>/: `<benchmark>`, or `together/<benchmark>`
-    when it is one of `together` (`populora.config.together_benchmarks`: those run in one job)."""
+    when it is one of `together` (`populora.core.topology.together_benchmarks`: those run in one job)."""
     return f"{TOGETHER}/{benchmark}" if benchmark in together else benchmark
 
 # Offline files, relative to the data folder (see ../shared/benchmarks/README.md).

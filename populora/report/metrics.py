@@ -88,8 +88,8 @@ GROUPS = ("code", "math", "cruxeval", "overall")
 
 def read_results(bench_dir: str | Path, models: dict[str, list[ModelRef]], benchmarks, together=()) -> list[dict]:
     """The result of every model on every benchmark: `<bench_dir>/<folder>/<benchmark>/<model>.json`
-    for `models` = folder -> model refs (`populora.config.benchmarked_models`), and for a benchmark of
-    `together` (`populora.config.together_benchmarks`) `<folder>/together/<benchmark>/<model>.json`. Folders
+    for `models` = folder -> model refs (`populora.core.topology.benchmarked_models`), and for a benchmark of
+    `together` (`populora.core.topology.together_benchmarks`) `<folder>/together/<benchmark>/<model>.json`. Folders
     of arms not asked for (an earlier run's) are ignored; a missing result fails, naming the files."""
     from populora.core.benchmark_data import result_folder
     from populora.core.io import read_json
