@@ -3,7 +3,7 @@
 Samples `--problems` CRUXEval-O prompts x `--samples` answers (temperature 1, `--tokens` tokens) from
 the base model in `--dtype` with one random q/k/v/o adapter stacked (the hf engine), then takes one
 update step of that adapter (PEFT, LoRA weights float32) on them with advantages +-1, as the update
-stage would (`stages.update.update_config`: in bfloat16 the truncated importance correction is on),
+stage would (`populora.selfplay.update.importance_mode`: in bfloat16 the truncated importance correction is on),
 and records `sampler_logprob_max_abs_diff` / `_mean_abs_diff` (0 up to rounding in float32):
 
     OMP_NUM_THREADS=1 python perf/sampler_gap.py --base-model /work/cache/base_model --dtype bfloat16 \
@@ -43,7 +43,6 @@ def main(argv: list[str] | None = None) -> int:
     from populora.lm.sampling import GenRow, run_plans
     from populora.selfplay.prompts import chat_wrapper
     from populora.selfplay.update import AdapterUpdate
-    from stages.update import update_config
 
     data = Path(os.environ.get("POPULORA_BENCHMARKS", Path(__file__).resolve().parents[2] / "shared" / "benchmarks"))
     rows = cruxeval.load_rows(data)
@@ -65,10 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer, model = load_base(args.base_model, dtype=args.dtype, device="cpu")
     tokenizer.padding_side = "right"
     model = attach_adapters(model, {"noise": tmp / "noise"}, trainable="noise")
-    config = update_config(UpdateSection(steps=1, learning_rate=1e-4, micro_batch=4, max_seq_len=1024), args.dtype)
-    stats = AdapterUpdate(Accelerator(cpu=True), model, tokenizer, "noise", config).train(rollouts)
+    config = UpdateSection(steps=1, learning_rate=1e-4, micro_batch=4, max_seq_len=1024)
+    update = AdapterUpdate(Accelerator(cpu=True), model, tokenizer, "noise", config)
+    stats = update.train(rollouts)
     report = {"runtime": runtime_record(args.dtype), "rollouts": len(rollouts), "trained_tokens": stats["trained_tokens"],
-              "importance_cap": config.importance_cap,
+              "importance_sampling_mode": update.importance,
+              "importance_sampling_cap": None if update.importance == "none" else config.importance_sampling_cap,
               "sampler_logprob_max_abs_diff": stats["sampler_logprob_max_abs_diff"],
               "sampler_logprob_mean_abs_diff": stats["sampler_logprob_mean_abs_diff"]}
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -200,7 +200,9 @@ class SolveSection(SamplingSection):
     fill_in: Literal["newest", "uniform"] = Field(
         "newest", description="Buffer tasks for slots whose teacher has no valid task: newest first, or uniform "
         "over the buffer (AZR).")
-    temperature: float = Field(0.5, ge=0, le=MAX_TEMPERATURE, description="Solver sampling temperature (0 = greedy).")
+    temperature: float = Field(1.0, ge=0, le=MAX_TEMPERATURE, description="Solver sampling temperature (0 = greedy; "
+                               "1, the model's own distribution, is what the positive control and the learning study "
+                               "trained with).")
     max_new_tokens: int = Field(96, ge=1, le=MAX_NEW_TOKENS, description="Cap on generated answer tokens (below "
                                 "update.max_seq_len).")
 
@@ -253,10 +255,16 @@ class RewardSection(_Section):
         "learnability", description="learnability: 1-p for 0<p<1 else 0 (AZR); zero_sum: 1-p also for p=0."
     )
     advantage_baseline: Literal["trr++", "per_task"] = Field(
-        "trr++", description="What an answer's reward is compared with. trr++ (AZR): the mean and std of its "
-        "(adapter, role, task type) group, so every answer to an easy task gets A > 0 and every answer to a hard one "
-        "A < 0; per_task (RLOO, GRPO's group): the mean of the other answers of the same adapter to the same task, "
-        "so only answers better or worse than their siblings carry signal. Proposals (one sample each) keep trr++.")
+        "per_task", description="What an answer's reward is compared with. per_task (RLOO; GRPO's group): the mean "
+        "of the other answers of the same adapter to the same task, so only answers better or worse than their "
+        "siblings carry signal (what the positive control and the learning study validated); trr++ (AZR): the mean "
+        "of its (adapter, role, task type) group, so every answer to an easy task gets A > 0 and every answer to a "
+        "hard one A < 0. Proposals (one sample each) are always whitened TRR++.")
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "none", description="What an answer's advantage is divided by (TRL's scale_rewards): group, the std of the "
+        "rewards of its baseline's group (AZR's TRR++ is trr++ with group); batch, the std of its adapter's answers' "
+        "rewards; none, nothing (Dr. GRPO: dividing by the std up-weights the groups whose rewards barely differ; "
+        "RLOO is per_task with none).")
 
 
 class UpdateSection(_Section):
@@ -277,16 +285,25 @@ class UpdateSection(_Section):
     shuffle_advantages: bool = Field(
         False, description="The null control: shuffle advantages within each TRR++ group (adapter, role, type) "
         "before the update: same data and update sizes, no learning signal.")
-    importance_cap: float | None = Field(
-        None, gt=0, description="Truncated importance sampling (verl's and TRL's TIS): each trained token's weight "
-        "times min(exp(update logprob - sampler logprob), cap), for when the sampler's scores differ from the "
-        "update's (another engine, bf16 sampling). null: off (the hf engine's scores equal the update's).")
+    importance_sampling_mode: Literal["auto", "none", "token_truncate", "sequence_mask"] = Field(
+        "auto", description="Importance correction for when the sampler's scores differ from the update's (TRL's "
+        "vllm_importance_sampling_mode): token_truncate weighs each trained token min(exp(update logprob - sampler "
+        "logprob), cap) (TIS); sequence_mask weighs each sequence's tokens by its sequence ratio, or 0 above the cap; "
+        "none: no correction; auto: token_truncate when model.dtype resolves to bfloat16 or float16 (the sampler's "
+        "scores differ from the float32 LoRA update's by rounding), none in float32 (the hf engine's scores equal "
+        "the update's).")
+    importance_sampling_cap: float = Field(
+        2.0, ge=1, description="The cap C of the importance correction (TRL's vllm_importance_sampling_cap, verl's "
+        "rollout_is_threshold): token_truncate clips each token's ratio at C, sequence_mask drops a sequence whose "
+        "ratio exceeds C.")
     processes: int = Field(
         1, ge=1, le=64, description="Processes per update job (one GPU each): one adapter's micro-batches are split "
         "over them and their gradients summed (data parallel, through `accelerate launch`); 1 = one process.")
-    loss_reduction: Literal["sequence", "token"] = Field(
-        "sequence", description="sequence: mean over rollouts of A x the answer's mean token log-prob (every answer "
-        "weighs the same, the design's per-sequence statistics); token: every trained token weighs the same (DAPO).")
+    loss_type: Literal["sequence", "token", "constant"] = Field(
+        "sequence", description="How the loss normalises over tokens (TRL's loss_type, verl's loss_agg_mode): "
+        "sequence, the mean over rollouts of A x the answer's mean token log-prob (every answer weighs the same; "
+        "GRPO); token, every trained token of the batch weighs the same (DAPO); constant, each token weighs A / "
+        "(rollouts x update.max_seq_len) whatever its answer's length or the batch's (Dr. GRPO).")
     diagnostics: bool = Field(
         True, description="After each optimizer step, score the step's tokens again to report how the log-prob of "
         "answers with A > 0 and A < 0 moved (one extra forward pass per step, no backward).")
@@ -719,10 +736,23 @@ _FIXES = {
 }
 
 
+# keys renamed to TRL's and verl's names (docs/design.md, "The update's knobs"): old key -> the fix, given its value
+RENAMED = {
+    "update.loss_reduction": lambda value: f"Write update.loss_type: {value if value in ('sequence', 'token') else 'sequence'} "
+    "(same values; constant is Dr. GRPO's).",
+    "update.importance_cap": lambda value: "Write update.importance_sampling_mode: auto (the correction on in bfloat16, "
+    "off in float32, as importance_cap: null did)." if value is None else "Write update.importance_sampling_mode: "
+    f"token_truncate and update.importance_sampling_cap: {value}.",
+}
+
+
 def _format_errors(error: ValidationError, source: str) -> str:
     lines = [f"{source} is invalid:"]
     for item in error.errors():
         key = ".".join(str(part) for part in item["loc"]) or "(top level)"
+        if item["type"] == "extra_forbidden" and key in RENAMED:
+            lines.append(f"  {key}: renamed to the field's name (issue 49). Fix: {RENAMED[key](item.get('input'))}")
+            continue
         if item["type"] == "extra_forbidden":
             section = key.rsplit(".", 1)[0] if "." in key else None
             known = sorted((Params.model_fields if section is None else _section_fields(section)) or [])

@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     params, log = setup(args, "reward")
     state = load_state(args.state)
     tasks, graded, pairing = read_rows(args.tasks, Task), read_rows(args.graded, GradedAnswer), read_json(args.pairing)
-    rollouts = build_rollouts(tasks, graded, params.reward.teacher_mode, params.reward.advantage_baseline)
+    rollouts = build_rollouts(tasks, graded, params.reward.teacher_mode, params.reward.advantage_baseline,
+                              params.reward.scale_rewards)
     games = played_games(graded, tasks, pairing)
     ratings = update_from_games(state.ratings, games, params.ratings.model_dump())
     stats = generation_stats(tasks, graded, rollouts, games, params.reward.advantage_baseline)

@@ -105,6 +105,38 @@ def test_reinforce_loss_sum_reduction_and_1d():
         reinforce_loss(torch.tensor([-1.0]), [1.0, 2.0])
 
 
+REWARDS = [1.0, -0.5, -0.5, 1.0, 1.0, -1.0, None, -0.5, 1.0, 0.0]
+TASKS = ["t", "t", "t", "u", "u", "v", "v", "v", "w", "w"]
+ADAPTERS = ["a"] * 5 + ["b"] * 5
+
+
+def test_answer_advantages_keep_the_published_estimators_to_the_bit():
+    """trr++ with group scaling is AZR's whitening, per_task with none is RLOO: the defaults of before
+    `reward.scale_rewards` existed give the same floats."""
+    answers = advantages.answer_advantages
+    assert answers(REWARDS, TASKS, ADAPTERS, "trr++", "group") == whiten_advantages(REWARDS, TASKS)
+    assert answers(REWARDS, TASKS, ADAPTERS, "per_task", "none") == advantages.leave_one_out_advantages(REWARDS, TASKS)
+
+
+def test_answer_advantages_scale_by_group_batch_or_nothing():
+    answers = advantages.answer_advantages
+    stats = group_stats(REWARDS, TASKS)
+    loo = advantages.leave_one_out_advantages(REWARDS, TASKS)
+    centred = answers(REWARDS, TASKS, ADAPTERS, "trr++", "none")
+    assert centred[:3] == [1.0 - stats["t"]["mean"], -0.5 - stats["t"]["mean"], -0.5 - stats["t"]["mean"]]
+    assert centred[3:5] == [0.0, 0.0] and centred[6] is None  # no spread, no reward
+    per_group = answers(REWARDS, TASKS, ADAPTERS, "per_task", "group")
+    assert per_group[0] == pytest.approx(loo[0] / (stats["t"]["std"] + advantages.EPS))
+    batch = group_stats(REWARDS, ADAPTERS)
+    per_batch = answers(REWARDS, TASKS, ADAPTERS, "per_task", "batch")
+    assert per_batch[0] == pytest.approx(loo[0] / (batch["a"]["std"] + advantages.EPS))
+    assert per_batch[5] == pytest.approx(loo[5] / (batch["b"]["std"] + advantages.EPS))
+    assert per_batch[3:5] == [0.0, 0.0] and per_batch[6] is None
+    assert answers([1.0, 1.0, 1.0], ["t", "u", "u"], "aaa", "trr++", "batch") == [0.0, 0.0, 0.0]  # no spread at all
+    with pytest.raises(ValueError, match="scale"):
+        answers(REWARDS, TASKS, ADAPTERS, "per_task", "std")
+
+
 def test_doctests():
     result = doctest.testmod(advantages)
     assert result.attempted > 0 and result.failed == 0

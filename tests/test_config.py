@@ -148,6 +148,9 @@ def _refused_by_cli_and_loader(tmp_path, raw: dict) -> str:
     return str(error.value)
 
 
+TRR = {"advantage_baseline": "trr++", "scale_rewards": "group"}  # AZR's TRR++ (the default is per_task)
+
+
 @pytest.mark.parametrize(
     "raw, key, problem, fix",
     [
@@ -265,10 +268,28 @@ def test_fix_messages_keep_acronyms_and_start_with_a_capital():
         parse_params({"bench": {"cruxeval": {"promt": "official"}}})
 
 
+@pytest.mark.parametrize("raw, fix", [
+    ({"update": {"loss_reduction": "token"}}, "update.loss_reduction: renamed to the field's name (issue 49). Fix: "
+     "Write update.loss_type: token"),
+    ({"update": {"importance_cap": None}}, "Fix: Write update.importance_sampling_mode: auto"),
+    ({"update": {"importance_cap": 3.0}}, "Fix: Write update.importance_sampling_mode: token_truncate and "
+     "update.importance_sampling_cap: 3.0."),
+])
+def test_the_update_knobs_old_names_are_refused_with_the_new_name(raw, fix):
+    """Issue 49: the update's knobs go by TRL's and verl's names; a params file with the old ones is refused,
+    the fix naming the new key and value."""
+    with pytest.raises(ParamsError) as error:
+        parse_params(raw)
+    assert fix in str(error.value), str(error.value)
+
+
 def test_no_benchmark_at_all_is_refused_with_the_fix():
     """DVC fails late (bench_summary's folder was never written) on a run with no benchmark: refused first."""
     with pytest.raises(ParamsError, match=r"bench\.benchmarks.*one benchmark at least"):
         parse_params({"bench": {"benchmarks": []}})
+
+
+TRR = {"advantage_baseline": "trr++", "scale_rewards": "group"}  # AZR's TRR++ (the default is per_task)
 
 
 @pytest.mark.parametrize(
@@ -280,9 +301,10 @@ def test_no_benchmark_at_all_is_refused_with_the_fix():
          "Set propose.per_type to 2 or more."),
         ({"reward": {"advantage_baseline": "per_task"}, "solve": {"temperature": 0, "worked_examples": 0}},
          "solve.temperature", "greedy answers", "Sample the answers"),
-        ({"solve": {"tasks_per_type": 1, "samples": 1}}, "solve.tasks_per_type", "one answer leaves each TRR++ group",
+        ({"reward": TRR, "solve": {"tasks_per_type": 1, "samples": 1}}, "solve.tasks_per_type",
+         "one answer leaves each TRR++ group",
          "Set solve.tasks_per_type to 2 or more"),
-        ({"solve": {"tasks_per_type": 1, "samples": 4, "temperature": 0, "worked_examples": 0}},
+        ({"reward": TRR, "solve": {"tasks_per_type": 1, "samples": 4, "temperature": 0, "worked_examples": 0}},
          "solve.tasks_per_type", "identical greedy answers", "Set solve.tasks_per_type to 2 or more"),
     ],
 )
@@ -297,11 +319,11 @@ def test_settings_under_which_a_role_cannot_learn_are_refused(tmp_path, raw, key
 @pytest.mark.parametrize("raw", [
     {"reward": {"advantage_baseline": "per_task"}, "solve": {"samples": 2}},
     {"reward": {"advantage_baseline": "per_task"}, "solve": {"temperature": 0, "worked_examples": 1}},  # prompts differ
-    {"solve": {"tasks_per_type": 2, "samples": 1}},  # trr++: two tasks per group
+    {"reward": TRR, "solve": {"tasks_per_type": 2, "samples": 1}},  # trr++: two tasks per group
     {"solve": {"tasks_per_type": 1, "samples": 2}},
     # population only, 3 teachers on 1 student x 1 slot: pairing gives the student 3 slots, a spread is possible
     {"dag": {"arms": ["population"]}, "population": {"teachers": 3, "students": 1}, "evolve": {"replace": 0},
-     "solve": {"tasks_per_type": 1, "samples": 1}},
+     "reward": TRR, "solve": {"tasks_per_type": 1, "samples": 1}},
 ])
 def test_settings_that_can_learn_pass(raw):
     parse_params(raw)

@@ -53,7 +53,7 @@ def test_bfloat16_base_samples_and_trains_float32_lora(tiny_model_dir, tmp_path,
     model = attach_adapters(model, adapters, trainable="a")
     update = AdapterUpdate(Accelerator(cpu=True), model, tokenizer, "a",
                            UpdateSection(steps=2, learning_rate=1e-2, micro_batch=2, max_seq_len=4096,
-                                         importance_cap=2.0))
+                                         importance_sampling_mode="token_truncate"))
     assert all(p.dtype == torch.float32 for p in update.params.values())  # master weights
     stats = update.train(rollouts)
     assert all(state["exp_avg"].dtype == torch.float32 for state in update.optimizer.state.values())
@@ -63,9 +63,11 @@ def test_bfloat16_base_samples_and_trains_float32_lora(tiny_model_dir, tmp_path,
     assert stats["steps"][0]["logprob_change_positive"] is not None
 
 
-def test_update_stage_turns_the_importance_correction_on_in_bf16():
-    from stages.update import BF16_IMPORTANCE_CAP, update_config
+def test_the_importance_correction_is_on_in_bf16_by_default():
+    from populora.selfplay.update import importance_mode
 
-    assert update_config(UpdateSection(), "bfloat16").importance_cap == BF16_IMPORTANCE_CAP
-    assert update_config(UpdateSection(), "float32").importance_cap is None
-    assert update_config(UpdateSection(importance_cap=5.0), "bfloat16").importance_cap == 5.0  # a cap set is kept
+    assert UpdateSection().importance_sampling_mode == "auto" and UpdateSection().importance_sampling_cap == 2.0
+    assert importance_mode("auto", "bfloat16") == importance_mode("auto", "float16") == "token_truncate"
+    assert importance_mode("auto", "float32") == "none"
+    assert importance_mode("none", "bfloat16") == "none"  # a mode set is kept
+    assert importance_mode("sequence_mask", "float32") == "sequence_mask"

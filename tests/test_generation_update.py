@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from accelerate import Accelerator
@@ -14,6 +16,7 @@ from populora.lm.sampling import GenRow, _cut, block_enders, process_logits, run
 from populora.selfplay import prompts
 from populora.selfplay.update import (
     RolloutFormatError,
+    Sequence,
     plan_micro_batches,
     reinforce_steps,
     rollout_sequences,
@@ -214,6 +217,19 @@ def test_sequences_train_the_stop_token_in_its_own_context():
     assert sum(weights) == pytest.approx(1.0) and len(set(weights)) == 1
 
 
+def test_the_loss_types_normalise_per_answer_per_token_or_by_a_constant():
+    """sequence (GRPO): every answer weighs the same; token (DAPO): every token; constant (Dr. GRPO):
+    A / (N L) per token whatever the lengths."""
+    sequences = [Sequence(list(range(4)), 0, targets=[1, 2, 3]), Sequence(list(range(2)), 1, targets=[1])]
+    assert token_weights(sequences, [1.0, -1.0], "sequence") == [1 / 6, 1 / 6, 1 / 6, -1 / 2]
+    assert token_weights(sequences, [1.0, -1.0], "token") == [1 / 4, 1 / 4, 1 / 4, -1 / 4]
+    assert token_weights(sequences, [1.0, -1.0], "constant", 8) == [1 / 16, 1 / 16, 1 / 16, -1 / 16]
+    with pytest.raises(ValueError, match="constant"):
+        token_weights(sequences, [1.0, -1.0], "constant")
+    with pytest.raises(ValueError, match="loss_type"):
+        token_weights(sequences, [1.0, -1.0], "seq-mean-token-mean")
+
+
 def test_rollouts_without_token_ids_fail_clearly():
     with pytest.raises(RolloutFormatError, match="regenerate"):
         rollout_sequences([{"text": "prompt", "train": False}, {"text": "def", "train": True}], 0, 100)
@@ -322,6 +338,17 @@ def test_importance_weights_truncate_and_skip_unrecorded():
     logprobs = torch.tensor([-1.0, -1.0, -0.5, -2.0])
     weights = importance_weights(logprobs, [-1.0, -2.0, None, -1.0], cap=2.0)
     assert weights.tolist() == pytest.approx([1.0, 2.0, 1.0, float(torch.exp(torch.tensor(-1.0)))])
+    assert not weights.requires_grad
+
+
+def test_sequence_mask_weighs_each_sequence_by_its_ratio_or_drops_it():
+    from populora.selfplay.update import sequence_mask_weights
+
+    logprobs = torch.tensor([-1.0, -1.0, -0.5, -2.0, -1.0], requires_grad=True)
+    recorded = [-1.2, -1.0, None, -0.5, -1.0]  # ratios e^0.2 (sequence 1: its unrecorded token ignored), e^-1.5, 1
+    weights = sequence_mask_weights(logprobs, recorded, [3, 1, 1], cap=1.5)
+    assert weights.tolist() == pytest.approx([math.exp(0.2)] * 3 + [math.exp(-1.5), 1.0])
+    assert sequence_mask_weights(logprobs, [-3.0, -1.0, None, -0.5, -1.0], [3, 1, 1], cap=1.5).tolist()[:3] == [0.0] * 3
     assert not weights.requires_grad
 
 

@@ -25,7 +25,7 @@ def _mean_logprobs(model, tokenizer, rollouts) -> list[float]:
     return out
 
 
-def _one_step(tiny_model_dir, tmp_path) -> tuple[dict, list[float], list[float]]:
+def _one_step(tiny_model_dir, tmp_path, **knobs) -> tuple[dict, list[float], list[float]]:
     adapters = _adapters(tiny_model_dir, tmp_path)
     rows, results = _sampled_rollouts(tiny_model_dir, adapters)
     mine = [r for row, r in zip(rows, results) if row.adapter == "a"]
@@ -36,7 +36,7 @@ def _one_step(tiny_model_dir, tmp_path) -> tuple[dict, list[float], list[float]]
     model.set_adapter("a")
     before = _mean_logprobs(model, tokenizer, rollouts)
     update = AdapterUpdate(Accelerator(cpu=True), model, tokenizer, "a",
-                           UpdateSection(steps=1, learning_rate=1e-3, micro_batch=2, max_seq_len=4096))
+                           UpdateSection(steps=1, learning_rate=1e-3, micro_batch=2, max_seq_len=4096, **knobs))
     stats = update.train(rollouts)
     after = _mean_logprobs(model, tokenizer, rollouts)
     change = [b - a for a, b in zip(before, after)]
@@ -54,6 +54,16 @@ def test_one_step_raises_answers_with_positive_advantage_and_lowers_the_others(t
     assert step["logprob_change_negative"] == pytest.approx(sum(negative) / len(negative), rel=1e-3, abs=1e-6)
     assert step["on_policy"] and step["sampler_gap_mean"] < 1e-4
     assert step["grad_norm"] > 0 and step["entropy"] > 0
+
+
+@pytest.mark.parametrize("knobs", [{"loss_type": "token"}, {"loss_type": "constant"},
+                                   {"importance_sampling_mode": "sequence_mask"},
+                                   {"importance_sampling_mode": "token_truncate", "importance_sampling_cap": 1.0}])
+def test_every_loss_type_and_importance_correction_moves_the_right_way(tiny_model_dir, tmp_path, knobs):
+    """The update's knobs (issue 49: TRL's loss_type, its importance sampling modes) change the weights, not
+    the direction: on-policy in float32 every importance ratio is 1 up to rounding."""
+    _, positive, negative = _one_step(tiny_model_dir, tmp_path, **knobs)
+    assert sum(positive) / len(positive) > 0 > sum(negative) / len(negative), (positive, negative)
 
 
 def test_the_direction_check_fails_when_the_sign_is_flipped(tiny_model_dir, tmp_path, monkeypatch):

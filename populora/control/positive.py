@@ -112,7 +112,8 @@ def run_arm(arm: str, params, base_model: Path, init_adapter: Path, tasks: dict,
         t0 = time.monotonic()
         graded = solver.answer(batch, samples=control.samples, temperature=control.temperature,
                                seed=seed_of(control.seed, "train", step), desc=f"{arm} step {step}")
-        rollouts = build_rollouts([], graded, params.reward.teacher_mode, params.reward.advantage_baseline)
+        rollouts = build_rollouts([], graded, params.reward.teacher_mode, params.reward.advantage_baseline,
+                                  params.reward.scale_rewards)
         if arm == "shuffled":
             rollouts = shuffle_within_groups(rollouts, seed_of(control.seed, "null", step))
         t1 = time.monotonic()
@@ -174,11 +175,12 @@ def compare(params, base: list[bool], arms: dict[str, dict]) -> dict:
 
 def markdown(result: dict) -> str:
     c = result["control"]
+    loss_type = result["update"].get("loss_type") or result["update"].get("loss_reduction")  # before issue 49: loss_reduction
     lines = [f"# Positive control: `{c['family']}` ({FAMILIES[c['family']].about})", "",
              f"{c['steps']} steps x {c['tasks_per_step']} tasks x {c['samples']} answers at temperature "
              f"{c['temperature']}; held-out pool {c['heldout']} tasks, greedy. Update: lr {result['update']['learning_rate']:g}, "
-             f"{result['update']['steps']} optimizer step(s) per batch, loss per {result['update']['loss_reduction']}, "
-             f"advantage baseline {result['advantage_baseline']}.", "",
+             f"{result['update']['steps']} optimizer step(s) per batch, loss per {loss_type}, "
+             f"advantage baseline {result['advantage_baseline']}, scaled by {result.get('scale_rewards', 'none')}.", "",
              "Wall: base model on the held-out pool " + (f"{result['base_wall_s'] / 60:.1f} min" if result.get("base_wall_s")
                                                            else "(not recorded)")
              + "; " + ", ".join(f"{name} {arm['wall_s'] / 60:.1f} min" for name, arm in result["arms"].items())
@@ -375,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sandbox.close()
     result = {"control": params.control.model_dump(), "update": params.update.model_dump(),
-              "advantage_baseline": params.reward.advantage_baseline,
+              "advantage_baseline": params.reward.advantage_baseline, "scale_rewards": params.reward.scale_rewards,
               "solve": {k: getattr(params.solve, k) for k in ("mode", "worked_examples", "max_new_tokens", "top_p")},
               "lora": params.lora.model_dump(), "machine": machine(), "wall_s": round(time.monotonic() - started, 1),
               "command": "python -m populora.control.positive " + " ".join(argv if argv is not None else sys.argv[1:]),

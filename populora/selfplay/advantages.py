@@ -1,5 +1,6 @@
-"""TRR++ advantages (AZR's Task-Relative REINFORCE++), a per-task (leave-one-out) baseline, and a
-per-sequence REINFORCE loss.
+"""TRR++ advantages (AZR's Task-Relative REINFORCE++), a per-task (leave-one-out) baseline, the
+answers' advantage scaling (`reward.scale_rewards`, TRL's `scale_rewards`), and a per-sequence
+REINFORCE loss.
 
 Each rollout belongs to a group, normally ``(role, task_type)``: six groups,
 propose/solve x code_o/code_i/code_f. Within a group the advantage is the whitened reward
@@ -29,6 +30,10 @@ if TYPE_CHECKING:  # torch only where a loss is computed: the reward stage (adva
     import torch
 
 EPS = 1e-6
+BASELINES = ("trr++", "per_task")  # reward.advantage_baseline
+SCALES = ("group", "batch", "none")  # reward.scale_rewards (TRL's names)
+# the scaling each baseline is published with: AZR whitens (TRR++), RLOO does not scale
+NATIVE_SCALE = {"trr++": "group", "per_task": "none"}
 # Below this std a group is treated as constant: rewards are multiples of 0.125 or 0.5 in
 # practice, so any real spread is many orders of magnitude larger.
 ZERO_STD = 1e-9
@@ -118,6 +123,41 @@ def leave_one_out_advantages(
         else:
             out.append(float(reward) - (sums[key] - float(reward)) / (counts[key] - 1))
     return out
+
+
+def answer_advantages(rewards: Sequence[float | None], groups: Sequence[Hashable], batches: Sequence[Hashable],
+                      baseline: str, scale: str, eps: float = EPS) -> list[float | None]:
+    """Advantages of answers: each reward minus its baseline (`trr++`: the mean of its group, itself
+    included; `per_task`: the mean of the *other* rewards of its group, RLOO), then divided by a
+    standard deviation (`scale`, TRL's `scale_rewards`): `group`, of the rewards of its group; `batch`,
+    of the rewards of its batch (normally all of one adapter's answers, PPO-Lite); `none`, not at all
+    (Dr. GRPO: dividing by the std up-weights the groups whose rewards barely differ). A group of
+    one, or whose rewards are all equal, gets 0 (so does a batch with no spread under `batch`);
+    ``None`` stays ``None`` and takes no part. `trr++` with `group` is `whiten_advantages`, `per_task`
+    with `none` is `leave_one_out_advantages`, to the bit.
+
+    >>> answer_advantages([1.0, -0.5, -0.5, 1.0, 1.0], list("tttuu"), "a" * 5, "per_task", "none")
+    [1.5, -0.75, -0.75, 0.0, 0.0]
+    >>> [round(a, 4) for a in answer_advantages([1.0, -0.5, -0.5, 1.0, 1.0], list("tttuu"), "a" * 5, "trr++", "none")]
+    [1.0, -0.5, -0.5, 0.0, 0.0]
+    """
+    if baseline not in BASELINES or scale not in SCALES:
+        raise ValueError(f"advantage baseline must be one of {BASELINES} and scale one of {SCALES}, "
+                         f"got {baseline!r}, {scale!r}")
+    if len(batches) != len(rewards):
+        raise ValueError(f"{len(rewards)} rewards but {len(batches)} batch keys")
+    stats = group_stats(rewards, groups)
+    if baseline == "per_task":
+        centred = leave_one_out_advantages(rewards, groups)
+    else:
+        centred = [None if r is None else 0.0 if stats[g]["n"] < 2 or stats[g]["std"] < ZERO_STD
+                   else float(r) - stats[g]["mean"] for r, g in zip(rewards, groups)]
+    if scale == "none":
+        return centred
+    spread = stats if scale == "group" else group_stats(rewards, batches)
+    keys = groups if scale == "group" else batches
+    return [a if a is None or a == 0.0 else 0.0 if spread[k]["std"] < ZERO_STD else a / (spread[k]["std"] + eps)
+            for a, k in zip(centred, keys)]
 
 
 def sequence_logprobs(

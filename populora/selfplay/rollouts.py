@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from populora.config import TASK_TYPES
-from populora.selfplay.advantages import group_key, leave_one_out_advantages, whiten_advantages
+from populora.selfplay.advantages import NATIVE_SCALE, answer_advantages, group_key, whiten_advantages
 from populora.selfplay.rewards import REWARD_CORRECT, student_reward, teacher_reward
 from populora.selfplay.tasks import program_key
 
@@ -35,11 +35,15 @@ def is_well_formed(answer: dict) -> bool:
     return answer.get("parse_reason") is None and answer.get("answer") is not None
 
 
-def build_rollouts(tasks: list[dict], graded: list[dict], mode: str, baseline: str = "trr++") -> list[dict]:
+def build_rollouts(tasks: list[dict], graded: list[dict], mode: str, baseline: str = "trr++",
+                   scale: str | None = None) -> list[dict]:
     """Proposal rollouts (one per proposal of this generation) and solve rollouts (one per answer),
-    each with `reward` and `advantage`: whitened per adapter, role and task type (TRR++), or, with
-    `baseline="per_task"`, the answers' rewards minus the mean of the same adapter's other answers to
-    the same task (`leave_one_out_advantages`; proposals, one sample per prompt, keep TRR++)."""
+    each with `reward` and `advantage`. Proposals, one sample per prompt, are whitened per adapter, role
+    and task type (TRR++). Answers get `answer_advantages`: their reward minus the mean of their
+    (adapter, type) group (`baseline="trr++"`) or of the same adapter's other answers to the same task
+    (`"per_task"`, RLOO), divided by the std of that group (`scale="group"`), of the adapter's answers
+    (`"batch"`) or by nothing (`"none"`); `scale=None` takes the baseline's own (`NATIVE_SCALE`: AZR's
+    TRR++ whitens, RLOO does not scale)."""
     attempts: dict[str, list[bool]] = defaultdict(list)
     for answer in graded:
         attempts[answer["task_id"]].append(bool(answer.get("correct")))
@@ -53,16 +57,15 @@ def build_rollouts(tasks: list[dict], graded: list[dict], mode: str, baseline: s
         rollouts.append({**{k: answer.get(k) for k in ROLLOUT_FIELDS}, "adapter": answer["student"], "role": "solve",
                          "answer_id": answer["answer_id"], "correct": bool(answer.get("correct")),
                          "reward": student_reward(bool(answer.get("correct")), is_well_formed(answer))})
-    if baseline not in ("trr++", "per_task"):
-        raise ValueError(f"advantage baseline must be 'trr++' or 'per_task', got {baseline!r}")
+    scale = NATIVE_SCALE.get(baseline, "group") if scale is None else scale
     groups = [(r["adapter"], group_key(r["role"], r["type"])) for r in rollouts]
     advantages = whiten_advantages([r["reward"] for r in rollouts], groups)
-    if baseline == "per_task":
-        solving = [i for i, r in enumerate(rollouts) if r["role"] == "solve"]
-        per_task = leave_one_out_advantages([rollouts[i]["reward"] for i in solving],
-                                            [solve_group(rollouts[i], baseline) for i in solving])
-        for i, advantage in zip(solving, per_task):
-            advantages[i] = advantage
+    solving = [i for i, r in enumerate(rollouts) if r["role"] == "solve"]
+    answers = answer_advantages([rollouts[i]["reward"] for i in solving],
+                                [solve_group(rollouts[i], baseline) for i in solving],
+                                [rollouts[i]["adapter"] for i in solving], baseline, scale)
+    for i, advantage in zip(solving, answers):
+        advantages[i] = advantage
     for rollout, advantage in zip(rollouts, advantages):
         rollout["advantage"] = advantage
     return rollouts

@@ -206,23 +206,33 @@ def _vocab(head, features) -> int:
     return head.weight.shape[0] if head is not None else features.shape[-1]
 
 
-def token_weights(sequences: list[Sequence], advantages: list[float], reduction: str = "sequence") -> list[float]:
+LOSS_TYPES = ("sequence", "token", "constant")  # update.loss_type
+
+
+def token_weights(sequences: list[Sequence], advantages: list[float], loss_type: str = "sequence",
+                  constant: int | None = None) -> list[float]:
     """Per target token, the weight of its log-prob in the objective (the loss is minus their sum).
 
-    `sequence` (the design's per-sequence statistics): `A_i / (N n_i)`, so the objective is
-    mean_i(A_i * mean_token_logprob_i) over the N rollouts: every answer weighs the same whatever
-    its length. `token` (DAPO's token-level mean): `A_i / T` with T the trained tokens of all N
-    rollouts, so every token weighs the same and long answers weigh more. Either way the weights do
-    not depend on how tokens are batched."""
+    `sequence` (GRPO's per-sequence mean, the design's per-sequence statistics): `A_i / (N n_i)`, so
+    the objective is mean_i(A_i * mean_token_logprob_i) over the N rollouts: every answer weighs the
+    same whatever its length. `token` (DAPO's token-level mean): `A_i / T` with T the trained tokens of
+    all N rollouts, so every token weighs the same and long answers weigh more. `constant` (Dr. GRPO):
+    `A_i / (N L)` with L a fixed length (`constant`, the update's `max_seq_len`), so a token's weight
+    depends neither on its answer's length nor on the batch's. Either way the weights do not depend on
+    how tokens are batched."""
     counts: dict[int, int] = {}
     for s in sequences:
         counts[s.rollout] = counts.get(s.rollout, 0) + len(s.targets)
-    if reduction == "token":
+    if loss_type == "token":
         total = sum(counts.values())
         return [advantages[s.rollout] / total for s in sequences for _ in s.targets]
-    if reduction != "sequence":
-        raise ValueError(f"reduction must be 'sequence' or 'token', got {reduction!r}")
     n = len(advantages)
+    if loss_type == "constant":
+        if not constant or constant < 1:
+            raise ValueError(f"loss_type 'constant' needs a length of 1 or more, got {constant!r}")
+        return [advantages[s.rollout] / (n * constant) for s in sequences for _ in s.targets]
+    if loss_type != "sequence":
+        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
     return [advantages[s.rollout] / (n * counts[s.rollout]) for s in sequences for _ in s.targets]
 
 

@@ -1,4 +1,4 @@
-"""LoRA-only REINFORCE update of one adapter (TRR++ advantages, no KL), on one process or several.
+"""LoRA-only REINFORCE update of one adapter (advantages from the reward stage, no KL), on one process or several.
 
 On-policy by construction: a rollout's `segments` (see `populora.lm.sampling`) carry the token ids
 the sampler fed and sampled, with its temperature, top-p and first-token suppression. The update
@@ -8,8 +8,11 @@ scores (checked by a test, and reported per adapter as `sampler_logprob_max_abs_
 sampled token is trained, the one that completed the stop string or EOS included.
 
 The loss is `mean_i(-A_i * mean_token_logprob_i)` over the adapter's rollouts (per-sequence
-statistics), written per token as weights `A_i / (N n_i)` so it can be split into micro-batches
-anywhere; rollouts with zero or missing advantage carry no gradient and are skipped.
+statistics, `update.loss_type: sequence`; `token` and `constant` normalise otherwise: `token_weights`),
+written per token as weights `A_i / (N n_i)` so it can be split into micro-batches anywhere; rollouts
+with zero or missing advantage carry no gradient and are skipped. Where the sampler's scores differ
+from the update's (bf16, another engine), `update.importance_sampling_mode` corrects per token
+(`token_truncate`) or per sequence (`sequence_mask`): `importance_mode`.
 
 Scoring (`populora.selfplay.sequences`, re-exported here). Memory: only the positions that are trained get logits, in chunks recomputed in the backward pass
 (no `[batch, time, vocab]` fp32 tensor); micro-batches hold at most `micro_batch` sequences and
@@ -118,8 +121,8 @@ def _plan(rollouts: list[dict], config) -> dict:
             "batches": plan_micro_batches([len(s.ids) for s in sequences], config.micro_batch,
                                           config.max_tokens_per_micro_batch),
             "advantages": [float(r["advantage"]) for r in rollouts],
-            "weights": token_weights(sequences, [float(r["advantage"]) for r in rollouts],
-                                     config.loss_reduction)}
+            "weights": token_weights(sequences, [float(r["advantage"]) for r in rollouts], config.loss_type,
+                                     config.max_seq_len)}
 
 
 def _all_reduce(tensor: torch.Tensor, op: str) -> torch.Tensor:
@@ -141,13 +144,52 @@ def sum_gradients(parameters: list[torch.nn.Parameter]) -> None:
         offset += parameter.numel()
 
 
+IMPORTANCE_MODES = ("auto", "none", "token_truncate", "sequence_mask")  # update.importance_sampling_mode
+
+
+def importance_mode(mode: str, dtype: str) -> str:
+    """The importance correction the update applies for `update.importance_sampling_mode`: `auto` is
+    `token_truncate` when the frozen base computes in bfloat16 or float16 (the sampler's scores,
+    stacked LoRA in that dtype, differ from the update's, PEFT's LoRA in float32, by rounding) and
+    `none` in float32, where they are equal.
+
+    >>> importance_mode("auto", "bfloat16"), importance_mode("auto", "float32"), importance_mode("sequence_mask", "float32")
+    ('token_truncate', 'none', 'sequence_mask')
+    """
+    if mode not in IMPORTANCE_MODES:
+        raise ValueError(f"importance sampling mode must be one of {IMPORTANCE_MODES}, got {mode!r}")
+    if mode == "auto":
+        return "none" if dtype == "float32" else "token_truncate"
+    return mode
+
+
 def importance_weights(logprobs: torch.Tensor, recorded: list[float | None], cap: float) -> torch.Tensor:
-    """Truncated importance sampling: min(pi_update / pi_sampler, cap) per token, no gradient through
-    it; tokens without a recorded sampler score weigh 1 (verl's and TRL's TIS correction)."""
+    """Truncated importance sampling (`token_truncate`): min(pi_update / pi_sampler, cap) per token, no
+    gradient through it; tokens without a recorded sampler score weigh 1 (verl's and TRL's TIS correction)."""
     sampler = torch.tensor([x if x is not None else float("nan") for x in recorded], device=logprobs.device,
                            dtype=torch.float32)
     ratio = torch.exp(logprobs.detach().float() - sampler).clamp(max=cap)
     return torch.where(torch.isnan(sampler), torch.ones_like(ratio), ratio)
+
+
+def sequence_mask_weights(logprobs: torch.Tensor, recorded: list[float | None], lengths: list[int],
+                          cap: float) -> torch.Tensor:
+    """Masked sequence-level importance sampling (`sequence_mask`, TRL's): each sequence's tokens weigh
+    its ratio exp(sum_t log pi_update - log pi_sampler) over its recorded tokens, or 0 when that ratio
+    exceeds `cap` (the sequence is dropped); no gradient through it. `lengths`: the tokens of each
+    sequence, in the order of `logprobs`; a sequence without recorded scores weighs 1.
+
+    >>> import torch
+    >>> sequence_mask_weights(torch.tensor([-1.0, -1.0, -1.0]), [-1.5, -1.0, -2.0], [2, 1], cap=2.0).tolist()
+    [1.6487212181091309, 1.6487212181091309, 0.0]
+    """
+    sampler = torch.tensor([x if x is not None else float("nan") for x in recorded], device=logprobs.device,
+                           dtype=torch.float32)
+    gaps = torch.nan_to_num(logprobs.detach().float() - sampler, nan=0.0)
+    owner = torch.repeat_interleave(torch.arange(len(lengths), device=logprobs.device),
+                                    torch.tensor(lengths, device=logprobs.device))
+    ratio = torch.exp(torch.zeros(len(lengths), device=logprobs.device).index_add_(0, owner, gaps))
+    return torch.where(ratio > cap, torch.zeros_like(ratio), ratio)[owner]
 
 
 def with_signal(rollouts: list[dict]) -> list[dict]:
@@ -199,6 +241,8 @@ class AdapterUpdate:
             raise ValueError(f"the model has no LoRA weights of adapter {adapter!r}")
         optimizer, self.names = make_optimizer(self.params, lr=config.learning_rate, weight_decay=config.weight_decay,
                                                state_file=optimizer_file)
+        frozen = next(p.dtype for n, p in self.unwrapped.named_parameters() if "lora_" not in n)
+        self.importance = importance_mode(config.importance_sampling_mode, str(frozen).removeprefix("torch."))
         self.optimizer = accelerator.prepare_optimizer(optimizer)
 
     def _activate(self) -> None:
@@ -294,8 +338,11 @@ class AdapterUpdate:
             weight = torch.tensor([w for i in batch for w in weights[offsets[i]:offsets[i + 1]]],
                                   device=logprobs.device, dtype=torch.float32)
             recorded = [x for s in chunk for x in s.sampler_logprobs]
-            if config.importance_cap is not None:
-                weight = weight * importance_weights(logprobs, recorded, config.importance_cap)
+            if self.importance == "token_truncate":
+                weight = weight * importance_weights(logprobs, recorded, config.importance_sampling_cap)
+            elif self.importance == "sequence_mask":
+                weight = weight * sequence_mask_weights(logprobs, recorded, [len(s.targets) for s in chunk],
+                                                        config.importance_sampling_cap)
             loss = -(weight * logprobs.float()).sum()
             accelerator.backward(loss)
             owners = torch.tensor([s.rollout for s in chunk for _ in s.targets], device=device)
