@@ -239,7 +239,7 @@ def test_every_overlay_still_validates(overlay):
 def test_fix_messages_keep_acronyms_and_start_with_a_capital():
     from pydantic import BaseModel
 
-    from populora.config import _FIXES, Params, _describe, lower_first
+    from populora.config import Params, _describe, field_fix, lower_first
 
     assert lower_first("LoRA rank r.") == "LoRA rank r." and lower_first("CPU-time limit.") == "CPU-time limit."
     assert lower_first("Sampling temperature.") == "sampling temperature." and lower_first("A cap.") == "a cap."
@@ -255,8 +255,9 @@ def test_fix_messages_keep_acronyms_and_start_with_a_capital():
             nested = isinstance(value, BaseModel)
             yield from keys(value, f"{prefix}{name}.") if nested else [f"{prefix}{name}"]
 
-    fixes = {key: _describe(key) for key in keys(Params())} | _FIXES
-    assert len(fixes) > 100
+    fixes = {key: _describe(key) for key in keys(Params())}
+    fixes |= {f"{key} (fix)": field_fix(key) for key in fixes if field_fix(key)}
+    assert len(fixes) > 100 + 15
     for key, fix in fixes.items():
         assert fix[:1].isupper(), (key, fix)
         first = fix.removeprefix("Expected ").split(maxsplit=1)[0]
@@ -327,3 +328,35 @@ def test_settings_under_which_a_role_cannot_learn_are_refused(tmp_path, raw, key
 ])
 def test_settings_that_can_learn_pass(raw):
     parse_params(raw)
+
+
+def test_params_yaml_help_is_written_once_from_the_fields(tmp_path):
+    """Issue 49: a key's help is its field's description (and its fix, the field's `json_schema_extra`);
+    params.yaml's comment above each key is rendered from it (`python -m workflow.render_params`) and a
+    drifted comment fails here. The notes after a value are the file's own and survive a rendering."""
+    from pydantic import BaseModel
+
+    from populora.config import Params
+    from workflow import render_params
+
+    assert render_params.main(["--check", "--params", str(REPO / "params.yaml")]) == 0, (
+        "params.yaml's help differs from the fields' descriptions: run python -m workflow.render_params")
+    text = (REPO / "params.yaml").read_text()
+    drifted = tmp_path / "params.yaml"
+    drifted.write_text(text.replace("  # Master random seed;", "  # The master random seed;"))
+    assert render_params.main(["--check", "--params", str(drifted)]) == 1  # the check can fail
+    assert render_params.render(drifted.read_text()) == text
+    noted = text.replace("  steps: 1\n", "  steps: 1                 # a note on this value\n", 1)
+    assert render_params.render(noted) == noted and yaml.safe_load(render_params.render(text)) == yaml.safe_load(text)
+
+    def undocumented(model: type[BaseModel], prefix: str = "") -> list[str]:
+        out = [] if model.__doc__ and model.__doc__.strip() else [f"{prefix or 'Params'} (class docstring)"]
+        for name, info in model.model_fields.items():
+            nested = info.annotation if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel) else None
+            if nested is not None:
+                out += undocumented(nested, f"{prefix}{name}.")
+            elif not info.description:
+                out.append(prefix + name)
+        return out
+
+    assert undocumented(Params) == []

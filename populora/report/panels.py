@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from populora.config import TASK_TYPES
+from populora.core.sections import TASK_TYPES
 
 TYPE_TITLES = {"code_o": "deduction (code_o)", "code_i": "abduction (code_i)", "code_f": "induction (code_f)"}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from populora.config import TASK_TYPES
+from populora.core.sections import TASK_TYPES
 from populora.selfplay import prompts
 from populora.selfplay.parsing import parse_proposal
 from populora.selfplay.tasks import (

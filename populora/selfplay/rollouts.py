@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from populora.config import TASK_TYPES
+from populora.core.sections import TASK_TYPES
 from populora.selfplay.advantages import NATIVE_SCALE, answer_advantages, group_key, whiten_advantages
 from populora.selfplay.rewards import REWARD_CORRECT, student_reward, teacher_reward
 from populora.selfplay.tasks import program_key

@@ -15,7 +15,7 @@ import ast
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from populora.config import TASK_TYPES, VerifySection
+from populora.core.sections import TASK_TYPES, VerifySection
 from populora.sandbox import Call, Job, Limits, RunResult, Sandbox
 from populora.selfplay.tasks import code_f_split
 from populora.verifier.pool import guarded, limits_of, sandbox_for, verify_config

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from populora.config import VerifySection
+from populora.core.sections import VerifySection
 from populora.sandbox import Limits, Sandbox, SandboxError, describe_missing, missing_layers
 
 LOG = logging.getLogger("populora.verifier")

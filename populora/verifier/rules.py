@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from populora.config import TASK_TYPES
+from populora.core.sections import TASK_TYPES
 from populora.selfplay.parsing import MAX_PROGRAM_CHARS  # one cap for the parser and the verifier
 from populora.selfplay.program_metrics import bound_names
 from populora.selfplay.tasks import CODE_F_INPUTS, input_count

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable
 
-from populora.config import VerifySection
+from populora.core.sections import VerifySection
 from populora.sandbox import Call, Job, Limits, RunResult, Sandbox
 from populora.selfplay.tasks import CODE_F_INPUTS
 from populora.verifier.pool import guarded, limits_of, sandbox_for, verify_config
