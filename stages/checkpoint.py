@@ -22,24 +22,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from populora.core.io import (
-    link_or_copy,
-    link_tree,
-    read_json,
-    replace_dir,
-    staging_dir,
-    write_json,
-)
+from populora.core.io import read_json, replace_dir, staging_dir, write_json
 from populora.core.rows import BufferEntry, Task, read_rows, write_rows
 from populora.core.seeds import derive_seed
 from populora.core.state import (
     ADAPTERS,
     BUFFER,
     EVOLUTION,
-    OPTIMIZER,
     RATINGS,
-    REPLACED,
     UPDATE_STATS,
+    link_checkpoint_adapters,
     load_buffer,
     load_state,
     save_state,
@@ -72,16 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=derive_seed(params.base.seed, "coverage", args.arm, args.gen))
 
     tmp = staging_dir(args.checkpoint)
-    children = {event["slot"] for event in evolution["events"]}
-    for slot in prev.slots:
-        source = evolved / ADAPTERS / slot if slot in children else trained / ADAPTERS / slot
-        link_tree(source, tmp / ADAPTERS / slot)
-        if slot in children:  # keep what was trained: the benchmarks of a final population use it
-            link_tree(trained / ADAPTERS / slot, tmp / REPLACED / slot)
-        # a child carries its first parent's moments (written by evolve under its own slot's names)
-        moments = (evolved if slot in children else trained) / OPTIMIZER / f"{slot}.safetensors"
-        if moments.is_file():
-            link_or_copy(moments, tmp / OPTIMIZER / moments.name)
+    link_checkpoint_adapters(tmp, prev.slots, trained, evolved, {event["slot"] for event in evolution["events"]})
     write_rows(tmp / BUFFER, extend_pair_buffers(load_buffer(args.state), [t for t in tasks if is_valid_task(t)],
                                                  params.buffer.max_size, read_json(args.pairing)), BufferEntry)
     state = prev.evolve(generation=args.gen, ratings=ratings, members=evolution["members"],

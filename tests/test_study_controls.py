@@ -12,8 +12,8 @@ from accelerate import Accelerator
 
 from populora.config import EvolveSection, UpdateSection
 from populora.lm.adapters import delta_norm
+from populora.report.summary import accounting, arm_summary
 from populora.selfplay.advantages import group_key, shuffle_within_groups
-from stages.dynamics import accounting, arm_summary
 from stages.evolve import evolves
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from populora.core.io import read_json, write_json
+from populora.core.io import link_or_copy, link_tree, read_json, write_json
 from populora.core.refs import SOLO, STUDENT, TEACHER, ModelRef
 
 STATE = "state.json"
@@ -121,3 +121,20 @@ def trained_adapter_dir(folder: str | Path, state: State, slot: str) -> Path:
     evolution replaced it, if it did)."""
     replaced = Path(folder) / REPLACED / slot
     return replaced if replaced.is_dir() else Path(folder) / ADAPTERS / slot
+
+
+def link_checkpoint_adapters(out: str | Path, slots: list[str], trained: str | Path, evolved: str | Path,
+                             children: set[str]) -> None:
+    """Hard-link into a checkpoint `out` each slot's adapter and optimizer moments: the trained ones, or for
+    a slot evolution gave a child (`children`) the child's, from `evolved`, with the trained adapter kept
+    under replaced/ (the benchmarks of a final population use it). A child carries its first parent's
+    moments, which evolve wrote under the child's slot's names."""
+    out, trained, evolved = Path(out), Path(trained), Path(evolved)
+    for slot in slots:
+        source = evolved if slot in children else trained
+        link_tree(source / ADAPTERS / slot, out / ADAPTERS / slot)
+        if slot in children:
+            link_tree(trained / ADAPTERS / slot, out / REPLACED / slot)
+        moments = source / OPTIMIZER / f"{slot}.safetensors"
+        if moments.is_file():
+            link_or_copy(moments, out / OPTIMIZER / moments.name)

@@ -30,7 +30,7 @@ def _put(out: dict, key: str, value) -> None:
 
 def headline_metrics(metrics: dict, summaries: dict[str, dict]) -> dict:
     """The headline (see the module docstring) from the full benchmark metrics (`benchmark_metrics`)
-    and each arm's dynamics summary (`stages.dynamics.arm_summary`: `final.*` keys)."""
+    and each arm's dynamics summary (`populora.report.summary.arm_summary`: `final.*` keys)."""
     both = any(key.startswith("avg.overall.population.") for key in metrics) and "avg.overall.baseline" in metrics
     out: dict[str, float] = {}
     for group in GROUPS:
