@@ -40,7 +40,8 @@ def test_bench_settings_carry_the_picked_sampler_not_the_params():
 
 def test_only_pick_sampler_reads_sampler_engine():
     """... and the params' validation, which checks token budgets against vLLM's window before any work
-    (`populora.config.Params._token_budgets_fit_the_window`); it picks and loads nothing."""
+    (`populora.config.Params._token_budgets_fit_the_window`), and the DAG's topology, which runs no benchmark
+    in the together job on vLLM (`populora.core.topology.runs_together`); they pick and load nothing."""
     readers = []
     for path in [*(REPO / "populora").rglob("*.py"), *(REPO / "stages").glob("*.py")]:
         code = re.sub(r'"""[\s\S]*?"""', "", path.read_text())  # docstrings may name the key
@@ -48,4 +49,4 @@ def test_only_pick_sampler_reads_sampler_engine():
         code = re.sub(r"\"[^\"\n]*\"", '""', code)  # and messages that tell the user which key to set
         if re.search(r"\bsampler\.engine\b|\.engine\s*==", code):
             readers.append(path.relative_to(REPO).as_posix())
-    assert readers == ["populora/config.py", "populora/lm/engines.py"]
+    assert readers == ["populora/config.py", "populora/core/topology.py", "populora/lm/engines.py"]
