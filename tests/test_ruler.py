@@ -35,7 +35,7 @@ def test_redrawn_inputs_are_rarely_the_models_favourite_literals():
 def test_families_are_seeded_and_each_task_draws_its_own_constants():
     a, b = family_candidates(4, 0), family_candidates(4, 0)
     assert a == b and len(a) == 4 * 2 * len(FAMILIES)
-    affine = [t["program"] for t in a if t["task_id"].startswith("affine-code_o")]
+    affine = [t["program"] for t in a if t["task_id"].startswith("increment-code_o")]
     assert len(set(affine)) > 1
 
 
