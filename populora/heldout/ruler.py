@@ -113,8 +113,10 @@ def best_constant(pool: list[dict], config, sandbox) -> dict[str, dict]:
             per_task[t["task_id"]] = [", ".join([v] * n) if n > 1 and len(split_arguments(v) or [0]) == 1 else v
                                       for v in tried]
         passed = constant_verdicts(tasks, per_task, config, sandbox)
-        counts = Counter(tried[per_task[tid].index(a)] for tid, answers in passed.items() for a in set(answers))
-        answer, correct = counts.most_common(1)[0] if counts else (tried[0], 0)
+        counts = Counter(tried[per_task[tid].index(a)] for tid, answers in passed.items() for a in dict.fromkeys(answers))
+        # ties go to the answer tried first: the result may not depend on hashing order
+        answer = min(tried, key=lambda v: (-counts[v], tried.index(v)))
+        correct = counts[answer]
         copy = {t["task_id"]: [t["inputs"][0] if task_type == "code_o" else t["outputs"][0]] for t in tasks}
         copied = sum(bool(v) for v in constant_verdicts(tasks, copy, config, sandbox).values())
         out[task_type] = {"answer": answer, "correct": correct, "n": len(tasks), "accuracy": correct / len(tasks),
