@@ -89,6 +89,9 @@ class HeldoutSection(Section):
         0, ge=0, le=256, description="Answers per pool task at temperature 1 for the continuous measure, the mean pass "
         "rate (heldout.<member>.pass_rate), beside the greedy verdicts; 0: greedy only (each answer costs about as "
         "much as a greedy one).")
+    sample_every: int = Field(
+        1, ge=1, description="With heldout.samples: the pass rates after generations g with (g + 1) % sample_every == 0 "
+        "(a study's endpoint needs them at its last generation: 10 for a 10-generation study).")
     pool_file: str | None = Field(
         "study/learning/heldout_pool.jsonl", description="A pool made before (the pool.jsonl of a heldout_pool stage, e.g. a study's committed "
         "heldout_pool.jsonl) to reuse instead of proposing one: its tasks are verified again, the first per_type of "

@@ -69,7 +69,7 @@ control_flags() {
 machine_json() {
   local cpu features=()
   cpu=$(sed -n 's/^model name[[:space:]]*: *//p' /proc/cpuinfo 2>/dev/null | head -1)
-  for flag in avx2 avx512f amx_bf16; do
+  for flag in avx2 avx512f avx512_bf16 amx_bf16; do  # the bf16 flags decide model.dtype: auto
     grep -qw "$flag" /proc/cpuinfo 2>/dev/null && features+=("$flag")
   done
   # threads: each stage's torch threads (OMP_NUM_THREADS, else every CPU); beside: what shared the

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             with timed(log, f"{len(adapters)} members ({len(born)} born) x {len(pool)} held-out tasks"):
                 _, table = score_members(params, model, tokenizer, pool, list(adapters), roles, sandbox)
             rates = {}
-            if params.heldout.samples:
+            if params.heldout.samples and (args.gen + 1) % params.heldout.sample_every == 0:
                 with timed(log, f"{len(members)} members x {len(pool)} tasks x {params.heldout.samples} answers"):
                     rates = pass_rates(params, model, tokenizer, pool, members, sandbox, samples=params.heldout.samples,
                                        seed=args.gen)

@@ -1,5 +1,5 @@
 """The distribution name: `populora` on PyPI is another project's (same import name), so this one is
-populora-pipeline, and the README says so where it tells how to run."""
+populora-pipeline, and the README says so (under "Further reading", out of the newcomer's quick start)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ def test_the_distribution_is_populora_pipeline_and_the_import_package_stays_popu
 
 def test_the_readme_warns_that_pip_install_populora_is_another_project():
     readme = (REPO / "README.md").read_text()
-    start = readme.index("## Quick start")
-    quick_start = readme[start:readme.index("\n## ", start + 1)]
-    assert "`pip install populora` installs an unrelated" in quick_start
-    assert "`populora-pipeline`" in quick_start and "PYTHONPATH" in quick_start
+    reading = readme[readme.index("## Further reading"):]
+    assert "`pip install populora` installs an unrelated" in reading
+    assert "`populora-pipeline`" in reading and "PYTHONPATH" in reading

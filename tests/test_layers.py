@@ -1,4 +1,4 @@
-"""The library's layers (README "Layout"): what each folder of populora/ may import, and that no
+"""The library's layers (docs/layout.md, CONTRIBUTING.md): what each folder of populora/ may import, and that no
 stage builds a model name or imports another stage."""
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def test_redrawn_inputs_are_rarely_the_models_favourite_literals():
 def test_families_are_seeded_and_each_task_draws_its_own_constants():
     a, b = family_candidates(4, 0), family_candidates(4, 0)
     assert a == b and len(a) == 4 * 2 * len(FAMILIES)
-    affine = [t["program"] for t in a if t["task_id"].startswith("affine-code_o")]
+    affine = [t["program"] for t in a if t["task_id"].startswith("increment-code_o")]
     assert len(set(affine)) > 1
 
 
@@ -95,3 +95,25 @@ def test_doctests():
     for module in (candidates, ruler):
         result = doctest.testmod(module)
         assert result.failed == 0
+
+
+def test_calibration_stops_a_type_once_it_is_full_and_resumes_from_what_it_measured():
+    from populora.heldout.ruler import calibrate, calibration_order
+
+    tasks = [{"task_id": f"{tt}-{i}", "type": tt, "program": f"p{i}", "source": f"family:f{i % 3}"}
+             for tt in ("code_o", "code_i") for i in range(20)]
+    order = calibration_order(tasks, seed=0)
+    assert sorted(t["task_id"] for t in order) == sorted(t["task_id"] for t in tasks)
+    assert {order[0]["type"], order[1]["type"]} == {"code_o", "code_i"}  # types alternate from the start
+    measured = []
+
+    def measure(batch):
+        measured.extend(t["task_id"] for t in batch)
+        return {t["task_id"]: 3 for t in batch}
+
+    def enough(done):  # code_o is full after 4 tasks
+        return {"code_o"} if sum(tid.startswith("code_o") for tid in done) >= 4 else set()
+
+    done = calibrate(order, {"code_i-0": 1}, measure, chunk=4, enough=enough)
+    assert "code_i-0" not in measured  # resumed: not measured again
+    assert sum(tid.startswith("code_o") for tid in done) == 4 and sum(tid.startswith("code_i") for tid in done) == 20

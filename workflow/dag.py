@@ -294,7 +294,7 @@ STAGES: tuple[Stage, ...] = (
         "heldout", "stages.heldout", "gen",
         inputs={"base_model": BASE_MODEL, "pool": HELDOUT_POOL, "heldout_base": HELDOUT_BASE, "state": f"{GEN_DIR}/checkpoint"},
         outputs={"scores": f"{GEN_DIR}/heldout.json"},
-        params=("heldout.roles", "heldout.samples", "solve", "verify", "model.dtype", "model.device", "sampler", "lora.rank",
+        params=("heldout.roles", "heldout.samples", "heldout.sample_every", "solve", "verify", "model.dtype", "model.device", "sampler", "lora.rank",
                 "update.max_seq_len", "tracking"), gpu=1, side=LIVE,
     ),
 )

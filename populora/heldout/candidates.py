@@ -2,9 +2,9 @@
 
 Two sources, both pure and seeded (the sandbox computes every gold output later, `populora.heldout.ruler`):
 
-* **Template families** (`FAMILIES`): short programs of the kinds the base model proposes (arithmetic,
-  list and string functions, a loop, a branch), each with its own constants drawn per task, so no two
-  tasks share a program text, and typed random arguments (`draw_like` generators). The same program
+* **Template families** (`FAMILIES`): short list, number and string programs of the kinds the base model
+  proposes and can sometimes run in its head, some with constants drawn per task, and typed random
+  arguments from ranges wide enough that no constant answer passes. The same program
   makes a `code_o` task (predict the output) or a `code_i` task (give an input that produces it).
 * **The base model's own programs** (`redraw_inputs`): the programs of a pool it proposed (the second
   study's, `study/learning/heldout_pool.jsonl`), each argument redrawn with the *type and shape* of the
@@ -14,7 +14,7 @@ Two sources, both pure and seeded (the sandbox computes every gold output later,
   is one value among a hundred.
 
     >>> rng = random.Random(0)
-    >>> task = family_task("scaled_sum", rng, "code_o", 0)
+    >>> task = family_task("maximum", rng, "code_o", 0)
     >>> task["type"], task["program"].startswith("def f(xs):")
     ('code_o', True)
     >>> redraw_arguments("10, 'hello'", random.Random(1)) != "10, 'hello'"
@@ -52,46 +52,32 @@ def _fixed(text: str) -> Callable[[random.Random], str]:
     return lambda rng: text
 
 
+def _distinct(rng: random.Random, low: int = 3, high: int = 5) -> list[int]:
+    return rng.sample(range(10, 100), rng.randint(low, high))
+
+
+# Short programs the 135M base model gets right at temperature 1 some of the time (a first attempt with
+# harder ones, affine maps, loops over sums, dict lookups, found 1 of 32 tasks in the 5-60% window:
+# study/pool-v2/README.md). Values are drawn from ranges wide enough that no single answer passes more
+# than a few percent of a family's tasks (two-digit numbers, random words).
 FAMILIES: dict[str, Family] = {
-    "affine": Family(lambda r: f"def f(x):\n    return x * {r.randint(2, 9)} + {r.randint(1, 30)}",
-                     lambda r: str(r.randint(2, 60))),
-    "modulo": Family(lambda r: f"def f(x):\n    return (x + {r.randint(1, 9)}) % {r.randint(3, 11)}",
-                     lambda r: str(r.randint(10, 99))),
-    "floor_div": Family(lambda r: f"def f(x):\n    return x // {r.randint(2, 7)} - {r.randint(0, 5)}",
-                        lambda r: str(r.randint(10, 99))),
-    "difference": Family(_fixed("def f(a, b):\n    return abs(a - b) * 2"),
-                         lambda r: f"{r.randint(0, 60)}, {r.randint(0, 60)}"),
-    "scaled_sum": Family(lambda r: f"def f(xs):\n    return sum(xs) * {r.randint(2, 5)}",
-                         lambda r: repr(_ints(r, 2, 5, 12))),
-    "count_above": Family(lambda r: f"def f(xs):\n    return len([x for x in xs if x > {r.randint(3, 12)}])",
-                          lambda r: repr(_ints(r, 4, 8))),
-    "even_sum": Family(_fixed("def f(xs):\n    total = 0\n    for x in xs:\n        if x % 2 == 0:\n            total += x\n"
-                              "    return total"), lambda r: repr(_ints(r, 3, 7))),
-    "max_minus_min": Family(_fixed("def f(xs):\n    return max(xs) - min(xs)"), lambda r: repr(_ints(r, 3, 6, 50))),
-    "add_each": Family(lambda r: f"def f(xs):\n    return [x + {r.randint(1, 9)} for x in xs]",
-                       lambda r: repr(_ints(r, 2, 4, 30))),
-    "keep_odd": Family(_fixed("def f(xs):\n    return [x for x in xs if x % 2 == 1]"), lambda r: repr(_ints(r, 3, 6, 30))),
-    "index": Family(lambda r: f"def f(xs):\n    return xs[{r.randint(1, 2)}] * {r.randint(2, 4)}",
-                    lambda r: repr(_ints(r, 3, 5, 30))),
-    "triangle": Family(_fixed("def f(n):\n    total = 0\n    for i in range(n):\n        total += i\n    return total"),
-                       lambda r: str(r.randint(3, 15))),
-    "collatz": Family(_fixed("def f(x):\n    if x % 2 == 0:\n        return x // 2\n    return 3 * x + 1"),
-                      lambda r: str(r.randint(3, 99))),
-    "upper_tail": Family(lambda r: f"def f(s):\n    return s[{r.randint(1, 2)}:].upper()", lambda r: repr(_word(r, 4, 7))),
-    "reverse_join": Family(lambda r: f"def f(s):\n    return s[::-1] + '{r.choice(WORD_LETTERS)}'", lambda r: repr(_word(r, 3, 6))),
+    "maximum": Family(_fixed("def f(xs):\n    return max(xs)"), lambda r: repr(_distinct(r))),
+    "minimum": Family(_fixed("def f(xs):\n    return min(xs)"), lambda r: repr(_distinct(r))),
+    "first": Family(_fixed("def f(xs):\n    return xs[0]"), lambda r: repr(_distinct(r))),
+    "last": Family(_fixed("def f(xs):\n    return xs[-1]"), lambda r: repr(_distinct(r))),
+    "second": Family(_fixed("def f(xs):\n    return xs[1]"), lambda r: repr(_distinct(r))),
+    "first_two": Family(_fixed("def f(xs):\n    return xs[:2]"), lambda r: repr(_distinct(r, 3, 4))),
+    "sorted": Family(_fixed("def f(xs):\n    return sorted(xs)"), lambda r: repr(_distinct(r, 3, 4))),
+    "add": Family(_fixed("def f(a, b):\n    return a + b"), lambda r: f"{r.randint(10, 49)}, {r.randint(10, 49)}"),
+    "double": Family(_fixed("def f(x):\n    return x * 2"), lambda r: str(r.randint(11, 99))),
+    "increment": Family(lambda r: f"def f(x):\n    return x + {r.randint(1, 3)}", lambda r: str(r.randint(10, 99))),
+    "negate": Family(_fixed("def f(x):\n    return -x"), lambda r: str(r.randint(10, 99))),
+    "upper": Family(_fixed("def f(s):\n    return s.upper()"), lambda r: repr(_word(r, 4, 7))),
+    "reverse": Family(_fixed("def f(s):\n    return s[::-1]"), lambda r: repr(_word(r, 3, 6))),
+    "twice": Family(_fixed("def f(s):\n    return s + s"), lambda r: repr(_word(r, 3, 5))),
+    "join": Family(_fixed("def f(a, b):\n    return a + b"), lambda r: f"{_word(r, 2, 4)!r}, {_word(r, 2, 4)!r}"),
     "count_letter": Family(lambda r: f"def f(s):\n    return s.count('{r.choice('aeiou')}') + len(s)",
                            lambda r: repr(_word(r, 4, 9))),
-    "first_last": Family(_fixed("def f(s):\n    return s[0] + s[-1]"), lambda r: repr(_word(r, 3, 8))),
-    "repeat": Family(lambda r: f"def f(s, n):\n    return s * n + '{r.choice(WORD_LETTERS)}'",
-                     lambda r: f"{_word(r, 2, 3)!r}, {r.randint(2, 3)}"),
-    "sorted_word": Family(_fixed("def f(s):\n    return ''.join(sorted(s))"), lambda r: repr(_word(r, 4, 6))),
-    "length_sum": Family(_fixed("def f(words):\n    return sum(len(w) for w in words)"),
-                         lambda r: repr([_word(r, 2, 6) for _ in range(r.randint(2, 4))])),
-    "dict_get": Family(lambda r: f"def f(d, k):\n    return d.get(k, {r.randint(0, 9)}) * 2",
-                       lambda r: (lambda keys: f"{dict((k, r.randint(1, 40)) for k in keys)!r}, {r.choice(keys + [_word(r, 1, 2)])!r}")(
-                           [_word(r, 1, 3) for _ in range(r.randint(2, 3))])),
-    "max_pair": Family(_fixed("def f(a, b):\n    if a > b:\n        return a - b\n    return a + b"),
-                       lambda r: f"{r.randint(0, 50)}, {r.randint(0, 50)}"),
 }
 
 

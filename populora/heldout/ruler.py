@@ -113,8 +113,10 @@ def best_constant(pool: list[dict], config, sandbox) -> dict[str, dict]:
             per_task[t["task_id"]] = [", ".join([v] * n) if n > 1 and len(split_arguments(v) or [0]) == 1 else v
                                       for v in tried]
         passed = constant_verdicts(tasks, per_task, config, sandbox)
-        counts = Counter(tried[per_task[tid].index(a)] for tid, answers in passed.items() for a in set(answers))
-        answer, correct = counts.most_common(1)[0] if counts else (tried[0], 0)
+        counts = Counter(tried[per_task[tid].index(a)] for tid, answers in passed.items() for a in dict.fromkeys(answers))
+        # ties go to the answer tried first: the result may not depend on hashing order
+        answer = min(tried, key=lambda v: (-counts[v], tried.index(v)))
+        correct = counts[answer]
         copy = {t["task_id"]: [t["inputs"][0] if task_type == "code_o" else t["outputs"][0]] for t in tasks}
         copied = sum(bool(v) for v in constant_verdicts(tasks, copy, config, sandbox).values())
         out[task_type] = {"answer": answer, "correct": correct, "n": len(tasks), "accuracy": correct / len(tasks),
@@ -157,9 +159,41 @@ def select(calibrated: list[dict], *, samples: int, low: float, high: float, per
     return out
 
 
+def calibration_order(tasks: list[dict], seed: int) -> list[dict]:
+    """Tasks in the order they are calibrated: seeded, sources taken in turn within each type and the types
+    alternated, so that however early calibration stops, what it measured is spread over every family."""
+    rng = random.Random(seed)
+    queues: dict[tuple[str, str], list[dict]] = {}
+    for task in tasks:
+        queues.setdefault((task["type"], source_group(task)), []).append(task)
+    for queue in queues.values():
+        rng.shuffle(queue)
+    order, keys = [], sorted(queues, key=lambda key: (key[1], key[0]))  # (source, type): the types alternate
+    while any(queues.values()):
+        for key in keys:
+            if queues[key]:
+                order.append(queues[key].pop())
+    return order
+
+
+def calibrate(tasks: list[dict], done: dict[str, int], measure, *, chunk: int, enough) -> dict[str, int]:
+    """`done` (task_id -> base correct) extended chunk by chunk (`measure(chunk_tasks)` -> {task_id: correct})
+    over `tasks` in order, skipping what `done` holds and types `enough(done)` says are full. Returns `done`."""
+    pending = [t for t in tasks if t["task_id"] not in done]
+    while pending:
+        full = enough(done)
+        pending = [t for t in pending if t["type"] not in full]
+        if not pending:
+            break
+        batch, pending = pending[:chunk], pending[chunk:]
+        done.update(measure(batch))
+    return done
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--overlay", nargs="*", default=[], help="params overlays applied in order (the study's answer budget)")
     parser.add_argument("--base-model", default="results/base_model")
     parser.add_argument("--source", default="study/learning/heldout_pool.jsonl", help="a pool the base model proposed")
     parser.add_argument("--out", required=True)
@@ -170,16 +204,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--high", type=float, default=0.60)
     parser.add_argument("--per-type", type=int, default=128)
     parser.add_argument("--per-family", type=int, default=12, help="at most this many tasks of one family per type")
+    parser.add_argument("--chunk", type=int, default=32, help="tasks calibrated between two checkpoints of calibration.jsonl")
+    parser.add_argument("--max-calibrated", type=int, default=None, help="stop after this many tasks (the cost bound)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from populora.config import load_params
+    import yaml
+
+    from populora.config import merge, parse_params
     from populora.heldout.scoring import pass_rates, score_members
     from populora.lm.dtype import runtime_record
     from populora.lm.engines import load_sampler
     from populora.verifier import sandbox_for
 
-    params = load_params(args.params)
+    raw = yaml.safe_load(Path(args.params).read_text())
+    for overlay in args.overlay:
+        raw = merge(raw, yaml.safe_load(Path(overlay).read_text()))
+    params = parse_params(raw, args.params)
     out = Path(args.out)
     counts: dict[str, Counter] = {}
     source = read_jsonl(args.source)
@@ -197,11 +238,35 @@ def main(argv: list[str] | None = None) -> int:
         tasks = [t for t in tasks if not passed[t["task_id"]]]
         counts["no_constant_passes"] = Counter(t["type"] for t in tasks)
         seeds = verified_seeds(params, sandbox)
-        tasks = attach_examples(tasks, seeds, params.solve.worked_examples, args.seed)
+        tasks = calibration_order(attach_examples(tasks, seeds, params.solve.worked_examples, args.seed), args.seed)
+        if args.max_calibrated is not None:
+            tasks = tasks[: args.max_calibrated]
+        by_id = {t["task_id"]: t for t in tasks}
+        checkpoint = out / "calibration.jsonl"
+        # a killed calibration resumes: what it measured is kept, task by task
+        done = {row["task_id"]: row["base_correct"] for row in (read_jsonl(checkpoint) if checkpoint.is_file() else [])
+                if row["task_id"] in by_id and row.get("samples") == args.samples}
         tokenizer, model = load_sampler(args.base_model, {}, params)
-        rates = pass_rates(params, model, tokenizer, tasks, [None], sandbox, samples=args.samples, seed=args.seed)["base"]
-        calibrated = [{**t, "base_correct": round(rates[t["task_id"]] * args.samples)} for t in tasks]
-        write_jsonl(out / "calibration.jsonl", calibrated)
+
+        def measure(batch: list[dict]) -> dict[str, int]:
+            rates = pass_rates(params, model, tokenizer, batch, [None], sandbox, samples=args.samples, seed=args.seed)["base"]
+            new = {tid: round(rate * args.samples) for tid, rate in rates.items()}
+            rows = [{**by_id[tid], "base_correct": done_count, "samples": args.samples}
+                    for tid, done_count in {**done, **new}.items()]
+            write_jsonl(checkpoint, rows)
+            log.info("calibrated %d tasks; in the window: %s", len(rows), dict(Counter(
+                r["type"] for r in rows if args.low <= r["base_correct"] / args.samples <= args.high)))
+            return new
+
+        def enough(measured: dict[str, int]) -> set[str]:
+            rows = [{**by_id[tid], "base_correct": c} for tid, c in measured.items()]
+            chosen = Counter(t["type"] for t in select(rows, samples=args.samples, low=args.low, high=args.high,
+                                                       per_type=args.per_type, per_family=args.per_family, seed=args.seed))
+            return {tt for tt in ("code_o", "code_i") if chosen[tt] >= args.per_type}
+
+        done = calibrate(tasks, done, measure, chunk=args.chunk, enough=enough)
+        calibrated = [{**by_id[tid], "base_correct": c, "samples": args.samples} for tid, c in done.items()]
+        counts["calibrated"] = Counter(t["type"] for t in calibrated)
         pool = select(calibrated, samples=args.samples, low=args.low, high=args.high, per_type=args.per_type,
                       per_family=args.per_family, seed=args.seed)
         pool = [{**t, "task_id": f"heldout-{t['type']}-{i:03d}", "source_task": t["task_id"]}
@@ -219,11 +284,26 @@ def main(argv: list[str] | None = None) -> int:
         "best_constant": constant, "base_greedy": base_metrics,
         "base_calibration_pass_rate": {tt: sum(t["base_correct"] for t in pool if t["type"] == tt)
                                        / max(1, args.samples * sum(t["type"] == tt for t in pool)) for tt in ("code_o", "code_i")},
+        "calibration_by_source": calibration_table(calibrated, args.samples, args.low, args.high),
         "sources": dict(sorted(Counter(f"{t['type']} {source_group(t)}" for t in pool).items())),
+        "answer_budget": {"max_new_tokens": params.solve.max_new_tokens, "mode": params.solve.mode,
+                          "worked_examples": params.solve.worked_examples},
         "settings": {k: v for k, v in vars(args).items() if k not in ("params",)},
         "runtime": runtime_record(params.model.dtype, params.model.device)})
     log.info("pool v2: %s; best constant %s", dict(counts["pool"]), constant)
     return 0
+
+
+def calibration_table(calibrated: list[dict], samples: int, low: float, high: float) -> dict[str, dict]:
+    """Per type and source: tasks calibrated, how many the base never solved, solved in the window, above it."""
+    table: dict[str, dict] = {}
+    for t in calibrated:
+        row = table.setdefault(f"{t['type']} {source_group(t)}", {"calibrated": 0, "never": 0, "window": 0, "above": 0})
+        rate = t["base_correct"] / samples
+        key = "never" if rate == 0 else "below" if rate < low else "window" if rate <= high else "above"
+        row["calibrated"] += 1
+        row[key] = row.get(key, 0) + 1
+    return dict(sorted(table.items()))
 
 
 if __name__ == "__main__":

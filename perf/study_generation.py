@@ -1,0 +1,122 @@
+"""One learning-study generation of 1T-1S, old code against new, side by side on this machine.
+
+Each side is a detached `git worktree` of its commit with the learning study's overlay (1 teacher, 1
+student, one generation, the study's held-out pool) and the converted base model linked in. The untimed
+part (init, the held-out pool and the base model's verdicts on it) runs first; then Snakemake runs
+generation 0 from pairing to held-out scoring (pair, propose, verify, solve, grade, reward, update,
+update_gather, evolve, checkpoint, heldout), timed as a whole and per job (Snakemake's benchmark files).
+Sides alternate when `--repeats` > 1; the medians and the ratio old / new are written to `--json`.
+
+    .venv/bin/python perf/study_generation.py --old 2d7b8bd --new HEAD --work /tmp/studygen \
+        --base-model /work/cache/base_model --json perf/measured/study_generation.json
+
+Run it on an idle machine (stop other runs with SIGSTOP): both sides use both cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from populora.config import merge  # noqa: E402
+from populora.core.io import write_json  # noqa: E402
+
+TARGET = "results/population/gen000/heldout.json"
+SETUP = ("results/population/init/state.json", "results/heldout/base.json")
+ONE_PAIR = {"dag": {"arms": ["population"], "generations": 1}, "population": {"teachers": 1, "students": 1}}
+
+
+def prepare(side: Path, commit: str, base_model: Path, overlays: list[dict]) -> None:
+    """A worktree of `commit` at `side` with the overlays applied and the base model in place."""
+    if side.exists():
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(side)], check=False)
+        shutil.rmtree(side, ignore_errors=True)
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(side), commit], check=True,
+                   capture_output=True)
+    (side / ".venv").symlink_to(REPO / ".venv" if (REPO / ".venv").exists() else Path(sys.prefix))
+    raw = yaml.safe_load((side / "params.yaml").read_text())
+    for overlay in overlays:
+        raw = merge(raw, overlay)
+    (side / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    (side / "results").mkdir(exist_ok=True)
+    shutil.copytree(base_model, side / "results" / "base_model")
+
+
+def snakemake(side: Path, *targets: str) -> float:
+    env = {**os.environ, "PYTHONPATH": str(side), "PATH": f"{side / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    start = time.perf_counter()
+    # mtime only: the base model folder came in by copy and must not be converted again
+    result = subprocess.run([str(side / ".venv" / "bin" / "snakemake"), *targets, "--cores", "2", "--resources",
+                             "gpu=1", "--rerun-triggers", "mtime"], cwd=side, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"{side}: snakemake {' '.join(targets)} failed:\n{result.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def job_times(side: Path) -> dict[str, float]:
+    """Seconds per job of generation 0 from Snakemake's benchmark files (results/timings/<stage>/<key>.tsv)."""
+    out = {}
+    for tsv in sorted((side / "results" / "timings").glob("*/population-000*.tsv")):  # <stage>/<arm>-<gen>[-<part>]
+        lines = tsv.read_text().splitlines()
+        if len(lines) >= 2:
+            out[f"{tsv.parent.name}/{tsv.stem}"] = float(lines[1].split("\t")[0])
+    return out
+
+
+def one_side(work: Path, name: str, commit: str, args, overlays: list[dict]) -> dict:
+    side = work / name
+    prepare(side, commit, Path(args.base_model), overlays)
+    snakemake(side, *SETUP)  # untimed: init, the pool and the base's verdicts
+    wall = snakemake(side, TARGET)
+    return {"commit": subprocess.run(["git", "-C", str(side), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                     text=True).stdout.strip(), "wall_s": round(wall, 1), "jobs": job_times(side)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old", required=True)
+    parser.add_argument("--new", default="HEAD")
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--base-model", required=True, help="a converted base model folder (results/base_model)")
+    parser.add_argument("--overlay", default="params/learning-study.yaml")
+    parser.add_argument("--new-dtype", default=None, help="model.dtype on the new side (default: the overlay's)")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    study = yaml.safe_load((REPO / args.overlay).read_text())
+    sides: dict[str, list[dict]] = {"old": [], "new": []}
+    for repeat in range(args.repeats):
+        for name in (("old", "new") if repeat % 2 == 0 else ("new", "old")):
+            overlays = [study, ONE_PAIR]
+            if name == "new" and args.new_dtype:
+                overlays.append({"model": {"dtype": args.new_dtype}})
+            sides[name].append(one_side(work, name, args.old if name == "old" else args.new, args, overlays))
+            print(name, sides[name][-1]["wall_s"], "s", flush=True)
+    old = statistics.median(r["wall_s"] for r in sides["old"])
+    new = statistics.median(r["wall_s"] for r in sides["new"])
+    result = {"old_wall_s": old, "new_wall_s": new, "study_generation_speedup": round(old / new, 3),
+              "sides": sides, "overlay": args.overlay, "new_dtype": args.new_dtype, "repeats": args.repeats,
+              "machine": platform.processor() or platform.machine(),
+              "command": "python perf/study_generation.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+    print(json.dumps({k: result[k] for k in ("old_wall_s", "new_wall_s", "study_generation_speedup")}))
+    if args.json:
+        write_json(args.json, result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
