@@ -21,7 +21,16 @@ sys.path.insert(0, workflow.basedir)
 from populora.config import ParamsError, load_params
 from populora.core.paths import shipped_path
 from workflow.adopt import after_snakemake
-from workflow.dag import REPORT_CAPTIONS, SCOPES, STAGES, collected_paths, final_targets, gen_label, resolve_input, scope_items
+from workflow.dag import (
+    REPORT_CAPTIONS,
+    SCOPES,
+    STAGES,
+    collected_paths,
+    final_targets,
+    gen_label,
+    resolve_input,
+    scope_items,
+)
 from workflow.time_model import runtime_minutes
 
 try:
@@ -33,7 +42,9 @@ GENERATIONS = PARAMS.dag.generations
 LAST = gen_label(GENERATIONS - 1)
 ITEMS = {scope: scope_items(scope, PARAMS) for scope in SCOPES}
 
+
 report: f"{REPORT_CAPTIONS}/workflow.rst"  # the HTML report's front page; each stage's caption beside it
+
 
 wildcard_constraints:
     arm="|".join(PARAMS.dag.arms),
@@ -50,8 +61,10 @@ def _inputs(stage):
     def resolve(wildcards):
         item = _item(stage, wildcards)
         # a folder input (`collects`) waits for every job writing under it; the command gets the folder
-        inputs = {k: collected_paths(stage, k, PARAMS, item) if k in stage.collects else resolve_input(stage, k, item, PARAMS)
-                  for k in stage.inputs}
+        inputs = {
+            k: collected_paths(stage, k, PARAMS, item) if k in stage.collects else resolve_input(stage, k, item, PARAMS)
+            for k in stage.inputs
+        }
         # a file a param names (the pool a study made before): its own copy or the checkout's, as the stage reads it
         files = {f"param_file_{i}": str(shipped_path(path)) for i, path in enumerate(stage.param_files(PARAMS))}
         return {**inputs, **files}
@@ -66,8 +79,13 @@ def _outputs(stage):
         outs[key] = directory(path) if key in stage.directories else path
         if key in stage.shown:  # in `snakemake --report`'s HTML
             shown = stage.shown[key]
-            outs[key] = report(outs[key], caption=stage.caption(), category=shown.category,
-                               subcategory=shown.subcategory, patterns=list(shown.patterns))
+            outs[key] = report(
+                outs[key],
+                caption=stage.caption(),
+                category=shown.category,
+                subcategory=shown.subcategory,
+                patterns=list(shown.patterns),
+            )
     return outs
 
 
@@ -101,11 +119,14 @@ def _command(stage):
     # stage; a params function bound to this stage renders the whole command instead.
     def render(wildcards, input, output):
         item = _item(stage, wildcards)
-        paths = {**{k: stage.inputs[k].format(**item) if k in stage.collects else getattr(input, k) for k in stage.inputs},
-                 **{k: getattr(output, k) for k in stage.outputs},
-                 **{k: template.format(**item) for k, template in stage.side.items()}}  # live files, not declared
-        return stage.command(paths, {w: wildcards[w] for w in stage.wildcards},
-                             log=stage.log_template().format(**wildcards))
+        paths = {
+            **{k: stage.inputs[k].format(**item) if k in stage.collects else getattr(input, k) for k in stage.inputs},
+            **{k: getattr(output, k) for k in stage.outputs},
+            **{k: template.format(**item) for k, template in stage.side.items()},
+        }  # live files, not declared
+        return stage.command(
+            paths, {w: wildcards[w] for w in stage.wildcards}, log=stage.log_template().format(**wildcards)
+        )
 
     return render
 
@@ -119,21 +140,21 @@ for stage in STAGES:
             unpack(_inputs(stage)),
         output:
             **_outputs(stage),
-        params:
-            cfg=_params_of(stage),
-            command=_command(stage),
         log:
             stage.log_template(),
         benchmark:
             stage.benchmark_template()  # one TSV row per job; the report stage tabulates them
-        localrule: stage.local  # seconds-long CPU stages run on the submitting node, not as cluster jobs
         priority: stage.priority  # the training chain before the benchmarks (workflow/dag.py Stage.priority)
+        localrule: stage.local  # seconds-long CPU stages run on the submitting node, not as cluster jobs
         # a few cores per GPU job, not all; the sandbox stages one per worker (verify.workers).
         # Snakemake caps them at --cores (on a cluster: at the job's cpus-per-task, nothing local)
         threads: stage.thread_count(PARAMS)
         resources:
-            gpu=stage.gpus(PARAMS),
             **_runtime(stage),
+            gpu=stage.gpus(PARAMS),
+        params:
+            cfg=_params_of(stage),
+            command=_command(stage),
         shell:
             "{params.command}"
 

@@ -28,17 +28,17 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from accelerate import Accelerator  # noqa: E402
-from peft import get_peft_model_state_dict, set_peft_model_state_dict  # noqa: E402
+from accelerate import Accelerator
+from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
-from populora.config import UpdateSection  # noqa: E402
-from populora.core.io import write_json  # noqa: E402
-from populora.lm.adapters import create_adapters, read_state_dict  # noqa: E402
-from populora.lm.model import attach_adapters, load_base, lora_config  # noqa: E402
-from populora.lm.sampling import GenRow, run_plans  # noqa: E402
-from populora.population import operators as ops  # noqa: E402
-from populora.selfplay import prompts  # noqa: E402
-from populora.selfplay.update import AdapterUpdate, save_optimizer  # noqa: E402
+from populora.config import UpdateSection
+from populora.core.io import write_json
+from populora.lm.adapters import create_adapters, read_state_dict
+from populora.lm.model import attach_adapters, load_base, lora_config
+from populora.lm.sampling import GenRow, run_plans
+from populora.population import operators as ops
+from populora.selfplay import prompts
+from populora.selfplay.update import AdapterUpdate, save_optimizer
 
 ADAPTER = "x"  # the one trainable adapter slot every trial loads its weights into
 

@@ -51,10 +51,10 @@ from types import SimpleNamespace
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from populora.core.io import write_json  # noqa: E402
-from populora.lm.model import lora_config, pick_device  # noqa: E402
-from populora.lm.multilora import attach_multilora  # noqa: E402
-from populora.lm.sampling import sample_batch  # noqa: E402
+from populora.core.io import write_json
+from populora.lm.model import lora_config, pick_device
+from populora.lm.multilora import attach_multilora
+from populora.lm.sampling import sample_batch
 
 SHAPES = {
     # SmolLM2-135M-Instruct (the embedded default model)

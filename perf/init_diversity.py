@@ -19,14 +19,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from populora.config import load_params  # noqa: E402
-from populora.core.io import read_jsonl, write_json  # noqa: E402
-from populora.heldout.scoring import score_members  # noqa: E402
-from populora.lm.adapters import create_adapters, read_state_dict  # noqa: E402
-from populora.lm.engines import load_sampler  # noqa: E402
-from populora.lm.model import load_base, lora_config  # noqa: E402
-from populora.population.diversity import verdict_agreement, weight_distance  # noqa: E402
-from populora.verifier import sandbox_for  # noqa: E402
+from populora.config import load_params
+from populora.core.io import read_jsonl, write_json
+from populora.heldout.scoring import score_members
+from populora.lm.adapters import create_adapters, read_state_dict
+from populora.lm.engines import load_sampler
+from populora.lm.model import load_base, lora_config
+from populora.population.diversity import verdict_agreement, weight_distance
+from populora.verifier import sandbox_for
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from populora.core.io import write_json  # noqa: E402
-from populora.population.operators import CROSSOVERS, MUTATIONS, make_child  # noqa: E402
+from populora.core.io import write_json
+from populora.population.operators import CROSSOVERS, MUTATIONS, make_child
 
 # (submodule, d_in, d_out) of Qwen2.5-7B: hidden 3584, 4 KV heads x 128, intermediate 18944
 QWEN25_7B_LINEARS = [

@@ -31,14 +31,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from populora.config import load_params  # noqa: E402
-from populora.core.io import write_json  # noqa: E402
-from populora.core.seeds import derive_seed  # noqa: E402
-from populora.core.state import adapter_dirs, load_buffer, load_state  # noqa: E402
-from populora.lm.engines import load_sampler  # noqa: E402
-from populora.lm.sampling import GenRow, run_plans  # noqa: E402
-from populora.selfplay.prompts import chat_wrapper  # noqa: E402
-from populora.selfplay.roles import proposer_jobs  # noqa: E402
+from populora.config import load_params
+from populora.core.io import write_json
+from populora.core.seeds import derive_seed
+from populora.core.state import adapter_dirs, load_buffer, load_state
+from populora.lm.engines import load_sampler
+from populora.lm.sampling import GenRow, run_plans
+from populora.selfplay.prompts import chat_wrapper
+from populora.selfplay.roles import proposer_jobs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,17 +19,17 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from populora.config import TASK_TYPES, load_params  # noqa: E402
-from populora.core.io import write_json  # noqa: E402
-from populora.lm.model import load_base  # noqa: E402
-from populora.lm.sampling import GenRow, run_plans  # noqa: E402
-from populora.selfplay.prompts import chat_wrapper  # noqa: E402
+from populora.config import TASK_TYPES, load_params
+from populora.core.io import write_json
+from populora.lm.model import load_base
+from populora.lm.sampling import GenRow, run_plans
+from populora.selfplay.prompts import chat_wrapper
 from populora.selfplay.roles import (
-    proposal_rows,  # noqa: E402
-    proposer_jobs,  # noqa: E402
+    proposal_rows,
+    proposer_jobs,
 )
-from populora.selfplay.tasks import buffer_entry, is_valid_task, seed_proposals  # noqa: E402
-from populora.verifier import verify_rows  # noqa: E402
+from populora.selfplay.tasks import buffer_entry, is_valid_task, seed_proposals
+from populora.verifier import verify_rows
 
 
 def main() -> int:

@@ -27,9 +27,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from generation import SHAPES  # noqa: E402  (perf/generation.py: the model shapes)
+from generation import SHAPES  # perf/generation.py: the model shapes
 
-from populora.lm.model import lora_config  # noqa: E402
+from populora.lm.model import lora_config
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

@@ -29,9 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from populora.config import VerifySection  # noqa: E402
-from populora.sandbox import Sandbox  # noqa: E402
-from populora.verifier import limits_of, verify_rows  # noqa: E402
+from populora.config import VerifySection
+from populora.sandbox import Sandbox
+from populora.verifier import limits_of, verify_rows
 
 CONFIG = VerifySection()  # params.yaml's verify defaults (the limits do not bind on this workload)
 

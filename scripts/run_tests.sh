@@ -30,7 +30,18 @@ if [ "$lane" = 1 ]; then
   # lane has ended: nothing to kill) makes the shell exit 1 from the trap, after every test has passed.
   trap 'kill -- -"$lane_pid" 2>/dev/null || true' EXIT
 fi
-.venv/bin/ruff check .          # the lint rules of pyproject.toml ([tool.ruff.lint])
+.venv/bin/ruff check .          # the lint rules of pyproject.toml ([tool.ruff.lint]), unused noqa included (RUF100)
+.venv/bin/snakefmt --check Snakefile   # [tool.snakefmt] of pyproject.toml
+# snakemake --lint: clean but for one finding, justified: "Specify a conda environment or container for each
+# rule". Every rule runs in the one environment scripts/setup_env.sh builds (torch, PEFT, lm-eval pinned in
+# requirements.lock); a conda env per rule would install torch once per rule and could drift from the lock.
+lint_status=0
+lint=$(.venv/bin/snakemake --lint 2>&1) || lint_status=$?
+findings=$(grep -E '^ +\* ' <<<"$lint" | grep -v 'Specify a conda environment or container for each rule' || true)
+# a finding of another kind, or a failure that is no lint at all (the Snakefile does not load)
+if [ -n "$findings" ] || { [ "$lint_status" != 0 ] && ! grep -q "Lints for rule" <<<"$lint"; }; then
+  echo "snakemake --lint:" >&2; echo "$lint" >&2; exit 1
+fi
 workers=${POPULORA_TEST_WORKERS:-2}
 .venv/bin/python -m pytest -m "" -n "$workers" --dist loadfile --no-loadscope-reorder "$@"
 if [ "$lane" = 1 ]; then

@@ -102,7 +102,8 @@ def test_dvc_experiments_start_from_the_snakemake_run_and_snakemake_adopts_them(
     # an experiment reruns only the stages its change reaches, the rest are the Snakemake run's
     exp = _run(root, f"{BIN}/dvc", "exp", "run", "-n", "longer", "-S", "bench.max_new_tokens=20").stdout
     ran = {line.split("'")[1].split("@")[0] for line in exp.splitlines() if line.startswith("Running stage")}
-    assert ran <= {"dag_shape", "bench_base", "bench", "bench_summary", "report"} and "bench" in ran, exp[-3000:]
+    assert ran <= {"dag_shape", "bench_base", "bench", "bench_base_together", "bench_together", "bench_summary",
+                   "report"} and "bench" in ran, exp[-3000:]
     diff = json.loads(_run(root, f"{BIN}/dvc", "metrics", "diff", "HEAD", "longer", "--all", "--json").stdout)
     assert "math.base" in diff["results/headline.json"]
     # Snakemake recorded the old bench.max_new_tokens: it would rerun what DVC just ran, until it adopts it

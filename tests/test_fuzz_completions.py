@@ -25,8 +25,8 @@ from populora.selfplay.program_metrics import program_metrics
 from tests.conftest import REPO
 
 sys.path.insert(0, str(REPO / "perf"))
-from fuzz_completions import fuzz  # noqa: E402
-from fuzz_corpus import TOKENS, generate  # noqa: E402
+from fuzz_completions import fuzz
+from fuzz_corpus import TOKENS, generate
 
 
 @pytest.mark.slow  # sandboxes and busy loops for ~30 s: CI's full lane (scripts/run_tests.sh), not the fast one

@@ -35,8 +35,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from populora.config import load_params
 from tests.conftest import REPO, copy_shipped_files
 from tests.dvc_project import GIT_ID
+from workflow.dag import dvc_only_outputs
 
 pytestmark = pytest.mark.slow
 BIN = str(Path(sys.executable).parent)
@@ -174,4 +176,9 @@ def test_dvc_repro_killed_inside_an_update_job_reruns_to_the_same_bytes(project,
     print(f"dvc: killed {spec}: {killed[-1]['point']} {Path(killed[-1]['path']).name}")
     again = _run(project, f"{BIN}/dvc", "repro")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert _differences(_artifacts(project / "results"), reference["artifacts"]) == []
+    # DVC's matrix also runs the jobs Snakemake never schedules (each writes a note: an empty together group);
+    # their folders are the only files the reference cannot have
+    notes = {Path(path).relative_to("results").as_posix() for path in dvc_only_outputs(load_params(project / "params.yaml"))}
+    assert notes, "this project has no DVC-only job: the line above no longer tests anything"
+    got = {k: v for k, v in _artifacts(project / "results").items() if not any(k == n or k.startswith(n + "/") for n in notes)}
+    assert _differences(got, reference["artifacts"]) == []

@@ -35,7 +35,7 @@ from populora.sandbox import (
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
-from hostile_cases import HOSTILE_CASES, outcome  # noqa: E402
+from hostile_cases import HOSTILE_CASES, outcome
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="the jail, uid drop and namespaces need root")

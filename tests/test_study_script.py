@@ -79,7 +79,7 @@ def test_machine_json_names_this_machine():
     machine = json.loads(out)
     assert machine["cpus"] == len(os.sched_getaffinity(0)) and machine["cpu"]
     flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").is_file() else set()
-    assert set(machine["features"].split()) == {f for f in ("avx2", "avx512f", "amx_bf16") if f in flags}
+    assert set(machine["features"].split()) == {f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags}
     assert machine["threads"] == int(os.environ.get("OMP_NUM_THREADS") or len(os.sched_getaffinity(0))) and machine["beside"] == ""
 
 

@@ -97,19 +97,26 @@ def into_dvc(made: set[str] | None = None, params: str = "params.yaml") -> int:
         return 2
     write_stamp(GUARD_STAMP)
     try:
-        return _commit_stages(made)
-    except Exception as error:  # DVC missing or busy (another dvc command holds its lock)
+        from populora.config import load_params
+        from workflow.dag import dvc_only_outputs
+
+        return _commit_stages(made, dvc_only_outputs(load_params(params)))
+    except Exception as error:  # noqa: BLE001 -- DVC missing or busy (another dvc command holds its lock)
         print(f"adopt: DVC could not adopt the run ({type(error).__name__}: {error}). Fix: run `python -m "
               f"workflow.adopt --into dvc` once no dvc command runs here", file=sys.stderr)
         return 1
 
 
-def _commit_stages(made: set[str] | None) -> int:
+def _commit_stages(made: set[str] | None, dvc_only: set[str] = frozenset()) -> int:
     from dvc.repo import Repo, lock_repo
 
-    adopted, left = [], {}
+    adopted, left, notes = [], {}, []
     with Repo(".") as repo, lock_repo(repo):
         changed = [stage for stage in repo.index.stages if stage.status()]  # the others are DVC's already
+        # DVC's matrix has jobs Snakemake never schedules (they write a note: workflow.dag.dvc_only_outputs):
+        # nothing to adopt, so DVC runs them below, seconds each
+        notes = [stage for stage in changed if stage.outs and {out.def_path for out in stage.outs} <= dvc_only]
+        changed = [stage for stage in changed if stage not in notes]
         # every verdict before any commit: what one stage's commit touches must not decide the next's
         reasons = {stage.addressing: why_not(stage, made) for stage in changed}
         for stage in changed:
@@ -120,7 +127,7 @@ def _commit_stages(made: set[str] | None) -> int:
                     # relink=False: the outputs stay the files Snakemake wrote (a copy goes to the cache), so
                     # their mtimes, which Snakemake's own rerun trigger reads, do not move
                     stage.commit(relink=False)
-                except Exception as error:  # a DVC error on one stage: named, the rest go on
+                except Exception as error:  # noqa: BLE001 -- a DVC error on one stage: named, the rest go on
                     reason = f"{type(error).__name__}: {error}"
             if reason is None:
                 adopted.append(stage)
@@ -128,11 +135,42 @@ def _commit_stages(made: set[str] | None) -> int:
                 left[stage.addressing] = reason
         if adopted:
             adopted[0].dvcfile.dump_stages(adopted, update_pipeline=False)
+    if notes:
+        left |= _run_notes([stage.addressing for stage in notes])
     print(f"adopt: DVC adopted {len(adopted)} stage(s) made by Snakemake (dvc.lock, the DVC cache)"
           + ("; `dvc status` is clean" if not left else ""))
     for name, reason in left.items():
         print(f"adopt: left {name}: {reason}", file=sys.stderr)
     return 1 if left else 0
+
+
+def _run_notes(names: list[str]) -> dict[str, str]:
+    """DVC runs the jobs Snakemake never schedules (`names`: each writes a note, seconds), then reruns the
+    stages the notes changed a dependency of (a folder holding a note: `results/bench` of bench_summary and
+    report, an update folder of update_gather) where they are CPU stages of seconds (no model); their outputs
+    are what Snakemake made from the same files. Returns the stages left changed, with the reason."""
+    from dvc.repo import Repo, lock_repo
+
+    from workflow.dag import STAGES
+
+    dvc = [sys.executable, "-m", "dvc", "repro", "--single-item"]
+    ran = subprocess.run([*dvc, *names], capture_output=True, text=True)
+    print(f"adopt: DVC ran {len(names)} job(s) Snakemake does not schedule (each writes a note): {', '.join(names)}")
+    if ran.returncode:
+        return {name: f"`dvc repro --single-item {name}` failed: {ran.stderr.strip()[-500:]}" for name in names}
+    order = [stage.name for stage in STAGES]
+    cheap = {stage.name for stage in STAGES if stage.local or not stage.gpu}
+    with Repo(".") as repo, lock_repo(repo):
+        changed = sorted((stage.addressing for stage in repo.index.stages if stage.status()),
+                         key=lambda name: order.index(name.split("@")[0]) if name.split("@")[0] in order else -1)
+    rerun = [name for name in changed if name.split("@")[0] in cheap]
+    if rerun:
+        done = subprocess.run([*dvc, *rerun], capture_output=True, text=True)
+        print(f"adopt: DVC reran {len(rerun)} stage(s) of seconds whose folder now holds a note: {', '.join(rerun)}")
+        if done.returncode:
+            return {name: f"`dvc repro --single-item` failed: {done.stderr.strip()[-500:]}" for name in rerun}
+    return {name: "a dependency holds a note DVC wrote, and it runs the model: `dvc repro` reruns it"
+            for name in changed if name not in rerun}
 
 
 def dvc_is_clean() -> dict:

@@ -444,6 +444,19 @@ def scope_items(scope: str, params, *, every: bool = False) -> dict[str, dict[st
     raise ValueError(f"unknown scope {scope!r}")
 
 
+def dvc_only_outputs(params) -> set[str]:
+    """The outputs of the instances DVC's matrix has and Snakemake never schedules (`scope_items(every=True)`
+    beyond `scope_items`): a benchmark's job when it runs in the together job, an empty together group's job,
+    an update part left without an adapter. Each writes a note in seconds; workflow/adopt.py runs them."""
+    outputs = set()
+    for stage in STAGES:
+        scheduled = scope_items(stage.scope, params)
+        for key, item in scope_items(stage.scope, params, every=True).items():
+            if key not in scheduled:
+                outputs |= {template.format(**item) for template in stage.outputs.values()}
+    return outputs
+
+
 def stage_named(name: str) -> Stage:
     return next(stage for stage in STAGES if stage.name == name)
 

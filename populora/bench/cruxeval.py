@@ -116,7 +116,7 @@ def load_rows(data_dir: Path | None) -> list[dict]:
     """Every CRUXEval row in file order, from the offline folder or the official file."""
     if data_dir is None:
         try:
-            with urllib.request.urlopen(OFFICIAL_URL, timeout=60) as response:  # noqa: S310 (fixed https URL)
+            with urllib.request.urlopen(OFFICIAL_URL, timeout=60) as response:  # fixed https URL
                 text = response.read().decode("utf-8")
         except OSError as error:
             raise BenchError(f"could not download CRUXEval from {OFFICIAL_URL}: {error}. Fix: set bench.data_dir "

@@ -93,7 +93,7 @@ def read_hub(release: str, cache_dir: str | None = None) -> list[dict]:
     try:
         table = datasets.load_dataset("json", data_files=hub_data_files(release), split="train", features=features,
                                       cache_dir=cache_dir)
-    except Exception as error:  # noqa: BLE001  (network, hub and arrow errors come in many kinds)
+    except Exception as error:  # network, hub and arrow errors come in many kinds
         raise BenchError(f"could not load LiveCodeBench {release} from the hub ({LIVECODEBENCH_HUB}): "
                          f"{type(error).__name__}: {error}. Fix: run where the hub is reachable, or put a copy at "
                          f"<bench.data_dir>/{livecodebench_file(release)}.") from error
@@ -159,7 +159,7 @@ def decode_tests(text: str, problem_id: str) -> list[dict]:
         if inflater.unconsumed_tail:
             raise pickle.UnpicklingError(f"larger than {MAX_PICKLE_BYTES} bytes decompressed")
         value = StringOnlyUnpickler(io.BytesIO(raw)).load()
-    except Exception as error:  # noqa: BLE001  (binascii, zlib and pickle errors: all mean "refused")
+    except Exception as error:  # binascii, zlib and pickle errors: all mean "refused"
         raise BenchError(f"LiveCodeBench problem {problem_id}: private_test_cases refused "
                          f"({type(error).__name__}: {error}). Fix: use the official release unchanged.") from error
     if type(value) is not str:

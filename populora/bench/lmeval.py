@@ -126,7 +126,7 @@ def evaluate(benchmark: str, *, base_model: str | Path, adapter: str | Path | No
             task_manager=manager, gen_kwargs=gen_kwargs, random_seed=0, numpy_random_seed=0, torch_random_seed=0,
             fewshot_random_seed=0,
         )
-    except Exception as error:  # noqa: BLE001  (re-raised with the context a user needs)
+    except Exception as error:  # re-raised with the context a user needs
         raise BenchError(_explain(error, benchmark, base_model, adapter, metadata["data_dir"])) from error
     if results is None:
         raise BenchError(f"lm-eval returned no results for {benchmark}")
@@ -298,7 +298,7 @@ def evaluate_members(benchmark: str, *, multilora, tokenizer, members: dict[str,
                 task_manager=manager, gen_kwargs=gen_kwargs, random_seed=0, numpy_random_seed=0,
                 torch_random_seed=0, fewshot_random_seed=0,
             )
-        except Exception as error:  # noqa: BLE001  (re-raised with the context a user needs)
+        except Exception as error:  # re-raised with the context a user needs
             raise BenchError(_explain(error, benchmark, "the stacked members' model", name,
                                       metadata["data_dir"])) from error
         if result is None:

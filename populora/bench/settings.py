@@ -62,7 +62,7 @@ class BenchSettings:
         _LOADED.clear()  # one model at a time
         try:
             loaded = self.sampler.load(base_model, adapters)
-        except Exception as error:  # noqa: BLE001  (safetensors, PEFT and transformers raise many kinds)
+        except Exception as error:  # safetensors, PEFT and transformers raise many kinds
             raise BenchError(f"model {', '.join(adapters) or 'base'} did not load (base {base_model}, adapters "
                              f"{', '.join(map(str, adapters.values())) or 'none'}): "
                              f"{type(error).__name__}: {error}. Fix: re-run the base_model / export stages; an "

@@ -87,7 +87,7 @@ def hub_unreachable() -> str | None:
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
     request = urllib.request.Request(f"{endpoint}/api/datasets/{LIVECODEBENCH_HUB}", method="HEAD")
     try:
-        with urllib.request.urlopen(request, timeout=5):  # noqa: S310 (the hub's https endpoint)
+        with urllib.request.urlopen(request, timeout=5):  # the hub's https endpoint
             return None
     except OSError as error:  # URLError, HTTPError, timeouts
         return f"{endpoint} did not answer: {error}"

@@ -262,7 +262,7 @@ def load_safetensors(path: str | Path):
     check_safetensors(path)
     try:
         return load_file(str(path))
-    except Exception as error:  # noqa: BLE001  (safetensors raises its own SafetensorError)
+    except Exception as error:  # safetensors raises its own SafetensorError
         raise ArtifactError(f"{path} is corrupted ({error}). Fix: {FIX}.") from error
 
 

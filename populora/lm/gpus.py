@@ -69,7 +69,7 @@ def claim_gpu(log: logging.Logger, *, poll_s: float = 2.0, count: int = 1) -> st
     while True:
         held: list[tuple[str, object]] = []
         for device in devices:
-            handle = open(lock_dir / f"gpu{device}.lock", "a")  # noqa: SIM115  (held open on purpose)
+            handle = open(lock_dir / f"gpu{device}.lock", "a")  # held open on purpose
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -107,7 +107,7 @@ class CarriedCache:
         from transformers import DynamicCache
 
         self.cache = DynamicCache(config=model.config)
-        if all(type(layer) is DynamicLayer for layer in self.cache.layers):  # noqa: E721 (not subclasses: sliding)
+        if all(type(layer) is DynamicLayer for layer in self.cache.layers):  # not subclasses: sliding
             self.cache.layers = [GrowingLayer() for _ in self.cache.layers]
         self.slots: list[list[int]] = [[] for _ in range(rows)]
         self.attention = torch.zeros((rows, 0), dtype=torch.long)

@@ -21,13 +21,13 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # no display on build machines and cluster nodes
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from populora.core.io import write_figure  # noqa: E402
-from populora.core.stats import wilson_interval  # noqa: E402
-from populora.report.figures import ARM_COLORS  # noqa: E402
-from populora.report.metrics import BASELINE, POPULATION  # noqa: E402
-from populora.report.panels import PANELS, TASK_TYPES, sample_size_keys  # noqa: E402
+from populora.core.io import write_figure
+from populora.core.stats import wilson_interval
+from populora.report.figures import ARM_COLORS
+from populora.report.metrics import BASELINE, POPULATION
+from populora.report.panels import PANELS, TASK_TYPES, sample_size_keys
 
 COMPLEXITY = ("ast_depth", "cyclomatic_complexity", "loc", "distinct_variables")
 COMPLEXITY_TITLES = {"ast_depth": "AST depth", "cyclomatic_complexity": "cyclomatic complexity",

@@ -13,11 +13,11 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display on build machines and cluster nodes
 
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from populora.core.io import write_figure  # noqa: E402
-from populora.core.refs import BASE, ModelRef  # noqa: E402
-from populora.report.metrics import BASELINE, POPULATION, column_value, role_members, score_columns  # noqa: E402
+from populora.core.io import write_figure
+from populora.core.refs import BASE, ModelRef
+from populora.report.metrics import BASELINE, POPULATION, column_value, role_members, score_columns
 
 ARM_COLORS = {POPULATION: "tab:blue", BASELINE: "tab:orange", BASE: "0.55"}
 

@@ -42,9 +42,10 @@ PROGRESS_KEYS = (("generation", "generation"), ("solve_rate", "solve_rate"),
                  ("heldout.students.accuracy", "heldout"), ("heldout.base.accuracy", "heldout_base"))
 
 
-# keys a DVC plot names that a run may never write (no held-out pool; teachers not scored): null, not absent,
-# since DVC fails a plot whose field is in no row ("Could not find provided field")
-ALWAYS = next(panel.fields for panel in PANELS if panel.id == "heldout")
+# keys a DVC plot names that a run may never write (no held-out pool; teachers not scored; a sub-population
+# of one member has no pairs to tell apart): null, not absent, since DVC fails a plot whose field is in no row
+# ("Could not find provided field")
+ALWAYS = tuple(field for panel in PANELS if panel.id in ("heldout", "diversity") for field in panel.fields)
 
 
 def plot_table(rows: list[dict], always: tuple[str, ...] = ALWAYS) -> list[dict]:
