@@ -33,14 +33,15 @@ def _wait_for(path: Path) -> str:
 def _fake_checkout(tmp_path: Path, *, pytest_rc: int = 0, lane_rc: int = 0, install_body: str = "exit 0",
                    suite_waits_for: Path | None = None) -> Path:
     """A copy of the two real scripts (run_tests.sh and the lane's run_vllm_tests.sh), with everything they
-    call faked: the installs, ruff, and both environments' python (which record their arguments)."""
+    call faked: the installs, the linters, and both environments' python (which record their arguments)."""
     root = tmp_path / "checkout"
     (root / "scripts").mkdir(parents=True)
     for name in ("run_tests.sh", "run_vllm_tests.sh"):
         shutil.copy(REPO / "scripts" / name, root / "scripts" / name)
     _script(root / "scripts" / "setup_env.sh", "exit 0")
     _script(root / "scripts" / "setup_vllm_env.sh", install_body)
-    _script(root / ".venv" / "bin" / "ruff", "exit 0")
+    for linter in ("ruff", "snakefmt", "snakemake"):
+        _script(root / ".venv" / "bin" / linter, "exit 0")
     wait = _wait_for(suite_waits_for) if suite_waits_for else ""
     _script(root / ".venv" / "bin" / "python",
             f'printf "%s\\n" "$@" > "{root}/pytest-args.txt"; {wait}\n'
