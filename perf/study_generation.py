@@ -34,7 +34,9 @@ from populora.config import merge  # noqa: E402
 from populora.core.io import write_json  # noqa: E402
 
 TARGET = "results/population/gen000/heldout.json"
-SETUP = ("results/population/init/state.json", "results/heldout/base.json")
+SETUP = ("results/population/init", "results/heldout/base.json")
+STUDY = object()  # stands for the side's own study overlay (--overlay, read in its worktree)
+OVERLAY = "params/learning-study.yaml"
 ONE_PAIR = {"dag": {"arms": ["population"], "generations": 1}, "population": {"teachers": 1, "students": 1}}
 
 
@@ -47,6 +49,8 @@ def prepare(side: Path, commit: str, base_model: Path, overlays: list[dict]) -> 
                    capture_output=True)
     (side / ".venv").symlink_to(REPO / ".venv" if (REPO / ".venv").exists() else Path(sys.prefix))
     raw = yaml.safe_load((side / "params.yaml").read_text())
+    # each side takes the study overlay of its own commit (an older config refuses keys it never had)
+    overlays = [yaml.safe_load((side / OVERLAY).read_text()) if o is STUDY else o for o in overlays]
     for overlay in overlays:
         raw = merge(raw, overlay)
     (side / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -97,11 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    study = yaml.safe_load((REPO / args.overlay).read_text())
+    global OVERLAY
+    OVERLAY = args.overlay
     sides: dict[str, list[dict]] = {"old": [], "new": []}
     for repeat in range(args.repeats):
         for name in (("old", "new") if repeat % 2 == 0 else ("new", "old")):
-            overlays = [study, ONE_PAIR]
+            overlays = [STUDY, ONE_PAIR]
             if name == "new" and args.new_dtype:
                 overlays.append({"model": {"dtype": args.new_dtype}})
             sides[name].append(one_side(work, name, args.old if name == "old" else args.new, args, overlays))
