@@ -114,7 +114,7 @@ def _commit_stages(made: set[str] | None, dvc_only: set[str] = frozenset()) -> i
     with Repo(".") as repo, lock_repo(repo):
         changed = [stage for stage in repo.index.stages if stage.status()]  # the others are DVC's already
         # DVC's matrix has jobs Snakemake never schedules (they write a note: workflow.dag.dvc_only_outputs):
-        # nothing to adopt, so DVC runs them below, seconds each
+        # nothing to adopt, so they run after the adoption (_run_notes), seconds each
         notes = [stage for stage in changed if stage.outs and {out.def_path for out in stage.outs} <= dvc_only]
         changed = [stage for stage in changed if stage not in notes]
         # every verdict before any commit: what one stage's commit touches must not decide the next's
@@ -135,8 +135,11 @@ def _commit_stages(made: set[str] | None, dvc_only: set[str] = frozenset()) -> i
                 left[stage.addressing] = reason
         if adopted:
             adopted[0].dvcfile.dump_stages(adopted, update_pipeline=False)
-    if notes:
-        left |= _run_notes([stage.addressing for stage in notes])
+        if notes:
+            done, failed = _run_notes(notes, list(repo.index.stages))
+            known = {stage.addressing for stage in adopted}
+            adopted += [stage for stage in done if stage.addressing not in known]
+            left |= failed
     print(f"adopt: DVC adopted {len(adopted)} stage(s) made by Snakemake (dvc.lock, the DVC cache)"
           + ("; `dvc status` is clean" if not left else ""))
     for name, reason in left.items():
@@ -144,33 +147,47 @@ def _commit_stages(made: set[str] | None, dvc_only: set[str] = frozenset()) -> i
     return 1 if left else 0
 
 
-def _run_notes(names: list[str]) -> dict[str, str]:
-    """DVC runs the jobs Snakemake never schedules (`names`: each writes a note, seconds), then reruns the
-    stages the notes changed a dependency of (a folder holding a note: `results/bench` of bench_summary and
-    report, an update folder of update_gather) where they are CPU stages of seconds (no model); their outputs
-    are what Snakemake made from the same files. Returns the stages left changed, with the reason."""
-    from dvc.repo import Repo, lock_repo
+# stages that never read a note of their folder: committed as they are, not rerun (a rerun would rewrite their
+# outputs, and Snakemake, which goes by times, would then redo every job after them)
+NOTE_BLIND = {"update_gather": "reads parts 0 .. (adapters - 1) only (stages/update_gather.py); a note part is above"}
 
+
+def _run_notes(notes: list, stages: list) -> tuple[list, dict[str, str]]:
+    """Run the jobs Snakemake never schedules (`notes`: each writes a note in a second, no model), then rerun
+    the CPU stages of seconds (local, or no GPU) among `stages` with a folder dependency now holding a note
+    (`results/bench` of bench_summary and report): the same commands DVC would run, run here directly (a
+    `dvc repro` per stage re-reads the whole project), then committed. A stage of NOTE_BLIND (update_gather)
+    is committed without a rerun. Returns the stages committed and those left, with the reason."""
     from workflow.dag import STAGES
 
-    dvc = [sys.executable, "-m", "dvc", "repro", "--single-item"]
-    ran = subprocess.run([*dvc, *names], capture_output=True, text=True)
-    print(f"adopt: DVC ran {len(names)} job(s) Snakemake does not schedule (each writes a note): {', '.join(names)}")
-    if ran.returncode:
-        return {name: f"`dvc repro --single-item {name}` failed: {ran.stderr.strip()[-500:]}" for name in names}
     order = [stage.name for stage in STAGES]
     cheap = {stage.name for stage in STAGES if stage.local or not stage.gpu}
-    with Repo(".") as repo, lock_repo(repo):
-        changed = sorted((stage.addressing for stage in repo.index.stages if stage.status()),
-                         key=lambda name: order.index(name.split("@")[0]) if name.split("@")[0] in order else -1)
-    rerun = [name for name in changed if name.split("@")[0] in cheap]
-    if rerun:
-        done = subprocess.run([*dvc, *rerun], capture_output=True, text=True)
-        print(f"adopt: DVC reran {len(rerun)} stage(s) of seconds whose folder now holds a note: {', '.join(rerun)}")
-        if done.returncode:
-            return {name: f"`dvc repro --single-item` failed: {done.stderr.strip()[-500:]}" for name in rerun}
-    return {name: "a dependency holds a note DVC wrote, and it runs the model: `dvc repro` reruns it"
-            for name in changed if name not in rerun}
+    written = {out.def_path.rstrip("/") for stage in notes for out in stage.outs}
+
+    def holds_note(stage) -> bool:
+        return any(path.startswith(dep.def_path.rstrip("/") + "/") for dep in stage.deps for path in written)
+
+    noted = {stage.addressing for stage in notes}
+    rerun = sorted((stage for stage in stages if stage.addressing not in noted and stage.addressing.split("@")[0] in cheap
+                    and holds_note(stage)), key=lambda stage: order.index(stage.addressing.split("@")[0]))
+    done, left = [], {}
+    for stage in [*notes, *rerun]:
+        blind = stage.addressing.split("@")[0] in NOTE_BLIND
+        ran = None if blind else subprocess.run(stage.cmd, shell=True, capture_output=True, text=True)
+        if ran is not None and ran.returncode:
+            left[stage.addressing] = f"its command failed ({ran.returncode}): {ran.stderr.strip()[-500:]}"
+            continue
+        try:
+            stage.save()
+            stage.commit(relink=False)
+            done.append(stage)
+        except Exception as error:  # noqa: BLE001 -- a DVC error on one stage: named, the rest go on
+            left[stage.addressing] = f"{type(error).__name__}: {error}"
+    if done:
+        done[0].dvcfile.dump_stages(done, update_pipeline=False)
+    print(f"adopt: ran {len(notes)} job(s) only DVC's matrix has (each writes a note); {len(rerun)} stage(s) whose "
+          f"folder now holds one rerun or, never reading notes, committed: {', '.join(s.addressing for s in [*notes, *rerun])}")
+    return done, left
 
 
 def dvc_is_clean() -> dict:
