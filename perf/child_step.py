@@ -9,7 +9,7 @@ with fresh moments, the child with fresh moments (the pipeline's choice), the ch
 parent's moments carried over, and the child as the previous operators made it (``sqrt(S)`` on
 both factors, no rebalance: the 8c44929^ code).
 
-    .venv/bin/python perf/child_step.py --base-model /work/cache/base_model --json perf/measured/child_step.json
+    .venv/bin/python perf/child_step.py --base-model results/base_model --json perf/measured/child_step.json
     .venv/bin/python perf/child_step.py --tiny      # the tiny random model of the tests (seconds)
 
 The functions are shared with tests/test_child_step.py.

@@ -6,7 +6,7 @@ clones at generation 0 in two runs of six). A small Gaussian B (`init_std > 0`) 
 each value this prints the two members' weight distance (populora/population/diversity.py), their
 held-out verdict agreement and each one's accuracy against the base model's: what starting apart costs.
 
-    .venv/bin/python perf/init_diversity.py --base-model /work/cache/base_model --pool study/learning/heldout_pool.jsonl \
+    .venv/bin/python perf/init_diversity.py --base-model results/base_model --pool study/learning/heldout_pool.jsonl \
         --init-std 0 0.003 0.01 0.03 --json perf/measured/init_diversity.json
 """
 

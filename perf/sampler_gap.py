@@ -6,7 +6,7 @@ update step of that adapter (PEFT, LoRA weights float32) on them with advantages
 stage would (`populora.selfplay.update.importance_mode`: in bfloat16 the truncated importance correction is on),
 and records `sampler_logprob_max_abs_diff` / `_mean_abs_diff` (0 up to rounding in float32):
 
-    OMP_NUM_THREADS=1 python perf/sampler_gap.py --base-model /work/cache/base_model --dtype bfloat16 \
+    OMP_NUM_THREADS=1 python perf/sampler_gap.py --base-model results/base_model --dtype bfloat16 \
         --json perf/measured/sampler_gap_bfloat16.json
 """
 

@@ -9,7 +9,7 @@ Reports whether every answer's token ids are equal, the largest difference of a 
 of a gold log-likelihood, both wall times, and a digest of the shared run's ids and scores (equal
 digests across reruns: byte-identical results on this machine kind):
 
-    python perf/shared_prefix_check.py --base-model /work/cache/base_model --dtype float32 \
+    python perf/shared_prefix_check.py --base-model results/base_model --dtype float32 \
         --json perf/measured/shared_prefix_check_float32.json
 """
 

@@ -8,7 +8,7 @@ update_gather, evolve, checkpoint, heldout), timed as a whole and per job (Snake
 Sides alternate when `--repeats` > 1; the medians and the ratio old / new are written to `--json`.
 
     .venv/bin/python perf/study_generation.py --old 2d7b8bd --new HEAD --work /tmp/studygen \
-        --base-model /work/cache/base_model --json perf/measured/study_generation.json
+        --base-model results/base_model --json perf/measured/study_generation.json
 
 Run it on an idle machine (stop other runs with SIGSTOP): both sides use both cores.
 """

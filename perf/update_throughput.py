@@ -9,7 +9,7 @@ diagnostics taken from the next step's forward (what the update does); the same 
 after every step (before issue 48). Reports forward+backward tokens/s, padding, and the re-scoring's
 share of the steps' time:
 
-    python perf/update_throughput.py --base-model /work/cache/base_model --dtype float32 \
+    python perf/update_throughput.py --base-model results/base_model --dtype float32 \
         --json perf/measured/update_throughput_float32.json
 """
 
