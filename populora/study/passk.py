@@ -113,13 +113,7 @@ def plot_curves(doc: dict, path: Path) -> None:
                     ms=3, label="base model")
         for label, curve in doc["groups"].items():
             ax.plot(ks, [100 * curve[part][str(k)] for k in ks], marker="o", ms=3, label=f"{label} (students)")
-        best = constant_share(doc.get("baselines") or {}, part)
-        if best is not None:
-            ax.axhline(100 * best, color="black", ls=":", lw=1.2, label="best constant answer")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ks, [str(k) for k in ks])
-        ax.set_xlabel("k (answers)")
-        ax.set_ylabel("pass@k (points)")
+        _pass_at_k_axes(ax, ks, constant_share(doc.get("baselines") or {}, part), "pass@k (points)")
         n = doc["n_tasks"] if part == "all" else sum(t == part for t in doc["task_types"])
         ax.set_title(f"held-out pool, {'all types' if part == 'all' else part} ({n} tasks, n={doc['samples']})", fontsize=9)
         ax.grid(alpha=0.3)
@@ -127,6 +121,16 @@ def plot_curves(doc: dict, path: Path) -> None:
     fig.tight_layout()
     write_figure(path, fig)
     plt.close(fig)
+
+
+def _pass_at_k_axes(ax, ks: list[int], best: float | None, ylabel: str) -> None:
+    """A pass@k panel's frame: the best constant answer's line (the score reading nothing earns), k on a log2 axis."""
+    if best is not None:
+        ax.axhline(100 * best, color="black", ls=":", lw=1.2, label="best constant answer")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_xlabel("k (answers)")
+    ax.set_ylabel(ylabel)
 
 
 def constant_share(baselines: dict, part: str) -> float | None:
@@ -304,13 +308,7 @@ def plot_passk_panel(ax, doc: dict, colors: list[str]) -> None:
     for i, (control, by_k) in enumerate(doc["controls"].items()):
         ax.plot(ks, [100 * by_k[str(k)]["mean"] for k in ks], color=colors[i % len(colors)], marker="o", ms=3, lw=2,
                 label=control)
-    best = constant_share(doc.get("baselines") or {}, "all")
-    if best is not None:
-        ax.axhline(100 * best, color="black", ls=":", lw=1.2, label="best constant answer")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(ks, [str(k) for k in ks])
-    ax.set_xlabel("k (answers)")
-    ax.set_ylabel("final students' pass@k (points)")
+    _pass_at_k_axes(ax, ks, constant_share(doc.get("baselines") or {}, "all"), "final students' pass@k (points)")
     ax.set_title("held-out pool: pass@k, mean over seeds", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
