@@ -139,6 +139,8 @@ def _commit_stages(made: set[str] | None, dvc_only: set[str] = frozenset()) -> i
             done, failed = _run_notes(notes, list(repo.index.stages))
             known = {stage.addressing for stage in adopted}
             adopted += [stage for stage in done if stage.addressing not in known]
+            for stage in done:  # refused above (a folder newer than its outputs), rerun and committed since
+                left.pop(stage.addressing, None)
             left |= failed
     print(f"adopt: DVC adopted {len(adopted)} stage(s) made by Snakemake (dvc.lock, the DVC cache)"
           + ("; `dvc status` is clean" if not left else ""))
