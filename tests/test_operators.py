@@ -297,8 +297,11 @@ def test_mask_components_drops_rank_but_keeps_factors_trainable():
         # surviving singular values are a subset of the parent's
         for s in s_child[s_child > tol]:
             assert torch.isclose(s_parent, s, rtol=1e-4).any()
-        assert torch.all(child[m.a_key].norm(dim=1) > 0)  # no dead A rows
-        assert int((child[m.b_key].norm(dim=0) == 0).sum()) == dropped
+        # A keeps full rank (no dead rows: every component stays trainable), B loses the dropped ones
+        # (rotated into the parent's coordinates, operators.align: not as zero columns any more)
+        assert int(torch.linalg.matrix_rank(child[m.a_key].double())) == RANK
+        b_values = torch.linalg.svdvals(child[m.b_key].double())
+        assert int((b_values > 1e-5 * b_values[0]).sum()) == RANK - dropped
 
 
 def test_svd_split_takes_top_triplets_of_first_parent():
@@ -465,3 +468,27 @@ def test_carried_moments_take_the_childs_slot_names(tmp_path):
     save_file({"m.lora_A.teacher0.weight.exp_avg": torch.ones(1)}, str(tmp_path / "other.safetensors"))
     with pytest.raises(ValueError, match="no moments of adapter"):
         carry_moments(tmp_path / "other.safetensors", tmp_path / "y.safetensors", "student0", "student1")
+
+
+REFACTORING = ["svd_scale_rotate", "mask_components", "svd_split", "dare", "fitness_weighted", "extrapolate"]
+
+
+@pytest.mark.parametrize("op", REFACTORING)
+def test_a_refactored_child_lies_in_its_first_parents_coordinates(op, monkeypatch):
+    """The child carries its first parent's AdamW moments (per weight): its factors are rotated
+    (operators.align) to sit near that parent's, dW and the balance unchanged. Without the rotation
+    (monkeypatched out: the operators before it) the A factors are 1.5-1.7 of the parent's norm away."""
+    p1, p2 = random_adapter(7), random_adapter(8)
+    parents = [p1, p2] if op in CROSSOVERS else [p1]
+
+    def a_distance(child):
+        return max(float((child[m.a_key] - p1[m.a_key]).norm() / p1[m.a_key].norm()) for m in lora_modules(p1))
+
+    aligned = make_child(parents, op, seed=3, fitness=[1.0, 0.0][: len(parents)])
+    monkeypatch.setattr(ops, "align", lambda child, reference: child)
+    unaligned = make_child(parents, op, seed=3, fitness=[1.0, 0.0][: len(parents)])
+    assert a_distance(aligned) < 0.7 * a_distance(unaligned)
+    for m in lora_modules(p1):  # the same child: dW and both factors' norms
+        assert torch.allclose(delta(aligned, m), delta(unaligned, m), atol=1e-5)
+        for key in (m.a_key, m.b_key):
+            assert torch.isclose(aligned[key].norm(), unaligned[key].norm(), rtol=1e-5)

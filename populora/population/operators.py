@@ -193,6 +193,32 @@ def rebalance(child: Factors, target: torch.Tensor) -> Factors:
     return A * c, B / c
 
 
+def align(child: Factors, reference: Factors) -> Factors:
+    """Rotate each module's factors, ``A -> R A``, ``B -> B R^T`` with ``R`` orthogonal (r x r), to lie
+    as close as they can to ``reference``'s (least ``||R A - A_ref||^2 + ||B R^T - B_ref||^2``:
+    ``R = V U^T`` from the SVD ``U S V^T`` of ``A A_ref^T + B^T B_ref``).
+
+    ``dW = B A``, ``||A||`` and ``||B||`` (so the balance) are unchanged. Why: a child carries its
+    first parent's AdamW moments, which are per weight. A refactored child's A rows are its singular
+    directions, not its parent's rows, so those moments pushed it along coordinates that no longer
+    mean what they meant: in the 2T-2S learning-study run of issue 47 an `svd_split` child's first
+    step was as long as its sibling's (2.44 against 2.48) but almost orthogonal to its own ``dW``
+    (cosine 0.04 against 0.81), so its ``sum ||B A||_F`` grew 0.54 where its sibling's grew 2.13.
+
+    >>> A = torch.randn(1, 3, 7, dtype=torch.float64); B = torch.randn(1, 5, 3, dtype=torch.float64)
+    >>> Q = torch.linalg.qr(torch.randn(1, 3, 3, dtype=torch.float64))[0]
+    >>> A2, B2 = align((Q @ A, B @ Q.mT), (A, B))   # the same factors in other coordinates: recovered
+    >>> torch.allclose(A2, A), torch.allclose(B2, B)
+    (True, True)
+    """
+    A, B = child
+    U, _, Vh = torch.linalg.svd(A @ reference[0].mT + B.mT @ reference[1])
+    R = (U @ Vh).mT
+    # a module the operator left as the reference had it stays bit for bit (R would be I up to rounding)
+    same = ((A == reference[0]).flatten(1).all(dim=1) & (B == reference[1]).flatten(1).all(dim=1))[:, None, None]
+    return torch.where(same, A, R @ A), torch.where(same, B, B @ R.mT)
+
+
 def keep_zero_modules(old: Factors, new: Factors, zero: torch.Tensor) -> Factors:
     """Where ``zero[g]`` (dW is exactly 0: S == 0 only when R_B == 0, i.e. B == 0), keep the old factors."""
     if not bool(zero.any()):
@@ -229,9 +255,12 @@ def _check_compatible(parents: Sequence[StateDict]) -> list[LoraModule]:
     return modules
 
 
-def _apply(parents: Sequence[StateDict], fn: Callable[[list[int], list[Factors]], Factors]) -> StateDict:
+def _apply(parents: Sequence[StateDict], fn: Callable[[list[int], list[Factors]], Factors], *,
+           refactors: bool = False) -> StateDict:
     """Run ``fn(module_indices, [(A, B) per parent])`` on each group of same-shape modules, then
-    give each child module its parents' factor balance (:func:`rebalance`).
+    give each child module its parents' factor balance (:func:`rebalance`); an operator that
+    ``refactors`` (builds new factors from a ``dW``) also gets them rotated into its first parent's
+    coordinates (:func:`align`), whose moments the child carries.
 
     The stacked fp32 tensors handed to ``fn`` are fresh copies, so ``fn`` may modify them.
     """
@@ -250,8 +279,11 @@ def _apply(parents: Sequence[StateDict], fn: Callable[[list[int], list[Factors]]
             for p in parents
         ]
         target = target_ratio(stacked)  # before fn: fn may modify the copies in place
+        reference = (stacked[0][0].clone(), stacked[0][1].clone()) if refactors else None
         made = fn(idx, stacked)  # (A, B), or (A, B, target) where a module copies one parent's balance
         A, B = rebalance(made[:2], made[2] if len(made) == 3 else target)
+        if reference is not None:
+            A, B = align((A, B), reference)
         for j, i in enumerate(idx):
             m = modules[i]
             child[m.a_key] = A[j].to(dtype=first[m.a_key].dtype, copy=True)
@@ -280,7 +312,7 @@ def svd_scale_rotate(sd: StateDict, gen: torch.Generator, eps: float = 0.1) -> S
         child = assemble([LowRankSVD(d.q_b, u_c, S, d.q_a, v_c)], S, row_scale(A))
         return keep_zero_modules((A, B), child, d.s.amax(dim=-1) == 0)
 
-    return _apply([sd], fn)
+    return _apply([sd], fn, refactors=True)
 
 
 def gaussian_subset(sd: StateDict, gen: torch.Generator, eps: float = 0.1, fraction: float = 0.33) -> StateDict:
@@ -324,7 +356,7 @@ def mask_components(sd: StateDict, gen: torch.Generator, rho: float = 0.3) -> St
         S = d.s.scatter(-1, drop, 0.0)
         return keep_zero_modules((A, B), assemble([d], S, row_scale(A)), d.s.amax(dim=-1) == 0)
 
-    return _apply([sd], fn)
+    return _apply([sd], fn, refactors=True)
 
 
 def neftune(sd: StateDict, gen: torch.Generator, alpha: float = 0.5) -> StateDict:
@@ -381,7 +413,7 @@ def svd_split(parents: Sequence[StateDict], gen: torch.Generator, fitness=None) 
         child = assemble(terms, S, 0.5 * (row_scale(A1) + row_scale(A2)))
         return keep_zero_modules((A1, B1), child, (d1.s.amax(dim=-1) == 0) & (d2.s.amax(dim=-1) == 0))
 
-    return _apply(parents, fn)
+    return _apply(parents, fn, refactors=True)
 
 
 def _truncate(Bs: Sequence[torch.Tensor], As: Sequence[torch.Tensor], rank: int, scale: torch.Tensor) -> Factors:
@@ -417,7 +449,7 @@ def dare(parents: Sequence[StateDict], gen: torch.Generator, fitness=None, p: fl
         untrained = torch.stack([B.flatten(1).abs().amax(dim=1) == 0 for _, B in ps]).all(dim=0)
         return keep_zero_modules(ps[0], child, untrained)
 
-    return _apply(parents, fn)
+    return _apply(parents, fn, refactors=True)
 
 
 def fitness_weights(fitness: Sequence[float] | None, n: int, temperature: float) -> list[float]:
@@ -453,7 +485,7 @@ def fitness_weighted(parents: Sequence[StateDict], gen: torch.Generator, fitness
         untrained = torch.stack([B.flatten(1).abs().amax(dim=1) == 0 for _, B in ps]).all(dim=0)
         return keep_zero_modules(ps[0], child, untrained)
 
-    return _apply(parents, fn)
+    return _apply(parents, fn, refactors=True)
 
 
 def extrapolate(
@@ -486,7 +518,7 @@ def extrapolate(
         child = _truncate([eta * Bf, (1 - eta) * Bo], [Af, Ao], Af.shape[-2], 0.5 * (row_scale(Af) + row_scale(Ao)))
         return keep_zero_modules((Af, Bf), child, (Bf.flatten(1).abs().amax(dim=1) == 0) & (Bo.flatten(1).abs().amax(dim=1) == 0))
 
-    return _apply(parents, fn)
+    return _apply(parents, fn, refactors=space == "delta")
 
 
 # ---------------------------------------------------------------- registry
