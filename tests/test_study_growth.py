@@ -45,4 +45,4 @@ def test_the_command_reads_a_committed_run(tmp_path, capsys):
     assert main([str(run), "--json", str(tmp_path / "g.json")]) == 0
     assert "child's first step" in capsys.readouterr().out
     out = json.loads((tmp_path / "g.json").read_text())
-    assert out["summary"]["2t2s-s0"]["after_birth"] == {"n": 1, "median": 1.5, "min": 1.5}
+    assert out["summary"][f"{tmp_path.name}/2t2s-s0"]["after_birth"] == {"n": 1, "median": 1.5, "min": 1.5}

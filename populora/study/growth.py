@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     steps = {}
     for folder in args.runs:
         rows, births = read_run(folder, args.arm)
-        steps[folder.name if folder.name not in steps else str(folder)] = step_growth(rows, births, args.role)
+        steps[f"{folder.parent.name}/{folder.name}"] = step_growth(rows, births, args.role)
     print(table(steps))
     summary = {name: summarize(s) for name, s in steps.items()}
     print(json.dumps(summary, indent=1))
