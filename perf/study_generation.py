@@ -10,7 +10,9 @@ Sides alternate when `--repeats` > 1; the medians and the ratio old / new are wr
     .venv/bin/python perf/study_generation.py --old 2d7b8bd --new HEAD --work /tmp/studygen \
         --base-model results/base_model --json perf/measured/study_generation.json
 
-Run it on an idle machine (stop other runs with SIGSTOP): both sides use both cores.
+Run it on an idle machine (stop other runs with SIGSTOP): both sides use both cores. `--old-record
+perf/measured/<earlier>.json` reuses an earlier run's old side (only the new side runs; the record
+says so in `old_from`): a comparison across two runs, so only on the same machine kind.
 """
 
 from __future__ import annotations
@@ -97,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overlay", default="params/learning-study.yaml")
     parser.add_argument("--new-dtype", default=None, help="model.dtype on the new side (default: the overlay's)")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--old-record", default=None,
+                        help="take the old side from an earlier --json of this script (same machine kind, idle) "
+                             "instead of timing it again: only the new side runs")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     work = Path(args.work)
@@ -104,8 +109,12 @@ def main(argv: list[str] | None = None) -> int:
     global OVERLAY
     OVERLAY = args.overlay
     sides: dict[str, list[dict]] = {"old": [], "new": []}
+    if args.old_record:
+        sides["old"] = json.loads(Path(args.old_record).read_text())["sides"]["old"]
     for repeat in range(args.repeats):
         for name in (("old", "new") if repeat % 2 == 0 else ("new", "old")):
+            if name == "old" and args.old_record:
+                continue
             overlays = [STUDY, ONE_PAIR]
             if name == "new" and args.new_dtype:
                 overlays.append({"model": {"dtype": args.new_dtype}})
@@ -115,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     new = statistics.median(r["wall_s"] for r in sides["new"])
     result = {"old_wall_s": old, "new_wall_s": new, "study_generation_speedup": round(old / new, 3),
               "sides": sides, "overlay": args.overlay, "new_dtype": args.new_dtype, "repeats": args.repeats,
+              "old_from": args.old_record or "timed in this run",
               "machine": platform.processor() or platform.machine(),
               "command": "python perf/study_generation.py " + " ".join(argv if argv is not None else sys.argv[1:])}
     print(json.dumps({k: result[k] for k in ("old_wall_s", "new_wall_s", "study_generation_speedup")}))
