@@ -32,23 +32,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from populora.config import load_params
 from populora.core.io import write_json
 from populora.core.topology import update_part_slots
-from populora.lm.adapters import read_state_dict, write_adapter
+from populora.lm.adapters import delta_norm, read_state_dict, write_adapter
 from populora.population import operators as ops
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from child_step import step_size  # perf/ is no package: the sibling script's helper
 
 
 def step_stats(before: dict, after: dict) -> dict:
-    """Size of the step on dW, growth of sum ||dW||, cosine(step, dW before) over all modules."""
-    size = growth = dot = step_sq = dw_sq = 0.0
+    """Size of the step on dW (`perf/child_step.step_size`), growth of sum ||dW|| (`adapters.delta_norm`),
+    and the cosine between the step and dW before, over all modules together."""
+    dot = step_sq = dw_sq = 0.0
     for m in ops.lora_modules(before):
         old = before[m.b_key].double() @ before[m.a_key].double()
-        new = after[m.b_key].double() @ after[m.a_key].double()
-        step = new - old
-        size += float(step.norm())
-        growth += float(new.norm() - old.norm())
-        dot += float((step * old).sum())
-        step_sq += float((step * step).sum())
-        dw_sq += float((old * old).sum())
-    return {"step": round(size, 4), "growth": round(growth, 4), "cosine": round(dot / (step_sq * dw_sq) ** 0.5, 4)}
+        step = after[m.b_key].double() @ after[m.a_key].double() - old
+        dot, step_sq, dw_sq = dot + float((step * old).sum()), step_sq + float((step * step).sum()), dw_sq + float((old * old).sum())
+    return {"step": round(step_size(before, after), 4), "growth": round(delta_norm(after) - delta_norm(before), 4),
+            "cosine": round(dot / (step_sq * dw_sq) ** 0.5, 4)}
 
 
 def identical(a: dict, b: dict) -> bool:
