@@ -56,6 +56,7 @@ from populora.core.sections import (
     SolveSection,
     UpdateSection,
     VerifySection,
+    WarmStartSection,
 )
 
 # the sections' names, for `from populora.config import VerifySection, ...` (the sections live in populora.core)
@@ -114,6 +115,7 @@ class Params(Section):
 
     base: BaseSection = BaseSection()
     model: ModelSection = ModelSection()
+    warm_start: WarmStartSection = WarmStartSection()
     lora: LoraSection = LoraSection()
     sampler: SamplerSection = SamplerSection()
     population: PopulationSection = PopulationSection()

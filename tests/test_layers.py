@@ -16,16 +16,22 @@ PACKAGE = REPO / "populora"
 # live in core/stats.py. The held-out pool (heldout/) sits above selfplay and verifier (it proposes, verifies,
 # grades): neither imports it back.
 FORBIDDEN = {"core": ("lm", "selfplay", "population", "bench", "report", "verifier", "sandbox", "control", "study",
-                      "heldout"),
-             "lm": ("selfplay", "population", "bench", "report", "verifier", "sandbox", "control", "study", "heldout"),
-             "population": ("selfplay", "bench", "report", "control", "study", "heldout"),
+                      "heldout", "warmstart"),
+             "lm": ("selfplay", "population", "bench", "report", "verifier", "sandbox", "control", "study", "heldout", "warmstart"),
+             "population": ("selfplay", "bench", "report", "control", "study", "heldout", "warmstart"),
              "bench": ("report", "control", "study"),
              "report": ("control", "study"),
              "control": ("report", "study"),
-             "selfplay": ("verifier", "heldout", "bench", "report", "control", "study"),
-             "verifier": ("heldout", "bench", "report", "population", "control", "study"),
-             "heldout": ("bench", "report", "population", "control", "study"),
-             "sandbox": ("lm", "selfplay", "population", "bench", "report", "verifier", "control", "study", "heldout")}
+             "selfplay": ("verifier", "heldout", "bench", "report", "control", "study", "warmstart"),
+             "verifier": ("heldout", "bench", "report", "population", "control", "study", "warmstart"),
+             "heldout": ("bench", "report", "population", "control", "study", "warmstart"),
+             "sandbox": ("lm", "selfplay", "population", "bench", "report", "verifier", "control", "study", "heldout", "warmstart"),
+             # the task families: pure and torch-free, below everything that generates, verifies or trains on tasks
+             "tasks": ("lm", "selfplay", "population", "bench", "report", "verifier", "sandbox", "control", "study",
+                       "heldout", "warmstart"),
+             # the warm start sits beside the held-out pool (it verifies, prompts, trains); only stages and the
+             # controls above it use it
+             "warmstart": ("bench", "report", "population", "control", "study")}
 
 
 def _imports(path) -> set[str]:

@@ -26,6 +26,7 @@ gets the folder; the stages named there write under it, so both engines run them
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -34,7 +35,9 @@ from populora.core.benchmark_data import TOGETHER
 from populora.report import DYNAMICS_SUMMARY, DYNAMICS_TABLE, HELDOUT_VERDICTS
 
 RESULTS = "results"
-BASE_MODEL = f"{RESULTS}/base_model"
+BASE_MODEL = f"{RESULTS}/base_model"  # the raw base, converted once
+WARM_BASE = f"{RESULTS}/warm_base"  # the frozen base of every later stage: the raw base after the warm start
+WARM_START = f"{RESULTS}/warm_start.json"  # what the warm start did: loss curve, tasks, cost
 ARM_DIR = f"{RESULTS}/{{arm}}"
 GEN_DIR = f"{ARM_DIR}/gen{{gen}}"
 INIT_DIR = f"{ARM_DIR}/init"
@@ -109,6 +112,9 @@ class Stage:
     # sandbox stages: `verify.workers`); else GPU_THREADS for a GPU stage, 1 for the others
     threads: str | None = None
     local: bool = False  # seconds-long CPU stage: Snakemake `localrules` (no cluster job of its own)
+    # the only job that can run at its point of the chain (the warm start: everything after it needs its model): on
+    # the CPU it takes every core instead of one (Snakemake caps its threads at --cores)
+    alone: bool = False
     # fan-in inputs: key -> the scope it is listed over ("gen": every generation of the arm);
     # the flag gets the paths space-separated
     fan_in: dict[str, str] = field(default_factory=dict)
@@ -175,6 +181,8 @@ class Stage:
         if self.gpu:
             if not on_cpu(params):
                 return GPU_THREADS
+            if self.alone:
+                return os.cpu_count() or 1
             # on the CPU a job of N processes (`update.processes`) keeps N threads busy, one each
             processes = int(param_value(params, self.gpu)) if isinstance(self.gpu, str) else 1
             return CPU_MODEL_THREADS * processes
@@ -212,15 +220,23 @@ STAGES: tuple[Stage, ...] = (
         "base_model", "stages.base_model", "global",
         outputs={"base_model": BASE_MODEL}, directories=("base_model",), params=("model.base_model",),
     ),
+    Stage(  # a supervised fine-tune on verified family tasks, merged: the base every later stage uses
+        "warm_start", "stages.warm_start", "global",
+        inputs={"base_model": BASE_MODEL}, outputs={"warm_base": WARM_BASE, "record": WARM_START},
+        directories=("warm_base",),
+        params=("warm_start", "solve.mode", "solve.worked_examples", "solve.max_new_tokens", "verify", "buffer.seeds",
+                "propose.code_f_inputs", "propose.reject_copyable", "model.device"),
+        gpu="warm_start.enabled", alone=True,  # a GPU only when it trains (true counts 1); disabled it links files
+    ),
     Stage(  # the held-out pool: the base model proposes, the sandbox verifies; then the base answers it
         "heldout_pool", "stages.heldout_pool", "global",
-        inputs={"base_model": BASE_MODEL}, outputs={"pool": HELDOUT_POOL, "base": HELDOUT_BASE},
+        inputs={"base_model": WARM_BASE}, outputs={"pool": HELDOUT_POOL, "base": HELDOUT_BASE},
         params=("heldout", "propose", "solve", "buffer.seeds", "verify", "model.dtype", "model.device", "sampler",
                 "lora.rank", "update.max_seq_len"), gpu=1, file_params=("heldout.pool_file",),
     ),
     Stage(
         "init", "stages.init", "arm",
-        inputs={"base_model": BASE_MODEL}, outputs={"checkpoint": INIT_DIR}, directories=("checkpoint",),
+        inputs={"base_model": WARM_BASE}, outputs={"checkpoint": INIT_DIR}, directories=("checkpoint",),
         params=("base.seed", "model.dtype", "lora", "population", "ratings", "verify", "buffer.seeds", "propose.code_f_inputs",
                 "propose.reject_copyable"),
         threads="verify.workers",  # verifies the seed tasks in the sandbox
@@ -232,7 +248,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "propose", "stages.propose", "gen",
-        inputs={"base_model": BASE_MODEL, "state": PREV, "pairing": f"{GEN_DIR}/pairing.json"},
+        inputs={"base_model": WARM_BASE, "state": PREV, "pairing": f"{GEN_DIR}/pairing.json"},
         outputs={"proposals": f"{GEN_DIR}/proposals.jsonl"},
         params=("base.seed", "model.dtype", "model.device", "sampler", "lora.rank", "propose", "update.max_seq_len"), gpu=1,
     ),
@@ -244,7 +260,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "solve", "stages.solve", "gen",
-        inputs={"base_model": BASE_MODEL, "state": PREV, "pairing": f"{GEN_DIR}/pairing.json", "tasks": f"{GEN_DIR}/tasks.jsonl"},
+        inputs={"base_model": WARM_BASE, "state": PREV, "pairing": f"{GEN_DIR}/pairing.json", "tasks": f"{GEN_DIR}/tasks.jsonl"},
         outputs={"answers": f"{GEN_DIR}/answers.jsonl", "solve_tasks": f"{GEN_DIR}/solve_tasks.jsonl"},
         params=("base.seed", "model.dtype", "model.device", "sampler", "lora.rank", "solve", "propose.types",
                 "update.max_seq_len"),
@@ -263,7 +279,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "update", "stages.update", "gen_part",
-        inputs={"base_model": BASE_MODEL, "state": PREV, "rollouts": f"{GEN_DIR}/rollouts.jsonl"},
+        inputs={"base_model": WARM_BASE, "state": PREV, "rollouts": f"{GEN_DIR}/rollouts.jsonl"},
         outputs={"trained": UPDATE_DIR}, directories=("trained",),
         params=("base.seed", "model.dtype", "model.device", "population", "dag.update_jobs", "update"),
         gpu="update.processes",
@@ -292,7 +308,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(  # every member of the checkpoint answers the held-out pool, greedy (the learning curves)
         "heldout", "stages.heldout", "gen",
-        inputs={"base_model": BASE_MODEL, "pool": HELDOUT_POOL, "heldout_base": HELDOUT_BASE, "state": f"{GEN_DIR}/checkpoint"},
+        inputs={"base_model": WARM_BASE, "pool": HELDOUT_POOL, "heldout_base": HELDOUT_BASE, "state": f"{GEN_DIR}/checkpoint"},
         outputs={"scores": f"{GEN_DIR}/heldout.json"},
         params=("heldout.roles", "heldout.samples", "heldout.sample_every", "solve", "verify", "model.dtype", "model.device", "sampler", "lora.rank",
                 "update.max_seq_len", "tracking"), gpu=1, side=LIVE,
@@ -326,17 +342,17 @@ STAGES += (
     ),
     Stage(
         "export", "stages.export", "arm", local=True,
-        inputs={"base_model": BASE_MODEL, "checkpoint": LAST_CHECKPOINT}, outputs={"models": f"{MODELS_DIR}/{{arm}}"},
+        inputs={"base_model": WARM_BASE, "checkpoint": LAST_CHECKPOINT}, outputs={"models": f"{MODELS_DIR}/{{arm}}"},
         directories=("models",),
     ),
     Stage(
         "bench_base", "stages.bench", "benchmark",
-        inputs={"base_model": BASE_MODEL, "tasks": LM_EVAL_TASKS}, outputs={"results": f"{BENCH_DIR}/base/{{bench}}"},
+        inputs={"base_model": WARM_BASE, "tasks": LM_EVAL_TASKS}, outputs={"results": f"{BENCH_DIR}/base/{{bench}}"},
         directories=("results",), gpu=1, params=BENCH_PARAMS, priority=0,
     ),
     Stage(
         "bench", "stages.bench", "arm_bench",
-        inputs={"base_model": BASE_MODEL, "models": f"{MODELS_DIR}/{{arm}}", "tasks": LM_EVAL_TASKS},
+        inputs={"base_model": WARM_BASE, "models": f"{MODELS_DIR}/{{arm}}", "tasks": LM_EVAL_TASKS},
         outputs={"results": f"{BENCH_DIR}/{{arm}}/{{bench}}"}, directories=("results",), gpu=1,
         params=(*BENCH_PARAMS, "bench.roles", "population"),  # which members: their roles and slots
         priority=0,
@@ -345,12 +361,12 @@ STAGES += (
     # and one per arm, each writing <together>/<benchmark>/ as the jobs above write <benchmark>/
     Stage(
         "bench_base_together", "stages.bench_together", "together",
-        inputs={"base_model": BASE_MODEL, "tasks": LM_EVAL_TASKS}, outputs={"results": f"{BENCH_DIR}/base/{TOGETHER}"},
+        inputs={"base_model": WARM_BASE, "tasks": LM_EVAL_TASKS}, outputs={"results": f"{BENCH_DIR}/base/{TOGETHER}"},
         directories=("results",), gpu=1, params=TOGETHER_PARAMS, priority=0,
     ),
     Stage(
         "bench_together", "stages.bench_together", "arm_together",
-        inputs={"base_model": BASE_MODEL, "models": f"{MODELS_DIR}/{{arm}}", "tasks": LM_EVAL_TASKS},
+        inputs={"base_model": WARM_BASE, "models": f"{MODELS_DIR}/{{arm}}", "tasks": LM_EVAL_TASKS},
         outputs={"results": f"{BENCH_DIR}/{{arm}}/{TOGETHER}"}, directories=("results",), gpu=1,
         params=(*TOGETHER_PARAMS, "bench.roles", "population"), priority=0,
     ),

@@ -150,6 +150,13 @@ def job_seconds(stage: str, params, item: dict) -> float | None:
         return PROCESS_S + m.weights / HUB_BYTES_S + 2 * m.weights / READ_BYTES_S
     if stage == "init":
         return PROCESS_S + m.weights / READ_BYTES_S
+    if stage == "warm_start":  # verify the tasks, fine-tune, then read the base again and write the merged model
+        ws = params.warm_start
+        if not ws.enabled:
+            return PROCESS_S
+        tokens = ws.examples * (PROMPT["solve"] + PROMPT["per_example"] * solve.worked_examples)
+        return (PROCESS_S + 3 * m.weights / READ_BYTES_S + m.train_s(tokens)
+                + ws.examples * 2 * params.verify.timeout_s / params.verify.workers)
     if stage == "propose":
         return m.start_s() + m.generate_s(proposals, p_prompt, p_new, prop.batch_size)
     if stage == "solve":
@@ -239,13 +246,13 @@ def one_gpu_seconds(params) -> tuple[float, float, list[tuple[str, str, float]]]
                 seconds = LOCAL_S
             elif stage.gpu and params.sampler.engine == "vllm" and not params.sampler.enforce_eager:
                 pooled = params.heldout.per_type > 0 and {"code_o", "code_i"} & set(params.propose.types)
-                engines = (1 if stage.name in ("propose", "solve") else 0 if stage.name == "update" else
+                engines = (1 if stage.name in ("propose", "solve") else 0 if stage.name in ("update", "warm_start") else
                            int(bool(pooled)) if stage.name in ("heldout_pool", "heldout") else
                            bench_models(params, item.get("arm")))
                 seconds -= (GRAPHS_S - GRAPHS_CACHED_S) * (engines - (1 if first and engines else 0))
                 first = first and not engines
             jobs.append((stage.name, key, seconds))
-    gpu = sum(s for name, _, s in jobs if stage_named(name).gpu)
+    gpu = sum(s for name, _, s in jobs if stage_named(name).gpus(params))
     return gpu, sum(s for _, _, s in jobs), jobs
 
 

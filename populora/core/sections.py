@@ -295,6 +295,37 @@ class RewardSection(Section):
         "RLOO is per_task with none).")
 
 
+class WarmStartSection(Section):
+    """The warm start (populora/warmstart/, stages.warm_start): a supervised LoRA fine-tune of the base model on
+    verified code_o/code_i tasks of the train task families (populora/tasks/families.py), in the solver's exact
+    prompt and answer format, merged into the frozen base every later stage uses (results/warm_base). A departure
+    from zero data: on for the embedded 135M model, which otherwise solves almost nothing a constant cannot; off
+    at paper scale. The budget was chosen by the sweep of study/warm-start/ on held-out programs (transfer, not
+    fit)."""
+
+    enabled: bool = Field(True, description="Fine-tune the base before self-play; false: results/warm_base is the "
+                          "base itself (hard links, no training).")
+    examples: int = Field(800, ge=1, description="Training examples: verified tasks of the train split, each seen "
+                          "once, in the generator's order (a shorter budget is a prefix of a longer one).")
+    learning_rate: float = Field(1e-3, gt=0, description="AdamW learning rate of the LoRA weights (constant after "
+                                 "the warm-up).")
+    warmup_steps: int = Field(10, ge=0, description="Optimizer steps of linear learning-rate warm-up.")
+    batch_size: int = Field(16, ge=1, description="Examples per optimizer step.")
+    micro_batch: int = Field(8, ge=1, description="Examples per forward/backward (gradient accumulation).")
+    rank: int = Field(16, ge=1, le=512, description="LoRA rank of the warm start's adapter (merged away afterwards).")
+    alpha: float = Field(32.0, gt=0, description="LoRA alpha of the warm start's adapter.")
+    target_modules: tuple[str, ...] = Field(
+        ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"), min_length=1,
+        description="Linear modules the warm start adapts.")
+    types: tuple[Literal["code_o", "code_i"], ...] = Field(("code_o", "code_i"), min_length=1,
+                                                            description="Task types trained on.")
+    seed: int = Field(0, description="Seed of the tasks, the worked examples and the adapter, independent of "
+                      "base.seed: every run of a study starts from the same warm base.")
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="Dtype of the base while the adapter trains (as model.dtype; the adapter and its AdamW "
+        "moments stay float32); the merged model keeps the base's own dtype.")
+
+
 class UpdateSection(Section):
     """The LoRA-only REINFORCE update of each adapter (populora/selfplay/update.py)."""
 

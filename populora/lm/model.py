@@ -179,3 +179,12 @@ def attach_adapters(model, adapters: dict[str, str | Path], *, trainable: str | 
         parameter.requires_grad_(trainable is not None and f".{trainable}." in param_name and "lora_" in param_name)
     return peft_model
 
+
+def decoder_and_head(model):
+    """(decoder that returns hidden states, output head) of a causal LM, PEFT-wrapped or not; None for a
+    head that transforms its logits (softcapping, a logit scale): use the model's own forward there."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = base.config
+    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+        return None
+    return base.get_decoder(), base.get_output_embeddings()

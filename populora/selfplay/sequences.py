@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from populora.lm.model import decoder_and_head
 from populora.lm.sampling import process_logits
 
 LOGIT_CHUNK = 1024  # trained positions per lm-head chunk: chunk x vocab fp32 logits at a time
@@ -134,15 +135,6 @@ def _pad(sequences: list[Sequence], pad_id: int, device) -> tuple[torch.Tensor, 
     return ids.to(device), attention.to(device)
 
 
-def _decoder_and_head(model):
-    """(decoder that returns hidden states, output head) of a causal LM, PEFT-wrapped or not."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    config = base.config
-    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
-        return None  # heads that transform logits: use the model's own forward
-    return base.get_decoder(), base.get_output_embeddings()
-
-
 def selected_logprobs(model, sequences: list[Sequence], pad_id: int, device, *, chunk: int = LOGIT_CHUNK,
                       full_logits: bool = False, entropy: bool = False):
     """Log-probabilities of every target token of `sequences` (concatenated, in order), as sampled.
@@ -160,7 +152,7 @@ def selected_logprobs(model, sequences: list[Sequence], pad_id: int, device, *, 
     temperature = torch.tensor([x for s in sequences for x in s.temperature], device=device)
     top_p = torch.tensor([x for s in sequences for x in s.top_p], device=device)
     suppress = [x for s in sequences for x in s.suppress]
-    parts = None if full_logits else _decoder_and_head(model)
+    parts = None if full_logits else decoder_and_head(model)
     if parts is None:
         features = model(input_ids=ids, attention_mask=attention, use_cache=False).logits[rows, positions - 1]
         head = None

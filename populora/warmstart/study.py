@@ -1,0 +1,139 @@
+"""What the warm start buys, in one command: the budget sweep, then the raw base against the warm base.
+
+    python -m populora.warmstart.study --params params.yaml --base-model results/base_model \
+        --warm-base results/warm_base --out study/warm-start
+
+1. **Sweep** (`populora.warmstart.sweep`): learning rates x budgets on the train split, each checkpoint and the
+   raw base scored on validation programs (`--validation` tasks of the held-out families and unseen
+   compositions, `--sweep-samples` answers at temperature 1 and greedy); the best transfer is chosen.
+   Skipped with `--phases table`.
+2. **Table**: the raw base and the warm base (`--warm-base`, the pipeline's merged model, made with the
+   params' `warm_start` budget) per family, greedy and `--samples` answers at temperature 1, on fresh tasks
+   of the train families (programs the warm start never trained on) and of the held-out families (a draw
+   apart from the sweep's), the paired gain per type with its interval, and the copy/echo baselines and the
+   best constant answer beside every score.
+3. **CRUXEval-O and -I** (the first `--cruxeval` problems each) raw against warm, with the copy ceiling of -O
+   and the echo baseline of -I.
+
+Everything lands under `--out` (`sweep/`, `table.json`, `cruxeval.json`, `README.md` written from them) and a
+rerun reuses what is there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections import Counter
+from pathlib import Path
+
+from populora.core.io import read_jsonl, write_json, write_jsonl
+
+log = logging.getLogger("warm_start.study")
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--overlay", nargs="*", default=[], help="params overlays applied in order")
+    parser.add_argument("--base-model", default="results/base_model", help="the raw base (HF folder)")
+    parser.add_argument("--warm-base", default="results/warm_base", help="the merged warm base (stages.warm_start)")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--phases", nargs="+", default=["sweep", "table", "cruxeval"],
+                        choices=["sweep", "table", "cruxeval"])
+    parser.add_argument("--rates", nargs="+", type=float, default=[3e-4, 1e-3, 3e-3])
+    parser.add_argument("--budgets", nargs="+", type=int, default=[200, 400, 800, 1600])
+    parser.add_argument("--validation", type=int, default=300, help="validation tasks of the sweep")
+    parser.add_argument("--sweep-samples", type=int, default=4)
+    parser.add_argument("--table-tasks", type=int, default=24, help="tasks per family and type in the table")
+    parser.add_argument("--samples", type=int, default=16, help="answers per task at temperature 1 in the table")
+    parser.add_argument("--cruxeval", type=int, default=200)
+    parser.add_argument("--max-new-tokens", type=int, default=48,
+                        help="answer budget of every scored answer (solve.max_new_tokens; the longest gold answer of "
+                        "the families takes about 22 tokens)")
+    return parser.parse_args(argv)
+
+
+def load(args: argparse.Namespace):
+    import yaml
+
+    from populora.config import merge, parse_params
+
+    raw = yaml.safe_load(Path(args.params).read_text())
+    for overlay in args.overlay:
+        raw = merge(raw, yaml.safe_load(Path(overlay).read_text()) or {})
+    raw = merge(raw, {"solve": {"max_new_tokens": args.max_new_tokens}})
+    return parse_params(raw, args.params)
+
+
+def validation_tasks(params, out: Path, n: int, sandbox, seeds: list[dict]) -> list[dict]:
+    """The sweep's validation tasks (seed 0 of the validation split), with worked examples; kept in out."""
+    from populora.heldout.pool import attach_examples
+    from populora.warmstart.data import verified_tasks
+
+    path = out / "validation_tasks.jsonl"
+    if path.is_file():
+        return read_jsonl(path)
+    counts: Counter = Counter()
+    tasks = verified_tasks("validation", n, seed=0, config=params.verify, sandbox=sandbox, counts=counts)
+    tasks = attach_examples(tasks, seeds, params.solve.worked_examples, seed=0)
+    write_jsonl(path, tasks)
+    write_json(out / "validation_counts.json", dict(counts))
+    return tasks
+
+
+def run_sweep(args, params, sandbox, seeds: list[dict]) -> dict:
+    from populora.lm.dtype import resolve_dtype
+    from populora.lm.model import load_base
+    from populora.selfplay.prompts import chat_wrapper
+    from populora.warmstart import sweep
+    from populora.warmstart.data import verified_tasks
+    from populora.warmstart.examples import build_examples, encode_example
+
+    out = Path(args.out) / "sweep"
+    cfg = params.warm_start
+    tasks = verified_tasks("train", max(args.budgets), seed=cfg.seed, config=params.verify, sandbox=sandbox)
+    tokenizer, _ = load_base(args.base_model, dtype="float32", device="cpu")
+    examples = build_examples(tasks, seeds, chat=chat_wrapper(tokenizer), worked_examples=params.solve.worked_examples,
+                              seed=cfg.seed)
+    rows = [encode_example(e, tokenizer) for e in examples]
+    dtype, _ = resolve_dtype(cfg.dtype, params.model.device)
+    for rate in args.rates:
+        sweep.train_run(Path(args.base_model), rows, out, rate=rate, budgets=sorted(args.budgets), cfg=cfg, dtype=dtype,
+                        tokenizer_pad=tokenizer.pad_token_id)
+    validation = validation_tasks(params, out, args.validation, sandbox, seeds)
+    names = {sweep.checkpoint_name(r, n): out / sweep.run_name(r) / f"n{n}" for r in args.rates for n in args.budgets}
+    scores = sweep.score_checkpoints(params, Path(args.base_model), out, names, validation, sandbox,
+                                     samples=args.sweep_samples)
+    table = sweep.sweep_table(scores, validation, samples=args.sweep_samples)
+    chosen = sweep.best(table)
+    result = {"table": table, "chosen": chosen, "rates": args.rates, "budgets": args.budgets,
+              "validation": {"tasks": len(validation), "by_type": dict(Counter(t["type"] for t in validation)),
+                             "samples": args.sweep_samples},
+              "training": {"dtype": dtype, "rank": cfg.rank, "alpha": cfg.alpha, "target_modules": cfg.target_modules,
+                           "batch_size": cfg.batch_size, "warmup_steps": cfg.warmup_steps, "seed": cfg.seed},
+              "loss_curves": {sweep.run_name(r): read_jsonl(out / sweep.run_name(r) / "steps.jsonl") for r in args.rates}}
+    write_json(out / "sweep.json", result)
+    log.info("sweep: chosen %s", sweep.describe(table, chosen))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
+    params = load(args)
+    from populora.heldout.pool import verified_seeds
+    from populora.verifier import open_sandbox
+
+    sandbox = open_sandbox(params.verify, log)
+    try:
+        seeds = verified_seeds(params, sandbox)
+        if "sweep" in args.phases:
+            run_sweep(args, params, sandbox, seeds)
+    finally:
+        sandbox.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
