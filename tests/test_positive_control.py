@@ -1,4 +1,4 @@
-"""The positive control's parts: task families (pure), the per-task advantage, and one tiny run of
+"""The positive control's parts: its tasks (populora/tasks/families.py), the per-task advantage, and one tiny run of
 `python -m populora.control.positive` end to end on the tiny random model."""
 
 from __future__ import annotations
@@ -8,28 +8,28 @@ import json
 import pytest
 import yaml
 
-from populora.control.families import FAMILIES, family_tasks
 from populora.core.literals import output_is_an_argument
 from populora.selfplay.rollouts import build_rollouts
+from populora.tasks.families import family_tasks
 
 
-@pytest.mark.parametrize("name", sorted(FAMILIES))
+@pytest.mark.parametrize("name", ["list_then_arith", "branch", "list_reduce"])
 def test_family_pools_are_disjoint_and_copying_is_wrong(name):
     tasks = family_tasks(name, heldout=40, train=60, seed=3)
-    heldout = {t["inputs"][0] for t in tasks["heldout"]}
-    train = {t["inputs"][0] for t in tasks["train"]}
+    heldout = {t["program"] for t in tasks["heldout"]}
+    train = {t["program"] for t in tasks["train"]}
     assert len(heldout) == 40 and len(train) == 60 and not heldout & train
-    namespace: dict = {}
-    exec(FAMILIES[name].program, namespace)
     for task in tasks["heldout"] + tasks["train"]:
-        output = eval(f"f({task['inputs'][0]})", dict(namespace))
+        namespace: dict = {}
+        exec(task["program"], namespace)
+        output = eval(f"f({task['inputs'][0]})", namespace)
         assert not output_is_an_argument(task["inputs"][0], repr(output)), task
     assert family_tasks(name, heldout=40, train=60, seed=3) == tasks  # seeded
     assert family_tasks(name, heldout=40, train=60, seed=4) != tasks
 
 
 def test_unknown_family_is_refused_naming_the_known_ones():
-    with pytest.raises(ValueError, match="known: add"):
+    with pytest.raises(ValueError, match="known: branch"):
         family_tasks("nope", heldout=1, train=1, seed=0)
 
 
@@ -58,7 +58,7 @@ def test_control_runs_end_to_end_on_the_tiny_model(tiny_model_dir, tiny_params_d
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(tiny_params_dict))
     overlay = tmp_path / "overlay.yaml"
-    overlay.write_text(yaml.safe_dump({"control": {"family": "add", "steps": 2, "tasks_per_step": 2, "samples": 2,
+    overlay.write_text(yaml.safe_dump({"control": {"family": "list_then_arith", "steps": 2, "tasks_per_step": 2, "samples": 2,
                                                    "heldout": 10, "eval_every": 1},
                                        "update": {"learning_rate": 0.01}, "reward": {"advantage_baseline": "per_task"}}))
     out = tmp_path / "control"

@@ -15,9 +15,9 @@ from populora.heldout.pool import verified_seeds
 from populora.lm.plans import FENCE
 from populora.selfplay.parsing import parse_answer
 from populora.verifier import grade_rows, sandbox_for
+from populora.verifier.families import verified_tasks
 from populora.warmstart import train as train_module
-from populora.warmstart.data import answer_budget, verified_tasks
-from populora.warmstart.examples import build_examples, encode_example, gold_answer
+from populora.warmstart.examples import answer_budget, build_examples, encode_example, gold_answer
 from populora.warmstart.train import adapter_folder, add_lora, merge_into_base, train
 
 CONFIG = VerifySection(workers=1)

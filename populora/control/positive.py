@@ -9,7 +9,7 @@ the sampler (`populora.lm.sampling.run_plans`, sampling from the PEFT model bein
 answer parser, the sandboxed verifier and grader, the rewards and advantages
 (`populora.selfplay.rollouts.build_rollouts`, `reward.advantage_baseline`) and the update
 (`populora.selfplay.update.AdapterUpdate`, the `update` section). Only the tasks differ: a family of
-`populora.control.families` with random inputs, a held-out pool whose inputs never appear in training.
+`populora.tasks.families` (programs that vary), a held-out pool whose programs never appear in training.
 
 Arms, from the same initial adapter and seeds: `real` (the advantages as computed), `shuffled` (the
 same updates with advantages shuffled within their group: the null, equal steps without signal), and
@@ -34,9 +34,9 @@ from pathlib import Path
 import yaml
 
 from populora.config import ParamsError, merge, parse_params
-from populora.control.families import FAMILIES, family_tasks
 from populora.core.io import read_json, write_json, write_text
 from populora.core.seeds import derive_seed as seed_of
+from populora.tasks.families import FAMILIES, family_tasks
 
 log = logging.getLogger("positive_control")
 ADAPTER = "control"
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", error)
         return 2
     if params.control.family not in FAMILIES:
-        log.error("control.family: unknown task family %r. Fix: use one of %s (populora/control/families.py).",
+        log.error("control.family: unknown task family %r. Fix: use one of %s (populora/tasks/families.py).",
                   params.control.family, ", ".join(sorted(FAMILIES)))
         return 2
     import torch

@@ -150,7 +150,7 @@ class ControlSection(Section):
     """The positive control (`python -m populora.control.positive`): solver-only RL of one adapter on one
     task family, read by nothing else. Its settings of the update, sampler and solver are the params' own."""
 
-    family: str = Field("add", min_length=1, description="Task family of populora/control/families.py (FAMILIES; "
+    family: str = Field("list_then_arith", min_length=1, description="Task family of populora/tasks/families.py (FAMILIES; "
                         "checked by the control before any work, so the pipeline's stages do not import it).")
     steps: int = Field(16, ge=1, description="Training steps: each samples a fresh batch and takes update.steps "
                        "optimizer steps on it.")

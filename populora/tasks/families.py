@@ -416,9 +416,30 @@ def split_tasks(split: str, n_programs: int, seed: int, *, families: list[str] |
     return rows
 
 
+def evaluate(program: Program, arguments: str):
+    """`f(arguments)` of one of this generator's own programs, run in this process. Only to screen draws
+    (`family_tasks`): every gold output the pipeline uses comes from the sandbox (`populora.verifier`)."""
+    namespace: dict = {}
+    exec(program.text, namespace)  # text built from this module's templates, not model output
+    return eval(f"f({arguments})", namespace)
+
+
+def screened(program: Program, arguments: str) -> bool:
+    """Whether a draw makes a task worth asking: `f` runs on it, and its output is not one of its arguments
+    (copying what the task shows would be right)."""
+    from populora.core.literals import output_is_an_argument
+
+    try:
+        value = evaluate(program, arguments)
+    except Exception:  # noqa: BLE001 - a drawn input may make any of the primitives raise (an empty max, ...)
+        return False
+    return not output_is_an_argument(arguments, repr(value))
+
+
 def family_tasks(name: str, *, heldout: int, train: int, seed: int) -> dict[str, list[dict]]:
     """`{"heldout": [...], "train": [...]}` code_o verifier rows of family `name` (the positive control's
-    tasks): distinct programs, none in both lists (the held-out ones never trained on, by program text)."""
+    tasks): distinct programs, none in both lists (the held-out ones never trained on, by program text), each
+    input one its program runs on and does not copy (`screened`)."""
     if name not in FAMILIES:
         raise ValueError(f"unknown task family {name!r}; known: {', '.join(sorted(FAMILIES))}")
     rng = random.Random(f"control:{name}:{seed}")
@@ -428,11 +449,12 @@ def family_tasks(name: str, *, heldout: int, train: int, seed: int) -> dict[str,
         if len(rows) == heldout + train:
             break
         program = draw_program(name, rng)
-        if program.text in seen:
+        arguments = draw_arguments(program.params, rng)
+        if program.text in seen or not screened(program, arguments):
             continue
         seen.add(program.text)
         rows.append({"task_id": f"{name}-{len(rows):04d}", "type": "code_o", "program": program.text,
-                     "inputs": [draw_arguments(program.params, rng)], "message": None, "family": name})
+                     "inputs": [arguments], "message": None, "family": name})
     if len(rows) < heldout + train:
         raise ValueError(f"family {name!r} has fewer than {heldout + train} distinct programs")
     return {"heldout": rows[:heldout], "train": rows[heldout:]}

@@ -13,6 +13,8 @@ Modules, by concern:
   * rules.py    the static AST rules (forbidden modules/builtins/attributes, value expressions);
   * validity.py verify_rows: static rules, then two executions (VERIFY_REASONS);
   * grading.py  grade_rows: one grader per task type, GRADERS (GRADE_REASONS);
+  * baselines.py the copy and echo answers (what reads only what a task shows), graded;
+  * families.py verified tasks of a split of the task families (populora/tasks/): the warm start's and the pool's;
   * pool.py     the sandbox helper both share: limits from the `verify` section (the one source
                 of their defaults), the pool, verify.required_layers (IsolationError).
 Seed rows live with the other task data in populora.selfplay.tasks.

@@ -84,3 +84,9 @@ def encode_example(example: dict, tokenizer) -> dict:
         return tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
 
     return {"context": encode(example["prompt"]) + encode(example["prefill"]), "target": encode(example["target"])}
+
+
+def answer_budget(tasks: list[dict], tokenizer) -> int:
+    """Tokens the longest gold answer of `tasks` takes with its closing fence (what `solve.max_new_tokens`
+    must allow)."""
+    return max((len(tokenizer(target_text(t), add_special_tokens=False)["input_ids"]) for t in tasks), default=0)

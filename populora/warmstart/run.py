@@ -3,7 +3,7 @@
     record = make_warm_base(params, "results/base_model", staging, sandbox, log)
 
 With `warm_start.enabled`, the train split's first `warm_start.examples` verified tasks of `warm_start.types`
-(`populora.warmstart.data`) become examples in the solver's exact format (`populora.warmstart.examples`),
+(`populora.verifier.families`) become examples in the solver's exact format (`populora.warmstart.examples`),
 one LoRA adapter is fine-tuned on them (`populora.warmstart.train`) and folded into the base, and the folder
 written is a complete model (`AutoModelForCausalLM.from_pretrained`). Disabled (paper scale), the folder holds
 the base's own files, hard-linked. Either way the record says what was done: per-step loss and answer
@@ -44,8 +44,8 @@ def make_warm_base(params, base_dir: str | Path, out_dir: str | Path, sandbox, l
     from populora.lm.dtype import resolve_dtype
     from populora.lm.model import load_base
     from populora.selfplay.prompts import chat_wrapper
-    from populora.warmstart.data import answer_budget, type_counts, verified_tasks
-    from populora.warmstart.examples import build_examples, encode_example
+    from populora.verifier.families import type_counts, verified_tasks
+    from populora.warmstart.examples import answer_budget, build_examples, encode_example
     from populora.warmstart.train import adapter_folder, add_lora, merge_into_base, train
 
     counts: Counter = Counter()

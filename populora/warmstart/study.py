@@ -69,7 +69,7 @@ def load(args: argparse.Namespace):
 def validation_tasks(params, out: Path, n: int, sandbox, seeds: list[dict]) -> list[dict]:
     """The sweep's validation tasks (seed 0 of the validation split), with worked examples; kept in out."""
     from populora.heldout.pool import attach_examples
-    from populora.warmstart.data import verified_tasks
+    from populora.verifier.families import verified_tasks
 
     path = out / "validation_tasks.jsonl"
     if path.is_file():
@@ -86,8 +86,8 @@ def run_sweep(args, params, sandbox, seeds: list[dict]) -> dict:
     from populora.lm.dtype import resolve_dtype
     from populora.lm.model import load_base
     from populora.selfplay.prompts import chat_wrapper
+    from populora.verifier.families import verified_tasks
     from populora.warmstart import sweep
-    from populora.warmstart.data import verified_tasks
     from populora.warmstart.examples import build_examples, encode_example
 
     out = Path(args.out) / "sweep"

@@ -1,9 +1,11 @@
-"""Verified tasks of one split of the task families (`populora.tasks.families`), ready to train on or to measure.
+"""Verified tasks of one split of the task families (`populora.tasks.families`): what the warm start trains on
+and what the held-out pool and the warm start's validation are built from.
 
 The generator's programs are drawn in order, verified in the sandbox (gold outputs computed there, never by
 hand), and kept when they are valid and say something: not copyable (the output is an argument of the
 input, `is_copyable`), not solved by the copy or echo baseline (`populora.verifier.baselines`), and, for
-`code_o`, an output of at most `MAX_OUTPUT_CHARS` characters (the answer budget: see `answer_budget`).
+`code_o`, an output of at most `MAX_OUTPUT_CHARS` characters (inside the answer budget:
+`populora.warmstart.examples.answer_budget` counts its tokens).
 
     tasks = verified_tasks("train", 800, seed=0, config=params.verify, sandbox=box)
     tasks = verified_tasks("validation", 200, seed=0, config=params.verify, sandbox=box)
@@ -11,12 +13,13 @@ input, `is_copyable`), not solved by the copy or echo baseline (`populora.verifi
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 
 from populora.selfplay.tasks import is_copyable
 from populora.tasks.families import TASK_TYPES, programs, task_rows
-from populora.verifier import verify_rows
 from populora.verifier.baselines import solved_by_baseline
+from populora.verifier.validity import verify_rows
 
 MAX_OUTPUT_CHARS = 40  # a code_o gold output's repr at most: about 20 tokens, inside every answer budget
 TASK_FIELDS = ("task_id", "type", "program", "inputs", "outputs", "message", "family", "composition", "held_out",
@@ -28,8 +31,6 @@ def verified_tasks(split: str, n: int, *, seed: int, config, sandbox, types=TASK
     """`n` verified tasks of `split` (as many of each type in `types` as the programs give, in the
     generator's order), the programs drawn `chunk` at a time. `counts` (if given) gathers why candidates
     were dropped. Fewer than `n` only when the split's families run out of new programs."""
-    import random
-
     stream = programs(split, seed, families=families)
     rng = random.Random(f"inputs:{split}:{seed}")
     counts = counts if counts is not None else Counter()
@@ -69,14 +70,6 @@ def drop_reason(row: dict) -> str | None:
     if row["type"] == "code_o" and len(row["outputs"][0]) > MAX_OUTPUT_CHARS:
         return "output_too_long"
     return None
-
-
-def answer_budget(tasks: list[dict], tokenizer) -> int:
-    """Tokens the longest gold answer of `tasks` takes with its closing fence (what `solve.max_new_tokens`
-    must allow)."""
-    from populora.warmstart.examples import target_text
-
-    return max((len(tokenizer(target_text(t), add_special_tokens=False)["input_ids"]) for t in tasks), default=0)
 
 
 def type_counts(tasks: list[dict]) -> dict[str, int]:
