@@ -1,14 +1,17 @@
-"""Stage heldout_pool: make the held-out pool once (the base model proposes, the sandbox verifies) and
-score the base model on it.
+"""Stage heldout_pool: make the held-out pool once (or reuse a committed one) and score the base model on it.
 
-    python -m stages.heldout_pool --params params.yaml --base-model results/base_model \
-        --pool results/heldout/pool.jsonl --base results/heldout/base.json
+    python -m stages.heldout_pool --params params.yaml --base-model results/warm_base \
+        --raw-base results/base_model --pool results/heldout/pool.jsonl --base results/heldout/base.json
+
+"The base" is the warm base (the frozen base of every stage after the warm start); `--raw-base`, the model
+before it, is scored beside it, greedy (`heldout.raw_base.*`), when the warm start is on.
 
 The pool (populora/heldout/pool.py) holds `heldout.per_type` verified code_o/code_i tasks (the
 trained types among `propose.types`), each with its worked examples; `--base` gets the base model's
 greedy verdicts on it (`{"metrics": ..., "verdicts": {"base": {task_id: 0|1}}, "size": ...}`), with
 `heldout.samples` its pass rates, and per type the best constant answer's and the copy baseline's score on
-the pool (`best_constant`; `heldout.constant.<type>.accuracy`, `heldout.copy.<type>.accuracy`: every report
+the pool (`best_constant`; `heldout.constant.<type>.accuracy`, `heldout.copy.code_o.accuracy`,
+`heldout.echo.code_i.accuracy`: every report
 of pool scores prints them beside the scores). Round r
 asks the base model, in the teacher's prompt, for one batch of proposals (`propose.batch_size`, split
 over the types; on the 2-core CPU about 8 of 32 SmolLM2-135M proposals enter; references from the
@@ -30,15 +33,23 @@ from stages._common import setup, stage_parser, timed
 
 
 def constant_metrics(constant: dict) -> dict:
-    """`heldout.constant.<type>.accuracy` and `heldout.copy.<type>.accuracy`: what a score on the pool stands beside."""
-    return {f"heldout.{what}.{task_type}.accuracy": row[f"{prefix}accuracy"]
-            for task_type, row in constant.items() for what, prefix in (("constant", ""), ("copy", "copy_"))}
+    """`heldout.constant.<type>.accuracy`, `heldout.copy.code_o.accuracy` and `heldout.echo.code_i.accuracy`: what a
+    score on the pool stands beside (the best constant answer; the shown input copied as the output; the shown
+    output handed back as the input)."""
+    out = {}
+    for task_type, row in constant.items():
+        out[f"heldout.constant.{task_type}.accuracy"] = row["accuracy"]
+        for kind in ("copy", "echo"):
+            if f"{kind}_accuracy" in row:
+                out[f"heldout.{kind}.{task_type}.accuracy"] = row[f"{kind}_accuracy"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0], arm=False, gen=False)
     for flag in ("--base-model", "--pool", "--base"):
         parser.add_argument(flag, required=True)
+    parser.add_argument("--raw-base", help="the raw base before the warm start, scored beside the base (greedy)")
     args = parser.parse_args(argv)
     params, log = setup(args, "heldout_pool")
     if params.heldout.per_type == 0 or not pool_types(params.propose.types):
@@ -62,15 +73,26 @@ def main(argv: list[str] | None = None) -> int:
                 with timed(log, f"the base model's {params.heldout.samples} answers a task"):
                     rates = pass_rates(params, model, tokenizer, pool, [None], sandbox, samples=params.heldout.samples)
                 metrics |= pass_rate_metrics(rates, pool, {})
-            with timed(log, "the best constant answer and the copy baseline"):
+            with timed(log, "the best constant answer and the copy and echo baselines"):
                 constant = best_constant(pool, params.verify, sandbox)
+            raw = {}
+            if args.raw_base and params.warm_start.enabled and pool:
+                model = None  # one model at a time
+                raw_tokenizer, raw_model = load_sampler(args.raw_base, {}, params)
+                with timed(log, f"scoring the raw base (before the warm start) on {len(pool)} held-out tasks"):
+                    raw_metrics, raw_table = score_members(params, raw_model, raw_tokenizer, pool, [None], {}, sandbox)
+                raw = {"metrics": {k.replace("heldout.base.", "heldout.raw_base."): v for k, v in raw_metrics.items()},
+                       "verdicts": raw_table.get("base", {})}
     except IsolationError as error:  # a layer of verify.required_layers is missing
         log.error("%s", error)
         return 3
     write_jsonl(args.pool, pool)
     size = {t: sum(p["type"] == t for p in pool) for t in pool_types(params.propose.types)}
-    write_json(args.base, {"metrics": metrics | constant_metrics(constant), "verdicts": table, "pass_rates": rates,
-                           "size": size, "per_type": params.heldout.per_type, "best_constant": constant})
+    write_json(args.base, {"metrics": metrics | constant_metrics(constant) | raw.get("metrics", {}), "verdicts": table,
+                           "pass_rates": rates, "size": size, "per_type": params.heldout.per_type,
+                           "best_constant": {tt: {k: v for k, v in row.items() if k != "solves"}
+                                             for tt, row in constant.items()},
+                           "raw_base": raw.get("verdicts")})
     log.info("held-out pool of %d tasks %s; base accuracy %s", len(pool), size, metrics.get("heldout.base.accuracy"))
     return 0
 

@@ -109,13 +109,14 @@ def test_report_table_pairs_arms_and_base_per_generation():
     assert heldout_table({"population": {"base": {}, "generations": []}}) == ""
 
 
-def test_the_report_prints_the_best_constant_and_the_copy_baseline_beside_pool_scores():
+def test_the_report_prints_the_best_constant_and_the_copy_and_echo_baselines_beside_pool_scores():
     from populora.report.heldout import constant_line
 
     doc = {"base": {"t0": 0}, "generations": [], "best_constant": {
-        "code_i": {"answer": "10", "correct": 2, "n": 64, "accuracy": 2 / 64, "copy_correct": 0, "copy_accuracy": 0.0}}}
+        "code_i": {"answer": "10", "correct": 2, "n": 64, "accuracy": 2 / 64, "echo_correct": 1, "echo_accuracy": 1 / 64},
+        "code_o": {"answer": "0", "correct": 3, "n": 64, "accuracy": 3 / 64, "copy_correct": 0, "copy_accuracy": 0.0}}}
     line = constant_line({"population": doc})
-    assert "`10` 2/64 (3.1%)" in line and "copy baseline 0/64 (0.0%)" in line
+    assert "`10` 2/64 (3.1%)" in line and "echo baseline 1/64 (1.6%)" in line and "copy baseline 0/64 (0.0%)" in line
     assert constant_line({"population": {"base": {}}}) == ""  # a pool made before the record was kept
 
 

@@ -230,9 +230,9 @@ STAGES: tuple[Stage, ...] = (
     ),
     Stage(  # the held-out pool: the base model proposes, the sandbox verifies; then the base answers it
         "heldout_pool", "stages.heldout_pool", "global",
-        inputs={"base_model": WARM_BASE}, outputs={"pool": HELDOUT_POOL, "base": HELDOUT_BASE},
+        inputs={"base_model": WARM_BASE, "raw_base": BASE_MODEL}, outputs={"pool": HELDOUT_POOL, "base": HELDOUT_BASE},
         params=("heldout", "propose", "solve", "buffer.seeds", "verify", "model.dtype", "model.device", "sampler",
-                "lora.rank", "update.max_seq_len"), gpu=1, file_params=("heldout.pool_file",),
+                "lora.rank", "update.max_seq_len", "warm_start.enabled"), gpu=1, file_params=("heldout.pool_file",),
     ),
     Stage(
         "init", "stages.init", "arm",

@@ -60,15 +60,22 @@ def heldout_table(docs: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def _baseline_kind(row: dict) -> str:
+    """`echo` where the row has the echo baseline (code_i: the output handed back), else `copy`."""
+    return "echo" if "echo_correct" in row else "copy"
+
+
 def constant_line(docs: dict[str, dict]) -> str:
-    """What a score on the pool stands beside: per type, the best single constant answer's score and the
-    copy baseline's, computed on the pool by the heldout_pool stage (`best_constant` of base.json)."""
+    """What a score on the pool stands beside: per type, the best single constant answer's score and the copy
+    (code_o) or echo (code_i) baseline's, computed on the pool by the heldout_pool stage (`best_constant` of
+    base.json)."""
     constant = next((doc.get("best_constant") for doc in docs.values() if doc.get("best_constant")), None)
     if not constant:
         return ""
     parts = [f"{task_type}: the best constant answer `{row['answer']}` {row['correct']}/{row['n']} "
-             f"({100 * row['accuracy']:.1f}%), the copy baseline {row['copy_correct']}/{row['n']} "
-             f"({100 * row['copy_accuracy']:.1f}%)" for task_type, row in sorted(constant.items())]
+             f"({100 * row['accuracy']:.1f}%), the {kind} baseline {row[f'{kind}_correct']}/{row['n']} "
+             f"({100 * row[f'{kind}_accuracy']:.1f}%)" for task_type, row in sorted(constant.items())
+             for kind in [_baseline_kind(row)]]
     return "Beside these scores, on the same pool: " + "; ".join(parts) + "."
 
 
