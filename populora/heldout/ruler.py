@@ -150,7 +150,7 @@ def swap_constant_solved(pool: list[dict], constant: dict[str, dict], max_share:
     """The pool tasks to take out so that no type's best constant passes more than `max_share` of it: those
     its best constant solves, beyond the allowance."""
     out: set[str] = set()
-    for task_type, row in constant.items():
+    for row in constant.values():
         allowed = int(max_share * row["n"])
         out |= set(row["solves"][allowed:])
     return out
