@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
                                        "born": [score.get("born", {}) for score in scores],
                                        "members": [score.get("members", {}) for score in scores],
                                        "best_constant": base.get("best_constant", {}),
+                                       "raw_base": base.get("raw_base") or {},
+                                       "base_pass_rates": (base.get("pass_rates") or {}).get("base", {}),
+                                       "pass_rates": [score.get("pass_rates") or {} for score in scores],
                                        "roles": scores[-1].get("roles", {}) if scores else {}})
     state = load_state(args.state)
     write_json(args.summary, arm_summary(rows, {"teachers": list(state.teachers), "students": list(state.students)}))

@@ -126,6 +126,11 @@ def test_bench_stage_on_the_tiny_model(tmp_path, tiny_model_dir, monkeypatch, be
     assert list(result["per_problem_gold_logprob"]) == list(result["per_problem"])
     assert all(v < 0 for v in result["per_problem_gold_logprob"].values()) and result["gold_loglik"]["tokens"] > n
     assert result["gold_loglik"]["in_generation"] == n  # scored in each answer's own prefill, no second pass
+    # beside the score: CRUXEval-O's copy baseline (sample_2 returns its argument), -I's echo (sample_1 maps its
+    # output to itself), graded in the sandbox
+    kind, solved = ("copy", {"sample_2"}) if bench == "cruxeval_o" else ("echo", {"sample_1"})
+    assert result["baseline"]["kind"] == kind and result["baseline"]["n"] == n
+    assert {t for t, v in result["baseline"]["per_problem"].items() if v} == solved
 
 
 def test_limits_override_limit_and_are_validated():

@@ -109,6 +109,33 @@ def test_report_table_pairs_arms_and_base_per_generation():
     assert heldout_table({"population": {"base": {}, "generations": []}}) == ""
 
 
+def test_report_table_shows_the_raw_base_beside_and_the_pass_rates_with_their_own_intervals():
+    from populora.report.heldout import heldout_table
+
+    ids = [f"t{i}" for i in range(10)]
+    doc = {"base": {t: 0 for t in ids}, "raw_base": {t: int(t == "t0") for t in ids}, "roles": {"students": ["s0"]},
+           "generations": [{"s0": {t: 0 for t in ids}}, {"s0": {t: 1 for t in ids}}],
+           "base_pass_rates": {t: 0.25 for t in ids}, "pass_rates": [{}, {"s0": {t: 0.5 for t in ids}}]}
+    greedy = heldout_table({"population": doc})
+    assert "| raw base |" in greedy and greedy.splitlines()[2].split(" | ")[3] == "10.0"  # t0 of 10
+    rates = heldout_table({"population": doc}, measure="pass_rate").splitlines()
+    assert len(rates) == 3  # generation 0 has no pass rates: left out
+    assert rates[2].split(" | ")[:3] == ["| 1", "50.0", "25.0"] and "+25.0 [+25.0, +25.0]" in rates[2]
+    assert "raw base" not in rates[0]
+
+
+def test_the_report_shows_the_copy_and_echo_baselines_beside_cruxeval():
+    from populora.report.markdown import handed_back_line
+
+    results = [{"benchmark": "cruxeval_i", "baseline": {"kind": "echo", "correct": 62, "n": 200, "accuracy": 0.31}},
+               {"benchmark": "cruxeval_o", "baseline": {"kind": "copy", "correct": 37, "n": 200, "accuracy": 0.185}},
+               {"benchmark": "gsm8k"}]
+    line = handed_back_line(results)
+    assert "cruxeval_i: the echo baseline (the output handed back as the input) solves 62/200 (31.0%)" in line
+    assert "cruxeval_o: the copy baseline" in line and "gsm8k" not in line
+    assert handed_back_line([{"benchmark": "gsm8k"}]) == ""
+
+
 def test_the_report_prints_the_best_constant_and_the_copy_and_echo_baselines_beside_pool_scores():
     from populora.report.heldout import constant_line
 

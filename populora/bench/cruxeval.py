@@ -289,6 +289,7 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
     log.info("grading %d answers in the verifier's sandbox", len(answers))
     with Progress(len(answers), f"{bench} grading", unit="answers", log=log) as progress:
         graded = grade_rows(all_tasks, answers, settings.verify, progress=progress.update)
+    handed_back = handed_back_baseline(tasks, settings.verify)
     results = {}
     for index, model in enumerate(models):
         part = slice(index * len(tasks), (index + 1) * len(tasks))
@@ -307,6 +308,7 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
                                 "in_generation": sum(o.get("gold") is not None for o in outputs[part])}}
                if own_gold is not None else {"gold_loglik": {"skipped": "the vllm engine gives no forward pass"}}),
             "diagnostics": answer_diagnostics(samples), "max_new_tokens": settings.max_new_tokens,
+            "baseline": handed_back,
             "n": len(samples), "per_problem": {row["task_id"]: int(row["correct"]) for row in samples},
             "metrics": {"pass@1": correct / len(samples) if samples else 0.0}, "prompt": cfg.prompt,
             "mode": settings.solve_mode if cfg.prompt == "project" else "official",
@@ -316,3 +318,17 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
             "tokens": sum(row["tokens"] for row in samples), "harness": "populora.verifier",
             "data": str(data_dir) if data_dir else OFFICIAL_URL}
     return results
+
+
+def handed_back_baseline(tasks: list[dict], config) -> dict:
+    """What a score on this benchmark stands beside: CRUXEval-O's copy baseline (an argument of the call given as
+    the output), CRUXEval-I's echo baseline (the output handed back as the input), graded in the sandbox
+    (`populora.verifier.baselines`): `{"kind", "correct", "n", "accuracy", "per_problem"}`."""
+    from populora.verifier.baselines import BASELINE_OF, baseline_verdicts
+
+    verdicts = baseline_verdicts(tasks, config)
+    kind = BASELINE_OF[tasks[0]["type"]] if tasks else "copy"
+    per_problem = {t["task_id"]: int(verdicts[t["task_id"]][kind]) for t in tasks}
+    correct = sum(per_problem.values())
+    return {"kind": kind, "correct": correct, "n": len(tasks), "accuracy": correct / len(tasks) if tasks else 0.0,
+            "per_problem": per_problem}

@@ -15,10 +15,10 @@ from populora.heldout.scoring import per_task_mean
 from populora.report.metrics import BASELINE, POPULATION
 
 
-def _role_scores(doc: dict, gen: int, role: str, task_ids: list[str]) -> list[float] | None:
+def _role_scores(doc: dict, gen: int, role: str, task_ids: list[str], key: str = "generations") -> list[float] | None:
     members = doc.get("roles", {}).get(role) or []
-    table = doc["generations"][gen] if gen < len(doc.get("generations", [])) else None
-    if not members or table is None:
+    table = doc[key][gen] if gen < len(doc.get(key) or []) else None
+    if not members or not table:
         return None
     return per_task_mean(table, members, task_ids)
 
@@ -34,25 +34,34 @@ def _pct(values: list[float] | None) -> str:
     return "-" if not values else f"{100 * sum(values) / len(values):.1f}"
 
 
-def heldout_table(docs: dict[str, dict]) -> str:
-    """Markdown: one row per generation; accuracy (%) of each arm's students and of the base, and
-    the paired differences in points with their 95% intervals. Empty when no arm has a pool."""
-    docs = {arm: doc for arm, doc in docs.items() if doc.get("base")}
+def heldout_table(docs: dict[str, dict], *, measure: str = "greedy") -> str:
+    """Markdown: one row per generation; each arm's students' score (%) and the base's (the warm base: the frozen
+    base of every stage; the raw base before the warm start beside it when it was scored), and the paired
+    differences in points with their 95% intervals. `measure`: `greedy` (verdicts) or `pass_rate` (the mean pass
+    rate over heldout.samples answers at temperature 1, per task; generations without one are left out). Empty
+    when no arm has a pool (or no pass rates)."""
+    key, base_key = ("generations", "base") if measure == "greedy" else ("pass_rates", "base_pass_rates")
+    docs = {arm: doc for arm, doc in docs.items() if doc.get(base_key)}
     if not docs:
         return ""
-    task_ids = sorted(next(iter(docs.values()))["base"])
-    base = [float(next(iter(docs.values()))["base"][t]) for t in task_ids]
+    first = next(iter(docs.values()))
+    task_ids = sorted(first[base_key])
+    base = [float(first[base_key][t]) for t in task_ids]
+    raw = first.get("raw_base") if measure == "greedy" else None
     arms = [a for a in (POPULATION, BASELINE) if a in docs] + sorted(set(docs) - {POPULATION, BASELINE})
-    header = ["generation", *(f"{arm} students" for arm in arms), "base",
+    header = ["generation", *(f"{arm} students" for arm in arms), "base", *(["raw base"] if raw else []),
               *(f"{arm} students - base" for arm in arms)]
     paired = POPULATION in docs and BASELINE in docs
     if paired:
         header.append("population - baseline students")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    generations = max(len(doc["generations"]) for doc in docs.values())
+    generations = max(len(doc.get(key) or []) for doc in docs.values())
     for gen in range(generations):
-        students = {arm: _role_scores(docs[arm], gen, "students", task_ids) for arm in arms}
+        students = {arm: _role_scores(docs[arm], gen, "students", task_ids, key) for arm in arms}
+        if all(value is None for value in students.values()):
+            continue
         cells = [str(gen), *(_pct(students[arm]) for arm in arms), _pct(base),
+                 *([_pct([float(raw.get(t, 0)) for t in task_ids])] if raw else []),
                  *(_cell(students[arm], base) for arm in arms)]
         if paired:
             cells.append(_cell(students[POPULATION], students[BASELINE]))
@@ -79,7 +88,9 @@ def constant_line(docs: dict[str, dict]) -> str:
     return "Beside these scores, on the same pool: " + "; ".join(parts) + "."
 
 
-HELDOUT_NOTE = ("Held-out pool: verified code_o/code_i tasks made once by the base model as teacher, never "
-                "proposed, solved or trained on (populora/heldout/), answered greedily by every member "
-                "after each generation. Accuracy in %; differences in points with 95% paired-bootstrap intervals over "
-                "the pool's tasks (a role's score on a task is the mean of its members' verdicts).")
+HELDOUT_NOTE = ("Held-out pool: verified code_o/code_i tasks never proposed, solved or trained on (populora/heldout/: "
+                "heldout.pool_file, e.g. pool v3 from programs the warm start never saw, or proposed by the base), "
+                "answered greedily by every member after each generation. \"base\" is the frozen base every stage "
+                "uses (the warm base when warm_start.enabled), \"raw base\" the model before the warm start. "
+                "Accuracy in %; differences in points with 95% paired-bootstrap intervals over the pool's tasks (a "
+                "role's score on a task is the mean of its members' verdicts).")

@@ -74,6 +74,7 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
         "",
         benchmark_table(table, counts, metrics, refs),
         "",
+        *([line, ""] if (line := handed_back_line(results)) else []),
         extremes_note,
         "",
         *claims(metrics, extremes),
@@ -103,6 +104,11 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
     if pool_table:
         sections += ["### Held-out pool (in-distribution learning curves)", "", HELDOUT_NOTE, "", pool_table, "",
                      constant_line(heldout or {}), ""]
+        rates = heldout_table(heldout or {}, measure="pass_rate")
+        if rates:
+            sections += ["The same pool, the mean pass rate over heldout.samples answers per task at temperature 1 "
+                         "(%; a continuous measure that moves on every task, not only where the greedy answer flips):",
+                         "", rates, ""]
     if dynamics:
         plot_dynamics(dynamics, out_dir / "dynamics.png")
         plot_complexity(dynamics, out_dir / "complexity.png")
@@ -121,3 +127,19 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
     write_text(path, "\n".join(sections))
     write_text(out_dir / "report.html", report_html(path.read_text(), out_dir))  # the same, one page with its figures
     return path
+
+
+HANDED_BACK = {"copy": "an argument of the call given as the output", "echo": "the output handed back as the input"}
+
+
+def handed_back_line(results: list[dict]) -> str:
+    """What a CRUXEval score stands beside: the copy baseline of CRUXEval-O and the echo baseline of CRUXEval-I
+    (graded in the sandbox by the bench stage: `populora.bench.cruxeval.handed_back_baseline`)."""
+    seen: dict[str, dict] = {}
+    for result in results:
+        if result.get("baseline") and result.get("benchmark") not in seen:
+            seen[result["benchmark"]] = result["baseline"]
+    parts = [f"{bench}: the {row['kind']} baseline ({HANDED_BACK[row['kind']]}) solves {row['correct']}/{row['n']} "
+             f"({100 * row['accuracy']:.1f}%)" for bench, row in sorted(seen.items())]
+    return "Beside the CRUXEval scores, answers that only read what the prompt shows: " + "; ".join(parts) + "." \
+        if parts else ""

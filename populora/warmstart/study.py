@@ -27,7 +27,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from populora.core.io import read_jsonl, write_json, write_jsonl
+from populora.core.io import read_json, read_jsonl, write_json, write_jsonl
 
 log = logging.getLogger("warm_start.study")
 
@@ -54,7 +54,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def load(args: argparse.Namespace):
+def load(args: argparse.Namespace, *, cruxeval: int | None = None):
+    """The params with the study's answer budget; with `cruxeval`, CRUXEval's first `cruxeval` problems at the
+    same budget."""
     import yaml
 
     from populora.config import merge, parse_params
@@ -63,6 +65,9 @@ def load(args: argparse.Namespace):
     for overlay in args.overlay:
         raw = merge(raw, yaml.safe_load(Path(overlay).read_text()) or {})
     raw = merge(raw, {"solve": {"max_new_tokens": args.max_new_tokens}})
+    if cruxeval:
+        raw = merge(raw, {"bench": {"limits": {"cruxeval_o": cruxeval, "cruxeval_i": cruxeval},
+                                    "cruxeval": {"max_new_tokens": args.max_new_tokens}}})
     return parse_params(raw, args.params)
 
 
@@ -118,6 +123,96 @@ def run_sweep(args, params, sandbox, seeds: list[dict]) -> dict:
     return result
 
 
+def family_tasks_table(params, out: Path, per_family: int, sandbox, seeds: list[dict], trained: set[str]) -> list[dict]:
+    """The table's tasks: `per_family` verified tasks of each type and family, fresh programs of the train
+    families (none the warm start trained on: `trained`) and of the held-out ones (a validation draw apart from
+    the sweep's: another seed, the sweep's programs left out), with worked examples; kept in out."""
+    from populora.heldout.pool import attach_examples
+    from populora.tasks.families import FAMILIES
+    from populora.verifier.families import verified_tasks
+
+    path = out / "table_tasks.jsonl"
+    if path.is_file():
+        return read_jsonl(path)
+    swept = {t["program"] for t in read_jsonl(out / "sweep" / "validation_tasks.jsonl")} \
+        if (out / "sweep" / "validation_tasks.jsonl").is_file() else set()
+    tasks = []
+    for name, family in sorted(FAMILIES.items()):
+        split = "train" if family.split == "train" else "validation"
+        drawn = verified_tasks(split, 6 * per_family, seed=1, config=params.verify, sandbox=sandbox, families=[name])
+        fresh = [t for t in drawn if t["program"] not in trained and t["program"] not in swept]
+        for task_type in ("code_o", "code_i"):
+            tasks += [t for t in fresh if t["type"] == task_type][:per_family]
+    tasks = attach_examples(tasks, seeds, params.solve.worked_examples, seed=1)
+    write_jsonl(path, tasks)
+    return tasks
+
+
+def run_table(args, params, sandbox, seeds: list[dict]) -> dict:
+    """The raw base against the warm base per family and type, greedy and at temperature 1, the best constant
+    answer beside each score, the paired gain per type over the held-out tasks and over the train families'."""
+    from populora.heldout.ruler import best_constant
+    from populora.warmstart.measure import paired_gain, score_models, summarize
+    from populora.warmstart.run import TASKS_FILE
+
+    out = Path(args.out)
+    warm = Path(args.warm_base)
+    trained = {t["program"] for t in read_jsonl(warm / TASKS_FILE)} if (warm / TASKS_FILE).is_file() else set()
+    tasks = family_tasks_table(params, out, args.table_tasks, sandbox, seeds, trained)
+    scores = {}
+    for name, folder in (("raw", Path(args.base_model)), ("warm", warm)):
+        path = out / "scores" / f"{name}.json"
+        if not path.is_file():
+            write_json(path, score_models(params, folder, {}, tasks, sandbox, samples=args.samples)["base"])
+        scores[name] = read_json(path)
+    summary = summarize(scores, tasks, samples=args.samples)
+    constants = {}
+    for group in summary["raw"]:
+        task_type, _, family = group.partition(" ")
+        subset = [t for t in tasks if t["type"] == task_type and (not family or t["family"] == family)]
+        row = best_constant(subset, params.verify, sandbox)[task_type]
+        constants[group] = {k: v for k, v in row.items() if k != "solves"}
+    held = [t for t in tasks if t.get("held_out")]
+    own = [t for t in tasks if not t.get("held_out")]
+    result = {"tasks": {"held_out": len(held), "train_families": len(own)}, "samples": args.samples,
+              "summary": summary, "best_constant": constants,
+              "gain": {"held_out": {m: paired_gain(scores, held, "warm", "raw", samples=args.samples, measure=m)
+                                    for m in ("pass_rate", "greedy")},
+                       "train_families": {m: paired_gain(scores, own, "warm", "raw", samples=args.samples, measure=m)
+                                          for m in ("pass_rate", "greedy")}},
+              "warm_base": str(warm), "raw_base": str(args.base_model),
+              "warm_start": read_json(warm.parent / "warm_start.json").get("settings")
+              if (warm.parent / "warm_start.json").is_file() else None}
+    write_json(out / "table.json", result)
+    return result
+
+
+def run_cruxeval(args, params, out: Path, log) -> dict:
+    """CRUXEval-O and -I (the first `--cruxeval` problems) raw and warm, with the copy and echo baselines."""
+    from populora.bench.jobs import run_one
+    from populora.bench.models import BenchModel
+    from populora.bench.settings import settings_for
+    from populora.core.refs import BASE_REF
+
+    result = {}
+    for bench in ("cruxeval_o", "cruxeval_i"):
+        settings = settings_for(params, bench)
+        row = {"n": None}
+        for name, folder in (("raw", Path(args.base_model)), ("warm", Path(args.warm_base))):
+            results = out / "cruxeval" / name / bench
+            if not (results / "base.json").is_file():
+                if run_one(settings, [BenchModel(BASE_REF)], folder, results, log) != 0:
+                    raise RuntimeError(f"{bench} on {folder} failed (see the log)")
+            doc = read_json(results / "base.json")
+            row[name] = {"correct": doc["correct"], "n": doc["n"], "per_problem": doc["per_problem"]}
+            row["n"] = doc["n"]
+        baseline = read_json(out / "cruxeval" / "warm" / bench / "base.json")["baseline"]
+        row[baseline["kind"]] = baseline["correct"]
+        result[bench] = row
+    write_json(out / "cruxeval.json", result)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
@@ -130,8 +225,12 @@ def main(argv: list[str] | None = None) -> int:
         seeds = verified_seeds(params, sandbox)
         if "sweep" in args.phases:
             run_sweep(args, params, sandbox, seeds)
+        if "table" in args.phases:
+            run_table(args, params, sandbox, seeds)
     finally:
         sandbox.close()
+    if "cruxeval" in args.phases:
+        run_cruxeval(args, load(args, cruxeval=args.cruxeval), Path(args.out), log)
     return 0
 
 
