@@ -10,7 +10,8 @@ on `bench.benchmarks` (`--results`, as bench_summary reads them; the figure and 
 again here) and each arm's `<dynamics>/<arm>/dynamics.json` and `heldout_verdicts.json` (the held-out
 pool's per-generation table, populora/report/heldout.py), and a table of the per-job timings Snakemake
 recorded under `--timings` (populora/report/timings.py; no dependency of the stage, and under DVC
-there are none: the report says so). The folder is built aside and moved into place at the end.
+there are none: the report says so), and the warm start's record (`--warm-start`: what it trained on, its loss
+curve and cost, populora/report/warm_start.py). The folder is built aside and moved into place at the end.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dynamics", help="the dynamics stages' folder (results/dynamics); left out: no dynamics")
     parser.add_argument("--timings", help="Snakemake's per-job benchmark files (results/timings); absent or "
                                           "left out: no timings table")
+    parser.add_argument("--warm-start", help="the warm start's record (results/warm_start.json); left out: no section")
     parser.add_argument("--report", required=True, help="report folder")
     args = parser.parse_args(argv)
     params, log = setup(args, "report")
@@ -46,13 +48,14 @@ def main(argv: list[str] | None = None) -> int:
                     for arm in params.dag.arms} if args.dynamics else {}
         heldout = {arm: read_json(path) for arm in params.dag.arms
                    if args.dynamics and (path := Path(args.dynamics) / arm / HELDOUT_VERDICTS).is_file()}
+        warm_start = read_json(args.warm_start) if args.warm_start else None
     except (BenchError, OSError, ValueError) as error:
         log.error("could not read the report inputs: %s", error)
         return 1
     timings = stage_timings(read_timings(args.timings))
     tmp = staging_dir(args.report)
     try:
-        path = write_report(results, metrics, dynamics, tmp, heldout, timings)
+        path = write_report(results, metrics, dynamics, tmp, heldout, timings, warm_start)
     except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(error, BenchError):

@@ -165,6 +165,13 @@ def test_the_stage_makes_a_loadable_warm_base(tiny_model_dir, tiny_params_dict, 
     AutoModelForCausalLM.from_pretrained(tmp_path / "warm_base")  # a full model folder
     assert (tmp_path / "warm_base" / "warm_start_adapter" / "adapter_config.json").is_file()
     assert (tmp_path / "warm_base" / "warm_start_tasks.jsonl").is_file()
+    # the report's section: the loss curve drawn, the cost written out
+    from populora.report.warm_start import warm_start_section
+
+    lines = warm_start_section(record, tmp_path)
+    assert (tmp_path / "warm_start.png").stat().st_size > 0 and "(warm_start.png)" in lines[-2]
+    assert any("tokens/s" in line and "s training" in line for line in lines)
+    assert warm_start_section({"enabled": False}, tmp_path)[2].startswith("Off")
 
 
 def test_disabled_the_warm_base_is_the_base_hard_linked(tiny_model_dir, tiny_params_dict, tmp_path):

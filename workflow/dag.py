@@ -380,7 +380,8 @@ STAGES += (
     ),
     Stage(
         "report", "stages.report", "global", local=True,
-        inputs={"results": BENCH_DIR, "metrics": f"{RESULTS}/metrics.json", "dynamics": DYNAMICS_DIR},
+        inputs={"results": BENCH_DIR, "metrics": f"{RESULTS}/metrics.json", "dynamics": DYNAMICS_DIR,
+                "warm_start": WARM_START},
         collects={"results": BENCH_WRITERS, "dynamics": ("dynamics",)},
         untracked={"timings": BENCHMARKS_DIR},  # the other jobs' timings: they all ran before the report
         outputs={"report": f"{RESULTS}/report"}, directories=("report",),

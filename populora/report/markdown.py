@@ -39,13 +39,16 @@ from populora.report.tables import (
     versus_base_table,
 )
 from populora.report.timings import TIMINGS_NOTE, timings_table
+from populora.report.warm_start import warm_start_section
 
 
 def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[str, list[dict]],
-                 out_dir: str | Path, heldout: dict[str, dict] | None = None, timings: list[dict] | None = None) -> Path:
+                 out_dir: str | Path, heldout: dict[str, dict] | None = None, timings: list[dict] | None = None,
+                 warm_start: dict | None = None) -> Path:
     """Write report.md and its figures into `out_dir`; returns the Markdown path. `heldout` maps an arm
     to its held-out verdicts (`heldout_verdicts.json`, populora/report/heldout.py); `timings` are the
-    per-stage rows of `populora.report.timings.stage_timings` (none: the report says so)."""
+    per-stage rows of `populora.report.timings.stage_timings` (none: the report says so); `warm_start` is the
+    warm start's record (`results/warm_start.json`, populora/report/warm_start.py)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     table, counts = score_table(results)
@@ -122,6 +125,7 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
                      "![TrueSkill ratings per slot](ratings.png)", ""]
     else:
         sections += ["No dynamics files were given, so no training dynamics are shown.", ""]
+    sections += warm_start_section(warm_start, out_dir)
     sections += ["## Per-job timings", "", *([TIMINGS_NOTE, ""] if timings else []), timings_table(timings or []), ""]
     path = out_dir / "report.md"
     write_text(path, "\n".join(sections))
