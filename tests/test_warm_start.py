@@ -188,3 +188,24 @@ def test_an_answer_budget_too_small_for_the_golds_is_refused(tiny_model_dir, tin
     with pytest.raises(ValueError, match="solve.max_new_tokens"):
         _run_stage(raw, tmp_path, tiny_model_dir)
     assert not (tmp_path / "warm_base").exists()
+
+
+def test_summaries_and_the_budget_choice_are_by_transfer():
+    from populora.warmstart.measure import paired_gain, summarize
+    from populora.warmstart.sweep import best, sweep_table
+
+    tasks = [{"task_id": f"{t}{i}", "type": t, "family": "branch" if i % 2 else "digits"}
+             for t in ("code_o", "code_i") for i in range(10)]
+    scores = {"base": {t["task_id"]: {"greedy": 0, "correct": 1} for t in tasks},
+              "lr0.001-n400": {t["task_id"]: {"greedy": 1, "correct": 3} for t in tasks},
+              "lr0.001-n800": {t["task_id"]: {"greedy": int(t["task_id"].startswith("code_o")), "correct": 2}
+                               for t in tasks}}
+    summary = summarize(scores, tasks, samples=4)
+    assert summary["lr0.001-n400"]["code_o"] == {"n": 10, "greedy": 1.0, "pass_rate": 0.75}
+    assert summary["base"]["code_i digits"]["n"] == 5
+    table = sweep_table(scores, tasks, samples=4)
+    assert table["lr0.001-n800"]["mean_greedy"] == 0.5 and table["lr0.001-n800"]["mean_pass_rate"] == 0.5
+    assert best(table) == "lr0.001-n400"  # the base is never chosen
+    gain = paired_gain(scores, tasks, "lr0.001-n400", "base", samples=4)
+    assert gain["code_o"]["points"] == 50.0 and gain["code_o"]["excludes_zero"]
+    assert paired_gain(scores, tasks, "lr0.001-n800", "base", samples=4, measure="greedy")["code_i"]["points"] == 0

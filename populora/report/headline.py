@@ -10,8 +10,10 @@ Keys (flat, numbers only; absent when what they describe did not run):
     <g>.mean_minus_baseline         students' mean minus the baseline (both arms ran)
     <g>.mean_minus_base             students' mean minus the base model
       g = code, math, cruxeval (pass@1 / accuracy averaged over the group's benchmarks), overall (mean of the groups)
-    heldout.mean | .baseline | .base | .mean_minus_base
-                                    greedy accuracy on the held-out pool after the last generation
+    heldout.mean | .baseline | .base | .mean_minus_base | .raw_base
+                                    greedy accuracy on the held-out pool after the last generation (base: the
+                                    frozen base, the warm base after a warm start; raw_base: the model before it)
+    heldout.pass_rate.mean | .base  the mean pass rate over heldout.samples answers at temperature 1 (when sampled)
     solve_rate.mean | .baseline     the students' solve rate in the last generation (training tasks)
 
 Every figure is a fraction (0-1). The full tables stay in `results/metrics.json` (per benchmark and
@@ -47,6 +49,9 @@ def headline_metrics(metrics: dict, summaries: dict[str, dict]) -> dict:
         lead = summaries[arms[0]]
         _put(out, "heldout.mean", lead.get("final.heldout.students.accuracy"))
         _put(out, "heldout.base", lead.get("final.heldout.base.accuracy"))
+        _put(out, "heldout.raw_base", lead.get("final.heldout.raw_base.accuracy"))
+        _put(out, "heldout.pass_rate.mean", lead.get("final.heldout.students.pass_rate"))
+        _put(out, "heldout.pass_rate.base", lead.get("final.heldout.base.pass_rate"))
         _put(out, "solve_rate.mean", lead.get("final.solve_rate"))
         if len(arms) == 2:
             _put(out, "heldout.baseline", summaries[BASELINE].get("final.heldout.students.accuracy"))
