@@ -15,8 +15,8 @@
 3. **CRUXEval-O and -I** (the first `--cruxeval` problems each) raw against warm, with the copy ceiling of -O
    and the echo baseline of -I.
 
-Everything lands under `--out` (`sweep/`, `table.json`, `cruxeval.json`, `README.md` written from them) and a
-rerun reuses what is there.
+Everything lands under `--out` (`sweep/`, `table.json`, `cruxeval.json`, `results.md`: their tables) and a rerun
+reuses what is there.
 """
 
 from __future__ import annotations
@@ -213,6 +213,86 @@ def run_cruxeval(args, params, out: Path, log) -> dict:
     return result
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def _gain(row: dict) -> str:
+    return f"{row['points']:+.1f} [{row['interval'][0]:+.1f}, {row['interval'][1]:+.1f}]"
+
+
+def sweep_markdown(sweep: dict) -> list[str]:
+    table, chosen = sweep["table"], sweep["chosen"]
+    lines = ["## The budget sweep", "",
+             f"Learning rates x budgets on the train split, scored on {sweep['validation']['tasks']} validation tasks "
+             f"({', '.join(f'{n} {t}' for t, n in sorted(sweep['validation']['by_type'].items()))}: held-out families "
+             f"and unseen compositions, programs the warm start never saw, copy- and echo-solved tasks excluded), "
+             f"greedy and {sweep['validation']['samples']} answers at temperature 1 (%). Chosen: the highest mean "
+             f"pass rate over the two types (not the lowest training loss): **{chosen}**.", "",
+             "| model | code_o greedy | code_o pass rate | code_i greedy | code_i pass rate | mean pass rate |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, row in table.items():
+        mark = " (chosen)" if name == chosen else ""
+        lines.append(f"| {name}{mark} | {_pct(row['code_o.greedy'])} | {_pct(row['code_o.pass_rate'])} | "
+                     f"{_pct(row['code_i.greedy'])} | {_pct(row['code_i.pass_rate'])} | {_pct(row['mean_pass_rate'])} |")
+    return lines + [""]
+
+
+def table_markdown(table: dict) -> list[str]:
+    summary, constants, samples = table["summary"], table["best_constant"], table["samples"]
+    lines = ["## Raw base against warm base, per family", "",
+             f"Fresh tasks ({table['tasks']['held_out']} of held-out families, {table['tasks']['train_families']} of the "
+             f"warm start's own families on programs it never trained on), greedy and the pass rate over {samples} "
+             "answers at temperature 1 (%). Beside each: the best single constant answer on those tasks; the copy "
+             "(code_o) and echo (code_i) baselines solve none of them by construction (such tasks are left out).", "",
+             "| type, family | n | raw greedy | warm greedy | raw pass rate | warm pass rate | best constant |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for group, raw in summary["raw"].items():
+        warm, const = summary["warm"][group], constants[group]
+        lines.append(f"| {group} | {raw['n']} | {_pct(raw['greedy'])} | {_pct(warm['greedy'])} | "
+                     f"{_pct(raw['pass_rate'])} | {_pct(warm['pass_rate'])} | {_pct(const['accuracy'])} "
+                     f"(`{const['answer']}`) |")
+    lines += ["", "Warm minus raw, in points, 95% paired bootstrap over tasks:", "",
+              "| tasks | type | pass rate | greedy |", "|---|---|---:|---:|"]
+    for part, label in (("held_out", "held-out (never trained on)"), ("train_families", "train families, new programs")):
+        for task_type, row in table["gain"][part]["pass_rate"].items():
+            lines.append(f"| {label} | {task_type} | {_gain(row)} | {_gain(table['gain'][part]['greedy'][task_type])} |")
+    return lines + [""]
+
+
+def cruxeval_markdown(cruxeval: dict) -> list[str]:
+    lines = ["## CRUXEval", "", "Greedy, the project's solver prompt with one worked example; beside the scores, the "
+             "copy baseline of CRUXEval-O and the echo baseline of CRUXEval-I (graded in the sandbox).", "",
+             "| benchmark | n | raw base | warm base | warm - raw (95% paired bootstrap) | copy / echo baseline |",
+             "|---|---:|---:|---:|---:|---:|"]
+    from populora.core.stats import paired_bootstrap
+
+    for bench, row in cruxeval.items():
+        ids = list(row["raw"]["per_problem"])
+        mean, low, high = paired_bootstrap([row["warm"]["per_problem"][t] - row["raw"]["per_problem"][t] for t in ids])
+        baseline = row.get("copy", row.get("echo"))
+        lines.append(f"| {bench} | {row['n']} | {row['raw']['correct']} | {row['warm']['correct']} | "
+                     f"{100 * mean:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] | {baseline} |")
+    return lines + [""]
+
+
+def write_results(out: Path, command: str) -> Path:
+    """`results.md` (tables only; the study's README.md says what they show) from what the phases wrote."""
+    from populora.core.io import write_text
+
+    lines = ["# What the warm start buys", "",
+             "Written by `python -m populora.warmstart.study` from `sweep/sweep.json`, `table.json` and "
+             f"`cruxeval.json` (command: `{command}`).", ""]
+    if (out / "sweep" / "sweep.json").is_file():
+        lines += sweep_markdown(read_json(out / "sweep" / "sweep.json"))
+    if (out / "table.json").is_file():
+        lines += table_markdown(read_json(out / "table.json"))
+    if (out / "cruxeval.json").is_file():
+        lines += cruxeval_markdown(read_json(out / "cruxeval.json"))
+    write_text(out / "results.md", "\n".join(lines))
+    return out / "results.md"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
@@ -231,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         sandbox.close()
     if "cruxeval" in args.phases:
         run_cruxeval(args, load(args, cruxeval=args.cruxeval), Path(args.out), log)
+    write_results(Path(args.out), "python -m populora.warmstart.study " + " ".join(argv if argv is not None else sys.argv[1:]))
     return 0
 
 
