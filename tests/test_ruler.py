@@ -93,3 +93,22 @@ def test_the_echo_baseline_stands_beside_the_constant_for_code_i(sandbox):
 
 def test_doctests():
     assert doctest.testmod(ruler).failed == 0
+
+
+def test_the_pool_readme_puts_every_baseline_beside_the_scores():
+    from populora.heldout.ruler import pool_readme
+
+    record = {"command": "python -m populora.heldout.ruler --out data/pool-v3",
+              "counts": {"verified": {"code_o": 10, "code_i": 10}, "calibrated": {"code_o": 8}, "in_window": {"code_o": 4},
+                         "swapped_for_the_constant": {}, "pool": {"code_o": 2, "code_i": 2}},
+              "candidates_dropped": {"candidates": 30, "copyable": 3, "kept": 20},
+              "held_out": {"code_o family": 2}, "families": {"code_o branch": 2},
+              "best_constant": {"code_o": {"answer": "0", "correct": 0, "n": 2, "accuracy": 0.0, "copy_correct": 0},
+                                "code_i": {"answer": "1", "correct": 1, "n": 2, "accuracy": 0.5, "echo_correct": 0}},
+              "raw_base": {"greedy": {"heldout.base.code_o.accuracy": 0.0}, "pass_rate": {"code_o": 0.01, "code_i": 0.0}},
+              "warm_base": {"greedy": {"heldout.base.code_o.accuracy": 0.5, "heldout.base.code_i.accuracy": 0.25},
+                            "calibration_pass_rate": {"code_o": 0.3, "code_i": 0.2}},
+              "settings": {"low": 0.05, "high": 0.6, "samples": 16, "max_baseline": 0.05, "per_family": 24}}
+    text = pool_readme(record)
+    assert "| code_i | `1` 1/2 (50.0%) | echo 0/2 | - | 0.0% | 25.0% | 20.0% |" in text
+    assert "copyable 3" in text and "candidates 30" not in text and "5-60%" in text

@@ -267,9 +267,58 @@ def main(argv: list[str] | None = None) -> int:
                           "worked_examples": params.solve.worked_examples},
         "settings": {k: v for k, v in vars(args).items() if k != "params"},
         "runtime": runtime_record(params.model.dtype, params.model.device)})
+    from populora.core.io import read_json, write_text
+
+    write_text(out / "README.md", pool_readme(read_json(out / "construction.json")))
     log.info("pool v3: %s; best constant %s", dict(counts["pool"]),
              {tt: (row["answer"], row["correct"]) for tt, row in constant.items()})
     return 0
+
+
+def pool_readme(record: dict) -> str:
+    """The pool folder's README.md, from its construction record: what it is, how it was built, what scores on
+    it stand beside."""
+    counts, settings = record["counts"], record["settings"]
+    window = f"{100 * settings['low']:.0f}-{100 * settings['high']:.0f}%"
+
+    def per_type(step: str) -> str:
+        return ", ".join(f"{n} {t}" for t, n in sorted(counts.get(step, {}).items())) or "none"
+
+    lines = ["# Held-out pool v3", "",
+             "Verified `code_o`/`code_i` tasks from programs the warm start never saw (the task families' `pool` split,"
+             " populora/tasks/families.py: whole held-out families and unseen compositions of trained primitives), "
+             f"calibrated on the warm base: each solved by it {window} of the time at temperature 1 "
+             f"({settings['samples']} answers a task), so a gain and a loss can both show. Built by", "",
+             f"    {record['command']}", "",
+             "## Construction", "",
+             f"* verified candidates: {per_type('verified')} (dropped before: "
+             + ", ".join(f"{k} {v}" for k, v in record["candidates_dropped"].items() if k not in ("candidates", "kept"))
+             + ")",
+             f"* calibrated on the warm base: {per_type('calibrated')}; in the window: {per_type('in_window')}",
+             f"* swapped out for the best constant (past {100 * settings['max_baseline']:.0f}% of a type): "
+             f"{per_type('swapped_for_the_constant')}",
+             f"* the pool: {per_type('pool')}, one task per program text, at most {settings['per_family']} of a family "
+             "per type, held-out families first: " + ", ".join(f"{k} {v}" for k, v in record["held_out"].items()),
+             "", "Families: " + ", ".join(f"{k} {v}" for k, v in record["families"].items()), "",
+             "## What a score on it stands beside", "",
+             "| type | best constant | copy / echo baseline | raw base greedy | raw base pass rate | warm base greedy | "
+             "warm base calibration pass rate |", "|---|---|---|---:|---:|---:|---:|"]
+    for task_type, row in record["best_constant"].items():
+        kind = "echo" if "echo_correct" in row else "copy"
+        lines.append(
+            f"| {task_type} | `{row['answer']}` {row['correct']}/{row['n']} ({100 * row['accuracy']:.1f}%) | {kind} "
+            f"{row[f'{kind}_correct']}/{row['n']} | {_pct(record['raw_base']['greedy'].get(f'heldout.base.{task_type}.accuracy'))} "
+            f"| {_pct(record['raw_base']['pass_rate'][task_type])} "
+            f"| {_pct(record['warm_base']['greedy'].get(f'heldout.base.{task_type}.accuracy'))} "
+            f"| {_pct(record['warm_base']['calibration_pass_rate'][task_type])} |")
+    lines += ["", "Files: `pool.jsonl` (the pool: each task with its worked examples, family, why it is held out and "
+              "the warm base's calibration count), `calibration.jsonl` (every calibrated task), `construction.json` "
+              "(this record, with the calibration table per family).", ""]
+    return "\n".join(lines)
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
 
 
 def _pass_rate(pool: list[dict], correct, samples: int) -> dict[str, float]:
