@@ -305,9 +305,9 @@ class WarmStartSection(Section):
 
     enabled: bool = Field(True, description="Fine-tune the base before self-play; false: results/warm_base is the "
                           "base itself (hard links, no training).")
-    examples: int = Field(800, ge=1, description="Training examples: verified tasks of the train split, each seen "
+    examples: int = Field(200, ge=1, description="Training examples: verified tasks of the train split, each seen "
                           "once, in the generator's order (a shorter budget is a prefix of a longer one).")
-    learning_rate: float = Field(1e-3, gt=0, description="AdamW learning rate of the LoRA weights (constant after "
+    learning_rate: float = Field(3e-3, gt=0, description="AdamW learning rate of the LoRA weights (constant after "
                                  "the warm-up).")
     warmup_steps: int = Field(10, ge=0, description="Optimizer steps of linear learning-rate warm-up.")
     batch_size: int = Field(16, ge=1, description="Examples per optimizer step.")

@@ -55,8 +55,8 @@ def make_warm_base(params, base_dir: str | Path, out_dir: str | Path, sandbox, l
     verified_s = time.monotonic() - started
     log.info("%d verified training tasks %s in %.1f s (candidates dropped: %s)", len(tasks), type_counts(tasks),
              verified_s, {k: v for k, v in counts.items() if k not in ("candidates", "kept")})
-    dtype, reason = resolve_dtype(cfg.dtype, params.model.device)
-    tokenizer, model = load_base(base_dir, dtype=dtype, device=params.model.device)
+    dtype, reason = resolve_dtype(cfg.dtype, params.model.device)  # for the record; load_base logs its choice
+    tokenizer, model = load_base(base_dir, dtype=cfg.dtype, device=params.model.device)
     budget = answer_budget(tasks, tokenizer)
     if budget > params.solve.max_new_tokens:
         raise ValueError(f"solve.max_new_tokens = {params.solve.max_new_tokens} cannot hold the longest warm-start "
