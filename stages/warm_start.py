@@ -39,8 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     replace_dir(tmp, args.warm_base)
     write_json(args.record, record)
     if record["enabled"]:
-        log.info("warm base ready in %s: %d examples, final loss %.3f, %.0f tokens/s, %.0f s in all", args.warm_base,
-                 record["examples"], record["final"]["loss"], record["tokens_per_s"] or 0, record["wall_s"])
+        log.info(
+            "warm base ready in %s: %d examples, final loss %.3f, %.0f tokens/s, %.0f s in all",
+            args.warm_base,
+            record["examples"],
+            record["final"]["loss"],
+            record["tokens_per_s"] or 0,
+            record["wall_s"],
+        )
     return 0
 
 

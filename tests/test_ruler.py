@@ -12,10 +12,23 @@ from populora.heldout.ruler import best_constant, calibrate, calibration_order, 
 from populora.verifier import sandbox_for, verify_rows
 
 
-def _task(i: int, *, kind: str = "family", family: str = "branch", task_type: str = "code_o", correct: int = 4,
-          program: str | None = None) -> dict:
-    return {"task_id": f"{family}-{task_type}-{i}", "type": task_type, "family": family, "held_out": kind,
-            "program": program or f"def f(x):\n    return x + {i}", "calibration_correct": correct}
+def _task(
+    i: int,
+    *,
+    kind: str = "family",
+    family: str = "branch",
+    task_type: str = "code_o",
+    correct: int = 4,
+    program: str | None = None,
+) -> dict:
+    return {
+        "task_id": f"{family}-{task_type}-{i}",
+        "type": task_type,
+        "family": family,
+        "held_out": kind,
+        "program": program or f"def f(x):\n    return x + {i}",
+        "calibration_correct": correct,
+    }
 
 
 def test_select_keeps_the_window_one_task_per_program_and_a_cap_per_family():
@@ -29,17 +42,26 @@ def test_select_keeps_the_window_one_task_per_program_and_a_cap_per_family():
 
 def test_select_takes_one_task_per_program_text_across_types_and_families_first():
     same = "def f(x):\n    return x * 3"
-    calibrated = [_task(0, program=same), _task(1, task_type="code_i", program=same),
-                  _task(2, kind="composition", family="int_arith"), _task(3)]
+    calibrated = [
+        _task(0, program=same),
+        _task(1, task_type="code_i", program=same),
+        _task(2, kind="composition", family="int_arith"),
+        _task(3),
+    ]
     pool = select(calibrated, samples=16, low=0.05, high=0.6, per_type=2, per_family=5)
     assert [t["task_id"] for t in pool] == ["branch-code_o-0", "branch-code_o-3"]  # families fill the type first
-    assert [t["task_id"] for t in select(calibrated, samples=16, low=0.05, high=0.6, per_type=5, per_family=5,
-                                         exclude={"branch-code_o-0"})] == ["branch-code_i-1", "branch-code_o-3",
-                                                                            "int_arith-code_o-2"]
+    assert [
+        t["task_id"]
+        for t in select(
+            calibrated, samples=16, low=0.05, high=0.6, per_type=5, per_family=5, exclude={"branch-code_o-0"}
+        )
+    ] == ["branch-code_i-1", "branch-code_o-3", "int_arith-code_o-2"]
 
 
 def test_calibration_order_puts_families_first_and_spreads_families_and_types():
-    tasks = [_task(i, family=f, task_type=tt) for i in range(4) for f in ("branch", "digits") for tt in ("code_o", "code_i")]
+    tasks = [
+        _task(i, family=f, task_type=tt) for i in range(4) for f in ("branch", "digits") for tt in ("code_o", "code_i")
+    ]
     tasks += [_task(9, kind="composition", family="int_arith")]
     order = calibration_order(tasks, seed=0)
     assert sorted(t["task_id"] for t in order) == sorted(t["task_id"] for t in tasks)
@@ -70,8 +92,17 @@ def sandbox():
 
 
 def test_best_constant_is_computed_on_the_pool_with_the_tasks_it_solves(sandbox):
-    pool = [{"task_id": f"t{k}", "type": "code_o", "program": "def f(x):\n    return x % 3", "inputs": [str(k)],
-             "outputs": [repr(k % 3)], "message": None} for k in range(10, 19)]
+    pool = [
+        {
+            "task_id": f"t{k}",
+            "type": "code_o",
+            "program": "def f(x):\n    return x % 3",
+            "inputs": [str(k)],
+            "outputs": [repr(k % 3)],
+            "message": None,
+        }
+        for k in range(10, 19)
+    ]
     out = best_constant(pool, VerifySection(), sandbox)["code_o"]
     assert out["correct"] == 3 and out["n"] == 9 and out["answer"] in {"0", "1", "2"} and len(out["solves"]) == 3
     assert out["copy_correct"] == 0
@@ -79,13 +110,33 @@ def test_best_constant_is_computed_on_the_pool_with_the_tasks_it_solves(sandbox)
 
 
 def test_the_echo_baseline_stands_beside_the_constant_for_code_i(sandbox):
-    rows = verify_rows([
-        {"task_id": "echo", "type": "code_i", "program": "def f(s):\n    return ''.join(sorted(s))", "inputs": ["'bca'"],
-         "message": None},
-        {"task_id": "inv", "type": "code_i", "program": "def f(x):\n    return x * 7 + 3", "inputs": ["37"], "message": None},
-        {"task_id": "two", "type": "code_i", "program": "def f(a, b):\n    return min(a, b)", "inputs": ["4, 9"],
-         "message": None},
-    ], VerifySection(), sandbox=sandbox)
+    rows = verify_rows(
+        [
+            {
+                "task_id": "echo",
+                "type": "code_i",
+                "program": "def f(s):\n    return ''.join(sorted(s))",
+                "inputs": ["'bca'"],
+                "message": None,
+            },
+            {
+                "task_id": "inv",
+                "type": "code_i",
+                "program": "def f(x):\n    return x * 7 + 3",
+                "inputs": ["37"],
+                "message": None,
+            },
+            {
+                "task_id": "two",
+                "type": "code_i",
+                "program": "def f(a, b):\n    return min(a, b)",
+                "inputs": ["4, 9"],
+                "message": None,
+            },
+        ],
+        VerifySection(),
+        sandbox=sandbox,
+    )
     pool = [{k: r[k] for k in ("task_id", "type", "program", "inputs", "outputs", "message")} for r in rows]
     out = best_constant(pool, VerifySection(), sandbox)["code_i"]
     assert out["echo_correct"] == 2 and out["n"] == 3  # 'abc' sorted, and min(4, 4)
@@ -98,17 +149,29 @@ def test_doctests():
 def test_the_pool_readme_puts_every_baseline_beside_the_scores():
     from populora.heldout.ruler import pool_readme
 
-    record = {"command": "python -m populora.heldout.ruler --out data/pool-v3",
-              "counts": {"verified": {"code_o": 10, "code_i": 10}, "calibrated": {"code_o": 8}, "in_window": {"code_o": 4},
-                         "swapped_for_the_constant": {}, "pool": {"code_o": 2, "code_i": 2}},
-              "candidates_dropped": {"candidates": 30, "copyable": 3, "kept": 20},
-              "held_out": {"code_o family": 2}, "families": {"code_o branch": 2},
-              "best_constant": {"code_o": {"answer": "0", "correct": 0, "n": 2, "accuracy": 0.0, "copy_correct": 0},
-                                "code_i": {"answer": "1", "correct": 1, "n": 2, "accuracy": 0.5, "echo_correct": 0}},
-              "raw_base": {"greedy": {"heldout.base.code_o.accuracy": 0.0}, "pass_rate": {"code_o": 0.01, "code_i": 0.0}},
-              "warm_base": {"greedy": {"heldout.base.code_o.accuracy": 0.5, "heldout.base.code_i.accuracy": 0.25},
-                            "calibration_pass_rate": {"code_o": 0.3, "code_i": 0.2}},
-              "settings": {"low": 0.05, "high": 0.6, "samples": 16, "max_baseline": 0.05, "per_family": 24}}
+    record = {
+        "command": "python -m populora.heldout.ruler --out data/pool-v3",
+        "counts": {
+            "verified": {"code_o": 10, "code_i": 10},
+            "calibrated": {"code_o": 8},
+            "in_window": {"code_o": 4},
+            "swapped_for_the_constant": {},
+            "pool": {"code_o": 2, "code_i": 2},
+        },
+        "candidates_dropped": {"candidates": 30, "copyable": 3, "kept": 20},
+        "held_out": {"code_o family": 2},
+        "families": {"code_o branch": 2},
+        "best_constant": {
+            "code_o": {"answer": "0", "correct": 0, "n": 2, "accuracy": 0.0, "copy_correct": 0},
+            "code_i": {"answer": "1", "correct": 1, "n": 2, "accuracy": 0.5, "echo_correct": 0},
+        },
+        "raw_base": {"greedy": {"heldout.base.code_o.accuracy": 0.0}, "pass_rate": {"code_o": 0.01, "code_i": 0.0}},
+        "warm_base": {
+            "greedy": {"heldout.base.code_o.accuracy": 0.5, "heldout.base.code_i.accuracy": 0.25},
+            "calibration_pass_rate": {"code_o": 0.3, "code_i": 0.2},
+        },
+        "settings": {"low": 0.05, "high": 0.6, "samples": 16, "max_baseline": 0.05, "per_family": 24},
+    }
     text = pool_readme(record)
     assert "| code_i | `1` 1/2 (50.0%) | echo 0/2 | - | 0.0% | 25.0% | 20.0% |" in text
     assert "copyable 3" in text and "candidates 30" not in text and "5-60%" in text

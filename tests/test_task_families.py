@@ -62,7 +62,9 @@ def test_the_three_splits_never_share_a_program_text():
         kinds = {held_out_kind(p) for p in drawn[split]}
         assert kinds == {"family", "composition"}, (split, kinds)
     # a reserved composition of a train family never reaches training, whatever seed draws it
-    reserved = {p.composition for split in ("validation", "pool") for p in drawn[split] if held_out_kind(p) == "composition"}
+    reserved = {
+        p.composition for split in ("validation", "pool") for p in drawn[split] if held_out_kind(p) == "composition"
+    }
     assert reserved and all(is_reserved(c) for c in reserved)
     assert not reserved & {p.composition for p in islice(programs("train", 7), 2000)}
 
@@ -104,19 +106,49 @@ def test_echo_answers_hand_the_output_back_for_each_parameter():
 
 def test_the_echo_baseline_is_graded_in_the_sandbox():
     tasks = [
-        {"task_id": "sorted", "type": "code_i", "program": "def f(xs):\n    return sorted(xs)", "inputs": ["[3, 1, 2]"],
-         "outputs": ["[1, 2, 3]"]},
-        {"task_id": "maxpair", "type": "code_i", "program": "def f(a, b):\n    return max(a, b)", "inputs": ["3, 7"],
-         "outputs": ["7"]},
-        {"task_id": "plus", "type": "code_i", "program": "def f(x):\n    return x + 1", "inputs": ["4"],
-         "outputs": ["5"]},
-        {"task_id": "first", "type": "code_o", "program": "def f(xs, k):\n    return k", "inputs": ["[1, 2], 5"],
-         "outputs": ["5"]},
-        {"task_id": "sum", "type": "code_o", "program": "def f(xs):\n    return sum(xs)", "inputs": ["[1, 2]"],
-         "outputs": ["3"]},
+        {
+            "task_id": "sorted",
+            "type": "code_i",
+            "program": "def f(xs):\n    return sorted(xs)",
+            "inputs": ["[3, 1, 2]"],
+            "outputs": ["[1, 2, 3]"],
+        },
+        {
+            "task_id": "maxpair",
+            "type": "code_i",
+            "program": "def f(a, b):\n    return max(a, b)",
+            "inputs": ["3, 7"],
+            "outputs": ["7"],
+        },
+        {
+            "task_id": "plus",
+            "type": "code_i",
+            "program": "def f(x):\n    return x + 1",
+            "inputs": ["4"],
+            "outputs": ["5"],
+        },
+        {
+            "task_id": "first",
+            "type": "code_o",
+            "program": "def f(xs, k):\n    return k",
+            "inputs": ["[1, 2], 5"],
+            "outputs": ["5"],
+        },
+        {
+            "task_id": "sum",
+            "type": "code_o",
+            "program": "def f(xs):\n    return sum(xs)",
+            "inputs": ["[1, 2]"],
+            "outputs": ["3"],
+        },
     ]
     config = VerifySection(workers=1)
     with sandbox_for(config) as box:
         verdicts = baseline_verdicts(tasks, config, sandbox=box)
-    assert verdicts == {"sorted": {"echo": True}, "maxpair": {"echo": True}, "plus": {"echo": False},
-                        "first": {"copy": True}, "sum": {"copy": False}}
+    assert verdicts == {
+        "sorted": {"echo": True},
+        "maxpair": {"echo": True},
+        "plus": {"echo": False},
+        "first": {"copy": True},
+        "sum": {"copy": False},
+    }

@@ -92,7 +92,9 @@ def sharp_model_dir(tiny_model_dir, tmp_path_factory):
     return out
 
 
-def test_training_fits_its_examples_and_the_sampler_then_answers_them(sharp_model_dir, tasks, params, sandbox, tmp_path):
+def test_training_fits_its_examples_and_the_sampler_then_answers_them(
+    sharp_model_dir, tasks, params, sandbox, tmp_path
+):
     """Overfit two tasks; the merged model, loaded as every stage loads a base, answers them greedily with the
     project's sampler, parser and grader: the trained format is the one the pipeline samples in."""
     from populora.heldout.pool import attach_examples
@@ -109,16 +111,27 @@ def test_training_fits_its_examples_and_the_sampler_then_answers_them(sharp_mode
     for task in chosen:  # the prompts the held-out scoring shows: each task's own worked example
         examples += build_examples([task], task["examples"], chat=chat_wrapper(tokenizer), worked_examples=1, seed=0)
     rows = [encode_example(e, tokenizer) for e in examples] * 200
-    peft_model = add_lora(model, rank=8, alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                                    "up_proj", "down_proj"], seed=0)
-    steps = train(peft_model, rows, batch_size=8, micro_batch=8, learning_rate=1e-2, warmup_steps=2,
-                  pad_id=tokenizer.pad_token_id)
+    peft_model = add_lora(
+        model,
+        rank=8,
+        alpha=16,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        seed=0,
+    )
+    steps = train(
+        peft_model, rows, batch_size=8, micro_batch=8, learning_rate=1e-2, warmup_steps=2, pad_id=tokenizer.pad_token_id
+    )
     assert steps[-1]["loss"] < 0.2 * steps[0]["loss"] and steps[-1]["exact"] == 1.0
     peft_model.save_pretrained(str(tmp_path / "adapter"))
     merge_into_base(tiny_model_dir, adapter_folder(tmp_path / "adapter"), tmp_path / "warm")
     tokenizer, merged = load_base(tmp_path / "warm", dtype="float32", device="cpu")
-    raw = parse_params({**params.model_dump(mode="json"), "solve": {**params.solve.model_dump(mode="json"),
-                                                                     "max_new_tokens": answer_budget(chosen, tokenizer)}}, "t")
+    raw = parse_params(
+        {
+            **params.model_dump(mode="json"),
+            "solve": {**params.solve.model_dump(mode="json"), "max_new_tokens": answer_budget(chosen, tokenizer)},
+        },
+        "t",
+    )
     metrics, table = score_members(raw, merged, tokenizer, chosen, [None], {}, sandbox)
     assert table["base"] == {t["task_id"]: 1 for t in chosen}
 
@@ -150,8 +163,18 @@ def _run_stage(raw: dict, tmp_path, base_dir) -> tuple[int, dict]:
 
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(raw))
-    code = warm_start.main(["--params", str(path), "--base-model", str(base_dir), "--warm-base",
-                            str(tmp_path / "warm_base"), "--record", str(tmp_path / "warm_start.json")])
+    code = warm_start.main(
+        [
+            "--params",
+            str(path),
+            "--base-model",
+            str(base_dir),
+            "--warm-base",
+            str(tmp_path / "warm_base"),
+            "--record",
+            str(tmp_path / "warm_start.json"),
+        ]
+    )
     return code, json.loads((tmp_path / "warm_start.json").read_text())
 
 
@@ -194,12 +217,16 @@ def test_summaries_and_the_budget_choice_are_by_transfer():
     from populora.warmstart.measure import paired_gain, summarize
     from populora.warmstart.sweep import best, sweep_table
 
-    tasks = [{"task_id": f"{t}{i}", "type": t, "family": "branch" if i % 2 else "digits"}
-             for t in ("code_o", "code_i") for i in range(10)]
-    scores = {"base": {t["task_id"]: {"greedy": 0, "correct": 1} for t in tasks},
-              "lr0.001-n400": {t["task_id"]: {"greedy": 1, "correct": 3} for t in tasks},
-              "lr0.001-n800": {t["task_id"]: {"greedy": int(t["task_id"].startswith("code_o")), "correct": 2}
-                               for t in tasks}}
+    tasks = [
+        {"task_id": f"{t}{i}", "type": t, "family": "branch" if i % 2 else "digits"}
+        for t in ("code_o", "code_i")
+        for i in range(10)
+    ]
+    scores = {
+        "base": {t["task_id"]: {"greedy": 0, "correct": 1} for t in tasks},
+        "lr0.001-n400": {t["task_id"]: {"greedy": 1, "correct": 3} for t in tasks},
+        "lr0.001-n800": {t["task_id"]: {"greedy": int(t["task_id"].startswith("code_o")), "correct": 2} for t in tasks},
+    }
     summary = summarize(scores, tasks, samples=4)
     assert summary["lr0.001-n400"]["code_o"] == {"n": 10, "greedy": 1.0, "pass_rate": 0.75}
     assert summary["base"]["code_i digits"]["n"] == 5

@@ -38,15 +38,42 @@ from populora.heldout.pool import attach_examples, verified_seeds
 from populora.verifier import grade_rows
 from populora.verifier.baselines import arity, baseline_verdicts
 
-SIMPLE_VALUES = ("0", "1", "-1", "2", "3", "5", "10", "100", "''", "'a'", "'hello'", "'abc'", "[]", "[0]", "[1]",
-                 "[1, 2, 3]", "[0, 2, 4]", "{}", "True", "False", "None", "()", "'HeLLo'", "[1, 2, 3, 4]")
+SIMPLE_VALUES = (
+    "0",
+    "1",
+    "-1",
+    "2",
+    "3",
+    "5",
+    "10",
+    "100",
+    "''",
+    "'a'",
+    "'hello'",
+    "'abc'",
+    "[]",
+    "[0]",
+    "[1]",
+    "[1, 2, 3]",
+    "[0, 2, 4]",
+    "{}",
+    "True",
+    "False",
+    "None",
+    "()",
+    "'HeLLo'",
+    "[1, 2, 3, 4]",
+)
 log = logging.getLogger("ruler")
 
 
 def constant_verdicts(tasks: list[dict], answers: dict[str, list[str]], config, sandbox) -> dict[str, list[str]]:
     """task_id -> the answers (from `answers[task_id]`) the grader accepts."""
-    rows = [{"task_id": t["task_id"], "answer": a, "answer_id": f"{t['task_id']}#{k}"}
-            for t in tasks for k, a in enumerate(answers[t["task_id"]])]
+    rows = [
+        {"task_id": t["task_id"], "answer": a, "answer_id": f"{t['task_id']}#{k}"}
+        for t in tasks
+        for k, a in enumerate(answers[t["task_id"]])
+    ]
     graded = grade_rows([{**t, "valid": True} for t in tasks], rows, config, sandbox=sandbox)
     passed: dict[str, list[str]] = {t["task_id"]: [] for t in tasks}
     for row in graded:
@@ -81,9 +108,15 @@ def best_constant(pool: list[dict], config, sandbox) -> dict[str, dict]:
         answer = min(tried, key=lambda v: (-len(solved[v]), tried.index(v)))
         kind = "copy" if task_type == "code_o" else "echo"
         baseline = sum(handed_back[t["task_id"]][kind] for t in tasks)
-        out[task_type] = {"answer": answer, "correct": len(solved[answer]), "n": len(tasks),
-                          "accuracy": len(solved[answer]) / len(tasks), "solves": sorted(solved[answer]),
-                          f"{kind}_correct": baseline, f"{kind}_accuracy": baseline / len(tasks)}
+        out[task_type] = {
+            "answer": answer,
+            "correct": len(solved[answer]),
+            "n": len(tasks),
+            "accuracy": len(solved[answer]) / len(tasks),
+            "solves": sorted(solved[answer]),
+            f"{kind}_correct": baseline,
+            f"{kind}_accuracy": baseline / len(tasks),
+        }
     return out
 
 
@@ -126,8 +159,16 @@ def in_window(task: dict, *, samples: int, low: float, high: float) -> bool:
     return low <= task["calibration_correct"] / samples <= high
 
 
-def select(calibrated: list[dict], *, samples: int, low: float, high: float, per_type: int, per_family: int,
-           exclude: set[str] = frozenset()) -> list[dict]:
+def select(
+    calibrated: list[dict],
+    *,
+    samples: int,
+    low: float,
+    high: float,
+    per_type: int,
+    per_family: int,
+    exclude: set[str] = frozenset(),
+) -> list[dict]:
     """Tasks the warm base solved `low`..`high` of the time, in calibration order: held-out families first,
     then unseen compositions; one task per program text (whatever its type); at most `per_family` of one
     family per type; up to `per_type` per type; none of `exclude` (task ids)."""
@@ -137,8 +178,12 @@ def select(calibrated: list[dict], *, samples: int, low: float, high: float, per
             if task.get("held_out") != kind or task["task_id"] in exclude:
                 continue
             group = (task["family"], task["type"])
-            if (not in_window(task, samples=samples, low=low, high=high) or task["program"] in programs
-                    or per_group[group] >= per_family or sum(t["type"] == task["type"] for t in out) >= per_type):
+            if (
+                not in_window(task, samples=samples, low=low, high=high)
+                or task["program"] in programs
+                or per_group[group] >= per_family
+                or sum(t["type"] == task["type"] for t in out) >= per_type
+            ):
                 continue
             programs.add(task["program"])
             per_group[group] += 1
@@ -169,8 +214,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--high", type=float, default=0.60)
     parser.add_argument("--per-type", type=int, default=128)
     parser.add_argument("--per-family", type=int, default=24, help="at most this many tasks of one family per type")
-    parser.add_argument("--max-baseline", type=float, default=0.05,
-                        help="the best constant, copy and echo baselines' largest share of a type")
+    parser.add_argument(
+        "--max-baseline",
+        type=float,
+        default=0.05,
+        help="the best constant, copy and echo baselines' largest share of a type",
+    )
     parser.add_argument("--chunk", type=int, default=64, help="tasks calibrated between two checkpoints")
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)
@@ -196,82 +245,135 @@ def main(argv: list[str] | None = None) -> int:
     counts: dict[str, Counter] = {}
     dropped: Counter = Counter()
     with sandbox_for(params.verify) as sandbox:
-        candidates = verified_tasks("pool", args.candidates, seed=args.seed, config=params.verify, sandbox=sandbox,
-                                    counts=dropped)
+        candidates = verified_tasks(
+            "pool", args.candidates, seed=args.seed, config=params.verify, sandbox=sandbox, counts=dropped
+        )
         counts["verified"] = Counter(t["type"] for t in candidates)
         seeds = verified_seeds(params, sandbox)
-        tasks = calibration_order(attach_examples(candidates, seeds, params.solve.worked_examples, args.seed), args.seed)
+        tasks = calibration_order(
+            attach_examples(candidates, seeds, params.solve.worked_examples, args.seed), args.seed
+        )
         by_id = {t["task_id"]: t for t in tasks}
         checkpoint = out / "calibration.jsonl"
-        done = {row["task_id"]: row["calibration_correct"] for row in (read_jsonl(checkpoint) if checkpoint.is_file() else [])
-                if row["task_id"] in by_id and row.get("samples") == args.samples}
+        done = {
+            row["task_id"]: row["calibration_correct"]
+            for row in (read_jsonl(checkpoint) if checkpoint.is_file() else [])
+            if row["task_id"] in by_id and row.get("samples") == args.samples
+        }
         tokenizer, model = load_sampler(args.warm_base, {}, params)
 
         def rows_of(measured: dict[str, int]) -> list[dict]:
             return [{**by_id[tid], "calibration_correct": c, "samples": args.samples} for tid, c in measured.items()]
 
         def measure(batch: list[dict]) -> dict[str, int]:
-            new = pass_counts(params, model, tokenizer, batch, [None], sandbox, samples=args.samples, seed=args.seed)["base"]
+            new = pass_counts(params, model, tokenizer, batch, [None], sandbox, samples=args.samples, seed=args.seed)[
+                "base"
+            ]
             write_jsonl(checkpoint, rows_of({**done, **new}))
-            log.info("calibrated %d tasks; in the window: %s", len(done) + len(new), dict(Counter(
-                r["type"] for r in rows_of({**done, **new}) if in_window(r, samples=args.samples, low=args.low,
-                                                                            high=args.high))))
+            log.info(
+                "calibrated %d tasks; in the window: %s",
+                len(done) + len(new),
+                dict(
+                    Counter(
+                        r["type"]
+                        for r in rows_of({**done, **new})
+                        if in_window(r, samples=args.samples, low=args.low, high=args.high)
+                    )
+                ),
+            )
             return new
 
         def enough(measured: dict[str, int]) -> set[str]:
             # room for the swaps of step 4: a type is full with a tenth more than it needs
-            have = Counter(t["type"] for t in select(
-                [{**by_id[t], "calibration_correct": c} for t, c in measured.items()], samples=args.samples,
-                low=args.low, high=args.high, per_type=int(args.per_type * 1.1), per_family=args.per_family))
+            have = Counter(
+                t["type"]
+                for t in select(
+                    [{**by_id[t], "calibration_correct": c} for t, c in measured.items()],
+                    samples=args.samples,
+                    low=args.low,
+                    high=args.high,
+                    per_type=int(args.per_type * 1.1),
+                    per_family=args.per_family,
+                )
+            )
             return {tt for tt in ("code_o", "code_i") if have[tt] >= int(args.per_type * 1.1)}
 
         done = calibrate(tasks, done, measure, chunk=args.chunk, enough=enough)
-        calibrated = [{**t, "calibration_correct": done[t["task_id"]], "samples": args.samples}
-                      for t in tasks if t["task_id"] in done]
+        calibrated = [
+            {**t, "calibration_correct": done[t["task_id"]], "samples": args.samples}
+            for t in tasks
+            if t["task_id"] in done
+        ]
         counts["calibrated"] = Counter(t["type"] for t in calibrated)
-        counts["in_window"] = Counter(t["type"] for t in calibrated
-                                      if in_window(t, samples=args.samples, low=args.low, high=args.high))
+        counts["in_window"] = Counter(
+            t["type"] for t in calibrated if in_window(t, samples=args.samples, low=args.low, high=args.high)
+        )
         excluded: set[str] = set()
         for _ in range(20):  # swap what the best constant solves beyond its allowance for the next in the window
-            pool = select(calibrated, samples=args.samples, low=args.low, high=args.high, per_type=args.per_type,
-                          per_family=args.per_family, exclude=excluded)
+            pool = select(
+                calibrated,
+                samples=args.samples,
+                low=args.low,
+                high=args.high,
+                per_type=args.per_type,
+                per_family=args.per_family,
+                exclude=excluded,
+            )
             constant = best_constant(pool, params.verify, sandbox)
             swap = swap_constant_solved(pool, constant, args.max_baseline)
             if not swap:
                 break
             excluded |= swap
         counts["swapped_for_the_constant"] = Counter(by_id[t]["type"] for t in excluded)
-        pool = [{**t, "task_id": f"heldout-{t['type']}-{i:03d}", "source_task": t["task_id"]}
-                for task_type in ("code_o", "code_i")
-                for i, t in enumerate(p for p in pool if p["type"] == task_type)]
+        pool = [
+            {**t, "task_id": f"heldout-{t['type']}-{i:03d}", "source_task": t["task_id"]}
+            for task_type in ("code_o", "code_i")
+            for i, t in enumerate(p for p in pool if p["type"] == task_type)
+        ]
         counts["pool"] = Counter(t["type"] for t in pool)
         constant = best_constant(pool, params.verify, sandbox)
         warm_greedy, _ = score_members(params, model, tokenizer, pool, [None], {}, sandbox)
         raw_tokenizer, raw_model = load_sampler(args.raw_base, {}, params)
         raw_greedy, _ = score_members(params, raw_model, raw_tokenizer, pool, [None], {}, sandbox)
-        raw_counts = pass_counts(params, raw_model, raw_tokenizer, pool, [None], sandbox, samples=args.samples,
-                                 seed=args.seed)["base"]
+        raw_counts = pass_counts(
+            params, raw_model, raw_tokenizer, pool, [None], sandbox, samples=args.samples, seed=args.seed
+        )["base"]
     write_jsonl(out / "pool.jsonl", pool)
-    write_json(out / "construction.json", {
-        "command": "python -m populora.heldout.ruler " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "counts": {step: dict(sorted(c.items())) for step, c in counts.items()},
-        "candidates_dropped": dict(sorted(dropped.items())),
-        "best_constant": {tt: {k: v for k, v in row.items() if k != "solves"} for tt, row in constant.items()},
-        "held_out": dict(sorted(Counter(f"{t['type']} {t['held_out']}" for t in pool).items())),
-        "families": dict(sorted(Counter(f"{t['type']} {t['family']}" for t in pool).items())),
-        "warm_base": {"greedy": warm_greedy, "calibration_pass_rate": _pass_rate(pool, lambda t: t["calibration_correct"],
-                                                                                  args.samples)},
-        "raw_base": {"greedy": raw_greedy, "pass_rate": _pass_rate(pool, lambda t: raw_counts[t["task_id"]], args.samples)},
-        "calibration_by_family": calibration_table(calibrated, args.samples, args.low, args.high),
-        "answer_budget": {"max_new_tokens": params.solve.max_new_tokens, "mode": params.solve.mode,
-                          "worked_examples": params.solve.worked_examples},
-        "settings": {k: v for k, v in vars(args).items() if k != "params"},
-        "runtime": runtime_record(params.model.dtype, params.model.device)})
+    write_json(
+        out / "construction.json",
+        {
+            "command": "python -m populora.heldout.ruler " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "counts": {step: dict(sorted(c.items())) for step, c in counts.items()},
+            "candidates_dropped": dict(sorted(dropped.items())),
+            "best_constant": {tt: {k: v for k, v in row.items() if k != "solves"} for tt, row in constant.items()},
+            "held_out": dict(sorted(Counter(f"{t['type']} {t['held_out']}" for t in pool).items())),
+            "families": dict(sorted(Counter(f"{t['type']} {t['family']}" for t in pool).items())),
+            "warm_base": {
+                "greedy": warm_greedy,
+                "calibration_pass_rate": _pass_rate(pool, lambda t: t["calibration_correct"], args.samples),
+            },
+            "raw_base": {
+                "greedy": raw_greedy,
+                "pass_rate": _pass_rate(pool, lambda t: raw_counts[t["task_id"]], args.samples),
+            },
+            "calibration_by_family": calibration_table(calibrated, args.samples, args.low, args.high),
+            "answer_budget": {
+                "max_new_tokens": params.solve.max_new_tokens,
+                "mode": params.solve.mode,
+                "worked_examples": params.solve.worked_examples,
+            },
+            "settings": {k: v for k, v in vars(args).items() if k != "params"},
+            "runtime": runtime_record(params.model.dtype, params.model.device),
+        },
+    )
     from populora.core.io import read_json, write_text
 
     write_text(out / "README.md", pool_readme(read_json(out / "construction.json")))
-    log.info("pool v3: %s; best constant %s", dict(counts["pool"]),
-             {tt: (row["answer"], row["correct"]) for tt, row in constant.items()})
+    log.info(
+        "pool v3: %s; best constant %s",
+        dict(counts["pool"]),
+        {tt: (row["answer"], row["correct"]) for tt, row in constant.items()},
+    )
     return 0
 
 
@@ -284,36 +386,52 @@ def pool_readme(record: dict) -> str:
     def per_type(step: str) -> str:
         return ", ".join(f"{n} {t}" for t, n in sorted(counts.get(step, {}).items())) or "none"
 
-    lines = ["# Held-out pool v3", "",
-             "Verified `code_o`/`code_i` tasks from programs the warm start never saw (the task families' `pool` split,"
-             " populora/tasks/families.py: whole held-out families and unseen compositions of trained primitives), "
-             f"calibrated on the warm base: each solved by it {window} of the time at temperature 1 "
-             f"({settings['samples']} answers a task), so a gain and a loss can both show. Built by", "",
-             f"    {record['command']}", "",
-             "## Construction", "",
-             f"* verified candidates: {per_type('verified')} (dropped before: "
-             + ", ".join(f"{k} {v}" for k, v in record["candidates_dropped"].items() if k not in ("candidates", "kept"))
-             + ")",
-             f"* calibrated on the warm base: {per_type('calibrated')}; in the window: {per_type('in_window')}",
-             f"* swapped out for the best constant (past {100 * settings['max_baseline']:.0f}% of a type): "
-             f"{per_type('swapped_for_the_constant')}",
-             f"* the pool: {per_type('pool')}, one task per program text, at most {settings['per_family']} of a family "
-             "per type, held-out families first: " + ", ".join(f"{k} {v}" for k, v in record["held_out"].items()),
-             "", "Families: " + ", ".join(f"{k} {v}" for k, v in record["families"].items()), "",
-             "## What a score on it stands beside", "",
-             "| type | best constant | copy / echo baseline | raw base greedy | raw base pass rate | warm base greedy | "
-             "warm base calibration pass rate |", "|---|---|---|---:|---:|---:|---:|"]
+    lines = [
+        "# Held-out pool v3",
+        "",
+        "Verified `code_o`/`code_i` tasks from programs the warm start never saw (the task families' `pool` split,"
+        " populora/tasks/families.py: whole held-out families and unseen compositions of trained primitives), "
+        f"calibrated on the warm base: each solved by it {window} of the time at temperature 1 "
+        f"({settings['samples']} answers a task), so a gain and a loss can both show. Built by",
+        "",
+        f"    {record['command']}",
+        "",
+        "## Construction",
+        "",
+        f"* verified candidates: {per_type('verified')} (dropped before: "
+        + ", ".join(f"{k} {v}" for k, v in record["candidates_dropped"].items() if k not in ("candidates", "kept"))
+        + ")",
+        f"* calibrated on the warm base: {per_type('calibrated')}; in the window: {per_type('in_window')}",
+        f"* swapped out for the best constant (past {100 * settings['max_baseline']:.0f}% of a type): "
+        f"{per_type('swapped_for_the_constant')}",
+        f"* the pool: {per_type('pool')}, one task per program text, at most {settings['per_family']} of a family "
+        "per type, held-out families first: " + ", ".join(f"{k} {v}" for k, v in record["held_out"].items()),
+        "",
+        "Families: " + ", ".join(f"{k} {v}" for k, v in record["families"].items()),
+        "",
+        "## What a score on it stands beside",
+        "",
+        "| type | best constant | copy / echo baseline | raw base greedy | raw base pass rate | warm base greedy | "
+        "warm base calibration pass rate |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
     for task_type, row in record["best_constant"].items():
         kind = "echo" if "echo_correct" in row else "copy"
+        greedy = f"heldout.base.{task_type}.accuracy"
         lines.append(
             f"| {task_type} | `{row['answer']}` {row['correct']}/{row['n']} ({100 * row['accuracy']:.1f}%) | {kind} "
-            f"{row[f'{kind}_correct']}/{row['n']} | {_pct(record['raw_base']['greedy'].get(f'heldout.base.{task_type}.accuracy'))} "
+            f"{row[f'{kind}_correct']}/{row['n']} | {_pct(record['raw_base']['greedy'].get(greedy))} "
             f"| {_pct(record['raw_base']['pass_rate'][task_type])} "
-            f"| {_pct(record['warm_base']['greedy'].get(f'heldout.base.{task_type}.accuracy'))} "
-            f"| {_pct(record['warm_base']['calibration_pass_rate'][task_type])} |")
-    lines += ["", "Files: `pool.jsonl` (the pool: each task with its worked examples, family, why it is held out and "
-              "the warm base's calibration count), `calibration.jsonl` (every calibrated task), `construction.json` "
-              "(this record, with the calibration table per family).", ""]
+            f"| {_pct(record['warm_base']['greedy'].get(greedy))} "
+            f"| {_pct(record['warm_base']['calibration_pass_rate'][task_type])} |"
+        )
+    lines += [
+        "",
+        "Files: `pool.jsonl` (the pool: each task with its worked examples, family, why it is held out and "
+        "the warm base's calibration count), `calibration.jsonl` (every calibrated task), `construction.json` "
+        "(this record, with the calibration table per family).",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -322,16 +440,21 @@ def _pct(value) -> str:
 
 
 def _pass_rate(pool: list[dict], correct, samples: int) -> dict[str, float]:
-    return {tt: round(sum(correct(t) for t in pool if t["type"] == tt)
-                      / max(1, samples * sum(t["type"] == tt for t in pool)), 4) for tt in ("code_o", "code_i")}
+    return {
+        tt: round(
+            sum(correct(t) for t in pool if t["type"] == tt) / max(1, samples * sum(t["type"] == tt for t in pool)), 4
+        )
+        for tt in ("code_o", "code_i")
+    }
 
 
 def calibration_table(calibrated: list[dict], samples: int, low: float, high: float) -> dict[str, dict]:
     """Per type and family: tasks calibrated, how many the warm base never solved, below, in and above the window."""
     table: dict[str, dict] = {}
     for t in calibrated:
-        row = table.setdefault(f"{t['type']} {t['family']}", {"calibrated": 0, "never": 0, "below": 0, "window": 0,
-                                                              "above": 0})
+        row = table.setdefault(
+            f"{t['type']} {t['family']}", {"calibrated": 0, "never": 0, "below": 0, "window": 0, "above": 0}
+        )
         rate = t["calibration_correct"] / samples
         key = "never" if rate == 0 else "below" if rate < low else "window" if rate <= high else "above"
         row["calibrated"] += 1

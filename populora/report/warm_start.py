@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-NOTE = ("A supervised LoRA fine-tune of the raw base on verified code_o/code_i tasks of the train task families "
-        "(populora/tasks/families.py), in the solver's exact prompt and answer format, merged into the warm base: "
-        "the frozen base of every later stage. A departure from zero data (README); its budget was chosen on "
-        "held-out programs by study/warm-start/.")
+NOTE = (
+    "A supervised LoRA fine-tune of the raw base on verified code_o/code_i tasks of the train task families "
+    "(populora/tasks/families.py), in the solver's exact prompt and answer format, merged into the warm base: "
+    "the frozen base of every later stage. A departure from zero data (README); its budget was chosen on "
+    "held-out programs by study/warm-start/."
+)
 
 
 def plot_warm_start(steps: list[dict], path: Path) -> None:
@@ -41,20 +43,32 @@ def warm_start_section(record: dict | None, out_dir: Path) -> list[str]:
     if not record:
         return []
     if not record.get("enabled"):
-        return ["## The warm start", "", "Off (`warm_start.enabled: false`): the base every stage uses is the raw "
-                "base itself.", ""]
+        return [
+            "## The warm start",
+            "",
+            "Off (`warm_start.enabled: false`): the base every stage uses is the raw base itself.",
+            "",
+        ]
     settings = record.get("settings", {})
     plot_warm_start(record["steps"], out_dir / "warm_start.png")
     tasks = ", ".join(f"{n} {t}" for t, n in record["tasks"].items())
     final = record["final"]
-    return ["## The warm start", "", NOTE, "",
-            f"{record['examples']} examples ({tasks}) from {len(record['families'])} families, "
-            f"{len(record['steps'])} optimizer steps at learning rate {settings.get('learning_rate')}, LoRA rank "
-            f"{settings.get('rank')} on {', '.join(settings.get('target_modules', []))}, in {record['dtype']}. "
-            f"Over the last steps: loss {final['loss']:.3f}, answer-token accuracy {100 * final['token_accuracy']:.1f}%, "
-            f"whole answers {100 * final['exact']:.1f}% (teacher-forced, on the examples being trained on).", "",
-            f"Cost: {record['wall_s']:.0f} s in all ({record['verify_s']:.0f} s verifying the tasks, "
-            f"{record['train_s']:.0f} s training, {record['merge_s']:.0f} s merging); {record['tokens']:,} tokens "
-            f"({record['answer_tokens']:,} of them answers, the only ones in the loss) at "
-            f"{record['tokens_per_s']:.0f} tokens/s.", "",
-            "![The warm start's loss and train accuracy per step](warm_start.png)", ""]
+    return [
+        "## The warm start",
+        "",
+        NOTE,
+        "",
+        f"{record['examples']} examples ({tasks}) from {len(record['families'])} families, "
+        f"{len(record['steps'])} optimizer steps at learning rate {settings.get('learning_rate')}, LoRA rank "
+        f"{settings.get('rank')} on {', '.join(settings.get('target_modules', []))}, in {record['dtype']}. "
+        f"Over the last steps: loss {final['loss']:.3f}, answer-token accuracy {100 * final['token_accuracy']:.1f}%, "
+        f"whole answers {100 * final['exact']:.1f}% (teacher-forced, on the examples being trained on).",
+        "",
+        f"Cost: {record['wall_s']:.0f} s in all ({record['verify_s']:.0f} s verifying the tasks, "
+        f"{record['train_s']:.0f} s training, {record['merge_s']:.0f} s merging); {record['tokens']:,} tokens "
+        f"({record['answer_tokens']:,} of them answers, the only ones in the loss) at "
+        f"{record['tokens_per_s']:.0f} tokens/s.",
+        "",
+        "![The warm start's loss and train accuracy per step](warm_start.png)",
+        "",
+    ]

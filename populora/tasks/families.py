@@ -43,15 +43,22 @@ SPLITS = ("train", "validation", "pool")
 
 # Value types of the primitives: a list of small ints, an int, a lowercase word.
 INTS, INT, STR = "ints", "int", "str"
-PARAMETER_NAMES = {INTS: ("xs", "nums", "values", "items", "arr", "data"), INT: ("n", "k", "num", "m", "a", "y"),
-                   STR: ("s", "text", "word", "name", "w")}
-STEP_NAMES = {INTS: ("ys", "vals", "out", "rest", "picked", "lst"), INT: ("t", "total", "res", "acc", "r", "z"),
-              STR: ("u", "res", "t", "out", "part", "p")}
+PARAMETER_NAMES = {
+    INTS: ("xs", "nums", "values", "items", "arr", "data"),
+    INT: ("n", "k", "num", "m", "a", "y"),
+    STR: ("s", "text", "word", "name", "w"),
+}
+STEP_NAMES = {
+    INTS: ("ys", "vals", "out", "rest", "picked", "lst"),
+    INT: ("t", "total", "res", "acc", "r", "z"),
+    STR: ("u", "res", "t", "out", "part", "p"),
+}
 LOOP_NAMES = ("x", "v", "e", "i")  # the comprehension variable (never a parameter name)
 LETTERS = "aeilnrst"  # words from few letters: counts, finds and replacements hit often
 
 
 # ---- typed random inputs -------------------------------------------------------------------------------------------
+
 
 def draw_ints(rng: random.Random) -> list[int]:
     return [rng.randint(0, 15) for _ in range(rng.randint(3, 5))]
@@ -74,6 +81,7 @@ def draw_arguments(kinds: tuple[str, ...], rng: random.Random) -> str:
 
 
 # ---- primitives ----------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Primitive:
@@ -160,6 +168,7 @@ PRIMITIVES: dict[str, Primitive] = _prims(
 
 # ---- families ------------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Family:
     """A typed shape: the parameters' kinds, then `steps` (primitive names to choose from, and how many
@@ -173,20 +182,45 @@ class Family:
     write: Callable[[random.Random, tuple[str, ...]], tuple[str, tuple[str, ...]]] | None = None
 
 
-LIST_TO_LIST = ("map_add", "map_sub", "map_mul", "map_mod", "keep_gt", "keep_lt", "keep_even", "keep_odd", "sort",
-                "sort_desc", "reverse", "take", "drop", "append")
+LIST_TO_LIST = (
+    "map_add",
+    "map_sub",
+    "map_mul",
+    "map_mod",
+    "keep_gt",
+    "keep_lt",
+    "keep_even",
+    "keep_odd",
+    "sort",
+    "sort_desc",
+    "reverse",
+    "take",
+    "drop",
+    "append",
+)
 LIST_TO_INT = ("sum", "len", "max", "min", "first", "last", "second", "count")
 INT_TO_INT = ("add", "sub", "mul", "floordiv", "mod", "min_c", "max_c")
-STR_TO_STR = ("upper", "str_reverse", "str_take", "str_drop", "every_other", "double", "suffix", "prefix", "replace",
-              "sort_chars")
+STR_TO_STR = (
+    "upper",
+    "str_reverse",
+    "str_take",
+    "str_drop",
+    "every_other",
+    "double",
+    "suffix",
+    "prefix",
+    "replace",
+    "sort_chars",
+)
 STR_TO_INT = ("str_len", "str_count")
 
 
 def _loop_sum(rng: random.Random, names: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
     """`total = c; for x in xs: [if cond:] total += g(x)`."""
     xs, total, x = names[0], rng.choice(("total", "acc", "s", "result")), rng.choice(LOOP_NAMES)
-    term, kind = rng.choice(((x, "id"), (f"{x} * {rng.randint(2, 3)}", "mul"), (f"{x} % {rng.randint(2, 4)}", "mod"),
-                             ("1", "one")))
+    term, kind = rng.choice(
+        ((x, "id"), (f"{x} * {rng.randint(2, 3)}", "mul"), (f"{x} % {rng.randint(2, 4)}", "mod"), ("1", "one"))
+    )
     cond, ckind = rng.choice(((None, ""), (f"{x} > {rng.randint(3, 9)}", "gt"), (f"{x} % 2 == 0", "even")))
     body = f"        {total} += {term}" if cond is None else f"        if {cond}:\n            {total} += {term}"
     head = f"    {total} = {rng.randint(0, 5)}\n    for {x} in {xs}:\n"
@@ -196,17 +230,26 @@ def _loop_sum(rng: random.Random, names: tuple[str, ...]) -> tuple[str, tuple[st
 def _count_chars(rng: random.Random, names: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
     """`n = 0; for ch in s: if cond: n += 1`."""
     s, n, ch = names[0], rng.choice(("count", "n", "c")), rng.choice(("ch", "c2", "letter"))
-    cond, kind = rng.choice(((f"{ch} in 'aeiou'", "vowel"), (f"{ch} == {_letter(rng)}", "eq"),
-                             (f"{ch} != {_letter(rng)}", "ne"), (f"{ch} < 'm'", "lt")))
-    return (f"    {n} = 0\n    for {ch} in {s}:\n        if {cond}:\n            {n} += 1\n    return {n}",
-            ("count_chars", kind))
+    cond, kind = rng.choice(
+        (
+            (f"{ch} in 'aeiou'", "vowel"),
+            (f"{ch} == {_letter(rng)}", "eq"),
+            (f"{ch} != {_letter(rng)}", "ne"),
+            (f"{ch} < 'm'", "lt"),
+        )
+    )
+    return (
+        f"    {n} = 0\n    for {ch} in {s}:\n        if {cond}:\n            {n} += 1\n    return {n}",
+        ("count_chars", kind),
+    )
 
 
 def _branch(rng: random.Random, names: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
     """`if n > c: return g(n)` then `return h(n)`: a condition, two arithmetic steps."""
     n = names[0]
-    cond, kind = rng.choice(((f"{n} > {rng.randint(4, 14)}", "gt"), (f"{n} % 2 == 0", "even"),
-                             (f"{n} < {rng.randint(4, 14)}", "lt")))
+    cond, kind = rng.choice(
+        ((f"{n} > {rng.randint(4, 14)}", "gt"), (f"{n} % 2 == 0", "even"), (f"{n} < {rng.randint(4, 14)}", "lt"))
+    )
     first, second = rng.sample(INT_TO_INT, 2)
     then = PRIMITIVES[first].render(rng, n, "x")
     other = PRIMITIVES[second].render(rng, n, "x")
@@ -218,15 +261,25 @@ def _list_branch(rng: random.Random, names: tuple[str, ...]) -> tuple[str, tuple
     xs = names[0]
     first, second = rng.sample(("sum", "max", "min", "first", "last", "len"), 2)
     limit = rng.randint(3, 4)
-    return (f"    if len({xs}) > {limit}:\n        return {PRIMITIVES[first].render(rng, xs, 'x')}\n"
-            f"    return {PRIMITIVES[second].render(rng, xs, 'x')}", ("list_branch", first, second))
+    return (
+        f"    if len({xs}) > {limit}:\n        return {PRIMITIVES[first].render(rng, xs, 'x')}\n"
+        f"    return {PRIMITIVES[second].render(rng, xs, 'x')}",
+        ("list_branch", first, second),
+    )
 
 
 def _pair_arith(rng: random.Random, names: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
     """Two ints combined, then maybe one arithmetic step: `return a * b - 3`."""
     a, b = names
-    op, kind = rng.choice(((f"{a} + {b}", "plus"), (f"{a} - {b}", "minus"), (f"{a} * {b}", "times"),
-                           (f"max({a}, {b})", "max2"), (f"min({a}, {b})", "min2")))
+    op, kind = rng.choice(
+        (
+            (f"{a} + {b}", "plus"),
+            (f"{a} - {b}", "minus"),
+            (f"{a} * {b}", "times"),
+            (f"max({a}, {b})", "max2"),
+            (f"min({a}, {b})", "min2"),
+        )
+    )
     if rng.random() < 0.5:
         return f"    return {op}", ("pair", kind)
     then = rng.choice(("add", "sub", "mod"))
@@ -238,46 +291,113 @@ def _list_and_int(rng: random.Random, names: tuple[str, ...]) -> tuple[str, tupl
     """A list and an int: `xs[:k]`, `xs.count(k)`, `[x + k for x in xs]`, `sum(xs) + k`."""
     xs, k = names
     x = rng.choice(LOOP_NAMES)
-    expr, kind = rng.choice(((f"{xs}.count({k})", "count_k"), (f"[{x} + {k} for {x} in {xs}]", "map_add_k"),
-                             (f"sum({xs}) + {k}", "sum_plus_k"), (f"[{x} for {x} in {xs} if {x} > {k}]", "keep_gt_k"),
-                             (f"len({xs}) * {k}", "len_times_k")))
+    expr, kind = rng.choice(
+        (
+            (f"{xs}.count({k})", "count_k"),
+            (f"[{x} + {k} for {x} in {xs}]", "map_add_k"),
+            (f"sum({xs}) + {k}", "sum_plus_k"),
+            (f"[{x} for {x} in {xs} if {x} > {k}]", "keep_gt_k"),
+            (f"len({xs}) * {k}", "len_times_k"),
+        )
+    )
     return f"    return {expr}", ("list_and_int", kind)
 
 
-FAMILIES: dict[str, Family] = {family.name: family for family in (
-    # trained on by the warm start (all but their reserved compositions)
-    Family("int_arith", "train", (INT,), ((INT_TO_INT, 1, 3),), "an int through one to three arithmetic steps"),
-    Family("list_reduce", "train", (INTS,), ((LIST_TO_LIST, 0, 2), (LIST_TO_INT, 1, 1)),
-           "a list of small ints through up to two list steps, then reduced to one int"),
-    Family("list_transform", "train", (INTS,), ((LIST_TO_LIST, 1, 2),), "a list of small ints through list steps"),
-    Family("string_edit", "train", (STR,), ((STR_TO_STR, 1, 2),), "a short word through one or two string edits"),
-    Family("string_measure", "train", (STR,), ((STR_TO_STR, 0, 1), (STR_TO_INT, 1, 1)),
-           "a short word, maybe edited, then measured (length or a letter count)"),
-    Family("loop_sum", "train", (INTS,), about="a loop summing a term over a list, maybe under a condition",
-           write=_loop_sum),
-    Family("pair_arith", "train", (INT, INT), about="two ints combined, maybe one arithmetic step after",
-           write=_pair_arith),
-    # never trained on: known primitives in new orders, and structures and primitives of their own
-    Family("list_then_arith", "heldout", (INTS,), ((LIST_TO_INT, 1, 1), (INT_TO_INT, 1, 2)),
-           "a list reduced to an int, then arithmetic on it"),
-    Family("string_then_arith", "heldout", (STR,), ((STR_TO_INT, 1, 1), (INT_TO_INT, 1, 1)),
-           "a word measured, then arithmetic on the count"),
-    Family("int_to_list", "heldout", (INT,), ((("range", "range_from"), 1, 1), (LIST_TO_LIST, 0, 1), (LIST_TO_INT, 0, 1)),
-           "an int made into a range, then list steps"),
-    Family("digits", "heldout", (INT,), ((("digits",), 1, 1), (("str_reverse", "str_len", "double", "suffix"), 1, 1)),
-           "an int written as a string, then a string step"),
-    Family("count_chars", "heldout", (STR,), about="a loop counting the letters of a word that pass a test",
-           write=_count_chars),
-    Family("branch", "heldout", (INT,), about="an if on an int choosing between two arithmetic steps", write=_branch),
-    Family("list_branch", "heldout", (INTS,), about="an if on a list's length choosing between two reductions",
-           write=_list_branch),
-    Family("list_and_int", "heldout", (INTS, INT), about="a list and an int used together", write=_list_and_int),
-    Family("find_square", "heldout", (STR,), ((("find",), 1, 1), (("square", "add"), 0, 1)),
-           "the position of a letter in a word, maybe squared or shifted"),
-)}
+FAMILIES: dict[str, Family] = {
+    family.name: family
+    for family in (
+        # trained on by the warm start (all but their reserved compositions)
+        Family("int_arith", "train", (INT,), ((INT_TO_INT, 1, 3),), "an int through one to three arithmetic steps"),
+        Family(
+            "list_reduce",
+            "train",
+            (INTS,),
+            ((LIST_TO_LIST, 0, 2), (LIST_TO_INT, 1, 1)),
+            "a list of small ints through up to two list steps, then reduced to one int",
+        ),
+        Family("list_transform", "train", (INTS,), ((LIST_TO_LIST, 1, 2),), "a list of small ints through list steps"),
+        Family("string_edit", "train", (STR,), ((STR_TO_STR, 1, 2),), "a short word through one or two string edits"),
+        Family(
+            "string_measure",
+            "train",
+            (STR,),
+            ((STR_TO_STR, 0, 1), (STR_TO_INT, 1, 1)),
+            "a short word, maybe edited, then measured (length or a letter count)",
+        ),
+        Family(
+            "loop_sum",
+            "train",
+            (INTS,),
+            about="a loop summing a term over a list, maybe under a condition",
+            write=_loop_sum,
+        ),
+        Family(
+            "pair_arith",
+            "train",
+            (INT, INT),
+            about="two ints combined, maybe one arithmetic step after",
+            write=_pair_arith,
+        ),
+        # never trained on: known primitives in new orders, and structures and primitives of their own
+        Family(
+            "list_then_arith",
+            "heldout",
+            (INTS,),
+            ((LIST_TO_INT, 1, 1), (INT_TO_INT, 1, 2)),
+            "a list reduced to an int, then arithmetic on it",
+        ),
+        Family(
+            "string_then_arith",
+            "heldout",
+            (STR,),
+            ((STR_TO_INT, 1, 1), (INT_TO_INT, 1, 1)),
+            "a word measured, then arithmetic on the count",
+        ),
+        Family(
+            "int_to_list",
+            "heldout",
+            (INT,),
+            ((("range", "range_from"), 1, 1), (LIST_TO_LIST, 0, 1), (LIST_TO_INT, 0, 1)),
+            "an int made into a range, then list steps",
+        ),
+        Family(
+            "digits",
+            "heldout",
+            (INT,),
+            ((("digits",), 1, 1), (("str_reverse", "str_len", "double", "suffix"), 1, 1)),
+            "an int written as a string, then a string step",
+        ),
+        Family(
+            "count_chars",
+            "heldout",
+            (STR,),
+            about="a loop counting the letters of a word that pass a test",
+            write=_count_chars,
+        ),
+        Family(
+            "branch", "heldout", (INT,), about="an if on an int choosing between two arithmetic steps", write=_branch
+        ),
+        Family(
+            "list_branch",
+            "heldout",
+            (INTS,),
+            about="an if on a list's length choosing between two reductions",
+            write=_list_branch,
+        ),
+        Family("list_and_int", "heldout", (INTS, INT), about="a list and an int used together", write=_list_and_int),
+        Family(
+            "find_square",
+            "heldout",
+            (STR,),
+            ((("find",), 1, 1), (("square", "add"), 0, 1)),
+            "the position of a letter in a word, maybe squared or shifted",
+        ),
+    )
+}
 
 
 # ---- programs ------------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Program:
@@ -397,15 +517,25 @@ def task_rows(program: Program, rng: random.Random, *, index: int, types=TASK_TY
     for k in range(inputs):
         arguments = draw_arguments(program.params, rng)
         for task_type in types:
-            rows.append({"task_id": f"{split_of(program)}-{program.family}-{index:05d}-{k}-{task_type}", "type": task_type,
-                         "program": program.text, "inputs": [arguments], "message": None,
-                         "family": program.family, "composition": list(program.composition),
-                         "held_out": held_out_kind(program), "split": split_of(program)})
+            rows.append(
+                {
+                    "task_id": f"{split_of(program)}-{program.family}-{index:05d}-{k}-{task_type}",
+                    "type": task_type,
+                    "program": program.text,
+                    "inputs": [arguments],
+                    "message": None,
+                    "family": program.family,
+                    "composition": list(program.composition),
+                    "held_out": held_out_kind(program),
+                    "split": split_of(program),
+                }
+            )
     return rows
 
 
-def split_tasks(split: str, n_programs: int, seed: int, *, families: list[str] | None = None,
-                types=TASK_TYPES) -> list[dict]:
+def split_tasks(
+    split: str, n_programs: int, seed: int, *, families: list[str] | None = None, types=TASK_TYPES
+) -> list[dict]:
     """Verifier rows of `n_programs` distinct programs of `split` (one input each, every type in `types`)."""
     rng = random.Random(f"inputs:{split}:{seed}")
     rows = []
@@ -453,8 +583,16 @@ def family_tasks(name: str, *, heldout: int, train: int, seed: int) -> dict[str,
         if program.text in seen or not screened(program, arguments):
             continue
         seen.add(program.text)
-        rows.append({"task_id": f"{name}-{len(rows):04d}", "type": "code_o", "program": program.text,
-                     "inputs": [arguments], "message": None, "family": name})
+        rows.append(
+            {
+                "task_id": f"{name}-{len(rows):04d}",
+                "type": "code_o",
+                "program": program.text,
+                "inputs": [arguments],
+                "message": None,
+                "family": name,
+            }
+        )
     if len(rows) < heldout + train:
         raise ValueError(f"family {name!r} has fewer than {heldout + train} distinct programs")
     return {"heldout": rows[:heldout], "train": rows[heldout:]}

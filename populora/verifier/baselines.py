@@ -54,8 +54,12 @@ def baseline_answers(task: dict) -> list[str]:
 
 def baseline_verdicts(tasks: list[dict], config=None, *, sandbox=None) -> dict[str, dict[str, bool]]:
     """task_id -> {"copy": solved} for `code_o`, {"echo": solved} for `code_i` (verified tasks with outputs)."""
-    rows = [{"task_id": t["task_id"], "answer": answer, "answer_id": f"{t['task_id']}#{k}"}
-            for t in tasks if t["type"] in BASELINE_OF for k, answer in enumerate(baseline_answers(t))]
+    rows = [
+        {"task_id": t["task_id"], "answer": answer, "answer_id": f"{t['task_id']}#{k}"}
+        for t in tasks
+        if t["type"] in BASELINE_OF
+        for k, answer in enumerate(baseline_answers(t))
+    ]
     graded = grade_rows([{**t, "valid": True} for t in tasks], rows, config, sandbox=sandbox)
     out = {t["task_id"]: {BASELINE_OF[t["type"]]: False} for t in tasks if t["type"] in BASELINE_OF}
     for row in graded:

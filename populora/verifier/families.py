@@ -22,12 +22,32 @@ from populora.verifier.baselines import solved_by_baseline
 from populora.verifier.validity import verify_rows
 
 MAX_OUTPUT_CHARS = 40  # a code_o gold output's repr at most: about 20 tokens, inside every answer budget
-TASK_FIELDS = ("task_id", "type", "program", "inputs", "outputs", "message", "family", "composition", "held_out",
-               "split")
+TASK_FIELDS = (
+    "task_id",
+    "type",
+    "program",
+    "inputs",
+    "outputs",
+    "message",
+    "family",
+    "composition",
+    "held_out",
+    "split",
+)
 
 
-def verified_tasks(split: str, n: int, *, seed: int, config, sandbox, types=TASK_TYPES, chunk: int = 256,
-                   families: list[str] | None = None, counts: Counter | None = None) -> list[dict]:
+def verified_tasks(
+    split: str,
+    n: int,
+    *,
+    seed: int,
+    config,
+    sandbox,
+    types=TASK_TYPES,
+    chunk: int = 256,
+    families: list[str] | None = None,
+    counts: Counter | None = None,
+) -> list[dict]:
     """`n` verified tasks of `split` (as many of each type in `types` as the programs give, in the
     generator's order), the programs drawn `chunk` at a time. `counts` (if given) gathers why candidates
     were dropped. Fewer than `n` only when the split's families run out of new programs."""

@@ -37,8 +37,15 @@ def target_text(task: dict) -> str:
     return f"{gold_answer(task)}\n{FENCE}"
 
 
-def build_examples(tasks: list[dict], seeds: list[dict], *, chat: Callable[[str], str], worked_examples: int,
-                   seed: int, mode: str = "scaffolded") -> list[dict]:
+def build_examples(
+    tasks: list[dict],
+    seeds: list[dict],
+    *,
+    chat: Callable[[str], str],
+    worked_examples: int,
+    seed: int,
+    mode: str = "scaffolded",
+) -> list[dict]:
     """One example per verified task: `prompt` (the chat-wrapped solver prompt), `prefill`, `target`.
 
     Each worked example is drawn, half the time, from `seeds` (what the pool's prompts show) and otherwise
@@ -53,13 +60,24 @@ def build_examples(tasks: list[dict], seeds: list[dict], *, chat: Callable[[str]
         seeds_by_type.setdefault(row["type"], []).append(row)
     out = []
     for task in tasks:
-        shown = [pick_worked(task, seeds_by_type.get(task["type"], []), earlier.get(task["type"], []), rng)
-                 for _ in range(worked_examples)]
+        shown = [
+            pick_worked(task, seeds_by_type.get(task["type"], []), earlier.get(task["type"], []), rng)
+            for _ in range(worked_examples)
+        ]
         shown = [{k: e.get(k) for k in WORKED_FIELDS} for e in shown if e is not None]
-        plan = make_plan(prompts.solver_prompt(task, shown), prompts.solver_steps(task["type"]), mode, chat,
-                         task["type"], "solve")
-        out.append({"task_id": task["task_id"], "type": task["type"], "family": task.get("family"),
-                    "prompt": plan.prompt, "prefill": plan.steps[0].prefill, "target": target_text(task)})
+        plan = make_plan(
+            prompts.solver_prompt(task, shown), prompts.solver_steps(task["type"]), mode, chat, task["type"], "solve"
+        )
+        out.append(
+            {
+                "task_id": task["task_id"],
+                "type": task["type"],
+                "family": task.get("family"),
+                "prompt": plan.prompt,
+                "prefill": plan.steps[0].prefill,
+                "target": target_text(task),
+            }
+        )
         earlier.setdefault(task["type"], []).append(task)
     return out
 
@@ -80,6 +98,7 @@ def pick_worked(task: dict, seeds: list[dict], earlier: list[dict], rng: random.
 
 def encode_example(example: dict, tokenizer) -> dict:
     """`context` (prompt then prefill, as the sampler encodes them) and `target` token ids."""
+
     def encode(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
 

@@ -22,8 +22,17 @@ from statistics import mean
 from populora.heldout.pool import BASE
 
 
-def score_models(params, model_dir: str | Path, adapters: dict[str, str | Path], tasks: list[dict], sandbox, *,
-                 samples: int, seed: int = 0, base: bool = True) -> dict[str, dict[str, dict[str, int]]]:
+def score_models(
+    params,
+    model_dir: str | Path,
+    adapters: dict[str, str | Path],
+    tasks: list[dict],
+    sandbox,
+    *,
+    samples: int,
+    seed: int = 0,
+    base: bool = True,
+) -> dict[str, dict[str, dict[str, int]]]:
     """model -> task_id -> {"greedy": 0|1, "correct": right answers of `samples` at temperature 1}; the model
     folder itself is `base` (scored when `base`), each adapter its name."""
     from populora.heldout.scoring import pass_counts, score_members
@@ -32,18 +41,28 @@ def score_models(params, model_dir: str | Path, adapters: dict[str, str | Path],
     tokenizer, model = load_sampler(model_dir, adapters, params)
     members: list[str | None] = [*([None] if base else []), *adapters]
     _, greedy = score_members(params, model, tokenizer, tasks, members, {}, sandbox)
-    counts = pass_counts(params, model, tokenizer, tasks, members, sandbox, samples=samples, seed=seed) if samples else {}
+    counts = (
+        pass_counts(params, model, tokenizer, tasks, members, sandbox, samples=samples, seed=seed) if samples else {}
+    )
     out = {}
     for member in members:
         name = member or BASE
-        out[name] = {t["task_id"]: {"greedy": greedy.get(name, {}).get(t["task_id"], 0),
-                                    "correct": counts.get(name, {}).get(t["task_id"], 0)} for t in tasks}
+        out[name] = {
+            t["task_id"]: {
+                "greedy": greedy.get(name, {}).get(t["task_id"], 0),
+                "correct": counts.get(name, {}).get(t["task_id"], 0),
+            }
+            for t in tasks
+        }
     return out
 
 
 def _rates(verdicts: dict[str, dict[str, int]], ids: list[str], samples: int) -> dict:
-    return {"n": len(ids), "greedy": round(mean(verdicts[t]["greedy"] for t in ids), 4) if ids else None,
-            "pass_rate": round(mean(verdicts[t]["correct"] / samples for t in ids), 4) if ids and samples else None}
+    return {
+        "n": len(ids),
+        "greedy": round(mean(verdicts[t]["greedy"] for t in ids), 4) if ids else None,
+        "pass_rate": round(mean(verdicts[t]["correct"] / samples for t in ids), 4) if ids and samples else None,
+    }
 
 
 def groups(tasks: list[dict]) -> dict[str, list[str]]:
@@ -58,12 +77,15 @@ def groups(tasks: list[dict]) -> dict[str, list[str]]:
 def summarize(scores: dict, tasks: list[dict], *, samples: int) -> dict[str, dict[str, dict]]:
     """model -> group (`groups`) -> {n, greedy, pass_rate}."""
     named = groups(tasks)
-    return {model: {group: _rates(verdicts, ids, samples) for group, ids in named.items()}
-            for model, verdicts in scores.items()}
+    return {
+        model: {group: _rates(verdicts, ids, samples) for group, ids in named.items()}
+        for model, verdicts in scores.items()
+    }
 
 
-def paired_gain(scores: dict, tasks: list[dict], model: str, against: str, *, samples: int,
-                measure: str = "pass_rate") -> dict[str, dict]:
+def paired_gain(
+    scores: dict, tasks: list[dict], model: str, against: str, *, samples: int, measure: str = "pass_rate"
+) -> dict[str, dict]:
     """Per type: `model` minus `against` on the same tasks (the pass rate over `samples` answers, or the greedy
     verdict), in points, with the 95% paired bootstrap interval over tasks."""
     from populora.core.stats import paired_bootstrap
@@ -78,6 +100,10 @@ def paired_gain(scores: dict, tasks: list[dict], model: str, against: str, *, sa
 
         diffs = [value(model, t) - value(against, t) for t in ids]
         point, low, high = paired_bootstrap(diffs)
-        out[task_type] = {"points": round(100 * point, 2), "interval": [round(100 * low, 2), round(100 * high, 2)],
-                          "n": len(ids), "excludes_zero": low > 0 or high < 0}
+        out[task_type] = {
+            "points": round(100 * point, 2),
+            "interval": [round(100 * low, 2), round(100 * high, 2)],
+            "n": len(ids),
+            "excludes_zero": low > 0 or high < 0,
+        }
     return out

@@ -49,34 +49,61 @@ def make_warm_base(params, base_dir: str | Path, out_dir: str | Path, sandbox, l
     from populora.warmstart.train import adapter_folder, add_lora, merge_into_base, train
 
     counts: Counter = Counter()
-    tasks = verified_tasks("train", cfg.examples, seed=cfg.seed, config=params.verify, sandbox=sandbox,
-                           types=cfg.types, counts=counts)
+    tasks = verified_tasks(
+        "train", cfg.examples, seed=cfg.seed, config=params.verify, sandbox=sandbox, types=cfg.types, counts=counts
+    )
     seeds = verified_seeds(params, sandbox)
     verified_s = time.monotonic() - started
-    log.info("%d verified training tasks %s in %.1f s (candidates dropped: %s)", len(tasks), type_counts(tasks),
-             verified_s, {k: v for k, v in counts.items() if k not in ("candidates", "kept")})
+    log.info(
+        "%d verified training tasks %s in %.1f s (candidates dropped: %s)",
+        len(tasks),
+        type_counts(tasks),
+        verified_s,
+        {k: v for k, v in counts.items() if k not in ("candidates", "kept")},
+    )
     dtype, reason = resolve_dtype(cfg.dtype, params.model.device)  # for the record; load_base logs its choice
     tokenizer, model = load_base(base_dir, dtype=cfg.dtype, device=params.model.device)
     budget = answer_budget(tasks, tokenizer)
     if budget > params.solve.max_new_tokens:
-        raise ValueError(f"solve.max_new_tokens = {params.solve.max_new_tokens} cannot hold the longest warm-start "
-                         f"answer ({budget} tokens with its closing fence). Fix: raise solve.max_new_tokens to "
-                         f"{budget} or more.")
-    examples = build_examples(tasks, seeds, chat=chat_wrapper(tokenizer), worked_examples=params.solve.worked_examples,
-                              seed=cfg.seed, mode=params.solve.mode)
+        raise ValueError(
+            f"solve.max_new_tokens = {params.solve.max_new_tokens} cannot hold the longest warm-start "
+            f"answer ({budget} tokens with its closing fence). Fix: raise solve.max_new_tokens to "
+            f"{budget} or more."
+        )
+    examples = build_examples(
+        tasks,
+        seeds,
+        chat=chat_wrapper(tokenizer),
+        worked_examples=params.solve.worked_examples,
+        seed=cfg.seed,
+        mode=params.solve.mode,
+    )
     rows = [encode_example(e, tokenizer) for e in examples]
     peft_model = add_lora(model, rank=cfg.rank, alpha=cfg.alpha, target_modules=list(cfg.target_modules), seed=cfg.seed)
 
     def on_step(record: dict) -> None:
         if record["step"] % 10 == 0:
-            log.info("step %d: loss %.3f, answer-token accuracy %.3f, exact %.3f (%.1f s)", record["step"],
-                     record["loss"], record["token_accuracy"], record["exact"], record["seconds"])
+            log.info(
+                "step %d: loss %.3f, answer-token accuracy %.3f, exact %.3f (%.1f s)",
+                record["step"],
+                record["loss"],
+                record["token_accuracy"],
+                record["exact"],
+                record["seconds"],
+            )
 
     torch.manual_seed(cfg.seed)
     trained_at = time.monotonic()
-    steps = train(peft_model, rows, batch_size=cfg.batch_size, micro_batch=cfg.micro_batch,
-                  learning_rate=cfg.learning_rate, warmup_steps=cfg.warmup_steps, pad_id=tokenizer.pad_token_id,
-                  on_step=on_step)
+    steps = train(
+        peft_model,
+        rows,
+        batch_size=cfg.batch_size,
+        micro_batch=cfg.micro_batch,
+        learning_rate=cfg.learning_rate,
+        warmup_steps=cfg.warmup_steps,
+        pad_id=tokenizer.pad_token_id,
+        on_step=on_step,
+    )
     train_s = time.monotonic() - trained_at
     adapter = out_dir / "_adapter"
     peft_model.save_pretrained(str(adapter))
@@ -86,16 +113,27 @@ def make_warm_base(params, base_dir: str | Path, out_dir: str | Path, sandbox, l
     _move_adapter(adapter, out_dir / "warm_start_adapter")
     write_jsonl(out_dir / TASKS_FILE, tasks)
     tokens = sum(s["tokens"] for s in steps)
-    last = steps[-min(5, len(steps)):]
-    return {"enabled": True, "examples": len(rows), "tasks": type_counts(tasks), "dropped": dict(sorted(counts.items())),
-            "families": dict(sorted(Counter(t["family"] for t in tasks).items())), "dtype": dtype, "dtype_reason": reason,
-            "answer_budget_tokens": budget, "steps": steps, "tokens": tokens,
-            "answer_tokens": sum(s["answer_tokens"] for s in steps),
-            "final": {k: round(sum(s[k] for s in last) / len(last), 5) for k in ("loss", "token_accuracy", "exact")},
-            "wall_s": round(time.monotonic() - started, 1), "train_s": round(train_s, 1),
-            "verify_s": round(verified_s, 1), "merge_s": round(merge_s, 1),
-            "tokens_per_s": round(tokens / train_s, 1) if train_s else None,
-            "settings": cfg.model_dump(mode="json")}
+    last = steps[-min(5, len(steps)) :]
+    return {
+        "enabled": True,
+        "examples": len(rows),
+        "tasks": type_counts(tasks),
+        "dropped": dict(sorted(counts.items())),
+        "families": dict(sorted(Counter(t["family"] for t in tasks).items())),
+        "dtype": dtype,
+        "dtype_reason": reason,
+        "answer_budget_tokens": budget,
+        "steps": steps,
+        "tokens": tokens,
+        "answer_tokens": sum(s["answer_tokens"] for s in steps),
+        "final": {k: round(sum(s[k] for s in last) / len(last), 5) for k in ("loss", "token_accuracy", "exact")},
+        "wall_s": round(time.monotonic() - started, 1),
+        "train_s": round(train_s, 1),
+        "verify_s": round(verified_s, 1),
+        "merge_s": round(merge_s, 1),
+        "tokens_per_s": round(tokens / train_s, 1) if train_s else None,
+        "settings": cfg.model_dump(mode="json"),
+    }
 
 
 def _move_adapter(saved: Path, dst: Path) -> None:

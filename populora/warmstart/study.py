@@ -39,8 +39,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--base-model", default="results/base_model", help="the raw base (HF folder)")
     parser.add_argument("--warm-base", default="results/warm_base", help="the merged warm base (stages.warm_start)")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--phases", nargs="+", default=["sweep", "table", "cruxeval"],
-                        choices=["sweep", "table", "cruxeval"])
+    parser.add_argument(
+        "--phases", nargs="+", default=["sweep", "table", "cruxeval"], choices=["sweep", "table", "cruxeval"]
+    )
     parser.add_argument("--rates", nargs="+", type=float, default=[3e-4, 1e-3, 3e-3])
     parser.add_argument("--budgets", nargs="+", type=int, default=[200, 400, 800, 1600])
     parser.add_argument("--validation", type=int, default=300, help="validation tasks of the sweep")
@@ -48,9 +49,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--table-tasks", type=int, default=24, help="tasks per family and type in the table")
     parser.add_argument("--samples", type=int, default=16, help="answers per task at temperature 1 in the table")
     parser.add_argument("--cruxeval", type=int, default=200)
-    parser.add_argument("--max-new-tokens", type=int, default=48,
-                        help="answer budget of every scored answer (solve.max_new_tokens; the longest gold answer of "
-                        "the families takes about 22 tokens)")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=48,
+        help="answer budget of every scored answer (solve.max_new_tokens; the longest gold answer of "
+        "the families takes about 22 tokens)",
+    )
     return parser.parse_args(argv)
 
 
@@ -66,8 +71,15 @@ def load(args: argparse.Namespace, *, cruxeval: int | None = None):
         raw = merge(raw, yaml.safe_load(Path(overlay).read_text()) or {})
     raw = merge(raw, {"solve": {"max_new_tokens": args.max_new_tokens}})
     if cruxeval:
-        raw = merge(raw, {"bench": {"limits": {"cruxeval_o": cruxeval, "cruxeval_i": cruxeval},
-                                    "cruxeval": {"max_new_tokens": args.max_new_tokens}}})
+        raw = merge(
+            raw,
+            {
+                "bench": {
+                    "limits": {"cruxeval_o": cruxeval, "cruxeval_i": cruxeval},
+                    "cruxeval": {"max_new_tokens": args.max_new_tokens},
+                }
+            },
+        )
     return parse_params(raw, args.params)
 
 
@@ -99,25 +111,50 @@ def run_sweep(args, params, sandbox, seeds: list[dict]) -> dict:
     cfg = params.warm_start
     tasks = verified_tasks("train", max(args.budgets), seed=cfg.seed, config=params.verify, sandbox=sandbox)
     tokenizer, _ = load_base(args.base_model, dtype="float32", device="cpu")
-    examples = build_examples(tasks, seeds, chat=chat_wrapper(tokenizer), worked_examples=params.solve.worked_examples,
-                              seed=cfg.seed)
+    examples = build_examples(
+        tasks, seeds, chat=chat_wrapper(tokenizer), worked_examples=params.solve.worked_examples, seed=cfg.seed
+    )
     rows = [encode_example(e, tokenizer) for e in examples]
     dtype, _ = resolve_dtype(cfg.dtype, params.model.device)
     for rate in args.rates:
-        sweep.train_run(Path(args.base_model), rows, out, rate=rate, budgets=sorted(args.budgets), cfg=cfg, dtype=dtype,
-                        tokenizer_pad=tokenizer.pad_token_id)
+        sweep.train_run(
+            Path(args.base_model),
+            rows,
+            out,
+            rate=rate,
+            budgets=sorted(args.budgets),
+            cfg=cfg,
+            dtype=dtype,
+            tokenizer_pad=tokenizer.pad_token_id,
+        )
     validation = validation_tasks(params, out, args.validation, sandbox, seeds)
     names = {sweep.checkpoint_name(r, n): out / sweep.run_name(r) / f"n{n}" for r in args.rates for n in args.budgets}
-    scores = sweep.score_checkpoints(params, Path(args.base_model), out, names, validation, sandbox,
-                                     samples=args.sweep_samples)
+    scores = sweep.score_checkpoints(
+        params, Path(args.base_model), out, names, validation, sandbox, samples=args.sweep_samples
+    )
     table = sweep.sweep_table(scores, validation, samples=args.sweep_samples)
     chosen = sweep.best(table)
-    result = {"table": table, "chosen": chosen, "rates": args.rates, "budgets": args.budgets,
-              "validation": {"tasks": len(validation), "by_type": dict(Counter(t["type"] for t in validation)),
-                             "samples": args.sweep_samples},
-              "training": {"dtype": dtype, "rank": cfg.rank, "alpha": cfg.alpha, "target_modules": cfg.target_modules,
-                           "batch_size": cfg.batch_size, "warmup_steps": cfg.warmup_steps, "seed": cfg.seed},
-              "loss_curves": {sweep.run_name(r): read_jsonl(out / sweep.run_name(r) / "steps.jsonl") for r in args.rates}}
+    result = {
+        "table": table,
+        "chosen": chosen,
+        "rates": args.rates,
+        "budgets": args.budgets,
+        "validation": {
+            "tasks": len(validation),
+            "by_type": dict(Counter(t["type"] for t in validation)),
+            "samples": args.sweep_samples,
+        },
+        "training": {
+            "dtype": dtype,
+            "rank": cfg.rank,
+            "alpha": cfg.alpha,
+            "target_modules": cfg.target_modules,
+            "batch_size": cfg.batch_size,
+            "warmup_steps": cfg.warmup_steps,
+            "seed": cfg.seed,
+        },
+        "loss_curves": {sweep.run_name(r): read_jsonl(out / sweep.run_name(r) / "steps.jsonl") for r in args.rates},
+    }
     write_json(out / "sweep.json", result)
     log.info("sweep: chosen %s", sweep.describe(table, chosen))
     return result
@@ -134,8 +171,11 @@ def family_tasks_table(params, out: Path, per_family: int, sandbox, seeds: list[
     path = out / "table_tasks.jsonl"
     if path.is_file():
         return read_jsonl(path)
-    swept = {t["program"] for t in read_jsonl(out / "sweep" / "validation_tasks.jsonl")} \
-        if (out / "sweep" / "validation_tasks.jsonl").is_file() else set()
+    swept = (
+        {t["program"] for t in read_jsonl(out / "sweep" / "validation_tasks.jsonl")}
+        if (out / "sweep" / "validation_tasks.jsonl").is_file()
+        else set()
+    )
     tasks = []
     for name, family in sorted(FAMILIES.items()):
         split = "train" if family.split == "train" else "validation"
@@ -174,15 +214,27 @@ def run_table(args, params, sandbox, seeds: list[dict]) -> dict:
         constants[group] = {k: v for k, v in row.items() if k != "solves"}
     held = [t for t in tasks if t.get("held_out")]
     own = [t for t in tasks if not t.get("held_out")]
-    result = {"tasks": {"held_out": len(held), "train_families": len(own)}, "samples": args.samples,
-              "summary": summary, "best_constant": constants,
-              "gain": {"held_out": {m: paired_gain(scores, held, "warm", "raw", samples=args.samples, measure=m)
-                                    for m in ("pass_rate", "greedy")},
-                       "train_families": {m: paired_gain(scores, own, "warm", "raw", samples=args.samples, measure=m)
-                                          for m in ("pass_rate", "greedy")}},
-              "warm_base": str(warm), "raw_base": str(args.base_model),
-              "warm_start": read_json(warm.parent / "warm_start.json").get("settings")
-              if (warm.parent / "warm_start.json").is_file() else None}
+    result = {
+        "tasks": {"held_out": len(held), "train_families": len(own)},
+        "samples": args.samples,
+        "summary": summary,
+        "best_constant": constants,
+        "gain": {
+            "held_out": {
+                m: paired_gain(scores, held, "warm", "raw", samples=args.samples, measure=m)
+                for m in ("pass_rate", "greedy")
+            },
+            "train_families": {
+                m: paired_gain(scores, own, "warm", "raw", samples=args.samples, measure=m)
+                for m in ("pass_rate", "greedy")
+            },
+        },
+        "warm_base": str(warm),
+        "raw_base": str(args.base_model),
+        "warm_start": read_json(warm.parent / "warm_start.json").get("settings")
+        if (warm.parent / "warm_start.json").is_file()
+        else None,
+    }
     write_json(out / "table.json", result)
     return result
 
@@ -223,56 +275,85 @@ def _gain(row: dict) -> str:
 
 def sweep_markdown(sweep: dict) -> list[str]:
     table, chosen = sweep["table"], sweep["chosen"]
-    lines = ["## The budget sweep", "",
-             f"Learning rates x budgets on the train split, scored on {sweep['validation']['tasks']} validation tasks "
-             f"({', '.join(f'{n} {t}' for t, n in sorted(sweep['validation']['by_type'].items()))}: held-out families "
-             f"and unseen compositions, programs the warm start never saw, copy- and echo-solved tasks excluded), "
-             f"greedy and {sweep['validation']['samples']} answers at temperature 1 (%). Chosen: the highest mean "
-             f"pass rate over the two types (not the lowest training loss): **{chosen}**.", "",
-             "| model | code_o greedy | code_o pass rate | code_i greedy | code_i pass rate | mean pass rate |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "## The budget sweep",
+        "",
+        f"Learning rates x budgets on the train split, scored on {sweep['validation']['tasks']} validation tasks "
+        f"({', '.join(f'{n} {t}' for t, n in sorted(sweep['validation']['by_type'].items()))}: held-out families "
+        f"and unseen compositions, programs the warm start never saw, copy- and echo-solved tasks excluded), "
+        f"greedy and {sweep['validation']['samples']} answers at temperature 1 (%). Chosen: the highest mean "
+        f"pass rate over the two types (not the lowest training loss): **{chosen}**.",
+        "",
+        "| model | code_o greedy | code_o pass rate | code_i greedy | code_i pass rate | mean pass rate |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for name, row in table.items():
         mark = " (chosen)" if name == chosen else ""
-        lines.append(f"| {name}{mark} | {_pct(row['code_o.greedy'])} | {_pct(row['code_o.pass_rate'])} | "
-                     f"{_pct(row['code_i.greedy'])} | {_pct(row['code_i.pass_rate'])} | {_pct(row['mean_pass_rate'])} |")
+        lines.append(
+            f"| {name}{mark} | {_pct(row['code_o.greedy'])} | {_pct(row['code_o.pass_rate'])} | "
+            f"{_pct(row['code_i.greedy'])} | {_pct(row['code_i.pass_rate'])} | {_pct(row['mean_pass_rate'])} |"
+        )
     return lines + [""]
 
 
 def table_markdown(table: dict) -> list[str]:
     summary, constants, samples = table["summary"], table["best_constant"], table["samples"]
-    lines = ["## Raw base against warm base, per family", "",
-             f"Fresh tasks ({table['tasks']['held_out']} of held-out families, {table['tasks']['train_families']} of the "
-             f"warm start's own families on programs it never trained on), greedy and the pass rate over {samples} "
-             "answers at temperature 1 (%). Beside each: the best single constant answer on those tasks; the copy "
-             "(code_o) and echo (code_i) baselines solve none of them by construction (such tasks are left out).", "",
-             "| type, family | n | raw greedy | warm greedy | raw pass rate | warm pass rate | best constant |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "## Raw base against warm base, per family",
+        "",
+        f"Fresh tasks ({table['tasks']['held_out']} of held-out families, {table['tasks']['train_families']} of the "
+        f"warm start's own families on programs it never trained on), greedy and the pass rate over {samples} "
+        "answers at temperature 1 (%). Beside each: the best single constant answer on those tasks; the copy "
+        "(code_o) and echo (code_i) baselines solve none of them by construction (such tasks are left out).",
+        "",
+        "| type, family | n | raw greedy | warm greedy | raw pass rate | warm pass rate | best constant |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for group, raw in summary["raw"].items():
         warm, const = summary["warm"][group], constants[group]
-        lines.append(f"| {group} | {raw['n']} | {_pct(raw['greedy'])} | {_pct(warm['greedy'])} | "
-                     f"{_pct(raw['pass_rate'])} | {_pct(warm['pass_rate'])} | {_pct(const['accuracy'])} "
-                     f"(`{const['answer']}`) |")
-    lines += ["", "Warm minus raw, in points, 95% paired bootstrap over tasks:", "",
-              "| tasks | type | pass rate | greedy |", "|---|---|---:|---:|"]
-    for part, label in (("held_out", "held-out (never trained on)"), ("train_families", "train families, new programs")):
+        lines.append(
+            f"| {group} | {raw['n']} | {_pct(raw['greedy'])} | {_pct(warm['greedy'])} | "
+            f"{_pct(raw['pass_rate'])} | {_pct(warm['pass_rate'])} | {_pct(const['accuracy'])} "
+            f"(`{const['answer']}`) |"
+        )
+    lines += [
+        "",
+        "Warm minus raw, in points, 95% paired bootstrap over tasks:",
+        "",
+        "| tasks | type | pass rate | greedy |",
+        "|---|---|---:|---:|",
+    ]
+    for part, label in (
+        ("held_out", "held-out (never trained on)"),
+        ("train_families", "train families, new programs"),
+    ):
         for task_type, row in table["gain"][part]["pass_rate"].items():
-            lines.append(f"| {label} | {task_type} | {_gain(row)} | {_gain(table['gain'][part]['greedy'][task_type])} |")
+            lines.append(
+                f"| {label} | {task_type} | {_gain(row)} | {_gain(table['gain'][part]['greedy'][task_type])} |"
+            )
     return lines + [""]
 
 
 def cruxeval_markdown(cruxeval: dict) -> list[str]:
-    lines = ["## CRUXEval", "", "Greedy, the project's solver prompt with one worked example; beside the scores, the "
-             "copy baseline of CRUXEval-O and the echo baseline of CRUXEval-I (graded in the sandbox).", "",
-             "| benchmark | n | raw base | warm base | warm - raw (95% paired bootstrap) | copy / echo baseline |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        "## CRUXEval",
+        "",
+        "Greedy, the project's solver prompt with one worked example; beside the scores, the "
+        "copy baseline of CRUXEval-O and the echo baseline of CRUXEval-I (graded in the sandbox).",
+        "",
+        "| benchmark | n | raw base | warm base | warm - raw (95% paired bootstrap) | copy / echo baseline |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     from populora.core.stats import paired_bootstrap
 
     for bench, row in cruxeval.items():
         ids = list(row["raw"]["per_problem"])
         mean, low, high = paired_bootstrap([row["warm"]["per_problem"][t] - row["raw"]["per_problem"][t] for t in ids])
         baseline = row.get("copy", row.get("echo"))
-        lines.append(f"| {bench} | {row['n']} | {row['raw']['correct']} | {row['warm']['correct']} | "
-                     f"{100 * mean:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] | {baseline} |")
+        lines.append(
+            f"| {bench} | {row['n']} | {row['raw']['correct']} | {row['warm']['correct']} | "
+            f"{100 * mean:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}] | {baseline} |"
+        )
     return lines + [""]
 
 
@@ -280,9 +361,13 @@ def write_results(out: Path, command: str) -> Path:
     """`results.md` (tables only; the study's README.md says what they show) from what the phases wrote."""
     from populora.core.io import write_text
 
-    lines = ["# What the warm start buys", "",
-             "Written by `python -m populora.warmstart.study` from `sweep/sweep.json`, `table.json` and "
-             f"`cruxeval.json` (command: `{command}`).", ""]
+    lines = [
+        "# What the warm start buys",
+        "",
+        "Written by `python -m populora.warmstart.study` from `sweep/sweep.json`, `table.json` and "
+        f"`cruxeval.json` (command: `{command}`).",
+        "",
+    ]
     if (out / "sweep" / "sweep.json").is_file():
         lines += sweep_markdown(read_json(out / "sweep" / "sweep.json"))
     if (out / "table.json").is_file():
@@ -311,7 +396,9 @@ def main(argv: list[str] | None = None) -> int:
         sandbox.close()
     if "cruxeval" in args.phases:
         run_cruxeval(args, load(args, cruxeval=args.cruxeval), Path(args.out), log)
-    write_results(Path(args.out), "python -m populora.warmstart.study " + " ".join(argv if argv is not None else sys.argv[1:]))
+    write_results(
+        Path(args.out), "python -m populora.warmstart.study " + " ".join(argv if argv is not None else sys.argv[1:])
+    )
     return 0
 
 

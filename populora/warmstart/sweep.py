@@ -34,8 +34,9 @@ def checkpoint_name(rate: float, examples: int) -> str:
     return f"{run_name(rate)}-n{examples}"
 
 
-def train_run(base_dir: Path, rows: list[dict], out: Path, *, rate: float, budgets: list[int], cfg, dtype: str,
-              tokenizer_pad: int) -> None:
+def train_run(
+    base_dir: Path, rows: list[dict], out: Path, *, rate: float, budgets: list[int], cfg, dtype: str, tokenizer_pad: int
+) -> None:
     """Train one learning rate over `rows` (encoded examples), saving the adapter after each budget."""
     import torch
 
@@ -53,20 +54,35 @@ def train_run(base_dir: Path, rows: list[dict], out: Path, *, rate: float, budge
     def on_step(record: dict) -> None:
         records.append(record)
         if record["step"] % 10 == 0:
-            log.info("%s step %d: loss %.3f, answer-token accuracy %.3f (%.1f s)", run_name(rate), record["step"],
-                     record["loss"], record["token_accuracy"], record["seconds"])
+            log.info(
+                "%s step %d: loss %.3f, answer-token accuracy %.3f (%.1f s)",
+                run_name(rate),
+                record["step"],
+                record["loss"],
+                record["token_accuracy"],
+                record["seconds"],
+            )
         if record["step"] in marks:
             peft_model.save_pretrained(str(folder / f"n{marks[record['step']]}"))
             write_jsonl(folder / "steps.jsonl", records)
 
     torch.manual_seed(cfg.seed)
-    train(peft_model, rows[: max(budgets)], batch_size=cfg.batch_size, micro_batch=cfg.micro_batch,
-          learning_rate=rate, warmup_steps=cfg.warmup_steps, pad_id=tokenizer_pad, on_step=on_step)
+    train(
+        peft_model,
+        rows[: max(budgets)],
+        batch_size=cfg.batch_size,
+        micro_batch=cfg.micro_batch,
+        learning_rate=rate,
+        warmup_steps=cfg.warmup_steps,
+        pad_id=tokenizer_pad,
+        on_step=on_step,
+    )
     write_jsonl(folder / "steps.jsonl", records)
 
 
-def score_checkpoints(params, base_dir: Path, out: Path, names: dict[str, Path], tasks: list[dict], sandbox, *,
-                      samples: int) -> dict[str, dict]:
+def score_checkpoints(
+    params, base_dir: Path, out: Path, names: dict[str, Path], tasks: list[dict], sandbox, *, samples: int
+) -> dict[str, dict]:
     """Per model (`base` and each checkpoint), its per-task verdicts on `tasks`, one model at a time (a
     stacked pass of every checkpoint would pay for all their LoRA terms on every row)."""
     from populora.warmstart.measure import score_models
@@ -80,8 +96,9 @@ def score_checkpoints(params, base_dir: Path, out: Path, names: dict[str, Path],
             if adapter is None:
                 got = score_models(params, base_dir, {}, tasks, sandbox, samples=samples)["base"]
             else:
-                got = score_models(params, base_dir, {name: adapter_folder(adapter)}, tasks, sandbox, samples=samples,
-                                   base=False)[name]
+                got = score_models(
+                    params, base_dir, {name: adapter_folder(adapter)}, tasks, sandbox, samples=samples, base=False
+                )[name]
             write_json(path, {"verdicts": got, "samples": samples, "seconds": round(time.monotonic() - started, 1)})
             log.info("scored %s on %d validation tasks in %.0f s", name, len(tasks), time.monotonic() - started)
         scores[name] = read_json(path)["verdicts"]
@@ -90,6 +107,7 @@ def score_checkpoints(params, base_dir: Path, out: Path, names: dict[str, Path],
 
 def best(table: dict[str, dict]) -> str:
     """The checkpoint with the highest mean over types of the validation pass rate (greedy breaks ties)."""
+
     def key(name: str):
         row = table[name]
         return (row["mean_pass_rate"], row["mean_greedy"])

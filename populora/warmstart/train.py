@@ -34,8 +34,14 @@ def add_lora(model, *, rank: int, alpha: float, target_modules: list[str], seed:
     from peft import LoraConfig, get_peft_model
 
     torch.manual_seed(seed)
-    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(target_modules), bias="none",
-                        task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=alpha,
+        lora_dropout=0.0,
+        target_modules=list(target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
     peft_model = get_peft_model(model, config, adapter_name=ADAPTER)
     for name, parameter in peft_model.named_parameters():
         parameter.requires_grad_("lora_" in name)
@@ -55,7 +61,7 @@ def learning_rate_at(step: int, peak: float, warmup_steps: int) -> float:
 def micro_batches(rows: list[dict], size: int) -> list[list[dict]]:
     """Rows grouped `size` at a time by length (less padding), longest first."""
     ordered = sorted(rows, key=lambda r: -(len(r["context"]) + len(r["target"])))
-    return [ordered[i:i + size] for i in range(0, len(ordered), size)]
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
 def answer_scores(model, rows: list[dict], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
@@ -88,8 +94,18 @@ def answer_scores(model, rows: list[dict], pad_id: int, device) -> tuple[torch.T
     return loss, (logits.argmax(-1) == target_t).detach(), [len(r["target"]) for r in rows]
 
 
-def train(model, rows: list[dict], *, batch_size: int, micro_batch: int, learning_rate: float, warmup_steps: int,
-          max_grad_norm: float = 1.0, pad_id: int = 0, on_step: Callable[[dict], None] | None = None) -> list[dict]:
+def train(
+    model,
+    rows: list[dict],
+    *,
+    batch_size: int,
+    micro_batch: int,
+    learning_rate: float,
+    warmup_steps: int,
+    max_grad_norm: float = 1.0,
+    pad_id: int = 0,
+    on_step: Callable[[dict], None] | None = None,
+) -> list[dict]:
     """Fine-tune the trainable (LoRA) weights of `model` on `rows` (`context`, `target` ids) in order, one
     optimizer step per `batch_size` rows (a last partial batch included). Returns one record per step."""
     params = [p for p in model.parameters() if p.requires_grad]
@@ -102,7 +118,7 @@ def train(model, rows: list[dict], *, batch_size: int, micro_batch: int, learnin
     model.train()
     for step in range(steps):
         started = time.monotonic()
-        batch = rows[step * batch_size:(step + 1) * batch_size]
+        batch = rows[step * batch_size : (step + 1) * batch_size]
         answer_tokens = sum(len(r["target"]) for r in batch)
         lr = learning_rate_at(step, learning_rate, warmup_steps)
         for group in optimizer.param_groups:
@@ -118,11 +134,18 @@ def train(model, rows: list[dict], *, batch_size: int, micro_batch: int, learnin
             exact += sum(bool(hits[a:b].all()) for a, b in zip(offsets, offsets[1:]))
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
         optimizer.step()
-        record = {"step": step, "examples": len(batch), "loss": round(loss_sum / answer_tokens, 5),
-                  "token_accuracy": round(right / answer_tokens, 5), "exact": round(exact / len(batch), 5),
-                  "learning_rate": lr, "grad_norm": round(grad_norm, 5), "answer_tokens": answer_tokens,
-                  "tokens": sum(len(r["context"]) + len(r["target"]) for r in batch),
-                  "seconds": round(time.monotonic() - started, 3)}
+        record = {
+            "step": step,
+            "examples": len(batch),
+            "loss": round(loss_sum / answer_tokens, 5),
+            "token_accuracy": round(right / answer_tokens, 5),
+            "exact": round(exact / len(batch), 5),
+            "learning_rate": lr,
+            "grad_norm": round(grad_norm, 5),
+            "answer_tokens": answer_tokens,
+            "tokens": sum(len(r["context"]) + len(r["target"]) for r in batch),
+            "seconds": round(time.monotonic() - started, 3),
+        }
         records.append(record)
         if on_step:
             on_step(record)
