@@ -57,6 +57,7 @@ from populora.bench.jobs import TOGETHER_NOTE, run_one, selected_models
 from populora.bench.lmeval import TASKS_DIR
 from populora.bench.settings import settings_for
 from populora.core.io import replace_dir, staging_dir, write_json
+from populora.core.refs import BASE_REF
 from populora.core.topology import runs_together
 from stages._common import setup, stage_parser
 
@@ -67,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bench", required=True, help="a benchmark of params.bench.benchmarks")
     parser.add_argument("--base-model", required=True, help="the base model folder")
     parser.add_argument("--models", help="the arm's export folder; without it, the bare base model is benchmarked")
+    parser.add_argument("--raw-base", help="the raw base (before the warm start): with the base, on a benchmark of "
+                        "bench.raw_base, scored too and written into the base's result as raw_base")
     parser.add_argument("--results", required=True, help="output folder: <model>.json and <model>/ per model")
     parser.add_argument("--tasks", default=str(TASKS_DIR), help="lm-eval task templates (math benchmarks)")
     args = parser.parse_args(argv)
@@ -83,8 +86,32 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as error:
         log.error("%s", error)
         return 1
-    return run_one(settings_for(params, args.bench, tasks_dir=args.tasks), models, Path(args.base_model),
-                   Path(args.results), log)
+    settings = settings_for(params, args.bench, tasks_dir=args.tasks)
+    raw = args.raw_base and not args.models and params.warm_start.enabled and args.bench in params.bench.raw_base
+    if raw:  # the raw base first, aside; its result joins the base's below
+        aside = Path(f"{args.results}.raw_base")
+        if run_one(settings, models, Path(args.raw_base), aside, log) != 0:
+            return 1
+    code = run_one(settings, models, Path(args.base_model), Path(args.results), log)
+    if raw and code == 0:
+        attach_raw_base(Path(args.results), aside)
+        log.info("raw base on %s beside the base in %s", args.bench, args.results)
+    return code
+
+
+def attach_raw_base(results: Path, aside: Path) -> None:
+    """The raw base's result (`aside`, as run_one wrote it) into the base's: `raw_base` in base.json (the
+    figures and per-problem verdicts) and its samples under `raw_base/`; `aside` removed."""
+    import shutil
+
+    from populora.core.io import read_json
+
+    base, raw = read_json(results / f"{BASE_REF.name}.json"), read_json(aside / f"{BASE_REF.name}.json")
+    keep = ("n", "correct", "interval", "metrics", "per_problem", "diagnostics", "wall_s", "generation_s")
+    write_json(results / f"{BASE_REF.name}.json", {**base, "raw_base": {k: raw[k] for k in keep if k in raw}})
+    if (aside / BASE_REF.name).is_dir():
+        shutil.move(str(aside / BASE_REF.name), str(results / "raw_base"))
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 if __name__ == "__main__":

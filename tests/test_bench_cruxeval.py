@@ -219,3 +219,30 @@ def test_only_the_members_of_bench_roles_are_benchmarked(tmp_path, tiny_model_di
     assert names == {"base": ["base"], "population": ["population-student0"], "baseline": ["baseline-solo"]}
     result = json.loads((tmp_path / "r" / "population-student0.json").read_text())
     assert (result["arm"], result["slot"], result["role"]) == ("population", "student0", "student")
+
+
+@needs_data
+def test_the_raw_base_is_scored_beside_the_base_and_reported(tmp_path, tiny_model_dir, monkeypatch):
+    from populora.report.markdown import raw_base_line
+    from populora.report.metrics import benchmark_metrics
+
+    monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
+    folder = tmp_path / "bench" / "base" / "cruxeval_o"
+    params = _params(tmp_path)
+    params.write_text(params.read_text() + "warm_start:\n  enabled: true\n")
+    argv = ["--params", str(params), "--bench", "cruxeval_o", "--base-model", str(tiny_model_dir), "--raw-base",
+            str(tiny_model_dir), "--results", str(folder)]
+    assert bench_stage.main(argv) == 0
+    assert sorted(path.name for path in folder.parent.iterdir()) == ["cruxeval_o"]  # nothing left aside
+    result = json.loads((folder / "base.json").read_text())
+    raw = result["raw_base"]
+    assert raw["n"] == result["n"] == 3 and raw["per_problem"] == result["per_problem"]  # the same model twice
+    assert (folder / "raw_base" / "samples.jsonl").is_file()
+    metrics = benchmark_metrics([result])
+    assert metrics["bench.cruxeval_o.raw_base"] == result["metrics"]["pass@1"]
+    assert metrics["bench.cruxeval_o.diff.base_minus_raw_base.delta"] == 0
+    assert "cruxeval_o: raw base" in raw_base_line(metrics)
+    # off with the warm start: the base is the raw base, scored once
+    params.write_text(params.read_text().replace("enabled: true", "enabled: false"))
+    assert bench_stage.main(argv) == 0
+    assert "raw_base" not in json.loads((folder / "base.json").read_text())

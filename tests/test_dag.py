@@ -146,6 +146,7 @@ OPTIONAL_FLAGS = {"verify": {"--timeout", "--memory-mb", "--max-output-chars", "
                              "--reject-copyable"},
                   "grade": {"--timeout", "--memory-mb", "--max-output-chars", "--workers"},
                   "bench_base": {"--arm", "--models"},  # the same stage module benchmarks an arm's members
+                  "bench": {"--raw-base"},  # the base's job (bench_base) passes it, an arm's never
                   "bench_base_together": {"--arm", "--models"}}
 
 

@@ -347,8 +347,9 @@ STAGES += (
     ),
     Stage(
         "bench_base", "stages.bench", "benchmark",
-        inputs={"base_model": WARM_BASE, "tasks": LM_EVAL_TASKS}, outputs={"results": f"{BENCH_DIR}/base/{{bench}}"},
-        directories=("results",), gpu=1, params=BENCH_PARAMS, priority=0,
+        inputs={"base_model": WARM_BASE, "raw_base": BASE_MODEL, "tasks": LM_EVAL_TASKS},
+        outputs={"results": f"{BENCH_DIR}/base/{{bench}}"},
+        directories=("results",), gpu=1, params=(*BENCH_PARAMS, "bench.raw_base", "warm_start.enabled"), priority=0,
     ),
     Stage(
         "bench", "stages.bench", "arm_bench",

@@ -81,6 +81,11 @@ class BenchSection(Section):
         description="Benchmarks (of those in `benchmarks`) run one after another in one job per arm and one for the "
         "base model, the model loaded once; the others get a job each. Ignored with sampler.engine: vllm (an "
         "engine's memory is only given back when its process ends). [] = every benchmark a job of its own.")
+    raw_base: tuple[Literal[BENCHMARKS], ...] = Field(
+        ("cruxeval_o", "cruxeval_i"),
+        description="Benchmarks (of those in `benchmarks` with a job of their own) the raw base, the model before "
+        "the warm start, is scored on too, beside the base, in the base's job (warm_start.enabled only; its result "
+        "rides in base.json as raw_base). [] = none.")
     roles: tuple[Literal["students", "teachers"], ...] = Field(
         ("students",), min_length=1,
         description="Which final members of an arm are benchmarked (the baseline's one adapter is both); "

@@ -6,7 +6,9 @@ Keys (flat, numbers only; absent when what they describe did not run):
     <g>.mean | .best | .weakest     the students of the headline arm on group g: the population when it
                                     ran, else the one arm that ran (the baseline's adapter is its student)
     <g>.baseline                    the baseline's adapter, when both arms ran
-    <g>.base                        the bare base model
+    <g>.base                        the bare base model (the warm base after a warm start)
+    <g>.raw_base                    the raw base before the warm start, where every benchmark of g ran on it too
+                                    (bench.raw_base)
     <g>.mean_minus_baseline         students' mean minus the baseline (both arms ran)
     <g>.mean_minus_base             students' mean minus the base model
       g = code, math, cruxeval (pass@1 / accuracy averaged over the group's benchmarks), overall (mean of the groups)
@@ -22,7 +24,7 @@ member, intervals, paired differences: populora/report/metrics.py) and `results/
 
 from __future__ import annotations
 
-from populora.report.metrics import BASELINE, GROUPS, POPULATION
+from populora.report.metrics import BASELINE, GROUPS, POPULATION, benchmark_kind
 
 
 def _put(out: dict, key: str, value) -> None:
@@ -41,6 +43,9 @@ def headline_metrics(metrics: dict, summaries: dict[str, dict]) -> dict:
         for stat in ("mean", "best", "weakest"):
             _put(out, f"{group}.{stat}", metrics.get(side + stat))
         _put(out, f"{group}.base", metrics.get(f"{prefix}.base"))
+        raw = [metrics.get(f"bench.{b}.raw_base") for b in _benchmarks(metrics) if benchmark_kind(b) == group]
+        if raw and None not in raw:  # every benchmark of the group ran on the raw base too
+            _put(out, f"{group}.raw_base", sum(raw) / len(raw))
         if both:
             _put(out, f"{group}.baseline", metrics.get(f"{prefix}.baseline"))
         _differences(out, group)
@@ -58,6 +63,12 @@ def headline_metrics(metrics: dict, summaries: dict[str, dict]) -> dict:
             _put(out, "solve_rate.baseline", summaries[BASELINE].get("final.solve_rate"))
         _differences(out, "heldout")
     return dict(sorted(out.items()))
+
+
+def _benchmarks(metrics: dict) -> list[str]:
+    """The benchmarks the metrics describe (each has its `bench.<b>.n`)."""
+    return [key[len("bench."):-len(".n")] for key in metrics if key.startswith("bench.") and key.endswith(".n")
+            and key.count(".") == 2]
 
 
 def _differences(out: dict, group: str) -> None:

@@ -78,6 +78,7 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
         benchmark_table(table, counts, metrics, refs),
         "",
         *([line, ""] if (line := handed_back_line(results)) else []),
+        *([line, ""] if (line := raw_base_line(metrics)) else []),
         extremes_note,
         "",
         *claims(metrics, extremes),
@@ -147,3 +148,20 @@ def handed_back_line(results: list[dict]) -> str:
              f"({100 * row['accuracy']:.1f}%)" for bench, row in sorted(seen.items())]
     return "Beside the CRUXEval scores, answers that only read what the prompt shows: " + "; ".join(parts) + "." \
         if parts else ""
+
+
+def raw_base_line(metrics: dict) -> str:
+    """The raw base (before the warm start) beside the base on the benchmarks it was scored on (bench.raw_base)."""
+    parts = []
+    for key in sorted(metrics):
+        if key.startswith("bench.") and key.endswith(".raw_base") and key.count(".") == 2:
+            bench = key.split(".")[1]
+            n, diff = metrics.get(f"bench.{bench}.n"), f"bench.{bench}.diff.base_minus_raw_base"
+            part = (f"{bench}: raw base {metrics.get(f'bench.{bench}.correct.raw_base')}/{n}, base "
+                    f"{metrics.get(f'bench.{bench}.correct.base')}/{n}")
+            if f"{diff}.delta" in metrics:
+                part += (f" (base - raw base {100 * metrics[f'{diff}.delta']:+.1f} points, 95% paired bootstrap "
+                         f"[{100 * metrics[f'{diff}.low']:+.1f}, {100 * metrics[f'{diff}.high']:+.1f}])")
+            parts.append(part)
+    return ("The base above is the warm base (the raw base after the warm start); the raw base beside it: "
+            + "; ".join(parts) + ".") if parts else ""

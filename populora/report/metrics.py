@@ -306,6 +306,7 @@ def benchmark_metrics(results: list[dict]) -> dict[str, float]:
                                                                                                 int(result["n"]))
         for key, value in (result.get("diagnostics") or {}).items():  # CRUXEval: format and copying counts
             out[f"bench.{result['benchmark']}.diag.{result['model']}.{key}"] = value
+        raw_base_metrics(result, out)
     for bench in sorted(counts):
         out[f"bench.{bench}.n"] = counts[bench]
         _group_values(f"bench.{bench}", {m: table[m][bench] for m in table}, table, refs, arms, out)
@@ -326,6 +327,22 @@ def benchmark_metrics(results: list[dict]) -> dict[str, float]:
             out[f"avg.overall.population.{key}_minus_baseline"] = (out[f"avg.overall.population.{key}"]
                                                                    - out["avg.overall.baseline"])
     return {key: round(value, 6) if isinstance(value, float) else value for key, value in sorted(out.items())}
+
+
+def raw_base_metrics(result: dict, out: dict) -> None:
+    """The raw base (before the warm start) beside the base, from a base result that carries it (`raw_base`:
+    stages/bench.py): `bench.<b>.raw_base` (its primary score), `.correct.raw_base`, and the base minus the raw
+    base with its paired interval (`bench.<b>.diff.base_minus_raw_base.*`)."""
+    raw = result.get("raw_base")
+    if result.get("model") != BASE or not raw:
+        return
+    bench = result["benchmark"]
+    out[f"bench.{bench}.raw_base"] = float(raw["metrics"][primary_metric(bench)])
+    out[f"bench.{bench}.correct.raw_base"] = int(raw["correct"])
+    ids = list(result.get("per_problem") or {})
+    if ids and set(ids) == set(raw.get("per_problem") or {}):
+        _paired(f"bench.{bench}", "base_minus_raw_base", [result["per_problem"][i] for i in ids],
+                [raw["per_problem"][i] for i in ids], out)
 
 
 def result_intervals(results: list[dict]) -> dict[str, dict[str, tuple[float, float]]]:
