@@ -230,3 +230,15 @@ def test_pool_verdicts_grade_a_right_answer_right():
     answers = [{"task_id": o, "member": "m", "answer": "19"}, {"task_id": i, "member": "m", "answer": "'ab'"},
                {"task_id": o, "member": "base", "answer": "20"}, {"task_id": i, "member": "base", "answer": "'ba'"}]
     assert pool_verdicts(pool, answers, None) == {"m": {o: 1, i: 1}, "base": {o: 0, i: 0}}
+
+
+def test_the_report_says_whether_the_run_showed_learning_on_the_pool():
+    from populora.report.heldout import learning_note
+
+    ids = [f"t{i}" for i in range(20)]
+    flat = {"base": {t: 0 for t in ids}, "roles": {"students": ["s0"]}, "generations": [{"s0": {t: 0 for t in ids}}]}
+    up = {**flat, "generations": [{"s0": {t: int(i < 10) for i, t in enumerate(ids)}}]}
+    assert learning_note({"population": up}).startswith("Learning shown on the pool (greedy accuracy): the students "
+                                                         "of population")
+    assert "params/learning-demo.yaml" in learning_note({"baseline": flat})
+    assert learning_note({"baseline": {"base": {}, "generations": []}}) == ""

@@ -94,3 +94,30 @@ HELDOUT_NOTE = ("Held-out pool: verified code_o/code_i tasks never proposed, sol
                 "uses (the warm base when warm_start.enabled), \"raw base\" the model before the warm start. "
                 "Accuracy in %; differences in points with 95% paired-bootstrap intervals over the pool's tasks (a "
                 "role's score on a task is the mean of its members' verdicts).")
+
+
+def learning_note(docs: dict[str, dict], *, measure: str = "greedy") -> str:
+    """A sentence on whether any arm's students ended above the base on the pool: the last generation's paired
+    interval (students minus base) excluding 0, or the run too short to show it (params/learning-demo.yaml runs
+    the smallest budget that does; docs/measurements.md has its time)."""
+    key, base_key = ("generations", "base") if measure == "greedy" else ("pass_rates", "base_pass_rates")
+    found = []
+    for arm, doc in docs.items():
+        if not doc.get(base_key) or not doc.get(key):
+            continue
+        task_ids = sorted(doc[base_key])
+        students = _role_scores(doc, len(doc[key]) - 1, "students", task_ids, key)
+        if students is None:
+            continue
+        _, low, _ = paired_bootstrap([x - float(doc[base_key][t]) for x, t in zip(students, task_ids)])
+        found.append((arm, low > 0))
+    if not found:
+        return ""
+    above = [arm for arm, ok in found if ok]
+    what = "greedy accuracy" if measure == "greedy" else "pass rate"
+    if above:
+        return (f"Learning shown on the pool ({what}): the students of {', '.join(above)} end above the base, the "
+                "95% paired interval excluding 0.")
+    return (f"No learning shown on the pool ({what}): no arm's students end above the base with a 95% paired interval "
+            "excluding 0 in this run. Its budget is too small to show it; params/learning-demo.yaml runs the "
+            "smallest budget that does (its time: docs/measurements.md).")

@@ -27,7 +27,7 @@ from populora.report.dynamics import (
     signal_table,
 )
 from populora.report.figures import plot_benchmarks
-from populora.report.heldout import HELDOUT_NOTE, constant_line, heldout_table
+from populora.report.heldout import HELDOUT_NOTE, constant_line, heldout_table, learning_note
 from populora.report.html import report_html
 from populora.report.metrics import best_weakest_members, refs_of, result_intervals, score_table
 from populora.report.tables import (
@@ -113,6 +113,8 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
             sections += ["The same pool, the mean pass rate over heldout.samples answers per task at temperature 1 "
                          "(%; a continuous measure that moves on every task, not only where the greedy answer flips):",
                          "", rates, ""]
+        note = learning_note(heldout or {}, measure="pass_rate" if rates else "greedy")
+        sections += [f"**{note}**", ""] if note else []
     if dynamics:
         plot_dynamics(dynamics, out_dir / "dynamics.png")
         plot_complexity(dynamics, out_dir / "complexity.png")
