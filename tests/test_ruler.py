@@ -175,3 +175,27 @@ def test_the_pool_readme_puts_every_baseline_beside_the_scores():
     text = pool_readme(record)
     assert "| code_i | `1` 1/2 (50.0%) | echo 0/2 | - | 0.0% | 25.0% | 20.0% |" in text
     assert "copyable 3" in text and "candidates 30" not in text and "5-60%" in text
+
+
+def test_calibration_goes_on_until_the_pool_is_full_after_the_constants_swaps(monkeypatch):
+    """A first round fills the selection, but the best constant's swaps leave the pool short: calibration goes on
+    with a raised target until the picked pool is full."""
+    import argparse
+
+    tasks = [_task(i, family=f"f{i % 12}", task_type=tt) for i in range(200) for tt in ("code_o",)]
+    args = argparse.Namespace(per_type=10, chunk=8, samples=16, low=0.05, high=0.6, per_family=50)
+    measured = []
+
+    def measure(batch):
+        measured.extend(t["task_id"] for t in batch)
+        return {t["task_id"]: 4 for t in batch}
+
+    def pick(calibrated, args, config, sandbox):  # every third task is the constant's: swapped out
+        pool = select([t for t in calibrated if int(t["task_id"].rsplit("-", 1)[1]) % 3], samples=16, low=0.05,
+                      high=0.6, per_type=args.per_type, per_family=args.per_family)
+        return pool, set()
+
+    monkeypatch.setattr(ruler, "pick_pool", pick)
+    done = ruler.calibrate_until_full(tasks, {}, measure, args, None, None)
+    assert len([t for t in done if int(t.rsplit("-", 1)[1]) % 3]) >= 10  # the pool can be full
+    assert len(done) < len(tasks)  # and calibration stopped there

@@ -33,7 +33,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from populora.core.io import read_jsonl, write_json, write_jsonl
+from populora.core.io import read_jsonl, write_json, write_jsonl, write_text
 from populora.heldout.pool import attach_examples, verified_seeds
 from populora.verifier import grade_rows
 from populora.verifier.baselines import arity, baseline_verdicts
@@ -225,22 +225,75 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def pick_pool(calibrated: list[dict], args, config, sandbox) -> tuple[list[dict], set[str]]:
+    """The selected pool (`select`) and the tasks swapped out of it so that no type's best constant answer passes
+    more than `args.max_baseline` of it: each round drops what the constant solves beyond its allowance and takes
+    the next tasks in the window instead."""
+    excluded: set[str] = set()
+    for _ in range(50):
+        pool = select(
+            calibrated,
+            samples=args.samples,
+            low=args.low,
+            high=args.high,
+            per_type=args.per_type,
+            per_family=args.per_family,
+            exclude=excluded,
+        )
+        swap = swap_constant_solved(pool, best_constant(pool, config, sandbox), args.max_baseline)
+        if not swap:
+            break
+        excluded |= swap
+    return pool, excluded
+
+
+def calibrate_until_full(tasks: list[dict], done: dict[str, int], measure, args, config, sandbox) -> dict[str, int]:
+    """Calibrate (`calibrate`) until the picked pool (`pick_pool`: after the best constant's swaps) holds
+    `args.per_type` of each type, or no candidate of a short type is left. A type counts as full in a round when the
+    selection holds its target; a round that ends short raises the target by what the swaps took."""
+    target = {tt: int(args.per_type * 1.1) for tt in ("code_o", "code_i")}
+    by_id = {t["task_id"]: t for t in tasks}
+
+    def enough(measured: dict[str, int]) -> set[str]:
+        chosen = select(
+            [{**by_id[t], "calibration_correct": c} for t, c in measured.items()],
+            samples=args.samples,
+            low=args.low,
+            high=args.high,
+            per_type=max(target.values()),
+            per_family=args.per_family,
+        )
+        have = Counter(t["type"] for t in chosen)
+        return {tt for tt in target if have[tt] >= target[tt]}
+
+    before = -1
+    while True:
+        done = calibrate(tasks, done, measure, chunk=args.chunk, enough=enough)
+        pool, _ = pick_pool(calibrated_rows(tasks, done, args.samples), args, config, sandbox)
+        have = Counter(t["type"] for t in pool)
+        short = {tt: args.per_type - have[tt] for tt in target if have[tt] < args.per_type}
+        if not short or len(done) == before:  # full, or a round that calibrated nothing new: no candidate is left
+            return done
+        before = len(done)
+        log.info("the pool after the best constant's swaps is short by %s: calibrating on", short)
+        for task_type, missing in short.items():
+            target[task_type] += missing + args.chunk // 4
+
+
+def calibrated_rows(tasks: list[dict], done: dict[str, int], samples: int) -> list[dict]:
+    """The calibrated tasks, in calibration order, with their counts."""
+    return [{**t, "calibration_correct": done[t["task_id"]], "samples": samples} for t in tasks if t["task_id"] in done]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    import yaml
-
-    from populora.config import merge, parse_params
-    from populora.heldout.scoring import pass_counts, score_members
-    from populora.lm.dtype import runtime_record
+    from populora.heldout.scoring import pass_counts
     from populora.lm.engines import load_sampler
     from populora.verifier import sandbox_for
     from populora.verifier.families import verified_tasks
 
-    raw = yaml.safe_load(Path(args.params).read_text())
-    for overlay in args.overlay:
-        raw = merge(raw, yaml.safe_load(Path(overlay).read_text()))
-    params = parse_params(raw, args.params)
+    params = load_params(args)
     out = Path(args.out)
     counts: dict[str, Counter] = {}
     dropped: Counter = Counter()
@@ -256,74 +309,34 @@ def main(argv: list[str] | None = None) -> int:
         by_id = {t["task_id"]: t for t in tasks}
         checkpoint = out / "calibration.jsonl"
         done = {
-            row["task_id"]: row["calibration_correct"]
+            row["task_id"]: row["calibration_correct"]  # a killed calibration resumes from what it measured
             for row in (read_jsonl(checkpoint) if checkpoint.is_file() else [])
             if row["task_id"] in by_id and row.get("samples") == args.samples
         }
         tokenizer, model = load_sampler(args.warm_base, {}, params)
 
-        def rows_of(measured: dict[str, int]) -> list[dict]:
-            return [{**by_id[tid], "calibration_correct": c, "samples": args.samples} for tid, c in measured.items()]
-
         def measure(batch: list[dict]) -> dict[str, int]:
             new = pass_counts(params, model, tokenizer, batch, [None], sandbox, samples=args.samples, seed=args.seed)[
                 "base"
             ]
-            write_jsonl(checkpoint, rows_of({**done, **new}))
+            rows = calibrated_rows(tasks, {**done, **new}, args.samples)
+            write_jsonl(checkpoint, rows)
             log.info(
                 "calibrated %d tasks; in the window: %s",
-                len(done) + len(new),
+                len(rows),
                 dict(
-                    Counter(
-                        r["type"]
-                        for r in rows_of({**done, **new})
-                        if in_window(r, samples=args.samples, low=args.low, high=args.high)
-                    )
+                    Counter(r["type"] for r in rows if in_window(r, samples=args.samples, low=args.low, high=args.high))
                 ),
             )
             return new
 
-        def enough(measured: dict[str, int]) -> set[str]:
-            # room for the swaps of step 4: a type is full with a tenth more than it needs
-            have = Counter(
-                t["type"]
-                for t in select(
-                    [{**by_id[t], "calibration_correct": c} for t, c in measured.items()],
-                    samples=args.samples,
-                    low=args.low,
-                    high=args.high,
-                    per_type=int(args.per_type * 1.1),
-                    per_family=args.per_family,
-                )
-            )
-            return {tt for tt in ("code_o", "code_i") if have[tt] >= int(args.per_type * 1.1)}
-
-        done = calibrate(tasks, done, measure, chunk=args.chunk, enough=enough)
-        calibrated = [
-            {**t, "calibration_correct": done[t["task_id"]], "samples": args.samples}
-            for t in tasks
-            if t["task_id"] in done
-        ]
+        done = calibrate_until_full(tasks, done, measure, args, params.verify, sandbox)
+        calibrated = calibrated_rows(tasks, done, args.samples)
         counts["calibrated"] = Counter(t["type"] for t in calibrated)
         counts["in_window"] = Counter(
             t["type"] for t in calibrated if in_window(t, samples=args.samples, low=args.low, high=args.high)
         )
-        excluded: set[str] = set()
-        for _ in range(20):  # swap what the best constant solves beyond its allowance for the next in the window
-            pool = select(
-                calibrated,
-                samples=args.samples,
-                low=args.low,
-                high=args.high,
-                per_type=args.per_type,
-                per_family=args.per_family,
-                exclude=excluded,
-            )
-            constant = best_constant(pool, params.verify, sandbox)
-            swap = swap_constant_solved(pool, constant, args.max_baseline)
-            if not swap:
-                break
-            excluded |= swap
+        pool, excluded = pick_pool(calibrated, args, params.verify, sandbox)
         counts["swapped_for_the_constant"] = Counter(by_id[t]["type"] for t in excluded)
         pool = [
             {**t, "task_id": f"heldout-{t['type']}-{i:03d}", "source_task": t["task_id"]}
@@ -331,50 +344,70 @@ def main(argv: list[str] | None = None) -> int:
             for i, t in enumerate(p for p in pool if p["type"] == task_type)
         ]
         counts["pool"] = Counter(t["type"] for t in pool)
-        constant = best_constant(pool, params.verify, sandbox)
-        warm_greedy, _ = score_members(params, model, tokenizer, pool, [None], {}, sandbox)
-        raw_tokenizer, raw_model = load_sampler(args.raw_base, {}, params)
-        raw_greedy, _ = score_members(params, raw_model, raw_tokenizer, pool, [None], {}, sandbox)
-        raw_counts = pass_counts(
-            params, raw_model, raw_tokenizer, pool, [None], sandbox, samples=args.samples, seed=args.seed
-        )["base"]
+        record = score_record(params, args, pool, model, tokenizer, sandbox)
     write_jsonl(out / "pool.jsonl", pool)
-    write_json(
-        out / "construction.json",
-        {
-            "command": "python -m populora.heldout.ruler " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "counts": {step: dict(sorted(c.items())) for step, c in counts.items()},
-            "candidates_dropped": dict(sorted(dropped.items())),
-            "best_constant": {tt: {k: v for k, v in row.items() if k != "solves"} for tt, row in constant.items()},
-            "held_out": dict(sorted(Counter(f"{t['type']} {t['held_out']}" for t in pool).items())),
-            "families": dict(sorted(Counter(f"{t['type']} {t['family']}" for t in pool).items())),
-            "warm_base": {
-                "greedy": warm_greedy,
-                "calibration_pass_rate": _pass_rate(pool, lambda t: t["calibration_correct"], args.samples),
-            },
-            "raw_base": {
-                "greedy": raw_greedy,
-                "pass_rate": _pass_rate(pool, lambda t: raw_counts[t["task_id"]], args.samples),
-            },
-            "calibration_by_family": calibration_table(calibrated, args.samples, args.low, args.high),
-            "answer_budget": {
-                "max_new_tokens": params.solve.max_new_tokens,
-                "mode": params.solve.mode,
-                "worked_examples": params.solve.worked_examples,
-            },
-            "settings": {k: v for k, v in vars(args).items() if k != "params"},
-            "runtime": runtime_record(params.model.dtype, params.model.device),
-        },
-    )
-    from populora.core.io import read_json, write_text
-
-    write_text(out / "README.md", pool_readme(read_json(out / "construction.json")))
+    record = {
+        "command": "python -m populora.heldout.ruler " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "counts": {step: dict(sorted(c.items())) for step, c in counts.items()},
+        "candidates_dropped": dict(sorted(dropped.items())),
+        **record,
+        "calibration_by_family": calibration_table(calibrated, args.samples, args.low, args.high),
+    }
+    write_json(out / "construction.json", record)
+    write_text(out / "README.md", pool_readme(record))
     log.info(
         "pool v3: %s; best constant %s",
         dict(counts["pool"]),
-        {tt: (row["answer"], row["correct"]) for tt, row in constant.items()},
+        {tt: (row["answer"], row["correct"]) for tt, row in record["best_constant"].items()},
     )
     return 0
+
+
+def load_params(args: argparse.Namespace):
+    import yaml
+
+    from populora.config import merge, parse_params
+
+    raw = yaml.safe_load(Path(args.params).read_text())
+    for overlay in args.overlay:
+        raw = merge(raw, yaml.safe_load(Path(overlay).read_text()))
+    return parse_params(raw, args.params)
+
+
+def score_record(params, args, pool: list[dict], model, tokenizer, sandbox) -> dict:
+    """What a score on the final pool stands beside: its best constant, copy and echo baselines, the warm base's
+    greedy score and calibration pass rate, the raw base's greedy score and pass rate; and how it was made."""
+    from populora.heldout.scoring import pass_counts, score_members
+    from populora.lm.dtype import runtime_record
+    from populora.lm.engines import load_sampler
+
+    constant = best_constant(pool, params.verify, sandbox)
+    warm_greedy, _ = score_members(params, model, tokenizer, pool, [None], {}, sandbox)
+    raw_tokenizer, raw_model = load_sampler(args.raw_base, {}, params)
+    raw_greedy, _ = score_members(params, raw_model, raw_tokenizer, pool, [None], {}, sandbox)
+    raw_counts = pass_counts(
+        params, raw_model, raw_tokenizer, pool, [None], sandbox, samples=args.samples, seed=args.seed
+    )["base"]
+    return {
+        "best_constant": {tt: {k: v for k, v in row.items() if k != "solves"} for tt, row in constant.items()},
+        "held_out": dict(sorted(Counter(f"{t['type']} {t['held_out']}" for t in pool).items())),
+        "families": dict(sorted(Counter(f"{t['type']} {t['family']}" for t in pool).items())),
+        "warm_base": {
+            "greedy": warm_greedy,
+            "calibration_pass_rate": _pass_rate(pool, lambda t: t["calibration_correct"], args.samples),
+        },
+        "raw_base": {
+            "greedy": raw_greedy,
+            "pass_rate": _pass_rate(pool, lambda t: raw_counts[t["task_id"]], args.samples),
+        },
+        "answer_budget": {
+            "max_new_tokens": params.solve.max_new_tokens,
+            "mode": params.solve.mode,
+            "worked_examples": params.solve.worked_examples,
+        },
+        "settings": {k: v for k, v in vars(args).items() if k != "params"},
+        "runtime": runtime_record(params.model.dtype, params.model.device),
+    }
 
 
 def pool_readme(record: dict) -> str:
