@@ -42,10 +42,10 @@ log = logging.getLogger("positive_control")
 ADAPTER = "control"
 
 
-def load_params(params: str | Path, overlay: str | Path | None):
+def load_params(params: str | Path, overlays: list[str | Path] | str | Path | None):
     raw = yaml.safe_load(Path(params).read_text())
     source = str(params)
-    if overlay:
+    for overlay in [overlays] if isinstance(overlays, (str, Path)) else overlays or []:
         raw = merge(raw, yaml.safe_load(Path(overlay).read_text()) or {})
         source += f" + {overlay}"
     return parse_params(raw, source)
@@ -259,7 +259,7 @@ def run_in_processes(arms: list[str], args: argparse.Namespace) -> None:
     jobs = args.jobs
     threads = max(1, (os.cpu_count() or 1) // jobs)
     base = [sys.executable, "-m", "populora.control.positive", "--params", args.params, "--base-model", args.base_model,
-            "--out", args.out, *(["--overlay", args.overlay] if args.overlay else [])]
+            "--out", args.out, *(["--overlay", *args.overlay] if args.overlay else [])]
     pending, running = list(arms), []
     while pending or running:
         while pending and len(running) < jobs:
@@ -277,6 +277,20 @@ def machine() -> dict:
     model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                   if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
     return {"cpu": model, "cpus": os.cpu_count(), "python": platform.python_version()}
+
+
+def check_answer_budget(params, base_model: Path, tasks: list[dict]) -> None:
+    """Refuse, before any training, an answer budget (`solve.max_new_tokens`) shorter than the family's longest
+    gold answer with its closing fence: a right answer cut off is graded wrong."""
+    from transformers import AutoTokenizer
+
+    from populora.warmstart.examples import answer_budget
+
+    needed = answer_budget(tasks, AutoTokenizer.from_pretrained(base_model))
+    if needed > params.solve.max_new_tokens:
+        raise ValueError(f"solve.max_new_tokens = {params.solve.max_new_tokens} cannot hold the longest gold answer of "
+                         f"family {params.control.family!r} ({needed} tokens with its closing fence). Fix: raise "
+                         f"solve.max_new_tokens to {needed} or more in the control's overlay.")
 
 
 def prepare(params, out: Path, base_model: Path, sandbox) -> tuple[dict, list[dict], Path]:
@@ -299,6 +313,7 @@ def prepare(params, out: Path, base_model: Path, sandbox) -> tuple[dict, list[di
              if row["valid"] and row["type"] == "code_o"]
     if params.propose.reject_copyable:
         seeds = [row for row in seeds if not is_copyable(row)]
+    check_answer_budget(params, base_model, [row for rows in verified.values() for row in rows])
     init = out / "init"
     if not (init / ADAPTER / "adapter_config.json").is_file():
         _, model = load_base(base_model, dtype=params.model.dtype, device="cpu")
@@ -313,7 +328,8 @@ def prepare(params, out: Path, base_model: Path, sandbox) -> tuple[dict, list[di
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--overlay", help="params overlay, e.g. params/positive-control.yaml")
+    parser.add_argument("--overlay", nargs="*", default=[], help="params overlays applied in order, e.g. "
+                        "params/positive-control.yaml (and params/positive-control-bf16.yaml)")
     parser.add_argument("--base-model", required=True, help="HF folder of the base model (made if missing)")
     parser.add_argument("--out", required=True, help="output folder, e.g. study/positive-control")
     parser.add_argument("--jobs", type=int, default=1, help="arms trained at once, each in its own process with "
