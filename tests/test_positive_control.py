@@ -17,8 +17,8 @@ from populora.tasks.families import family_tasks
 def test_family_pools_are_disjoint_and_copying_is_wrong(name):
     tasks = family_tasks(name, heldout=40, train=60, seed=3)
     heldout = {t["program"] for t in tasks["heldout"]}
-    train = {t["program"] for t in tasks["train"]}
-    assert len(heldout) == 40 and len(train) == 60 and not heldout & train
+    train = {(t["program"], t["inputs"][0]) for t in tasks["train"]}
+    assert len(heldout) == 40 and len(train) == 60 and not heldout & {program for program, _ in train}
     for task in tasks["heldout"] + tasks["train"]:
         namespace: dict = {}
         exec(task["program"], namespace)

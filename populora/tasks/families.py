@@ -568,21 +568,27 @@ def screened(program: Program, arguments: str) -> bool:
 
 def family_tasks(name: str, *, heldout: int, train: int, seed: int) -> dict[str, list[dict]]:
     """`{"heldout": [...], "train": [...]}` code_o verifier rows of family `name` (the positive control's
-    tasks): distinct programs, none in both lists (the held-out ones never trained on, by program text), each
-    input one its program runs on and does not copy (`screened`)."""
+    tasks): held-out tasks of distinct programs, none of them ever a training task's program (the held-out pool
+    is never trained on, by program text); training tasks of distinct (program, input) pairs; each input one its
+    program runs on and does not copy (`screened`)."""
     if name not in FAMILIES:
         raise ValueError(f"unknown task family {name!r}; known: {', '.join(sorted(FAMILIES))}")
     rng = random.Random(f"control:{name}:{seed}")
-    seen: set[str] = set()
+    held: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     rows: list[dict] = []
     for _ in range(200 * (heldout + train)):
         if len(rows) == heldout + train:
             break
         program = draw_program(name, rng)
         arguments = draw_arguments(program.params, rng)
-        if program.text in seen or not screened(program, arguments):
+        drawing_heldout = len(rows) < heldout
+        if program.text in held or (program.text, arguments) in seen or not screened(program, arguments):
             continue
-        seen.add(program.text)
+        if drawing_heldout:
+            held.add(program.text)
+        else:
+            seen.add((program.text, arguments))
         rows.append(
             {
                 "task_id": f"{name}-{len(rows):04d}",
@@ -594,5 +600,8 @@ def family_tasks(name: str, *, heldout: int, train: int, seed: int) -> dict[str,
             }
         )
     if len(rows) < heldout + train:
-        raise ValueError(f"family {name!r} has fewer than {heldout + train} distinct programs")
+        raise ValueError(
+            f"family {name!r} has fewer than {heldout} distinct programs and {train} distinct training "
+            "tasks on the others"
+        )
     return {"heldout": rows[:heldout], "train": rows[heldout:]}
