@@ -199,3 +199,16 @@ def test_calibration_goes_on_until_the_pool_is_full_after_the_constants_swaps(mo
     done = ruler.calibrate_until_full(tasks, {}, measure, args, None, None)
     assert len([t for t in done if int(t.rsplit("-", 1)[1]) % 3]) >= 10  # the pool can be full
     assert len(done) < len(tasks)  # and calibration stopped there
+
+
+def test_a_resumed_calibration_keeps_only_the_rows_of_the_same_tasks(tmp_path):
+    from populora.core.io import write_jsonl
+    from populora.heldout.ruler import resumed
+
+    tasks = {t["task_id"]: {**t, "inputs": ["1"]} for t in (_task(0), _task(1), _task(2))}
+    rows = [{**tasks["branch-code_o-0"], "calibration_correct": 3, "samples": 16},
+            {**tasks["branch-code_o-1"], "program": "def f(x):\n    return 0", "calibration_correct": 5, "samples": 16},
+            {**tasks["branch-code_o-2"], "calibration_correct": 7, "samples": 8}]
+    write_jsonl(tmp_path / "calibration.jsonl", rows)
+    assert resumed(tmp_path / "calibration.jsonl", tasks, 16) == {"branch-code_o-0": 3}
+    assert resumed(tmp_path / "none.jsonl", tasks, 16) == {}

@@ -61,6 +61,11 @@ def test_the_three_splits_never_share_a_program_text():
     for split in ("validation", "pool"):
         kinds = {held_out_kind(p) for p in drawn[split]}
         assert kinds == {"family", "composition"}, (split, kinds)
+    # the pool-only families (wide-spread outputs) are drawn for the pool alone: the validation split, which chose
+    # the warm start's budget, holds none of them
+    pool_only = {name for name, family in FAMILIES.items() if family.split == "pool"}
+    assert pool_only and not pool_only & {p.family for p in drawn["validation"]}
+    assert pool_only & {p.family for p in drawn["pool"]}
     # a reserved composition of a train family never reaches training, whatever seed draws it
     reserved = {
         p.composition for split in ("validation", "pool") for p in drawn[split] if held_out_kind(p) == "composition"

@@ -280,6 +280,20 @@ def calibrate_until_full(tasks: list[dict], done: dict[str, int], measure, args,
             target[task_type] += missing + args.chunk // 4
 
 
+def resumed(checkpoint: Path, by_id: dict[str, dict], samples: int) -> dict[str, int]:
+    """task_id -> count of the checkpoint's rows that are still this run's tasks: the same id, type, program and
+    input, calibrated with as many samples (a changed generator must not lend a task another's count)."""
+    if not checkpoint.is_file():
+        return {}
+    out = {}
+    for row in read_jsonl(checkpoint):
+        task = by_id.get(row["task_id"])
+        same = task is not None and all(task[k] == row.get(k) for k in ("type", "program", "inputs"))
+        if same and row.get("samples") == samples:
+            out[row["task_id"]] = row["calibration_correct"]
+    return out
+
+
 def calibrated_rows(tasks: list[dict], done: dict[str, int], samples: int) -> list[dict]:
     """The calibrated tasks, in calibration order, with their counts."""
     return [{**t, "calibration_correct": done[t["task_id"]], "samples": samples} for t in tasks if t["task_id"] in done]
@@ -308,11 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         by_id = {t["task_id"]: t for t in tasks}
         checkpoint = out / "calibration.jsonl"
-        done = {
-            row["task_id"]: row["calibration_correct"]  # a killed calibration resumes from what it measured
-            for row in (read_jsonl(checkpoint) if checkpoint.is_file() else [])
-            if row["task_id"] in by_id and row.get("samples") == args.samples
-        }
+        done = resumed(checkpoint, by_id, args.samples)  # a killed calibration resumes from what it measured
         tokenizer, model = load_sampler(args.warm_base, {}, params)
 
         def measure(batch: list[dict]) -> dict[str, int]:

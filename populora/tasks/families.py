@@ -175,7 +175,7 @@ class Family:
     times the step repeats: `(names, low, high)`), rendered by `write` (a chain of steps by default)."""
 
     name: str
-    split: str  # "train" or "heldout"
+    split: str  # "train", "heldout" (validation and pool) or "pool" (held out, the pool's only)
     params: tuple[str, ...]
     steps: tuple[tuple[tuple[str, ...], int, int], ...] = ()
     about: str = ""
@@ -287,6 +287,31 @@ def _pair_arith(rng: random.Random, names: tuple[str, ...]) -> tuple[str, tuple[
     return f"    return {PRIMITIVES[then].render(rng, operand, 'x')}", ("pair", kind, then)
 
 
+def _offset(rng: random.Random, names: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """A value of the input (itself, a length, a count, a reduction) and a two-digit constant: `len(s) + 23`,
+    `max(xs) - 7`, `n * 6`. One step a small model can take, with outputs spread over a wide range, so that no
+    single answer is right for many tasks (pool only: `Family.split`)."""
+    name = names[0]
+    measures = {
+        "n": (name, "id"),
+        "xs": rng.choice(
+            ((f"max({name})", "max"), (f"sum({name})", "sum"), (f"{name}[0]", "first"), (f"len({name})", "len"))
+        ),
+        "s": rng.choice(((f"len({name})", "len"), (f"{name}.count({_letter(rng)})", "count"))),
+    }
+    kind = "n" if name in PARAMETER_NAMES[INT] else "xs" if name in PARAMETER_NAMES[INTS] else "s"
+    value, measure = measures[kind]
+    op, how = rng.choice(
+        (
+            (f"{value} + {rng.randint(11, 60)}", "plus"),
+            (f"{value} - {rng.randint(3, 9)}", "minus"),
+            (f"{rng.randint(30, 90)} - {value}", "from"),
+            (f"{value} * {rng.randint(5, 12)}", "times"),
+        )
+    )
+    return f"    return {op}", ("offset", measure, how)
+
+
 def _list_and_int(rng: random.Random, names: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
     """A list and an int: `xs[:k]`, `xs.count(k)`, `[x + k for x in xs]`, `sum(xs) + k`."""
     xs, k = names
@@ -392,6 +417,23 @@ FAMILIES: dict[str, Family] = {
             ((("find",), 1, 1), (("square", "add"), 0, 1)),
             "the position of a letter in a word, maybe squared or shifted",
         ),
+        # held out, in the pool split only: outputs spread widely (the validation split, which chose the warm start's
+        # budget, is as it was)
+        Family("offset_int", "pool", (INT,), about="an int shifted or scaled by a two-digit constant", write=_offset),
+        Family(
+            "offset_list",
+            "pool",
+            (INTS,),
+            about="a list's max, sum, first or length, then shifted or scaled by a two-digit constant",
+            write=_offset,
+        ),
+        Family(
+            "offset_word",
+            "pool",
+            (STR,),
+            about="a word's length or letter count, then shifted or scaled by a two-digit constant",
+            write=_offset,
+        ),
     )
 }
 
@@ -471,24 +513,30 @@ def is_reserved(composition: tuple[str, ...]) -> bool:
 
 def split_of(program: Program) -> str:
     """`train`, or for a held-out program (a held-out family's, or a reserved composition of a train family)
-    `validation` or `pool`, by a stable hash of its text: the two never share a program."""
-    if FAMILIES[program.family].split == "train" and not is_reserved(program.composition):
+    `validation` or `pool`, by a stable hash of its text: the two never share a program; a pool-only family's
+    programs are all `pool`."""
+    family = FAMILIES[program.family]
+    if family.split == "train" and not is_reserved(program.composition):
         return "train"
+    if family.split == "pool":
+        return "pool"
     return "validation" if _stable_percent("text:" + program.text) < 50 else "pool"
 
 
 def held_out_kind(program: Program) -> str | None:
     """Why a held-out program is held out: `family` (its whole family is) or `composition`; None for train."""
-    if FAMILIES[program.family].split == "heldout":
+    if FAMILIES[program.family].split in ("heldout", "pool"):
         return "family"
     return "composition" if is_reserved(program.composition) else None
 
 
 def family_names(split: str) -> list[str]:
-    """The families that yield programs of `split` (train: the train families; validation and pool: all)."""
+    """The families that yield programs of `split` (train: the train families; validation: those and the held-out
+    ones; pool: every family, the pool-only ones included)."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
-    return sorted(n for n, f in FAMILIES.items() if split != "train" or f.split == "train")
+    wanted = {"train": ("train",), "validation": ("train", "heldout"), "pool": ("train", "heldout", "pool")}[split]
+    return sorted(n for n, f in FAMILIES.items() if f.split in wanted)
 
 
 def programs(split: str, seed: int, *, families: list[str] | None = None, tries: int = 200) -> Iterator[Program]:
