@@ -341,6 +341,22 @@ def load_params(path: str | Path = "params.yaml") -> Params:
     return parse_params(raw, str(path))
 
 
+def overlaid(path: str | Path, overlays=(), *changes: dict) -> dict:
+    """The params mapping of `path` with each overlay file, then each mapping of `changes`, merged over it in
+    order (later ones win); not validated (`parse_params` does)."""
+    raw = yaml.safe_load(Path(path).read_text())
+    for overlay in overlays:
+        raw = merge(raw, yaml.safe_load(Path(overlay).read_text()) or {})
+    for change in changes:
+        raw = merge(raw, change)
+    return raw
+
+
+def load_overlaid(path: str | Path, overlays=(), *changes: dict) -> Params:
+    """`overlaid`, validated: the params a tool outside the DAG runs with (the ruler, the controls, the studies)."""
+    return parse_params(overlaid(path, overlays, *changes), " + ".join([str(path), *map(str, overlays)]))
+
+
 def merge(base: dict, overlay: dict) -> dict:
     """Overlay values onto a params mapping, section by section (lists and scalars are replaced).
 
@@ -366,9 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.overlay:
-            raw = yaml.safe_load(Path(args.params).read_text())
-            for overlay in args.overlay:
-                raw = merge(raw, yaml.safe_load(Path(overlay).read_text()) or {})
+            raw = overlaid(args.params, args.overlay)
             parse_params(raw, " + ".join([args.params, *args.overlay]))
             print(yaml.safe_dump(raw, sort_keys=False), end="")
             return 0

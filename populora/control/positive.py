@@ -31,9 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
-from populora.config import ParamsError, merge, parse_params
+from populora.config import ParamsError, load_overlaid
 from populora.core.io import read_json, write_json, write_text
 from populora.core.seeds import derive_seed as seed_of
 from populora.tasks.families import FAMILIES, family_tasks
@@ -43,12 +41,7 @@ ADAPTER = "control"
 
 
 def load_params(params: str | Path, overlays: list[str | Path] | str | Path | None):
-    raw = yaml.safe_load(Path(params).read_text())
-    source = str(params)
-    for overlay in [overlays] if isinstance(overlays, (str, Path)) else overlays or []:
-        raw = merge(raw, yaml.safe_load(Path(overlay).read_text()) or {})
-        source += f" + {overlay}"
-    return parse_params(raw, source)
+    return load_overlaid(params, [overlays] if isinstance(overlays, (str, Path)) else overlays or [])
 
 
 class Solver:

@@ -374,14 +374,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def load_params(args: argparse.Namespace):
-    import yaml
+    from populora.config import load_overlaid
 
-    from populora.config import merge, parse_params
-
-    raw = yaml.safe_load(Path(args.params).read_text())
-    for overlay in args.overlay:
-        raw = merge(raw, yaml.safe_load(Path(overlay).read_text()))
-    return parse_params(raw, args.params)
+    return load_overlaid(args.params, args.overlay)
 
 
 def score_record(params, args, pool: list[dict], model, tokenizer, sandbox) -> dict:

@@ -68,25 +68,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def load(args: argparse.Namespace, *, cruxeval: int | None = None):
     """The params with the study's answer budget; with `cruxeval`, CRUXEval's first `cruxeval` problems at the
     same budget."""
-    import yaml
+    from populora.config import load_overlaid
 
-    from populora.config import merge, parse_params
-
-    raw = yaml.safe_load(Path(args.params).read_text())
-    for overlay in args.overlay:
-        raw = merge(raw, yaml.safe_load(Path(overlay).read_text()) or {})
-    raw = merge(raw, {"solve": {"max_new_tokens": args.max_new_tokens}})
+    changes = [{"solve": {"max_new_tokens": args.max_new_tokens}}]
     if cruxeval:
-        raw = merge(
-            raw,
+        changes.append(
             {
                 "bench": {
                     "limits": {"cruxeval_o": cruxeval, "cruxeval_i": cruxeval},
                     "cruxeval": {"max_new_tokens": args.max_new_tokens},
                 }
-            },
+            }
         )
-    return parse_params(raw, args.params)
+    return load_overlaid(args.params, args.overlay, *changes)
 
 
 def validation_tasks(params, out: Path, n: int, sandbox, seeds: list[dict]) -> list[dict]:
