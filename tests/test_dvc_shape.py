@@ -85,7 +85,9 @@ def test_declared_code_deps_cover_every_local_module_the_stage_imports(stage):
 # the update checks its device with check_device(samples=False), which never asks for the sampling engine
 UNUSED_PATHS = {"bench_base": {"bench.roles", "population.teachers", "population.students"},
                 "bench_base_together": {"bench.roles", "population.teachers", "population.students"},
-                "update": {"sampler", "lora.rank", "update.max_seq_len"}}
+                "update": {"sampler", "lora.rank", "update.max_seq_len"},
+                # only the base's job (bench_base, given --raw-base) scores the raw base beside it
+                "bench": {"bench.raw_base", "warm_start.enabled"}}
 
 
 def _check_params(stage) -> None:
