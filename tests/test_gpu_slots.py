@@ -216,9 +216,13 @@ def test_model_stages_on_the_cpu_claim_no_gpu_and_one_thread_per_process():
     from populora.config import load_params
 
     params = load_params(REPO / "params.yaml")
-    model_stages = [s for s in STAGES if s.gpu]
+    model_stages = [s for s in STAGES if s.gpu and not s.alone]
     assert params.model.device == "cpu"  # the CPU default runs its model stages side by side
     assert all(s.gpus(params) == 0 and s.thread_count(params) == CPU_MODEL_THREADS for s in model_stages)
+    # a stage alone at its point of the chain (the warm start: every later stage needs its model) takes every core
+    alone = [s for s in STAGES if s.alone]
+    assert [s.name for s in alone] == ["warm_start"]
+    assert all(s.gpus(params) == 0 and s.thread_count(params) == (os.cpu_count() or 1) for s in alone)
     for device in ("auto", "cuda"):  # auto claims a GPU: where a cluster job lands is not known here
         other = params.model_copy(update={"model": params.model.model_copy(update={"device": device})})
         assert all(s.gpus(other) >= 1 and s.thread_count(other) == GPU_THREADS for s in model_stages), device
