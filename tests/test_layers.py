@@ -19,7 +19,7 @@ FORBIDDEN = {"core": ("lm", "selfplay", "population", "bench", "report", "verifi
                       "heldout", "warmstart"),
              "lm": ("selfplay", "population", "bench", "report", "verifier", "sandbox", "control", "study", "heldout", "warmstart"),
              "population": ("selfplay", "bench", "report", "control", "study", "heldout", "warmstart"),
-             "bench": ("report", "control", "study"),
+             "bench": ("report", "control", "study", "warmstart"),
              "report": ("control", "study"),
              "control": ("report", "study"),
              "selfplay": ("verifier", "heldout", "bench", "report", "control", "study", "warmstart"),
@@ -29,9 +29,9 @@ FORBIDDEN = {"core": ("lm", "selfplay", "population", "bench", "report", "verifi
              # the task families: pure and torch-free, below everything that generates, verifies or trains on tasks
              "tasks": ("lm", "selfplay", "population", "bench", "report", "verifier", "sandbox", "control", "study",
                        "heldout", "warmstart"),
-             # the warm start sits beside the held-out pool (it verifies, prompts, trains); only stages and the
-             # controls above it use it
-             "warmstart": ("bench", "report", "population", "control", "study")}
+             # the warm start sits beside the held-out pool (it verifies, prompts, trains; its study scores CRUXEval
+             # through bench/); only stages and the controls above it use it
+             "warmstart": ("report", "population", "control", "study")}
 
 
 def _imports(path) -> set[str]:
