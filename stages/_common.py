@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from populora.config import Params, ParamsError, load_params
+from populora.lm.device import pin_cpu_threads
 from populora.lm.gpus import claim_gpu
 
 
@@ -49,10 +50,11 @@ def configure_logging(args: argparse.Namespace, stage: str) -> logging.Logger:
     return logging.getLogger(stage)
 
 
-def setup(args: argparse.Namespace, stage: str, *, claim: bool = True) -> tuple[Params, logging.Logger]:
+def setup(args: argparse.Namespace, stage: str, *, claim: bool = True, alone: bool = False) -> tuple[Params, logging.Logger]:
     """Configure logging (stderr + --log file), claim a GPU when the DAG says so (`--claim-gpu`; unless
     `claim` is false: the stage claims its own, see stages/update.py), load params and check that the
-    device they ask for is here (`require_device`), failing fast with a clear message."""
+    device they ask for is here (`require_device`), failing fast with a clear message. A model stage on
+    the CPU gets the threads the DAG gives it under either engine (`pin_cpu_threads`; `alone`: every core)."""
     configure_logging(args, stage)
     if getattr(args, "claim_gpu", False) and claim:
         claim_gpu(logging.getLogger(stage))
@@ -61,6 +63,8 @@ def setup(args: argparse.Namespace, stage: str, *, claim: bool = True) -> tuple[
     except ParamsError as error:
         logging.getLogger(stage).error("%s", error)
         raise SystemExit(2) from None
+    if getattr(args, "claim_gpu", False):
+        pin_cpu_threads(params, alone=alone)
     if getattr(args, "claim_gpu", False) and claim:
         require_device(params, logging.getLogger(stage), stage)
     return params, logging.getLogger(stage)

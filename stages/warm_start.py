@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-base", required=True, help="output: the warm base's HF folder")
     parser.add_argument("--record", required=True, help="output: what the warm start did (JSON)")
     args = parser.parse_args(argv)
-    params, log = setup(args, "warm_start")
+    params, log = setup(args, "warm_start", alone=True)
     tmp = staging_dir(args.warm_base)
     try:
         sandbox = open_sandbox(params.verify, log) if params.warm_start.enabled else None

@@ -115,7 +115,7 @@ def test_gpu_stages_declare_a_gpu(snakemake_dry_run):
         block = next(b for b in blocks if b.startswith(stage.name + ":"))
         assert f"gpu={stage.gpus(params)}" in block
     assert {s.name for s in STAGES if s.gpu} == {"heldout_pool", "propose", "solve", "update", "heldout", "bench_base", "bench",
-                                                 "bench_base_together", "bench_together"}
+                                                 "bench_base_together", "bench_together", "warm_start"}
 
 
 @pytest.mark.slow

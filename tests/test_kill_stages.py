@@ -95,16 +95,19 @@ def _artifacts(results: Path) -> dict[str, bytes | None]:
         if rel.parts[0] in TIMED or path.name in BOOKKEEPING:
             continue
         data = path.read_bytes() if path.is_file() else None
-        if data is not None and rel.parts[0] == "bench" and path.suffix == ".json":
+        if data is not None and (rel.parts[0] == "bench" and path.suffix == ".json" or rel.as_posix() == "warm_start.json"):
             data = json.dumps(_untimed(json.loads(data)), sort_keys=True).encode()
         out[rel.as_posix()] = data
     return out
 
 
 def _untimed(value):
-    """A benchmark result without its timings (`wall_s`, `generation_s`, `s_per_problem`, `gold_loglik.seconds`)."""
+    """A benchmark result or the warm start's record without its timings (`wall_s`, `generation_s`,
+    `s_per_problem`, `gold_loglik.seconds`, a training step's `seconds`, `merge_s`, `tokens_per_s`)."""
     if isinstance(value, dict):
         return {k: _untimed(v) for k, v in value.items() if not (k.endswith("_s") or k in ("s_per_problem", "seconds"))}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
     return value
 
 

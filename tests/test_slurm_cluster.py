@@ -89,7 +89,7 @@ def test_tiny_training_through_the_slurm_profile_equals_a_local_run(cluster, tmp
     assert ran.returncode == 0, ran.stderr[-4000:]
 
     # grouped: per arm and generation one `generate` job (propose, verify, solve, grade) and one
-    # `train` job (the update jobs and update_gather); base_model and init on their own; pair,
+    # `train` job (the update jobs and update_gather); base_model, warm_start and init on their own; pair,
     # reward, evolve and checkpoint run on the submitting node; heldout_pool (the base proposes the
     # held-out pool that generation 0's verify keeps out of training) is a model job of its own
     slurm_logs = remote / ".snakemake" / "slurm_logs"
@@ -99,9 +99,9 @@ def test_tiny_training_through_the_slurm_profile_equals_a_local_run(cluster, tmp
     train = [text for top, text in logs if top.startswith("group_train")]
     assert len(generate) == len(train) == 2 * len(GENERATIONS), kinds
     assert sorted(top for top in kinds if not top.startswith("group_")) == ["rule_base_model", "rule_heldout_pool",
-                                                                              "rule_init", "rule_init"]
+                                                                              "rule_init", "rule_init", "rule_warm_start"]
     submissions = re.findall(r"submitted with SLURM jobid (\d+)", log)
-    assert len(set(submissions)) == len(logs) == 1 + 1 + 2 + 4 * len(GENERATIONS), log[-3000:]
+    assert len(set(submissions)) == len(logs) == 1 + 1 + 1 + 2 + 4 * len(GENERATIONS), log[-3000:]
     for text in generate:
         assert all(f"localrule {rule}:" in text for rule in ("propose", "verify", "solve", "grade")), text[-3000:]
     assert sum(text.count("localrule update:") for text in train) == len(GENERATIONS) * (4 + 1)  # population 4, baseline 1

@@ -32,6 +32,7 @@ from functools import cache
 from pathlib import Path
 
 from populora.core.benchmark_data import TOGETHER
+from populora.lm.device import CPU_MODEL_THREADS
 from populora.report import DYNAMICS_SUMMARY, DYNAMICS_TABLE, HELDOUT_VERDICTS
 
 RESULTS = "results"
@@ -43,12 +44,6 @@ GEN_DIR = f"{ARM_DIR}/gen{{gen}}"
 INIT_DIR = f"{ARM_DIR}/init"
 PREV = f"{ARM_DIR}/{{prev}}"
 GPU_THREADS = 4  # Snakemake threads of a GPU stage (at most the cores given): the GPU does the work
-# Threads of a model stage when the model runs on the CPU (model.device: cpu): one each, and no GPU
-# claimed, so Snakemake runs --cores of them side by side. On the 2-core machine two model stages
-# side by side on 1 thread each took 0.59x (gsm8k + humaneval_plus, 2 problems) and 0.74x
-# (cruxeval_o + cruxeval_i, 60 problems) the wall time of the same two one after the other on 2
-# threads (perf/cpu_threads.sh): process start-up and small batches use one core.
-CPU_MODEL_THREADS = 1
 HELDOUT_POOL = f"{RESULTS}/heldout/pool.jsonl"  # the held-out pool, made once (populora/heldout/)
 HELDOUT_BASE = f"{RESULTS}/heldout/base.json"  # the base model's verdicts on it
 DYNAMICS_DIR = f"{RESULTS}/dynamics"  # one folder per arm: dynamics.json, update_steps.json, summary.json, family_tree.png

@@ -20,6 +20,30 @@ FIX = ("Fix: run on a GPU node in the GPU environment (bash scripts/setup_gpu_en
        "docs/gpu.md), or set model.device: cpu (or auto) in params.yaml to run on the CPU.")
 
 
+# Threads of a model stage when the model runs on the CPU (model.device: cpu): one each, and no GPU
+# claimed, so Snakemake runs --cores of them side by side. On the 2-core machine two model stages
+# side by side on 1 thread each took 0.59x (gsm8k + humaneval_plus, 2 problems) and 0.74x
+# (cruxeval_o + cruxeval_i, 60 problems) the wall time of the same two one after the other on 2
+# threads (perf/cpu_threads.sh): process start-up and small batches use one core.
+CPU_MODEL_THREADS = 1
+
+
+def pin_cpu_threads(params, *, alone: bool = False) -> int | None:
+    """Give a model stage on the CPU the threads the DAG gives it (workflow/dag.py `thread_count`) under
+    any engine: Snakemake sets OMP_NUM_THREADS to the job's threads, DVC sets nothing and torch would
+    take every core. The thread count changes the last bits of float sums (a logprob's sixth decimal),
+    so without this the same stage wrote different bytes under the two engines. A stage alone at its
+    point of the chain (the warm start) takes every core. Returns the count set, or None where the
+    engine (or the user) already chose one, or the model is not on the CPU."""
+    if params.model.device != "cpu" or "OMP_NUM_THREADS" in os.environ:
+        return None
+    threads = (os.cpu_count() or 1) if alone else CPU_MODEL_THREADS
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # read by torch when it loads, and by child processes
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    return threads
+
+
 class DeviceError(RuntimeError):
     """The params ask for a GPU this process cannot use; the message names the key and the fix."""
 
