@@ -41,6 +41,7 @@ def make_warm_base(params, base_dir: str | Path, out_dir: str | Path, sandbox, l
     import torch
 
     from populora.heldout.pool import verified_seeds
+    from populora.lm.adapters import normalize_config
     from populora.lm.dtype import resolve_dtype
     from populora.lm.model import load_base
     from populora.selfplay.prompts import chat_wrapper
@@ -107,6 +108,7 @@ def make_warm_base(params, base_dir: str | Path, out_dir: str | Path, sandbox, l
     train_s = time.monotonic() - trained_at
     adapter = out_dir / "_adapter"
     peft_model.save_pretrained(str(adapter))
+    normalize_config(adapter_folder(adapter))  # target_modules in a stable order (byte-identical reruns)
     merged_at = time.monotonic()
     merge_into_base(base_dir, adapter_folder(adapter), out_dir)
     merge_s = time.monotonic() - merged_at
