@@ -3,12 +3,20 @@ families before unseen compositions, and the pool-level baselines (best constant
 sandbox."""
 
 import doctest
+from collections import Counter
 
 import pytest
 
 from populora.config import VerifySection
 from populora.heldout import ruler
-from populora.heldout.ruler import best_constant, calibrate, calibration_order, select, swap_constant_solved
+from populora.heldout.ruler import (
+    best_constant,
+    calibrate,
+    calibration_order,
+    select,
+    still_useful,
+    swap_constant_solved,
+)
 from populora.verifier import sandbox_for, verify_rows
 
 
@@ -83,6 +91,31 @@ def test_calibration_stops_a_type_once_it_is_full_and_resumes_from_what_it_measu
     done = calibrate(tasks, {"branch-code_i-0": 1}, measure, chunk=4, enough=enough)
     assert "branch-code_i-0" not in measured  # resumed: not measured again
     assert sum("code_o" in tid for tid in done) == 4 and sum("code_i" in tid for tid in done) == 20
+
+
+def test_candidates_that_could_not_enter_the_pool_are_not_measured():
+    inside = [{**_task(i, family="count_chars"), "outputs": ["1"]} for i in range(3)]
+    inside += [{**_task(i, family="branch", task_type="code_i"), "outputs": ["7"]} for i in range(3)]
+    useful = still_useful(inside, per_family=5, per_value=3)
+    assert not useful({**_task(9, family="digits"), "outputs": ["1"]})  # output 1 already 3 times in the window
+    assert useful({**_task(9, family="digits"), "outputs": ["2"]})
+    assert useful({**_task(9, family="digits", task_type="code_i"), "outputs": ["1"]})  # the output cap is code_o's
+    assert not still_useful(inside, per_family=3, per_value=9)({**_task(9, family="branch", task_type="code_i"),
+                                                                  "outputs": ["8"]})  # its family is full
+
+    tasks = [{**_task(i), "outputs": [str(i % 2)]} for i in range(12)]
+    measured = []
+
+    def measure(batch):
+        measured.extend(t["task_id"] for t in batch)
+        return {t["task_id"]: 4 for t in batch}
+
+    def wanted(done):  # at most 2 measured tasks per output
+        counts = Counter(next(t for t in tasks if t["task_id"] == i)["outputs"][0] for i in done)
+        return lambda task: counts[task["outputs"][0]] < 2
+
+    done = calibrate(tasks, {}, measure, chunk=2, enough=lambda done: set(), wanted=wanted)
+    assert len(done) == len(measured) == 4
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +216,7 @@ def test_calibration_goes_on_until_the_pool_is_full_after_the_constants_swaps(mo
     import argparse
 
     tasks = [_task(i, family=f"f{i % 12}", task_type=tt) for i in range(200) for tt in ("code_o",)]
-    args = argparse.Namespace(per_type=10, chunk=8, samples=16, low=0.05, high=0.6, per_family=50)
+    args = argparse.Namespace(per_type=10, chunk=8, samples=16, low=0.05, high=0.6, per_family=50, max_baseline=1.0)
     measured = []
 
     def measure(batch):

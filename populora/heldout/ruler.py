@@ -27,6 +27,7 @@ base's greedy scores and pass rates on it).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import random
 import sys
@@ -141,13 +142,15 @@ def calibration_order(tasks: list[dict], seed: int) -> list[dict]:
     return out
 
 
-def calibrate(tasks: list[dict], done: dict[str, int], measure, *, chunk: int, enough) -> dict[str, int]:
+def calibrate(tasks: list[dict], done: dict[str, int], measure, *, chunk: int, enough, wanted=None) -> dict[str, int]:
     """`done` (task_id -> correct) extended chunk by chunk (`measure(chunk_tasks)` -> {task_id: correct}) over
-    `tasks` in order, skipping what `done` holds and types `enough(done)` says are full. Returns `done`."""
+    `tasks` in order, skipping what `done` holds, types `enough(done)` says are full and tasks `wanted(done)`
+    (a predicate, when given) says could no longer enter the pool. Returns `done`."""
     pending = [t for t in tasks if t["task_id"] not in done]
     while pending:
         full = enough(done)
-        pending = [t for t in pending if t["type"] not in full]
+        keep = wanted(done) if wanted else (lambda task: True)
+        pending = [t for t in pending if t["type"] not in full and keep(t)]
         if not pending:
             break
         batch, pending = pending[:chunk], pending[chunk:]
@@ -157,6 +160,24 @@ def calibrate(tasks: list[dict], done: dict[str, int], measure, *, chunk: int, e
 
 def in_window(task: dict, *, samples: int, low: float, high: float) -> bool:
     return low <= task["calibration_correct"] / samples <= high
+
+
+def still_useful(inside: list[dict], *, per_family: int, per_value: int):
+    """A predicate: whether a candidate could still enter the pool, given the tasks already `inside` the window.
+    Not when its family already has `per_family` of its type in the window, nor (`code_o`) when its output
+    already has `per_value`: the best constant would swap any more of them out. Measuring such a task costs
+    16 answers for nothing (on the first pool v3 calibration the outputs 1 and 0 held 45 and 35 of 233
+    in-window `code_o` tasks, where a pool of 128 may keep 6 of each). Give margins: swaps and the
+    one-program rule take some of these out again."""
+    groups = Counter((t["family"], t["type"]) for t in inside)
+    values = Counter(json.dumps(t.get("outputs")) for t in inside if t["type"] == "code_o")
+
+    def useful(task: dict) -> bool:
+        if groups[(task["family"], task["type"])] >= per_family:
+            return False
+        return task["type"] != "code_o" or values[json.dumps(task.get("outputs"))] < per_value
+
+    return useful
 
 
 def select(
@@ -266,9 +287,16 @@ def calibrate_until_full(tasks: list[dict], done: dict[str, int], measure, args,
         have = Counter(t["type"] for t in chosen)
         return {tt for tt in target if have[tt] >= target[tt]}
 
+    def wanted(measured: dict[str, int]):
+        inside = [t for t in (by_id[i] for i in measured) if in_window(
+            {"calibration_correct": measured[t["task_id"]]}, samples=args.samples, low=args.low, high=args.high)]
+        # margins of half again: the swaps and the one-program rule take some of these out
+        per_value = max(1, int(1.5 * args.max_baseline * args.per_type))
+        return still_useful(inside, per_family=int(1.5 * args.per_family), per_value=per_value)
+
     before = -1
     while True:
-        done = calibrate(tasks, done, measure, chunk=args.chunk, enough=enough)
+        done = calibrate(tasks, done, measure, chunk=args.chunk, enough=enough, wanted=wanted)
         pool, _ = pick_pool(calibrated_rows(tasks, done, args.samples), args, config, sandbox)
         have = Counter(t["type"] for t in pool)
         short = {tt: args.per_type - have[tt] for tt in target if have[tt] < args.per_type}
