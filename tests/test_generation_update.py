@@ -186,6 +186,29 @@ def test_update_reports_on_policy_scores_and_trains_only_its_adapter(tiny_model_
     assert all(torch.equal(v, now[n].detach()) for n, v in a_after.items())
 
 
+def test_the_update_with_shared_prompts_trains_as_the_unshared_one(tiny_model_dir, tmp_path):
+    """update.share_prompts changes how the update computes, not what: after two steps (Adam's moments carried)
+    the adapter's weights and the update's diagnostics equal the unshared update's up to float rounding."""
+    adapters = _adapters(tiny_model_dir, tmp_path)
+    rows, results = _sampled_rollouts(tiny_model_dir, adapters)
+    rollouts = [{"segments": r.segments, "advantage": adv}
+                for row, r, adv in zip(rows, results, [1.0, -1.0, 0.5, 0.0, -0.5, 1.0] * 2) if row.adapter == "a"]
+    trained, stats = {}, {}
+    for share in (False, True):
+        tokenizer, model = load_base(tiny_model_dir)
+        model = attach_adapters(model, adapters, trainable="a")
+        config = UpdateSection(steps=2, learning_rate=1e-2, micro_batch=4, max_seq_len=4096, share_prompts=share)
+        stats[share] = reinforce_steps(Accelerator(cpu=True), model, tokenizer, "a", rollouts, config,
+                                       optimizer_file=None, optimizer_out=None)
+        trained[share] = {n: p.detach().clone() for n, p in model.named_parameters() if ".a." in n and "lora_" in n}
+    assert stats[True]["micro_batches"] == 2  # the two prompts' answers apart (together when unshared: 4 rows fit)
+    for name, weight in trained[False].items():
+        torch.testing.assert_close(trained[True][name], weight, atol=1e-6, rtol=1e-5)
+    for key in ("loss", "grad_norm", "entropy", "logprob_change_positive", "logprob_change_negative"):
+        for shared, plain in zip(stats[True]["steps"], stats[False]["steps"]):
+            assert shared[key] == pytest.approx(plain[key], rel=1e-4, abs=1e-6), key
+
+
 def test_sequences_train_the_stop_token_in_its_own_context():
     segments = [
         {"text": "P", "train": False, "ids": [1, 2, 3]},
@@ -249,6 +272,23 @@ def test_micro_batches_respect_rows_and_token_budget():
     assert plan_micro_batches(lengths, max_rows=4, max_tokens=None) == [[2, 0, 5, 4], [1, 3, 6]]
 
 
+def test_shared_micro_batches_keep_a_prompts_answers_together_within_the_budgets():
+    from populora.selfplay.sequences import plan_shared_micro_batches
+
+    prompt_a, prompt_b = list(range(10, 40)), list(range(50, 60))  # 30 and 10 prompt tokens
+
+    def answer(prompt, rollout, length):
+        return Sequence(ids=[*prompt, *range(length)], rollout=rollout, targets=list(range(len(prompt), len(prompt) + length)))
+
+    sequences = [answer(prompt_a, i, 5 + i) for i in range(5)] + [answer(prompt_b, 5 + i, 4) for i in range(2)]
+    sequences.append(answer(list(range(70, 90)), 7, 6))  # a prompt of its own
+    batches = plan_shared_micro_batches(sequences, max_rows=3, max_tokens=None)
+    assert sorted(i for b in batches for i in b) == list(range(len(sequences)))
+    assert batches == [[4, 3, 2], [1, 0], [5, 6], [7]]  # longest first within a prompt, at most 3 rows
+    # the budget counts the prompt once: 30 + 3 x 9 = 57 tokens fit 60, where 3 full rows (3 x 39) would not
+    assert plan_shared_micro_batches(sequences, max_rows=8, max_tokens=60)[0] == [4, 3, 2]
+
+
 def test_chunked_logprobs_and_checkpointing_match_the_plain_computation(tiny_model_dir, tmp_path):
     adapters = _adapters(tiny_model_dir, tmp_path)
     _, results = _sampled_rollouts(tiny_model_dir, adapters, top_p=1.0)
@@ -276,6 +316,40 @@ def test_chunked_logprobs_and_checkpointing_match_the_plain_computation(tiny_mod
     for name in plain:
         torch.testing.assert_close(chunked[name], plain[name], atol=1e-6, rtol=1e-4)
         torch.testing.assert_close(ckpt[name], plain[name], atol=1e-6, rtol=1e-4)
+
+
+def test_shared_prompts_give_the_unshared_loss_and_gradients(tiny_model_dir, tmp_path):
+    """The answers of one prompt share its forward (keys and values computed once, with gradients): the
+    log-probs, the loss and every LoRA gradient equal the unshared computation's within 1e-5 relative."""
+    from populora.selfplay.sequences import prompt_groups
+
+    adapters = _adapters(tiny_model_dir, tmp_path)
+    _, results = _sampled_rollouts(tiny_model_dir, adapters, top_p=1.0, seed=3)
+    # rows 0-5 and 6-11 repeat the same (plan, adapter): pairs of answers to one prompt, and four plans alone
+    chosen = [0, 6, 1, 7, 2, 3]
+    sequences = [s for i, k in enumerate(chosen) for s in rollout_sequences(results[k].segments, i, 4096)[0]]
+    assert any(len(m) > 1 for m in prompt_groups(sequences).values())
+    weights = torch.tensor(token_weights(sequences, [1.0, -0.5, 0.25, -1.0, 0.5, -0.25]))
+    tokenizer, model = load_base(tiny_model_dir)
+    model = attach_adapters(model, adapters, trainable="a")
+    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    model.train()
+
+    def grads(**kwargs):
+        model.zero_grad(set_to_none=True)
+        logprobs, entropies = selected_logprobs(model, sequences, tokenizer.pad_token_id, "cpu", entropy=True, **kwargs)
+        loss = -(weights * logprobs).sum()
+        loss.backward()
+        return loss.detach(), logprobs.detach(), entropies, {n: p.grad.clone() for n, p in params.items()}
+
+    loss, plain_lp, plain_entropy, plain = grads()
+    shared_loss, shared_lp, shared_entropy, shared = grads(share_prompts=True)
+    torch.testing.assert_close(shared_loss, loss, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(shared_lp, plain_lp, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(shared_entropy, plain_entropy, atol=1e-5, rtol=1e-5)
+    assert any(g.abs().sum() > 0 for g in plain.values())
+    for name in plain:
+        torch.testing.assert_close(shared[name], plain[name], atol=1e-7, rtol=1e-5)
 
 
 def test_process_logits_temperature_top_p_and_suppression():

@@ -339,6 +339,11 @@ class UpdateSection(Section):
         4096, ge=32, description="Cap on padded tokens (sequences x longest) per micro-batch; null = only micro_batch caps it."
     )
     gradient_checkpointing: bool = Field(False, description="Recompute activations in the backward pass (less memory, ~30% slower).")
+    share_prompts: bool = Field(
+        True, description="The answers of one prompt share its forward (its keys and values computed once, with "
+        "gradients, in each micro-batch that holds them; micro-batches keep a prompt's answers together, "
+        "micro_batch answers each): the same loss and gradients, a prompt computed once instead of once per answer. "
+        "Off under gradient_checkpointing (Transformers keeps no cache there).")
     role_steps: Literal["joint", "per_role"] = Field(
         "joint", description="joint: an adapter's `steps` are over all its rollouts together; per_role: an adapter "
         "in both roles (the baseline) takes `steps` over its proposals and `steps` over its answers, as a teacher "

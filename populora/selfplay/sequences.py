@@ -125,6 +125,34 @@ def plan_micro_batches(lengths: list[int], max_rows: int, max_tokens: int | None
     return batches
 
 
+def plan_shared_micro_batches(sequences: list[Sequence], max_rows: int, max_tokens: int | None) -> list[list[int]]:
+    """Micro-batches that keep a prompt's sequences together (`prompt_groups`), so that the prompt is computed once
+    per micro-batch (`selected_logprobs(share_prompts=True)`): pieces of at most `max_rows` of its sequences, longest
+    first, costing the prompt once plus rows x the longest rest within `max_tokens`. Sequences alone with their
+    prompt are planned as before (`plan_micro_batches`)."""
+    from populora.lm.prefix_cache import MIN_SHARED_PREFIX
+
+    batches: list[list[int]] = []
+    alone: list[int] = []
+    for prefix, members in prompt_groups(sequences).items():
+        if len(members) < 2 or len(prefix) < MIN_SHARED_PREFIX:
+            alone += members
+            continue
+        piece: list[int] = []
+        longest = 0
+        for k in sorted(members, key=lambda k: (-len(sequences[k].ids), k)):
+            rest = len(sequences[k].ids) - len(prefix)
+            width = max(longest, rest)
+            if piece and (len(piece) >= max_rows or (max_tokens and len(prefix) + width * (len(piece) + 1) > max_tokens)):
+                batches.append(piece)
+                piece, width = [], rest
+            piece.append(k)
+            longest = width
+        batches.append(piece)
+    planned = plan_micro_batches([len(sequences[k].ids) for k in alone], max_rows, max_tokens)
+    return batches + [[alone[i] for i in batch] for batch in planned]
+
+
 def _pad(sequences: list[Sequence], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(s.ids) for s in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
@@ -136,7 +164,7 @@ def _pad(sequences: list[Sequence], pad_id: int, device) -> tuple[torch.Tensor, 
 
 
 def selected_logprobs(model, sequences: list[Sequence], pad_id: int, device, *, chunk: int = LOGIT_CHUNK,
-                      full_logits: bool = False, entropy: bool = False):
+                      full_logits: bool = False, entropy: bool = False, share_prompts: bool = False):
     """Log-probabilities of every target token of `sequences` (concatenated, in order), as sampled.
 
     Only the target positions get logits, `chunk` rows at a time; with gradients on, each chunk's
@@ -144,22 +172,97 @@ def selected_logprobs(model, sequences: list[Sequence], pad_id: int, device, *, 
     model's own forward (all logits), e.g. for a distributed wrapper. `entropy=True` returns
     `(logprobs, entropies)`: also the entropy of the distribution each target was sampled from
     (after temperature and top-p; no gradient), a diagnostic of how sure the policy is.
+    `share_prompts=True`: sequences with the same context before their first target (a task's
+    answers share their prompt) compute it once, its keys and values attended to by each of them,
+    gradients included (`_shared_features`); the same values up to float rounding.
     """
     ids, attention = _pad(sequences, pad_id, device)
     rows = torch.tensor([r for r, s in enumerate(sequences) for _ in s.targets], device=device)
     positions = torch.tensor([t for s in sequences for t in s.targets], device=device)
     targets = ids[rows, positions]
-    temperature = torch.tensor([x for s in sequences for x in s.temperature], device=device)
-    top_p = torch.tensor([x for s in sequences for x in s.top_p], device=device)
-    suppress = [x for s in sequences for x in s.suppress]
     parts = None if full_logits else decoder_and_head(model)
     if parts is None:
         features = model(input_ids=ids, attention_mask=attention, use_cache=False).logits[rows, positions - 1]
         head = None
     else:
         decoder, head = parts
+        shared = _shared_features(decoder, sequences, pad_id, device) if share_prompts else None
+        if shared is not None:
+            features = shared
+        else:
+            hidden = decoder(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
+            features = hidden[rows, positions - 1]
+    return _score_targets(head, features, targets, sequences, device, chunk=chunk, entropy=entropy)
+
+
+def prompt_groups(sequences: list[Sequence]) -> dict[tuple[int, ...], list[int]]:
+    """Sequence indices by the context before their first target's logits (a task's answers: its prompt)."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for k, sequence in enumerate(sequences):
+        groups.setdefault(tuple(sequence.ids[: min(sequence.targets) - 1]), []).append(k)
+    return groups
+
+
+def _shared_features(decoder, sequences: list[Sequence], pad_id: int, device) -> torch.Tensor | None:
+    """The hidden states that predict each target (as `hidden[rows, positions - 1]`), each shared prompt run once.
+
+    A group of sequences with one prompt (`prompt_groups`, at least MIN_SHARED_PREFIX tokens): the prompt's
+    forward once, with use_cache, then its keys and values expanded (a view: no copy) to the group's rows, which
+    run only their own tokens (right-padded, positions after the prompt) attending to them. Gradients flow back
+    through the expanded cache into the one prompt computation, summed over the rows, as the unshared forward's
+    would be. Sequences alone with their prompt run as usual. None when no group shares anything."""
+    from transformers import DynamicCache
+
+    from populora.lm.prefix_cache import MIN_SHARED_PREFIX
+
+    if getattr(decoder, "gradient_checkpointing", False) and decoder.training:
+        return None  # Transformers turns the cache off under gradient checkpointing: nothing to attend to
+    groups = prompt_groups(sequences)
+    if all(len(members) < 2 or len(prefix) < MIN_SHARED_PREFIX for prefix, members in groups.items()):
+        return None
+    per_sequence: list[torch.Tensor | None] = [None] * len(sequences)
+    alone: list[int] = []
+    for prefix, members in groups.items():
+        if len(members) < 2 or len(prefix) < MIN_SHARED_PREFIX:
+            alone += members
+            continue
+        shared = len(prefix)
+        cache = DynamicCache(config=getattr(decoder, "config", None))
+        prompt = torch.tensor([list(prefix)], device=device)
+        decoder(input_ids=prompt, attention_mask=torch.ones_like(prompt), past_key_values=cache, use_cache=True)
+        for layer in cache.layers:
+            layer.keys = layer.keys.expand(len(members), -1, -1, -1)
+            layer.values = layer.values.expand(len(members), -1, -1, -1)
+        rests = [sequences[k].ids[shared:] for k in members]
+        width = max(len(rest) for rest in rests)
+        ids = torch.full((len(rests), width), pad_id, dtype=torch.long)
+        fed = torch.zeros((len(rests), width), dtype=torch.long)
+        for row, rest in enumerate(rests):
+            ids[row, : len(rest)] = torch.tensor(rest)
+            fed[row, : len(rest)] = 1
+        attention = torch.cat([torch.ones((len(rests), shared), dtype=torch.long), fed], dim=1).to(device)
+        positions = torch.arange(shared, shared + width, device=device).expand(len(rests), -1)
+        hidden = decoder(input_ids=ids.to(device), attention_mask=attention, position_ids=positions,
+                         past_key_values=cache, use_cache=True).last_hidden_state
+        for row, k in enumerate(members):
+            columns = torch.tensor([t - 1 - shared for t in sequences[k].targets], device=device)
+            per_sequence[k] = hidden[row, columns]
+    if alone:
+        rest = [sequences[k] for k in alone]
+        ids, attention = _pad(rest, pad_id, device)
         hidden = decoder(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
-        features = hidden[rows, positions - 1]
+        for row, (k, sequence) in enumerate(zip(alone, rest)):
+            per_sequence[k] = hidden[row, torch.tensor(sequence.targets, device=device) - 1]
+    return torch.cat(per_sequence)
+
+
+def _score_targets(head, features: torch.Tensor, targets: torch.Tensor, sequences: list[Sequence], device, *,
+                   chunk: int, entropy: bool):
+    """The target tokens' log-probs (and entropies) from their features: hidden states through `head`, or logits
+    (`head` None), `chunk` positions at a time, each chunk's logits recomputed in the backward pass."""
+    temperature = torch.tensor([x for s in sequences for x in s.temperature], device=device)
+    top_p = torch.tensor([x for s in sequences for x in s.top_p], device=device)
+    suppress = [x for s in sequences for x in s.suppress]
 
     def score(feature, target, temp, nucleus, suppressed):
         logits = head(feature) if head is not None else feature
@@ -172,7 +275,7 @@ def selected_logprobs(model, sequences: list[Sequence], pad_id: int, device, *, 
         return chosen, spread
 
     out, spreads = [], []
-    for start in range(0, len(positions), chunk):
+    for start in range(0, len(targets), chunk):
         sl = slice(start, start + chunk)
         mask = None
         if any(x for x in suppress[sl]):

@@ -43,6 +43,7 @@ from populora.selfplay.sequences import (  # noqa: F401  (re-exported: the updat
     RolloutFormatError,
     Sequence,
     plan_micro_batches,
+    plan_shared_micro_batches,
     rollout_sequences,
     selected_logprobs,
     shared_prefix_logprobs,
@@ -118,11 +119,17 @@ def _plan(rollouts: list[dict], config) -> dict:
     for s in sequences:
         offsets.append(offsets[-1] + len(s.targets))
     return {"sequences": sequences, "truncated": truncated, "offsets": offsets,
-            "batches": plan_micro_batches([len(s.ids) for s in sequences], config.micro_batch,
-                                          config.max_tokens_per_micro_batch),
+            "batches": plan_shared_micro_batches(sequences, config.micro_batch, config.max_tokens_per_micro_batch)
+            if _shares(config) else plan_micro_batches([len(s.ids) for s in sequences], config.micro_batch,
+                                                       config.max_tokens_per_micro_batch),
             "advantages": [float(r["advantage"]) for r in rollouts],
             "weights": token_weights(sequences, [float(r["advantage"]) for r in rollouts], config.loss_type,
                                      config.max_seq_len)}
+
+
+def _shares(config) -> bool:
+    """Whether the update computes a prompt once for its answers (`update.share_prompts`, not under checkpointing)."""
+    return config.share_prompts and not config.gradient_checkpointing
 
 
 def _all_reduce(tensor: torch.Tensor, op: str) -> torch.Tensor:
@@ -311,7 +318,7 @@ class AdapterUpdate:
     def _score(self, chunk: list[Sequence], entropy: bool):
         with self.accelerator.autocast():
             return selected_logprobs(self.unwrapped, chunk, self.tokenizer.pad_token_id, self.accelerator.device,
-                                     entropy=entropy)
+                                     entropy=entropy, share_prompts=_shares(self.config))
 
     def _step(self, plan: dict, *, on_policy: bool, advance=lambda: None) -> tuple[dict, torch.Tensor, torch.Tensor]:
         """One optimizer step over `plan`: its diagnostics, and per rollout the summed log-prob of its
