@@ -52,6 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--answer-tokens", type=int, default=48)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument("--share-prompts", choices=["on", "off"], default="on",
+                        help="update.share_prompts: a task's prompt computed once for its answers (issue 56)")
+    parser.add_argument("--micro-batch", type=int, default=4, help="update.micro_batch (answers per micro-batch)")
+    parser.add_argument("--runs", nargs="+", default=["one_step", "chained", "rescore_every_step"],
+                        choices=["one_step", "chained", "rescore_every_step"])
     args = parser.parse_args(argv)
 
     import torch
@@ -71,13 +76,17 @@ def main(argv: list[str] | None = None) -> int:
     model = attach_adapters(model, {"a": tmp / "a"}, trainable="a")
     data = rollouts(args, model.config.vocab_size)
     report = {"runtime": runtime_record(args.dtype), "threads": torch.get_num_threads(), "rollouts": len(data),
+              "share_prompts": args.share_prompts == "on", "micro_batch": args.micro_batch,
               "prompt_tokens": args.prompt_tokens, "answer_tokens": args.answer_tokens, "runs": {}}
     for name, steps, chained in (("one_step", 1, True), ("chained", args.steps, True),
                                  ("rescore_every_step", args.steps, False)):
+        if name not in args.runs:
+            continue
         AdapterUpdate.CHAIN_DIAGNOSTICS = chained
         update = AdapterUpdate(Accelerator(cpu=True), model, tokenizer, "a",
-                               UpdateSection(steps=steps, learning_rate=1e-4, micro_batch=4, max_seq_len=1024,
-                                             max_tokens_per_micro_batch=4096))
+                               UpdateSection(steps=steps, learning_rate=1e-4, micro_batch=args.micro_batch,
+                                             max_seq_len=1024, max_tokens_per_micro_batch=4096,
+                                             share_prompts=args.share_prompts == "on"))
         started = time.perf_counter()
         stats = update.train(data)
         wall = time.perf_counter() - started
