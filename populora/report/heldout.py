@@ -98,8 +98,8 @@ HELDOUT_NOTE = ("Held-out pool: verified code_o/code_i tasks never proposed, sol
 
 def learning_note(docs: dict[str, dict], *, measure: str = "greedy") -> str:
     """A sentence on whether any arm's students ended above the base on the pool: the last generation's paired
-    interval (students minus base) excluding 0, or the run too short to show it (params/learning-demo.yaml runs
-    the smallest budget that does; docs/measurements.md has its time)."""
+    interval (students minus base) excluding 0, or no sign of it (params/learning-demo.yaml is the larger budget
+    meant to show it, its header says whether it has)."""
     key, base_key = ("generations", "base") if measure == "greedy" else ("pass_rates", "base_pass_rates")
     found = []
     for arm, doc in docs.items():
@@ -119,5 +119,5 @@ def learning_note(docs: dict[str, dict], *, measure: str = "greedy") -> str:
         return (f"Learning shown on the pool ({what}): the students of {', '.join(above)} end above the base, the "
                 "95% paired interval excluding 0.")
     return (f"No learning shown on the pool ({what}): no arm's students end above the base with a 95% paired interval "
-            "excluding 0 in this run. Its budget is too small to show it; params/learning-demo.yaml runs the "
-            "smallest budget that does (its time: docs/measurements.md).")
+            "excluding 0 in this run. params/learning-demo.yaml is a larger budget meant to show it (its header "
+            "says whether it has, and its time).")
