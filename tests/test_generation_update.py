@@ -36,6 +36,14 @@ def _adapters(tiny_model_dir, tmp_path, names=("a", "b")):
     return {n: out / n for n in names}
 
 
+def _training_a(tiny_model_dir, adapters):
+    """The tiny model with the adapters, `a` trainable, in train mode: (tokenizer, model, a's parameters)."""
+    tokenizer, model = load_base(tiny_model_dir)
+    model = attach_adapters(model, adapters, trainable="a")
+    model.train()
+    return tokenizer, model, {n: p for n, p in model.named_parameters() if p.requires_grad}
+
+
 def _chat(tokenizer):
     return lambda p: tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
                                                    add_generation_prompt=True)
@@ -294,10 +302,7 @@ def test_chunked_logprobs_and_checkpointing_match_the_plain_computation(tiny_mod
     _, results = _sampled_rollouts(tiny_model_dir, adapters, top_p=1.0)
     sequences = [s for i, r in enumerate(results[:4]) for s in rollout_sequences(r.segments, i, 4096)[0]]
     weights = torch.tensor(token_weights(sequences, [1.0, -0.5, 0.25, -1.0]))
-    tokenizer, model = load_base(tiny_model_dir)
-    model = attach_adapters(model, adapters, trainable="a")
-    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    model.train()
+    tokenizer, model, params = _training_a(tiny_model_dir, adapters)
 
     def grads(**kwargs):
         model.zero_grad(set_to_none=True)
@@ -330,10 +335,7 @@ def test_shared_prompts_give_the_unshared_loss_and_gradients(tiny_model_dir, tmp
     sequences = [s for i, k in enumerate(chosen) for s in rollout_sequences(results[k].segments, i, 4096)[0]]
     assert any(len(m) > 1 for m in prompt_groups(sequences).values())
     weights = torch.tensor(token_weights(sequences, [1.0, -0.5, 0.25, -1.0, 0.5, -0.25]))
-    tokenizer, model = load_base(tiny_model_dir)
-    model = attach_adapters(model, adapters, trainable="a")
-    params = {n: p for n, p in model.named_parameters() if p.requires_grad}
-    model.train()
+    tokenizer, model, params = _training_a(tiny_model_dir, adapters)
 
     def grads(**kwargs):
         model.zero_grad(set_to_none=True)
