@@ -223,7 +223,7 @@ def test_calibration_goes_on_until_the_pool_is_full_after_the_constants_swaps(mo
         measured.extend(t["task_id"] for t in batch)
         return {t["task_id"]: 4 for t in batch}
 
-    def pick(calibrated, args, config, sandbox):  # every third task is the constant's: swapped out
+    def pick(calibrated, args, config, sandbox, cache=None):  # every third task is the constant's: swapped out
         pool = select([t for t in calibrated if int(t["task_id"].rsplit("-", 1)[1]) % 3], samples=16, low=0.05,
                       high=0.6, per_type=args.per_type, per_family=args.per_family)
         return pool, set()

@@ -36,8 +36,8 @@ from pathlib import Path
 
 from populora.core.io import read_jsonl, write_json, write_jsonl, write_text
 from populora.heldout.pool import attach_examples, verified_seeds
-from populora.verifier import grade_rows
 from populora.verifier.baselines import arity, baseline_verdicts
+from populora.verifier.batched import accepted_answers
 
 SIMPLE_VALUES = (
     "0",
@@ -68,26 +68,12 @@ SIMPLE_VALUES = (
 log = logging.getLogger("ruler")
 
 
-def constant_verdicts(tasks: list[dict], answers: dict[str, list[str]], config, sandbox) -> dict[str, list[str]]:
-    """task_id -> the answers (from `answers[task_id]`) the grader accepts."""
-    rows = [
-        {"task_id": t["task_id"], "answer": a, "answer_id": f"{t['task_id']}#{k}"}
-        for t in tasks
-        for k, a in enumerate(answers[t["task_id"]])
-    ]
-    graded = grade_rows([{**t, "valid": True} for t in tasks], rows, config, sandbox=sandbox)
-    passed: dict[str, list[str]] = {t["task_id"]: [] for t in tasks}
-    for row in graded:
-        if row.get("correct"):
-            passed[row["task_id"]].append(row["answer"])
-    return passed
-
-
-def best_constant(pool: list[dict], config, sandbox) -> dict[str, dict]:
+def best_constant(pool: list[dict], config, sandbox, cache: dict | None = None) -> dict[str, dict]:
     """Per type, the single answer that solves the most pool tasks (tried: the simple literals and every gold
     output/input of the pool, for every task of its type, repeated for each parameter where `f` takes several),
     with the tasks it solves; the copy baseline (`code_o`: an argument of the input as the output) and the echo
-    baseline (`code_i`: the output handed back as the input), graded."""
+    baseline (`code_i`: the output handed back as the input), graded. `cache`: verdicts kept across calls
+    (`populora.verifier.batched.accepted_answers`)."""
     out = {}
     handed_back = baseline_verdicts(pool, config, sandbox=sandbox)
     for task_type in ("code_o", "code_i"):
@@ -100,7 +86,7 @@ def best_constant(pool: list[dict], config, sandbox) -> dict[str, dict]:
         for t in tasks:
             n = 1 if task_type == "code_o" else (arity(t["program"]) or 1)
             per_task[t["task_id"]] = [", ".join([v] * n) if n > 1 and "," not in v else v for v in tried]
-        passed = constant_verdicts(tasks, per_task, config, sandbox)
+        passed = accepted_answers(tasks, per_task, config, sandbox, cache)
         solved: dict[str, list[str]] = {v: [] for v in tried}
         for tid, answers in passed.items():
             for answer in dict.fromkeys(answers):
@@ -246,10 +232,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def pick_pool(calibrated: list[dict], args, config, sandbox) -> tuple[list[dict], set[str]]:
+def pick_pool(calibrated: list[dict], args, config, sandbox, cache: dict | None = None) -> tuple[list[dict], set[str]]:
     """The selected pool (`select`) and the tasks swapped out of it so that no type's best constant answer passes
     more than `args.max_baseline` of it: each round drops what the constant solves beyond its allowance and takes
-    the next tasks in the window instead."""
+    the next tasks in the window instead. `cache`: the constants' verdicts, kept across rounds and calls."""
+    cache = {} if cache is None else cache
     excluded: set[str] = set()
     for _ in range(50):
         pool = select(
@@ -261,14 +248,16 @@ def pick_pool(calibrated: list[dict], args, config, sandbox) -> tuple[list[dict]
             per_family=args.per_family,
             exclude=excluded,
         )
-        swap = swap_constant_solved(pool, best_constant(pool, config, sandbox), args.max_baseline)
+        swap = swap_constant_solved(pool, best_constant(pool, config, sandbox, cache), args.max_baseline)
         if not swap:
             break
         excluded |= swap
     return pool, excluded
 
 
-def calibrate_until_full(tasks: list[dict], done: dict[str, int], measure, args, config, sandbox) -> dict[str, int]:
+def calibrate_until_full(
+    tasks: list[dict], done: dict[str, int], measure, args, config, sandbox, cache: dict | None = None
+) -> dict[str, int]:
     """Calibrate (`calibrate`) until the picked pool (`pick_pool`: after the best constant's swaps) holds
     `args.per_type` of each type, or no candidate of a short type is left. A type counts as full in a round when the
     selection holds its target; a round that ends short raises the target by what the swaps took."""
@@ -297,7 +286,7 @@ def calibrate_until_full(tasks: list[dict], done: dict[str, int], measure, args,
     before = -1
     while True:
         done = calibrate(tasks, done, measure, chunk=args.chunk, enough=enough, wanted=wanted)
-        pool, _ = pick_pool(calibrated_rows(tasks, done, args.samples), args, config, sandbox)
+        pool, _ = pick_pool(calibrated_rows(tasks, done, args.samples), args, config, sandbox, cache)
         have = Counter(t["type"] for t in pool)
         short = {tt: args.per_type - have[tt] for tt in target if have[tt] < args.per_type}
         if not short or len(done) == before:  # full, or a round that calibrated nothing new: no candidate is left
@@ -368,13 +357,14 @@ def main(argv: list[str] | None = None) -> int:
             )
             return new
 
-        done = calibrate_until_full(tasks, done, measure, args, params.verify, sandbox)
+        verdicts: dict = {}  # the constants' verdicts, kept across pick rounds
+        done = calibrate_until_full(tasks, done, measure, args, params.verify, sandbox, verdicts)
         calibrated = calibrated_rows(tasks, done, args.samples)
         counts["calibrated"] = Counter(t["type"] for t in calibrated)
         counts["in_window"] = Counter(
             t["type"] for t in calibrated if in_window(t, samples=args.samples, low=args.low, high=args.high)
         )
-        pool, excluded = pick_pool(calibrated, args, params.verify, sandbox)
+        pool, excluded = pick_pool(calibrated, args, params.verify, sandbox, verdicts)
         counts["swapped_for_the_constant"] = Counter(by_id[t]["type"] for t in excluded)
         pool = [
             {**t, "task_id": f"heldout-{t['type']}-{i:03d}", "source_task": t["task_id"]}
