@@ -53,7 +53,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from populora.bench import BenchError
-from populora.bench.jobs import TOGETHER_NOTE, run_one, selected_models
+from populora.bench.jobs import TOGETHER_NOTE, run_one, run_one_apart, selected_models
 from populora.bench.lmeval import TASKS_DIR
 from populora.bench.settings import settings_for
 from populora.core.io import replace_dir, staging_dir, write_json
@@ -90,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     raw = args.raw_base and not args.models and params.warm_start.enabled and args.bench in params.bench.raw_base
     if raw:  # the raw base first, aside; its result joins the base's below
         aside = Path(f"{args.results}.raw_base")
-        if run_one(settings, models, Path(args.raw_base), aside, log) != 0:
+        # vLLM: in a process of its own, so that its engine's memory is free for the base's (run_one_apart)
+        run = run_one_apart if settings.sampler.name == "vllm" else run_one
+        if run(settings, models, Path(args.raw_base), aside, log) != 0:
             return 1
     code = run_one(settings, models, Path(args.base_model), Path(args.results), log)
     if raw and code == 0:

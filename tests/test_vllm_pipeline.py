@@ -71,7 +71,8 @@ def test_rollouts_come_from_vllm_and_score_as_the_update_scores(finished):
         assert sum(s["rollouts"] for s in stats.values()) >= len(answers)
         gaps = []
         for student in sorted({row["student"] for row in answers}):
-            tokenizer, base = load_base(finished / "base_model", device="cpu")
+            # the stages' frozen base: the warm start's output (the raw base when the warm start is off)
+            tokenizer, base = load_base(finished / "warm_base", device="cpu")
             model = attach_adapters(base, {student: adapter_dirs(finished / arm / "init", [student])[student]},
                                     trainable=student)
             for index, row in enumerate(r for r in answers if r["student"] == student):

@@ -8,8 +8,12 @@ process; both call this).
 
 from __future__ import annotations
 
+import logging
+import logging.handlers
+import multiprocessing
 import shutil
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from populora.bench import BenchError
@@ -62,6 +66,32 @@ def run_one(settings, models: list, base_model: Path, results: Path, log) -> int
     shutil.rmtree(f"{results}{PARTIAL}", ignore_errors=True)
     log.info("%d model(s) on %s in %.1f s", len(results_of), settings.benchmark, wall_s)
     return 0
+
+
+def run_one_apart(settings, models: list, base_model: Path, results: Path, log) -> int:
+    """`run_one` in a spawned process of its own, its log records sent back through this process's handlers:
+    a vLLM engine gives its host memory back only when its process ends, so a second base model in the same
+    job (the raw base beside the warm one) found the first one's KV cache still held and could not start
+    (the vLLM lane's bench_base, CI of 2026-11-28)."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    listener = logging.handlers.QueueListener(queue, *logging.getLogger().handlers, respect_handler_level=True)
+    listener.start()
+    try:
+        with ProcessPoolExecutor(1, mp_context=context, initializer=_log_into, initargs=(queue,)) as pool:
+            return pool.submit(_run_one_logged, settings, models, base_model, results, log.name).result()
+    finally:
+        listener.stop()
+
+
+def _log_into(queue) -> None:
+    root = logging.getLogger()
+    root.handlers[:] = [logging.handlers.QueueHandler(queue)]
+    root.setLevel(logging.INFO)
+
+
+def _run_one_logged(settings, models: list, base_model: Path, results: Path, log_name: str) -> int:
+    return run_one(settings, models, base_model, results, logging.getLogger(log_name))
 
 
 PARTIAL = ".partial"  # beside --results: what an earlier attempt finished (populora.bench.partial)
