@@ -63,10 +63,13 @@ class BenchSettings:
         try:
             loaded = self.sampler.load(base_model, adapters)
         except Exception as error:  # safetensors, PEFT and transformers raise many kinds
+            memory = "memory" in str(error).lower()
+            fix = ("raise sampler.memory_fraction (vLLM reserves that share of the device's memory, its own process "
+                   "included on the CPU) or free memory" if memory else "re-run the base_model / export stages; an "
+                   "adapter must come from the same base model and LoRA settings")
             raise BenchError(f"model {', '.join(adapters) or 'base'} did not load (base {base_model}, adapters "
                              f"{', '.join(map(str, adapters.values())) or 'none'}): "
-                             f"{type(error).__name__}: {error}. Fix: re-run the base_model / export stages; an "
-                             "adapter must come from the same base model and LoRA settings.") from error
+                             f"{type(error).__name__}: {error}. Fix: {fix}.") from error
         if self.sampler.name == "hf":  # vLLM: an engine's memory is only given back when its process ends
             _LOADED[key] = loaded
         return loaded
