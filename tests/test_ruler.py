@@ -245,3 +245,17 @@ def test_a_resumed_calibration_keeps_only_the_rows_of_the_same_tasks(tmp_path):
     write_jsonl(tmp_path / "calibration.jsonl", rows)
     assert resumed(tmp_path / "calibration.jsonl", tasks, 16) == {"branch-code_o-0": 3}
     assert resumed(tmp_path / "none.jsonl", tasks, 16) == {}
+
+
+def test_every_prefix_of_the_pool_file_spans_the_families():
+    """`heldout.per_type: 8` takes the first 8 of a type: 8 families, not 8 tasks of the first one."""
+    from populora.heldout.ruler import pool_ids
+
+    pool = [_task(i, family=f"f{i // 10}", task_type=tt) for i in range(40) for tt in ("code_o", "code_i")]
+    renamed = pool_ids(pool, seed=0)
+    for tt in ("code_o", "code_i"):
+        of_type = [t for t in renamed if t["type"] == tt]
+        assert [t["task_id"] for t in of_type] == [f"heldout-{tt}-{i:03d}" for i in range(40)]
+        assert len({t["family"] for t in of_type[:4]}) == 4
+        assert sorted(t["source_task"] for t in of_type) == sorted(t["task_id"] for t in pool if t["type"] == tt)
+    assert pool_ids(renamed, seed=0) == renamed  # renaming again keeps the calibrated task's id

@@ -107,6 +107,25 @@ def best_constant(pool: list[dict], config, sandbox, cache: dict | None = None) 
     return out
 
 
+def spread_order(tasks: list[dict], seed: int) -> list[dict]:
+    """`tasks` in an order whose every prefix spans the families: families in a seeded order, one task of each in
+    turn (held-out families' tasks and unseen compositions alike), each family's tasks in their own order. A run
+    that takes the first `heldout.per_type` of a type (8 by default) then gets 8 families, not 8 tasks of one.
+
+    >>> [t["id"] for t in spread_order([{"id": i, "family": f} for i, f in enumerate("aaabbc")], seed=0)]
+    [0, 5, 3, 1, 4, 2]
+    """
+    families: dict[str, list[dict]] = {}
+    for task in tasks:
+        families.setdefault(task["family"], []).append(task)
+    names = sorted(families)
+    random.Random(f"spread:{seed}").shuffle(names)
+    out = []
+    for turn in range(max((len(v) for v in families.values()), default=0)):
+        out += [families[name][turn] for name in names if turn < len(families[name])]
+    return out
+
+
 def calibration_order(tasks: list[dict], seed: int) -> list[dict]:
     """Tasks in the order they are calibrated: seeded, held-out families before unseen compositions, and within
     each the (type, family) queues taken in turn, so that however early calibration stops, what it measured is
@@ -255,6 +274,16 @@ def pick_pool(calibrated: list[dict], args, config, sandbox, cache: dict | None 
     return pool, excluded
 
 
+def pool_ids(pool: list[dict], seed: int) -> list[dict]:
+    """The pool in its file order (per type, `spread_order`), renamed `heldout-<type>-<nnn>` (the calibrated
+    task's id kept as `source_task`)."""
+    return [
+        {**t, "task_id": f"heldout-{t['type']}-{i:03d}", "source_task": t.get("source_task", t["task_id"])}
+        for task_type in ("code_o", "code_i")
+        for i, t in enumerate(spread_order([p for p in pool if p["type"] == task_type], seed))
+    ]
+
+
 def calibrate_until_full(
     tasks: list[dict], done: dict[str, int], measure, args, config, sandbox, cache: dict | None = None
 ) -> dict[str, int]:
@@ -366,11 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         pool, excluded = pick_pool(calibrated, args, params.verify, sandbox, verdicts)
         counts["swapped_for_the_constant"] = Counter(by_id[t]["type"] for t in excluded)
-        pool = [
-            {**t, "task_id": f"heldout-{t['type']}-{i:03d}", "source_task": t["task_id"]}
-            for task_type in ("code_o", "code_i")
-            for i, t in enumerate(p for p in pool if p["type"] == task_type)
-        ]
+        pool = pool_ids(pool, args.seed)
         counts["pool"] = Counter(t["type"] for t in pool)
         record = score_record(params, args, pool, model, tokenizer, sandbox)
     write_jsonl(out / "pool.jsonl", pool)
