@@ -37,6 +37,15 @@ TWO_LEVEL_DRAWS = 4000
 WELCH, ONE_SAMPLE, ONE_SEED = "Welch t over seeds", "t over seeds (the base is fixed)", "one seed: tasks only"
 
 
+def is_finite_number(value) -> bool:
+    """A real, finite int or float (not a bool, None, NaN or a string): what a metric file may hold as a figure.
+
+    >>> [is_finite_number(v) for v in (1, 0.5, True, None, float("nan"), "1")]
+    [True, True, False, False, False, False]
+    """
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def wilson_interval(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
     """95% Wilson score interval of a proportion correct/n (rounded to 6 decimals); (0, 1) when n = 0."""
     if n <= 0:

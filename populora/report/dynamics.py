@@ -24,7 +24,7 @@ matplotlib.use("Agg")  # no display on build machines and cluster nodes
 import matplotlib.pyplot as plt
 
 from populora.core.io import write_figure
-from populora.core.stats import wilson_interval
+from populora.core.stats import is_finite_number, wilson_interval
 from populora.report.figures import ARM_COLORS
 from populora.report.metrics import BASELINE, POPULATION
 from populora.report.panels import PANELS, TASK_TYPES, sample_size_keys
@@ -53,9 +53,8 @@ def arm_order(arms) -> list[str]:
 
 # Sample size behind a dynamics value: (successes key or None, n key), from the same row.
 # Rates get a 95% Wilson band; every point is labelled with its n.
-def _number(value) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return value if ok else None
+def _finite_or_none(value) -> float | None:
+    return value if is_finite_number(value) else None
 
 
 def _panel(ax, dynamics: dict[str, list[dict]], key: str, title: str) -> None:
@@ -72,15 +71,15 @@ def _panel(ax, dynamics: dict[str, list[dict]], key: str, title: str) -> None:
         if counted is None:
             continue
         hits_key, n_key = counted
-        kept = [(row.get("generation", i), row) for i, row in enumerate(rows) if _number(row.get(key)) is not None]
-        sizes = [_number(row.get(n_key)) for _, row in kept]
+        kept = [(row.get("generation", i), row) for i, row in enumerate(rows) if _finite_or_none(row.get(key)) is not None]
+        sizes = [_finite_or_none(row.get(n_key)) for _, row in kept]
         for (x, _), y, n in zip(kept, ys, sizes):
             if n is not None:
                 ax.annotate(f"n={int(n)}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center",
                             fontsize=6, color=color)
         if hits_key is not None:
             bands = [(x, wilson_interval(int(row[hits_key]), int(row[n_key]))) for x, row in kept
-                     if _number(row.get(hits_key)) is not None and _number(row.get(n_key))]
+                     if _finite_or_none(row.get(hits_key)) is not None and _finite_or_none(row.get(n_key))]
             if bands:
                 ax.fill_between([x for x, _ in bands], [lo for _, (lo, _) in bands], [hi for _, (_, hi) in bands],
                                 color=color, alpha=0.12, linewidth=0)
@@ -193,4 +192,4 @@ def signal_table(dynamics: dict[str, list[dict]]) -> str:
 
 
 def _share(value) -> str:
-    return "-" if _number(value) is None else f"{100 * value:.0f}%"
+    return "-" if _finite_or_none(value) is None else f"{100 * value:.0f}%"

@@ -22,7 +22,7 @@ TIMINGS_NOTE = ("Wall time of each job as Snakemake recorded it (`benchmark:`); 
                 "ends, so a `report` row, if any, is an earlier report's.")
 
 
-def _number(value: str | None) -> float | None:
+def _parsed(value: str | None) -> float | None:
     try:
         return float(value)
     except (TypeError, ValueError):  # Snakemake writes NA for a value it has not sampled
@@ -32,11 +32,11 @@ def _number(value: str | None) -> float | None:
 def parse_benchmark(text: str) -> dict[str, float | None]:
     """One job's benchmark TSV -> {"s": wall seconds (the mean over repeats), "max_rss": MiB or None}."""
     rows = list(csv.DictReader(io.StringIO(text), delimiter="\t"))
-    walls = [s for row in rows if (s := _number(row.get("s"))) is not None]
+    walls = [s for row in rows if (s := _parsed(row.get("s"))) is not None]
     if not walls:
         raise ValueError("no row with a wall time (column s)")
     # 0.00 where the job's process had already ended when sampled (a job under a second): not a measurement
-    rss = [r for row in rows if (r := _number(row.get("max_rss"))) is not None and r > 0]
+    rss = [r for row in rows if (r := _parsed(row.get("max_rss"))) is not None and r > 0]
     return {"s": sum(walls) / len(walls), "max_rss": max(rss) if rss else None}
 
 

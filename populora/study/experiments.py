@@ -16,13 +16,13 @@ DVC metrics) under `headline`. Within an ablation the population control is comp
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
 
 from populora.core.benchmark_data import TOGETHER
 from populora.core.refs import arm_refs
+from populora.core.stats import is_finite_number
 from populora.study.runs import empty_run, flatten
 
 METRICS_FILE = "results/headline.json"  # the DVC metrics of a run (workflow/dag.py HEADLINE)
@@ -119,7 +119,7 @@ def experiment_runs(found: list[dict], verdicts: dict[str, dict] | None = None) 
         bench_verdicts = {b: table for b, table in verdicts.get(experiment["name"], {}).items()
                           if set(students) <= set(table)}
         runs.append({**run, "verdicts": bench_verdicts, "params": experiment["params"], "arms": arms,
-                     "ablation": ablation, "headline": {k: v for k, v in experiment["metrics"].items() if _number(v)}})
+                     "ablation": ablation, "headline": {k: v for k, v in experiment["metrics"].items() if is_finite_number(v)}})
     pairs = []
     for ablation in sorted({r["ablation"] for r in runs}):
         left, right = control_name("population", ablation), control_name("baseline", ablation)
@@ -132,8 +132,6 @@ def experiment_runs(found: list[dict], verdicts: dict[str, dict] | None = None) 
     return runs, pairs, notes
 
 
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def exp_show(repo: Path, all_commits: bool) -> list[dict]:

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 from statistics import mean
 
-import numpy as np
-
-from populora.core.stats import t_interval, welch_interval
+from populora.core.stats import is_finite_number, t_interval, welch_interval
 
 COMPLEXITY = ("ast_depth", "cyclomatic_complexity", "loc", "distinct_variables")
 COVERAGE = ("coverage.matched.distinct_programs", "coverage.distinct_programs", "coverage.new_per_proposal")
@@ -30,19 +28,16 @@ TITLES = {**{f"{t}.program.{m}": f"{t} {m.replace('_', ' ')}" for t in ("code_o"
           "coverage.new_per_proposal": "new programs per proposal"}
 
 
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and bool(np.isfinite(value))
-
 
 def series(run: dict, key: str) -> list[float | None]:
     """The run's `key` per generation (dynamics rows in generation order; None where not recorded)."""
     rows = sorted(run.get("rows") or [], key=lambda r: r.get("generation", 0))
-    return [float(r[key]) if _number(r.get(key)) else None for r in rows]
+    return [float(r[key]) if is_finite_number(r.get(key)) else None for r in rows]
 
 
 def summary(values) -> dict | None:
     """n, mean, 95% t-interval (None with one value) and the values; None without any."""
-    values = [float(v) for v in values if _number(v)]
+    values = [float(v) for v in values if is_finite_number(v)]
     if not values:
         return None
     t = t_interval(values)
