@@ -259,3 +259,22 @@ def test_every_prefix_of_the_pool_file_spans_the_families():
         assert len({t["family"] for t in of_type[:4]}) == 4
         assert sorted(t["source_task"] for t in of_type) == sorted(t["task_id"] for t in pool if t["type"] == tt)
     assert pool_ids(renamed, seed=0) == renamed  # renaming again keeps the calibrated task's id
+
+
+def test_a_code_i_task_whose_output_many_inputs_give_is_guessable(sandbox):
+    """`f(s) = len(s) % 2` gives 0 for half of all inputs: any constant string of even length solves it. `f(x) =
+    x * 7 + 3` gives 262 for one input only."""
+    from populora.heldout.ruler import guessable
+
+    def task(tid, program, given):
+        return {"task_id": tid, "type": "code_i", "program": program, "inputs": [given], "message": None}
+
+    rows = verify_rows(
+        [task("parity", "def f(s):\n    return len(s) % 2", "'ab'"), task("affine", "def f(x):\n    return x * 7 + 3", "37")]
+        + [task(f"pad{k}", f"def f(x):\n    return x + {k}", str(k)) for k in range(20)],
+        VerifySection(),
+        sandbox=sandbox,
+    )
+    tasks = [{k: r[k] for k in ("task_id", "type", "program", "inputs", "outputs", "message")} for r in rows]
+    assert guessable(tasks, 0.05, VerifySection(), sandbox) == {"parity"}
+    assert guessable(tasks, 1.0, VerifySection(), sandbox) == set()

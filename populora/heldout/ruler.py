@@ -15,8 +15,10 @@ Steps (each count is kept in `construction.json`):
 3. **Selected** (`select`): one task per program text, held-out families first and unseen compositions after,
    at most `--per-family` of a family per type, up to `--per-type` per type.
 4. **Checked as a whole**: the best single constant answer, the copy baseline (`code_o`) and the echo baseline
-   (`code_i`) at most `--max-baseline` of each type (`best_constant`, `populora.verifier.baselines`); a task the
-   best constant solves beyond that share is swapped for the next candidate in the window.
+   (`code_i`) at most `--max-baseline` of each type (`best_constant`, `populora.verifier.baselines`). Tasks that
+   more than that share of the tried constants solve (`guessable`: a `code_i` output that many inputs give) are
+   left out first; then a task the best constant solves beyond its share is swapped for the next candidate in the
+   window, round after round, until no constant passes more.
 
 Outputs in `--out`: `pool.jsonl` (the pool, with worked examples, family, why it is held out, the warm base's
 calibration count), `calibration.jsonl` (every calibrated task's counts; a killed calibration resumes from it),
@@ -68,6 +70,36 @@ SIMPLE_VALUES = (
 log = logging.getLogger("ruler")
 
 
+def constant_answers(tasks: list[dict], task_type: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The constants tried on `tasks` of one type (the simple literals, then every gold output (`code_o`) or input
+    (`code_i`) among them) and, per task, each constant as that task's answer (repeated for each parameter where
+    `f` takes several)."""
+    golds = {t["outputs"][0] if task_type == "code_o" else t["inputs"][0] for t in tasks}
+    tried = list(dict.fromkeys([*SIMPLE_VALUES, *sorted(golds)]))
+    per_task = {}
+    for t in tasks:
+        n = 1 if task_type == "code_o" else (arity(t["program"]) or 1)
+        per_task[t["task_id"]] = [", ".join([v] * n) if n > 1 and "," not in v else v for v in tried]
+    return tried, per_task
+
+
+def guessable(tasks: list[dict], max_share: float, config, sandbox, cache: dict | None = None) -> set[str]:
+    """Tasks that more than `max_share` of the constants tried on their type (`constant_answers` over `tasks`)
+    solve: a `code_i` task whose output many inputs give (a count, a flag, a small remainder). A pool of those
+    always has some constant above its allowance, and swapping one constant's tasks brings in the next one's;
+    the share is the pool's own limit (`--max-baseline`): a guesser drawing from these values hits such a task
+    more often than the pool lets a constant score."""
+    out = set()
+    for task_type in ("code_o", "code_i"):
+        of_type = [t for t in tasks if t["type"] == task_type]
+        if not of_type:
+            continue
+        tried, per_task = constant_answers(of_type, task_type)
+        passed = accepted_answers(of_type, per_task, config, sandbox, cache)
+        out |= {tid for tid, answers in passed.items() if len(set(answers)) > max_share * len(tried)}
+    return out
+
+
 def best_constant(pool: list[dict], config, sandbox, cache: dict | None = None) -> dict[str, dict]:
     """Per type, the single answer that solves the most pool tasks (tried: the simple literals and every gold
     output/input of the pool, for every task of its type, repeated for each parameter where `f` takes several),
@@ -80,12 +112,7 @@ def best_constant(pool: list[dict], config, sandbox, cache: dict | None = None) 
         tasks = [t for t in pool if t["type"] == task_type]
         if not tasks:
             continue
-        golds = {t["outputs"][0] if task_type == "code_o" else t["inputs"][0] for t in tasks}
-        tried = list(dict.fromkeys([*SIMPLE_VALUES, *sorted(golds)]))
-        per_task = {}
-        for t in tasks:
-            n = 1 if task_type == "code_o" else (arity(t["program"]) or 1)
-            per_task[t["task_id"]] = [", ".join([v] * n) if n > 1 and "," not in v else v for v in tried]
+        tried, per_task = constant_answers(tasks, task_type)
         passed = accepted_answers(tasks, per_task, config, sandbox, cache)
         solved: dict[str, list[str]] = {v: [] for v in tried}
         for tid, answers in passed.items():
@@ -251,13 +278,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def pick_pool(calibrated: list[dict], args, config, sandbox, cache: dict | None = None) -> tuple[list[dict], set[str]]:
-    """The selected pool (`select`) and the tasks swapped out of it so that no type's best constant answer passes
-    more than `args.max_baseline` of it: each round drops what the constant solves beyond its allowance and takes
-    the next tasks in the window instead. `cache`: the constants' verdicts, kept across rounds and calls."""
+def pick_pool(
+    calibrated: list[dict], args, config, sandbox, cache: dict | None = None
+) -> tuple[list[dict], set[str], set[str]]:
+    """(pool, guessed, swapped): the selected pool (`select`) and the tasks left out of it so that no type's best
+    constant answer passes more than `args.max_baseline` of it: the `guessable` tasks in the window first, then
+    rounds that each drop what the type's best constant solves beyond its allowance and take the next tasks in the
+    window instead, until a round drops nothing (each round leaves out more tasks: it ends). `cache`: the
+    constants' verdicts, kept across rounds and calls."""
     cache = {} if cache is None else cache
-    excluded: set[str] = set()
-    for _ in range(50):
+    inside = [t for t in calibrated if in_window(t, samples=args.samples, low=args.low, high=args.high)]
+    guessed = guessable(inside, args.max_baseline, config, sandbox, cache)
+    swapped: set[str] = set()
+    while True:
         pool = select(
             calibrated,
             samples=args.samples,
@@ -265,13 +298,12 @@ def pick_pool(calibrated: list[dict], args, config, sandbox, cache: dict | None 
             high=args.high,
             per_type=args.per_type,
             per_family=args.per_family,
-            exclude=excluded,
+            exclude=guessed | swapped,
         )
         swap = swap_constant_solved(pool, best_constant(pool, config, sandbox, cache), args.max_baseline)
         if not swap:
-            break
-        excluded |= swap
-    return pool, excluded
+            return pool, guessed, swapped
+        swapped |= swap
 
 
 def pool_ids(pool: list[dict], seed: int) -> list[dict]:
@@ -315,7 +347,7 @@ def calibrate_until_full(
     before = -1
     while True:
         done = calibrate(tasks, done, measure, chunk=args.chunk, enough=enough, wanted=wanted)
-        pool, _ = pick_pool(calibrated_rows(tasks, done, args.samples), args, config, sandbox, cache)
+        pool = pick_pool(calibrated_rows(tasks, done, args.samples), args, config, sandbox, cache)[0]
         have = Counter(t["type"] for t in pool)
         short = {tt: args.per_type - have[tt] for tt in target if have[tt] < args.per_type}
         if not short or len(done) == before:  # full, or a round that calibrated nothing new: no candidate is left
@@ -393,8 +425,9 @@ def main(argv: list[str] | None = None) -> int:
         counts["in_window"] = Counter(
             t["type"] for t in calibrated if in_window(t, samples=args.samples, low=args.low, high=args.high)
         )
-        pool, excluded = pick_pool(calibrated, args, params.verify, sandbox, verdicts)
-        counts["swapped_for_the_constant"] = Counter(by_id[t]["type"] for t in excluded)
+        pool, guessed, swapped = pick_pool(calibrated, args, params.verify, sandbox, verdicts)
+        counts["guessable"] = Counter(by_id[t]["type"] for t in guessed)
+        counts["swapped_for_the_constant"] = Counter(by_id[t]["type"] for t in swapped)
         pool = pool_ids(pool, args.seed)
         counts["pool"] = Counter(t["type"] for t in pool)
         record = score_record(params, args, pool, model, tokenizer, sandbox)
@@ -483,6 +516,8 @@ def pool_readme(record: dict) -> str:
         + ", ".join(f"{k} {v}" for k, v in record["candidates_dropped"].items() if k not in ("candidates", "kept"))
         + ")",
         f"* calibrated on the warm base: {per_type('calibrated')}; in the window: {per_type('in_window')}",
+        f"* left out as guessable (more than {100 * settings['max_baseline']:.0f}% of the constants tried on its type "
+        f"solve it): {per_type('guessable')}",
         f"* swapped out for the best constant (past {100 * settings['max_baseline']:.0f}% of a type): "
         f"{per_type('swapped_for_the_constant')}",
         f"* the pool: {per_type('pool')}, one task per program text, at most {settings['per_family']} of a family "
