@@ -94,10 +94,10 @@ class HeldoutSection(Section):
         1, ge=1, description="With heldout.samples: the pass rates after generations g with (g + 1) % sample_every == 0 "
         "(a study's endpoint needs them at its last generation: 10 for a 10-generation study).")
     pool_file: str | None = Field(
-        "study/learning/heldout_pool.jsonl", description="A pool made before (the pool.jsonl of a heldout_pool stage, e.g. a study's committed "
-        "heldout_pool.jsonl) to reuse instead of proposing one: its tasks are verified again, the first per_type of "
-        "each type kept, the base model scored on them. The default is SmolLM2-135M's own pool, made by the learning "
-        "study (study/learning/). null: the base model proposes the pool (do so for another base model).")
+        "data/pool-v3/pool.jsonl", description="A pool made before (a pool.jsonl of `python -m populora.heldout.ruler` "
+        "or of a heldout_pool stage) to reuse instead of proposing one: its tasks are verified again, the first "
+        "per_type of each type kept, the base model scored on them. The default is pool v3 (data/pool-v3/), made on "
+        "SmolLM2-135M's warm base. null: the base model proposes the pool (do so for another base model).")
 
     @field_validator("pool_file")
     @classmethod

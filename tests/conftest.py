@@ -15,9 +15,9 @@ os.environ.setdefault("POPULORA_BENCHMARKS", str(REPO.parent / "shared" / "bench
 TINY_PARAMS = REPO / "tests" / "fixtures" / "params.tiny.yaml"
 
 
-# Files committed with the code that the default params name (heldout.pool_file: SmolLM2's study pool).
+# Files committed with the code that the default params name (heldout.pool_file: pool v3, made on the warm base).
 # A scratch project that copies the code (and so resolves paths from its own copy) needs them too.
-SHIPPED_FILES = ("study/learning/heldout_pool.jsonl",)
+SHIPPED_FILES = ("data/pool-v3/pool.jsonl",)
 
 
 def copy_shipped_files(root: Path) -> Path:

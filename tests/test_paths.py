@@ -59,14 +59,14 @@ def test_a_local_base_model_folder_is_found_from_a_dvc_queue_copy(tmp_path, monk
 
 
 def test_a_shipped_file_is_found_from_another_working_directory(tmp_path, monkeypatch):
-    """The default `heldout.pool_file` (committed under study/) from a stage run outside the checkout;
+    """The default `heldout.pool_file` (committed under data/) from a stage run outside the checkout;
     a project's own copy wins, and a file neither holds stays missing (params validation names it)."""
     from populora.core.paths import CHECKOUT, shipped_path
 
-    shipped = "study/learning/heldout_pool.jsonl"
+    shipped = "data/pool-v3/pool.jsonl"
     monkeypatch.chdir(tmp_path)
     assert shipped_path(shipped) == (CHECKOUT / shipped).resolve()
-    (tmp_path / "study/learning").mkdir(parents=True)
+    (tmp_path / "data/pool-v3").mkdir(parents=True)
     (tmp_path / shipped).write_text("")
     assert shipped_path(shipped) == (tmp_path / shipped).resolve()
     assert not shipped_path("study/learning/no_such_pool.jsonl").exists()

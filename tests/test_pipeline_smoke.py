@@ -35,7 +35,7 @@ def project(tmp_path_factory, tiny_params_dict) -> Path:
                        "limits": {"cruxeval_o": 1}, "cruxeval": {**params["bench"]["cruxeval"], "max_new_tokens": 16},
                        "data_dir": str(REPO.parent / "shared" / "benchmarks")}
     # a pool to score (the tiny model proposes none): 2 + 2 tasks of the committed one, 2 answers at T = 1 each
-    params["heldout"] = {**params["heldout"], "pool_file": "study/learning/heldout_pool.jsonl", "samples": 2}
+    params["heldout"] = {**params["heldout"], "pool_file": "data/pool-v3/pool.jsonl", "samples": 2}
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     return root
 
@@ -282,7 +282,7 @@ def test_one_teacher_one_student_runs_end_to_end(tmp_path_factory, tiny_params_d
     params["bench"] = {**params["bench"], "benchmarks": ["gsm8k"], "limit": 1, "max_new_tokens": 16,
                        "data_dir": str(REPO.parent / "shared" / "benchmarks")}
     # a pool to score (the tiny model proposes none): 2 + 2 tasks of the committed one, 2 answers at T = 1 each
-    params["heldout"] = {**params["heldout"], "pool_file": "study/learning/heldout_pool.jsonl", "samples": 2}
+    params["heldout"] = {**params["heldout"], "pool_file": "data/pool-v3/pool.jsonl", "samples": 2}
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     result = _snakemake(root)
     assert result.returncode == 0, result.stderr[-4000:]
