@@ -33,9 +33,10 @@ def finished(tmp_path_factory, tiny_params_dict) -> Path:
     copy_snakemake_entry(root)
     params = json.loads(json.dumps(tiny_params_dict))
     params["model"]["base_model"] = str(tiny_model_dir(root / "tiny", hidden_size=64, heads=2))  # head size 32
-    # vLLM on CPU reserves memory_fraction of the host's memory for the whole process (its own ~2 GiB of
-    # torch and vLLM included) and gives the KV cache what is left: 0.1 of CI's 19.8 GiB left -0.06 GiB
-    # for a bench stage (CI, 2026-11-28). 0.2 leaves about 2 GiB of cache per process.
+    # vLLM on CPU reserves memory_fraction of the host's memory for the whole process (its own ~0.9 GiB of
+    # torch and vLLM included) and gives the KV cache what is left. A second engine in the same process found
+    # the first one's cache still held (bench_base scoring the raw base, then the warm one: now each in its
+    # own process, populora.bench.jobs.run_one_apart); 0.2 leaves a margin of about 3 GiB a process.
     params["sampler"] = {**params["sampler"], "engine": "vllm", "memory_fraction": 0.2}
     params["dag"] = {**params["dag"], "generations": 1, "arms": ["population"]}
     params["update"] = {**params["update"], "max_seq_len": 2048}  # vLLM's window (max_model_len): the tiny model's
