@@ -90,14 +90,19 @@ def guessable(tasks: list[dict], max_share: float, config, sandbox, cache: dict 
     the share is the pool's own limit (`--max-baseline`): a guesser drawing from these values hits such a task
     more often than the pool lets a constant score."""
     out = set()
-    for task_type in ("code_o", "code_i"):
-        of_type = [t for t in tasks if t["type"] == task_type]
-        if not of_type:
-            continue
-        tried, per_task = constant_answers(of_type, task_type)
-        passed = accepted_answers(of_type, per_task, config, sandbox, cache)
+    for _, tried, _, passed in constants_graded(tasks, config, sandbox, cache):
         out |= {tid for tid, answers in passed.items() if len(set(answers)) > max_share * len(tried)}
     return out
+
+
+def constants_graded(tasks: list[dict], config, sandbox, cache: dict | None):
+    """Per type present in `tasks`: (type, the constants tried, each task's answers, each task's accepted
+    answers), `constant_answers` graded by `accepted_answers`."""
+    for task_type in ("code_o", "code_i"):
+        of_type = [t for t in tasks if t["type"] == task_type]
+        if of_type:
+            tried, per_task = constant_answers(of_type, task_type)
+            yield task_type, tried, per_task, accepted_answers(of_type, per_task, config, sandbox, cache)
 
 
 def best_constant(pool: list[dict], config, sandbox, cache: dict | None = None) -> dict[str, dict]:
@@ -108,12 +113,8 @@ def best_constant(pool: list[dict], config, sandbox, cache: dict | None = None) 
     (`populora.verifier.batched.accepted_answers`)."""
     out = {}
     handed_back = baseline_verdicts(pool, config, sandbox=sandbox)
-    for task_type in ("code_o", "code_i"):
+    for task_type, tried, per_task, passed in constants_graded(pool, config, sandbox, cache):
         tasks = [t for t in pool if t["type"] == task_type]
-        if not tasks:
-            continue
-        tried, per_task = constant_answers(tasks, task_type)
-        passed = accepted_answers(tasks, per_task, config, sandbox, cache)
         solved: dict[str, list[str]] = {v: [] for v in tried}
         for tid, answers in passed.items():
             for answer in dict.fromkeys(answers):
