@@ -132,8 +132,6 @@ def experiment_runs(found: list[dict], verdicts: dict[str, dict] | None = None) 
     return runs, pairs, notes
 
 
-
-
 def exp_show(repo: Path, all_commits: bool) -> list[dict]:
     """`dvc exp show --json` of the repository (every commit with `-A`)."""
     command = ["dvc", "exp", "show", "--json", *(["-A"] if all_commits else [])]

@@ -28,7 +28,6 @@ TITLES = {**{f"{t}.program.{m}": f"{t} {m.replace('_', ' ')}" for t in ("code_o"
           "coverage.new_per_proposal": "new programs per proposal"}
 
 
-
 def series(run: dict, key: str) -> list[float | None]:
     """The run's `key` per generation (dynamics rows in generation order; None where not recorded)."""
     rows = sorted(run.get("rows") or [], key=lambda r: r.get("generation", 0))

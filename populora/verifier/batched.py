@@ -22,7 +22,7 @@ from dataclasses import replace
 from populora.sandbox import Call, Job
 from populora.verifier.grading import grade_rows
 from populora.verifier.pool import limits_of
-from populora.verifier.rules import answer_names, call_source, is_value_expression, parse_arguments
+from populora.verifier.rules import answer_names, call_source, parse_arguments, values_only
 
 
 def _key(task: dict, answer: str) -> tuple:
@@ -32,11 +32,7 @@ def _key(task: dict, answer: str) -> tuple:
 def _batchable(answer: str, names: frozenset[str]) -> bool:
     """An argument list of value expressions (what `grade_code_i` would run)."""
     call = parse_arguments(answer)
-    return (
-        call is not None
-        and all(is_value_expression(arg, names) for arg in call.args)
-        and all(kw.arg and is_value_expression(kw.value, names) for kw in call.keywords)
-    )
+    return call is not None and values_only(call, names)
 
 
 def _batched(tasks: list[dict], todo: dict[str, list[str]], config, sandbox) -> set[tuple[str, str]]:

@@ -26,6 +26,7 @@ from populora.verifier.rules import (
     is_value_expression,
     literal_equal,
     parse_arguments,
+    values_only,
 )
 from populora.verifier.validity import VERIFY_REASONS
 
@@ -100,9 +101,7 @@ def grade_code_i(ctx: Context, task: dict, tree: ast.Module, answer: str) -> Thu
     call = parse_arguments(answer)
     if call is None:
         return _done(False, "syntax")
-    names = answer_names(tree)
-    if not all(is_value_expression(arg, names) for arg in call.args) or not all(
-            kw.arg and is_value_expression(kw.value, names) for kw in call.keywords):
+    if not values_only(call, answer_names(tree)):
         return _done(False, "unsafe_answer")
     job = Job(task["program"], (Call(call_source(answer), expect=task["outputs"][0]),), limits=ctx.limits)
     future = ctx.box.submit(job)

@@ -82,6 +82,12 @@ def parse_arguments(arguments: str) -> ast.Call | None:
     return call if ok else None
 
 
+def values_only(call: ast.Call, names: frozenset[str]) -> bool:
+    """Every argument of `call` (positional and keyword) a value expression (`is_value_expression`)."""
+    return all(is_value_expression(arg, names) for arg in call.args) and all(
+        kw.arg and is_value_expression(kw.value, names) for kw in call.keywords)
+
+
 def answer_names(program_tree: ast.Module) -> frozenset[str]:
     """Names a value expression may use: safe constructors plus the program's top-level classes
     and imported names (e.g. Counter). Never functions: `f(...)` would be no prediction at all."""
