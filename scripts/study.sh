@@ -72,13 +72,18 @@ machine_json() {
   for flag in avx2 avx512f avx512_bf16 amx_bf16; do  # the bf16 flags decide model.dtype: auto
     grep -qw "$flag" /proc/cpuinfo 2>/dev/null && features+=("$flag")
   done
-  # threads: each stage's torch threads (OMP_NUM_THREADS, else every CPU); beside: what shared the
-  # machine (STUDY_BESIDE, e.g. "another study run on 1 thread"): both change the wall, not the results' meaning
+  # threads: a training-chain stage's torch threads (OMP_NUM_THREADS, else model.cpu_threads of the params file
+  # given as $1, else 1: populora.lm.device.cpu_threads); beside: what shared the machine (STUDY_BESIDE, e.g.
+  # "another study run on 1 thread"): both change the wall, not the results' meaning
   # nproc honours OMP_NUM_THREADS (and OMP_THREAD_LIMIT): the machine's CPUs are counted without them
-  local cpus
+  local cpus threads=${OMP_NUM_THREADS:-}
   cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
+  if [ -z "$threads" ]; then
+    threads=$(python -c 'import sys, yaml; print(((yaml.safe_load(open(sys.argv[1])) or {}).get("model") or {}).get("cpu_threads", 1))' \
+      "${1:-params.yaml}" 2>/dev/null || echo 1)
+  fi
   printf '{"cpu": "%s", "cpus": %s, "features": "%s", "threads": %s, "beside": "%s"}' "${cpu:-unknown}" "$cpus" \
-    "${features[*]}" "${OMP_NUM_THREADS:-$cpus}" "${STUDY_BESIDE:-}"
+    "${features[*]}" "$threads" "${STUDY_BESIDE:-}"
 }
 
 # A run killed as it began can leave an empty or torn dvc.lock, which fails every later run in DVC's
@@ -229,7 +234,7 @@ for item in "$@"; do
   shared=$(cd "$here/.." && pwd)/shared
   find "$tmp" -name '*.json' -exec sed -i "s#\"$shared/#\"../shared/#g" {} +
   printf '{"control": "%s", "seed": %s, "experiment": "%s", "wall_s": %s, "attempts": %s, "interrupted_s": %s, "machine": %s, "source_commit": "%s", "study_commit": "%s"}\n' \
-    "$control" "$seed" "$name" "$wall" "$(( earlier_n + 1 ))" "$earlier_s" "$(machine_json)" "$(git -C "$clone" rev-parse HEAD~1)" \
+    "$control" "$seed" "$name" "$wall" "$(( earlier_n + 1 ))" "$earlier_s" "$(machine_json "$clone/params.yaml")" "$(git -C "$clone" rev-parse HEAD~1)" \
     "$(git -C "$clone" rev-parse HEAD)" > "$tmp/run.json"
   mv "$tmp" "$dest"
   for attempt in 1 2 3 4 5; do  # the checkout may be busy (another git command): retry

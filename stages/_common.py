@@ -50,11 +50,13 @@ def configure_logging(args: argparse.Namespace, stage: str) -> logging.Logger:
     return logging.getLogger(stage)
 
 
-def setup(args: argparse.Namespace, stage: str, *, claim: bool = True, alone: bool = False) -> tuple[Params, logging.Logger]:
+def setup(args: argparse.Namespace, stage: str, *, claim: bool = True, chain: bool = False,
+          alone: bool = False) -> tuple[Params, logging.Logger]:
     """Configure logging (stderr + --log file), claim a GPU when the DAG says so (`--claim-gpu`; unless
     `claim` is false: the stage claims its own, see stages/update.py), load params and check that the
     device they ask for is here (`require_device`), failing fast with a clear message. A model stage on
-    the CPU gets the threads the DAG gives it under either engine (`pin_cpu_threads`; `alone`: every core)."""
+    the CPU gets the threads the DAG gives it under either engine (`pin_cpu_threads`: `chain`, a job of the training
+    chain, model.cpu_threads; `alone`, every core; else one)."""
     configure_logging(args, stage)
     if getattr(args, "claim_gpu", False) and claim:
         claim_gpu(logging.getLogger(stage))
@@ -64,7 +66,7 @@ def setup(args: argparse.Namespace, stage: str, *, claim: bool = True, alone: bo
         logging.getLogger(stage).error("%s", error)
         raise SystemExit(2) from None
     if getattr(args, "claim_gpu", False):
-        pin_cpu_threads(params, alone=alone)
+        pin_cpu_threads(params, chain=chain, alone=alone)
     if getattr(args, "claim_gpu", False) and claim:
         require_device(params, logging.getLogger(stage), stage)
     return params, logging.getLogger(stage)

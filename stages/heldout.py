@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(flag, required=True)
     add_live_flags(parser)
     args = parser.parse_args(argv)
-    params, log = setup(args, "heldout")
+    params, log = setup(args, "heldout", chain=True)
     pool = read_jsonl(args.pool)
     state = load_state(args.state)
     roles = {role: list(getattr(state, role)) for role in params.heldout.roles}  # students, teachers

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(flag, required=True)
     parser.add_argument("--raw-base", help="the raw base before the warm start, scored beside the base (greedy)")
     args = parser.parse_args(argv)
-    params, log = setup(args, "heldout_pool")
+    params, log = setup(args, "heldout_pool", chain=True)
     if params.heldout.per_type == 0 or not pool_types(params.propose.types):
         write_jsonl(args.pool, [])
         write_json(args.base, {"metrics": {}, "verdicts": {}, "size": {}})

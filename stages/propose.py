@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("--base-model", "--state", "--pairing", "--proposals"):
         parser.add_argument(flag, required=True)
     args = parser.parse_args(argv)
-    params, log = setup(args, "propose")
+    params, log = setup(args, "propose", chain=True)
     cfg = params.propose
     state = load_state(args.state)
     teachers = state.teachers

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("--base-model", "--state", "--pairing", "--tasks", "--answers", "--solve-tasks"):
         parser.add_argument(flag, required=True)
     args = parser.parse_args(argv)
-    params, log = setup(args, "solve")
+    params, log = setup(args, "solve", chain=True)
     cfg = params.solve
     state = load_state(args.state)
     buffer = load_buffer(args.state)

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ.get("RANK", "0"))
     if rank:
         args.log = None  # the first process writes the log file; the others log to stderr
-    params, log = setup(args, "update", claim=False)
+    params, log = setup(args, "update", claim=False, chain=True)
     if not 0 <= args.part < params.dag.update_jobs:
         log.error("--part %d is not one of the dag.update_jobs = %d jobs (0 to %d). Fix: re-render dvc.yaml "
                   "(python -m workflow.render_dvc) after changing dag.update_jobs", args.part, params.dag.update_jobs,

@@ -94,6 +94,8 @@ def _check_params(stage) -> None:
     """The stage tracks exactly the params keys its code reads (tests/params_flow.py follows `params` through
     every function it is handed to: no hand-kept table of helper modules)."""
     reads = params_read(stage.module) - UNUSED_PATHS.get(stage.name, set())
+    if stage.chain:  # stages._common.setup(..., chain=True) pins the torch threads from params it loads itself
+        reads |= {"model.cpu_threads"}
 
     def covered(key, by):
         return any(key == other or key.startswith(other + ".") for other in by)

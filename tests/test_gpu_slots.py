@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from populora.lm.device import CPU_MODEL_THREADS
 from stages import _common
 from tests.conftest import REPO, copy_shipped_files
-from workflow.dag import CPU_MODEL_THREADS, GPU_THREADS, STAGES
+from workflow.dag import GPU_THREADS, STAGES
 
 BIN = str(Path(sys.executable).parent)
 
@@ -305,3 +306,26 @@ def test_small_cpu_rules_are_local_rules():
     assert result.returncode == 0, result.stderr[-2000:]
     assert set(result.stdout.split()) == {s.name for s in STAGES if s.local}
     assert {s.name for s in STAGES if s.local} >= {"pair", "reward", "bench_summary", "report"}
+
+
+def test_a_one_arm_run_gives_its_training_chain_every_core_it_asks_for_and_the_benchmarks_one(monkeypatch):
+    """model.cpu_threads: the training chain's model stages (Snakemake threads and the stage's own torch threads, the
+    same count under DVC) take it; the benchmarks stay on one thread, the warm start on every core."""
+    from populora.config import load_params
+    from populora.lm.device import pin_cpu_threads
+
+    params = load_params(REPO / "params.yaml")
+    two = params.model_copy(update={"model": params.model.model_copy(update={"cpu_threads": 2})})
+    chain = {s.name for s in STAGES if s.chain}
+    assert chain == {"heldout_pool", "propose", "solve", "update", "heldout"}
+    for stage in STAGES:
+        if stage.gpu and not stage.alone:
+            assert stage.thread_count(two) == (2 if stage.name in chain else CPU_MODEL_THREADS), stage.name
+            assert "model.cpu_threads" in stage.params or stage.name not in chain, stage.name  # it changes the bytes
+    processes = two.model_copy(update={"update": two.update.model_copy(update={"processes": 2})})
+    assert next(s for s in STAGES if s.name == "update").thread_count(processes) == 4
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert pin_cpu_threads(two, chain=True) == 2 and os.environ["OMP_NUM_THREADS"] == "2"
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert pin_cpu_threads(two) == CPU_MODEL_THREADS  # a benchmark
+    assert pin_cpu_threads(two, chain=True) is None  # the engine (or the user) chose already: left as it is

@@ -80,7 +80,21 @@ def test_machine_json_names_this_machine():
     assert machine["cpus"] == len(os.sched_getaffinity(0)) and machine["cpu"]
     flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").is_file() else set()
     assert set(machine["features"].split()) == {f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags}
-    assert machine["threads"] == int(os.environ.get("OMP_NUM_THREADS") or len(os.sched_getaffinity(0))) and machine["beside"] == ""
+    assert machine["threads"] == int(os.environ.get("OMP_NUM_THREADS") or 1) and machine["beside"] == ""  # params.yaml's
+
+
+def test_machine_json_reads_the_chain_threads_from_the_runs_params(tmp_path):
+    """Without OMP_NUM_THREADS a training-chain stage takes model.cpu_threads (populora.lm.device.cpu_threads)."""
+    params = tmp_path / "params.yaml"
+    params.write_text("model:\n  cpu_threads: 2\n")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    out = subprocess.run(["bash", "-c", f"source scripts/study.sh && machine_json {params}"], cwd=ROOT,
+                         capture_output=True, text=True, check=True, env=env).stdout
+    assert json.loads(out)["threads"] == 2
+    params.write_text("model:\n  dtype: float32\n")  # a clone of a commit before the key: one thread
+    out = subprocess.run(["bash", "-c", f"source scripts/study.sh && machine_json {params}"], cwd=ROOT,
+                         capture_output=True, text=True, check=True, env=env).stdout
+    assert json.loads(out)["threads"] == 1
 
 
 def test_machine_json_records_threads_and_what_ran_beside():

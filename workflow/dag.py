@@ -26,13 +26,12 @@ gets the folder; the stages named there write under it, so both engines run them
 from __future__ import annotations
 
 import ast
-import os
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 from populora.core.benchmark_data import TOGETHER
-from populora.lm.device import CPU_MODEL_THREADS
+from populora.lm.device import cpu_threads
 from populora.report import DYNAMICS_SUMMARY, DYNAMICS_TABLE, HELDOUT_VERDICTS
 
 RESULTS = "results"
@@ -110,6 +109,9 @@ class Stage:
     # the only job that can run at its point of the chain (the warm start: everything after it needs its model): on
     # the CPU it takes every core instead of one (Snakemake caps its threads at --cores)
     alone: bool = False
+    # a model stage of the training chain (propose, solve, update, held-out scoring): on the CPU it takes
+    # model.cpu_threads (a run of one arm goes one job after another: there every core); the benchmarks take one
+    chain: bool = False
     # fan-in inputs: key -> the scope it is listed over ("gen": every generation of the arm);
     # the flag gets the paths space-separated
     fan_in: dict[str, str] = field(default_factory=dict)
@@ -176,11 +178,9 @@ class Stage:
         if self.gpu:
             if not on_cpu(params):
                 return GPU_THREADS
-            if self.alone:
-                return os.cpu_count() or 1
-            # on the CPU a job of N processes (`update.processes`) keeps N threads busy, one each
-            processes = int(param_value(params, self.gpu)) if isinstance(self.gpu, str) else 1
-            return CPU_MODEL_THREADS * processes
+            # on the CPU a job of N processes (`update.processes`) keeps N times a process's threads busy
+            processes = int(param_value(params, self.gpu)) if isinstance(self.gpu, str) and not self.alone else 1
+            return cpu_threads(params, chain=self.chain, alone=self.alone) * processes
         return 1
 
     def command(self, paths: dict[str, str | list[str]], wildcards: dict[str, str], log: str) -> str:
@@ -226,8 +226,8 @@ STAGES: tuple[Stage, ...] = (
     Stage(  # the held-out pool: the base model proposes, the sandbox verifies; then the base answers it
         "heldout_pool", "stages.heldout_pool", "global",
         inputs={"base_model": WARM_BASE, "raw_base": BASE_MODEL}, outputs={"pool": HELDOUT_POOL, "base": HELDOUT_BASE},
-        params=("heldout", "propose", "solve", "buffer.seeds", "verify", "model.dtype", "model.device", "sampler",
-                "lora.rank", "update.max_seq_len", "warm_start.enabled"), gpu=1, file_params=("heldout.pool_file",),
+        params=("heldout", "propose", "solve", "buffer.seeds", "verify", "model.dtype", "model.device", "model.cpu_threads", "sampler",
+                "lora.rank", "update.max_seq_len", "warm_start.enabled"), gpu=1, file_params=("heldout.pool_file",), chain=True,
     ),
     Stage(
         "init", "stages.init", "arm",
@@ -245,7 +245,7 @@ STAGES: tuple[Stage, ...] = (
         "propose", "stages.propose", "gen",
         inputs={"base_model": WARM_BASE, "state": PREV, "pairing": f"{GEN_DIR}/pairing.json"},
         outputs={"proposals": f"{GEN_DIR}/proposals.jsonl"},
-        params=("base.seed", "model.dtype", "model.device", "sampler", "lora.rank", "propose", "update.max_seq_len"), gpu=1,
+        params=("base.seed", "model.dtype", "model.device", "model.cpu_threads", "sampler", "lora.rank", "propose", "update.max_seq_len"), gpu=1, chain=True,
     ),
     Stage(
         "verify", "stages.verify", "gen",
@@ -257,9 +257,9 @@ STAGES: tuple[Stage, ...] = (
         "solve", "stages.solve", "gen",
         inputs={"base_model": WARM_BASE, "state": PREV, "pairing": f"{GEN_DIR}/pairing.json", "tasks": f"{GEN_DIR}/tasks.jsonl"},
         outputs={"answers": f"{GEN_DIR}/answers.jsonl", "solve_tasks": f"{GEN_DIR}/solve_tasks.jsonl"},
-        params=("base.seed", "model.dtype", "model.device", "sampler", "lora.rank", "solve", "propose.types",
+        params=("base.seed", "model.dtype", "model.device", "model.cpu_threads", "sampler", "lora.rank", "solve", "propose.types",
                 "update.max_seq_len"),
-        gpu=1,
+        gpu=1, chain=True,
     ),
     Stage(
         "grade", "stages.grade", "gen",
@@ -276,8 +276,8 @@ STAGES: tuple[Stage, ...] = (
         "update", "stages.update", "gen_part",
         inputs={"base_model": WARM_BASE, "state": PREV, "rollouts": f"{GEN_DIR}/rollouts.jsonl"},
         outputs={"trained": UPDATE_DIR}, directories=("trained",),
-        params=("base.seed", "model.dtype", "model.device", "population", "dag.update_jobs", "update"),
-        gpu="update.processes",
+        params=("base.seed", "model.dtype", "model.device", "model.cpu_threads", "population", "dag.update_jobs", "update"),
+        gpu="update.processes", chain=True,
     ),
     Stage(  # seconds (hard links); not a local rule, so a cluster profile can group it with the update jobs
         "update_gather", "stages.update_gather", "gen",
@@ -305,8 +305,8 @@ STAGES: tuple[Stage, ...] = (
         "heldout", "stages.heldout", "gen",
         inputs={"base_model": WARM_BASE, "pool": HELDOUT_POOL, "heldout_base": HELDOUT_BASE, "state": f"{GEN_DIR}/checkpoint"},
         outputs={"scores": f"{GEN_DIR}/heldout.json"},
-        params=("heldout.roles", "heldout.samples", "heldout.sample_every", "solve", "verify", "model.dtype", "model.device", "sampler", "lora.rank",
-                "update.max_seq_len", "tracking"), gpu=1, side=LIVE,
+        params=("heldout.roles", "heldout.samples", "heldout.sample_every", "solve", "verify", "model.dtype", "model.device", "model.cpu_threads", "sampler", "lora.rank",
+                "update.max_seq_len", "tracking"), gpu=1, side=LIVE, chain=True,
     ),
 )
 

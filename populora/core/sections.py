@@ -62,7 +62,14 @@ class ModelSection(Section):
         "(or a GPU with bf16), float32 elsewhere (populora.lm.dtype; the choice is logged and recorded). A study pins "
         "float32 or bfloat16: auto can differ between machine kinds. The update's LoRA weights and AdamW stay float32.")
     device: str = Field("cpu", description="'cpu', 'auto' (cuda when present) or 'cuda'. With 'cpu' the model "
-                        "stages claim no GPU and take one thread each, so Snakemake runs them side by side.")
+                        "stages claim no GPU and take model.cpu_threads threads each (the benchmarks one).")
+    cpu_threads: int = Field(
+        1, ge=1, le=256,
+        description="Threads of one model job of the training chain (propose, solve, update, held-out scoring) when "
+        "the model runs on the CPU; the benchmarks take one each, the warm start every core. 1 lets Snakemake run "
+        "two arms' chains side by side on two cores (the default run); a run of one arm (a study run) goes one job "
+        "after another, so there the machine's core count keeps every core busy (docs/measurements.md: a study "
+        "generation on 1 and 2 threads). The count changes the last bits of float sums, so it is a param.")
 
     @field_validator("base_model")
     @classmethod

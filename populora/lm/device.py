@@ -20,24 +20,32 @@ FIX = ("Fix: run on a GPU node in the GPU environment (bash scripts/setup_gpu_en
        "docs/gpu.md), or set model.device: cpu (or auto) in params.yaml to run on the CPU.")
 
 
-# Threads of a model stage when the model runs on the CPU (model.device: cpu): one each, and no GPU
-# claimed, so Snakemake runs --cores of them side by side. On the 2-core machine two model stages
-# side by side on 1 thread each took 0.59x (gsm8k + humaneval_plus, 2 problems) and 0.74x
-# (cruxeval_o + cruxeval_i, 60 problems) the wall time of the same two one after the other on 2
-# threads (perf/cpu_threads.sh): process start-up and small batches use one core.
+# Threads of a model job on the CPU (model.device: cpu) that is not of the training chain (the benchmarks): one
+# each, and no GPU claimed, so Snakemake runs --cores of them side by side. On the 2-core machine two model stages
+# side by side on 1 thread each took 0.59x (gsm8k + humaneval_plus, 2 problems) and 0.74x (cruxeval_o + cruxeval_i,
+# 60 problems) the wall time of the same two one after the other on 2 threads (perf/cpu_threads.sh): process
+# start-up and small batches use one core. The training chain's jobs take `model.cpu_threads` (`cpu_threads`).
 CPU_MODEL_THREADS = 1
 
 
-def pin_cpu_threads(params, *, alone: bool = False) -> int | None:
-    """Give a model stage on the CPU the threads the DAG gives it (workflow/dag.py `thread_count`) under
-    any engine: Snakemake sets OMP_NUM_THREADS to the job's threads, DVC sets nothing and torch would
-    take every core. The thread count changes the last bits of float sums (a logprob's sixth decimal),
-    so without this the same stage wrote different bytes under the two engines. A stage alone at its
-    point of the chain (the warm start) takes every core. Returns the count set, or None where the
-    engine (or the user) already chose one, or the model is not on the CPU."""
+def cpu_threads(params, *, chain: bool = False, alone: bool = False) -> int:
+    """Threads of one model job on the CPU: every core for a job `alone` at its point of the run (the warm start),
+    `model.cpu_threads` for a job of the training `chain` (propose, solve, update, held-out scoring), else one.
+    workflow/dag.py gives Snakemake the same count (`Stage.thread_count`)."""
+    if alone:
+        return os.cpu_count() or 1
+    return params.model.cpu_threads if chain else CPU_MODEL_THREADS
+
+
+def pin_cpu_threads(params, *, chain: bool = False, alone: bool = False) -> int | None:
+    """Give a model stage on the CPU the threads the DAG gives it (`cpu_threads`) under any engine: Snakemake sets
+    OMP_NUM_THREADS to the job's threads, DVC sets nothing and torch would take every core. The thread count
+    changes the last bits of float sums (a logprob's sixth decimal), so without this the same stage wrote
+    different bytes under the two engines. Returns the count set, or None where the engine (or the user)
+    already chose one, or the model is not on the CPU."""
     if params.model.device != "cpu" or "OMP_NUM_THREADS" in os.environ:
         return None
-    threads = (os.cpu_count() or 1) if alone else CPU_MODEL_THREADS
+    threads = cpu_threads(params, chain=chain, alone=alone)
     os.environ["OMP_NUM_THREADS"] = str(threads)  # read by torch when it loads, and by child processes
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(threads)
