@@ -1,4 +1,4 @@
-"""One learning-study generation of 1T-1S, old code against new, side by side on this machine.
+"""One learning-study generation of 1T-1S (or 2T-2S), old code against new, side by side on this machine.
 
 Each side is a detached `git worktree` of its commit with the learning study's overlay (1 teacher, 1
 student, one generation, the study's held-out pool) and the converted base model linked in. The untimed
@@ -6,9 +6,13 @@ part (init, the held-out pool and the base model's verdicts on it) runs first; t
 generation 0 from pairing to held-out scoring (pair, propose, verify, solve, grade, reward, update,
 update_gather, evolve, checkpoint, heldout), timed as a whole and per job (Snakemake's benchmark files).
 Sides alternate when `--repeats` > 1; the medians and the ratio old / new are written to `--json`.
+`--dtype` pins model.dtype on both sides, `--members 2` runs 2 teachers + 2 students, `--new-set KEY=VALUE`
+sets a key on the new side only (one the old commit may not know, e.g. model.cpu_threads=2), and each repeat
+compares the two sides' trained adapters and held-out verdicts (`compared`: meaningful at equal dtype and threads).
 
-    .venv/bin/python perf/study_generation.py --old 2d7b8bd --new HEAD --work /tmp/studygen \
-        --base-model results/base_model --json perf/measured/study_generation.json
+    .venv/bin/python perf/study_generation.py --old 5e1b959 --new HEAD --work /tmp/studygen \
+        --base-model results/base_model --dtype bfloat16 --repeats 3 --new-set model.cpu_threads=2 \
+        --json perf/measured/study_generation_1t1s_bf16.json
 
 Run it on an idle machine (stop other runs with SIGSTOP): both sides use both cores. `--old-record
 perf/measured/<earlier>.json` reuses an earlier run's old side (only the new side runs; the record
@@ -39,7 +43,20 @@ TARGET = "results/population/gen000/heldout.json"
 SETUP = ("results/population/init", "results/heldout/base.json")
 STUDY = object()  # stands for the side's own study overlay (--overlay, read in its worktree)
 OVERLAY = "params/learning-study.yaml"
-ONE_PAIR = {"dag": {"arms": ["population"], "generations": 1}, "population": {"teachers": 1, "students": 1}}
+
+
+def one_arm(members: int) -> dict:
+    """One generation of the population arm with `members` teachers and as many students."""
+    return {"dag": {"arms": ["population"], "generations": 1}, "population": {"teachers": members, "students": members}}
+
+
+def setting(text: str) -> dict:
+    """`a.b=value` as a nested overlay ({"a": {"b": value}}), the value read as YAML."""
+    key, _, value = text.partition("=")
+    out: dict = yaml.safe_load(value) if value else None
+    for part in reversed(key.split(".")):
+        out = {part: out}
+    return out
 
 
 def prepare(side: Path, commit: str, base_model: Path, overlays: list[dict]) -> None:
@@ -90,6 +107,33 @@ def one_side(work: Path, name: str, commit: str, args, overlays: list[dict]) -> 
                                      text=True).stdout.strip(), "wall_s": round(wall, 1), "jobs": job_times(side)}
 
 
+def compare_sides(work: Path) -> dict:
+    """What the new code changed in the generation's results: the largest difference of any trained adapter
+    tensor (absolute, and relative to that tensor's largest entry) and the held-out verdicts that differ."""
+    from safetensors.torch import load_file
+
+    tensors, verdicts = {}, {}
+    for name in ("old", "new"):
+        trained = work / name / "results" / "population" / "gen000" / "trained"
+        tensors[name] = {f"{path.parent.name}/{key}": value.float() for path in sorted(trained.glob("*/*.safetensors"))
+                         for key, value in load_file(path).items()}
+        scores = json.loads((work / name / TARGET).read_text())
+        verdicts[name] = scores.get("verdicts") or {}
+    worst_abs = worst_rel = 0.0
+    for key, old in tensors["old"].items():
+        new = tensors["new"].get(key)
+        if new is None or new.shape != old.shape:
+            return {"adapters": f"{key}: missing or reshaped on the new side"}
+        diff = float((new - old).abs().max())
+        worst_abs = max(worst_abs, diff)
+        worst_rel = max(worst_rel, diff / max(float(old.abs().max()), 1e-12))
+    flat = {name: {(m, t): v for m, row in table.items() if isinstance(row, dict) for t, v in row.items()}
+            for name, table in verdicts.items()}
+    differing = sorted(f"{m}:{t}" for (m, t) in flat["old"] if flat["new"].get((m, t)) != flat["old"][(m, t)])
+    return {"adapter_tensors": len(tensors["old"]), "adapter_max_abs_diff": worst_abs,
+            "adapter_max_rel_diff": worst_rel, "verdicts": len(flat["old"]), "verdicts_differing": differing}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", required=True)
@@ -98,6 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-model", required=True, help="a converted base model folder (results/base_model)")
     parser.add_argument("--overlay", default="params/learning-study.yaml")
     parser.add_argument("--new-dtype", default=None, help="model.dtype on the new side (default: the overlay's)")
+    parser.add_argument("--dtype", default=None, help="model.dtype on both sides (default: the overlay's)")
+    parser.add_argument("--members", type=int, default=1, help="teachers and students each: 1 (1T-1S) or 2 (2T-2S)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="both_set",
+                        help="a params key set on both sides (e.g. heldout.pool_file=<absolute path>: one pool)")
+    parser.add_argument("--new-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a params key set on the new side only (e.g. model.cpu_threads=2)")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--old-record", default=None,
                         help="take the old side from an earlier --json of this script (same machine kind, idle) "
@@ -109,21 +159,30 @@ def main(argv: list[str] | None = None) -> int:
     global OVERLAY
     OVERLAY = args.overlay
     sides: dict[str, list[dict]] = {"old": [], "new": []}
+    compared = []
     if args.old_record:
         sides["old"] = json.loads(Path(args.old_record).read_text())["sides"]["old"]
     for repeat in range(args.repeats):
         for name in (("old", "new") if repeat % 2 == 0 else ("new", "old")):
             if name == "old" and args.old_record:
                 continue
-            overlays = [STUDY, ONE_PAIR]
-            if name == "new" and args.new_dtype:
-                overlays.append({"model": {"dtype": args.new_dtype}})
+            overlays = [STUDY, one_arm(args.members)]
+            if args.dtype:
+                overlays.append({"model": {"dtype": args.dtype}})
+            overlays += [setting(text) for text in args.both_set]
+            if name == "new":
+                overlays += [{"model": {"dtype": args.new_dtype}}] if args.new_dtype else []
+                overlays += [setting(text) for text in args.new_set]
             sides[name].append(one_side(work, name, args.old if name == "old" else args.new, args, overlays))
             print(name, sides[name][-1]["wall_s"], "s", flush=True)
+        if not args.old_record:
+            compared.append(compare_sides(work))
+            print("compared", json.dumps(compared[-1])[:400], flush=True)
     old = statistics.median(r["wall_s"] for r in sides["old"])
     new = statistics.median(r["wall_s"] for r in sides["new"])
     result = {"old_wall_s": old, "new_wall_s": new, "study_generation_speedup": round(old / new, 3),
               "sides": sides, "overlay": args.overlay, "new_dtype": args.new_dtype, "repeats": args.repeats,
+              "dtype": args.dtype, "members": args.members, "set": args.both_set, "new_set": args.new_set, "compared": compared,
               "old_from": args.old_record or "timed in this run",
               "machine": platform.processor() or platform.machine(),
               "command": "python perf/study_generation.py " + " ".join(argv if argv is not None else sys.argv[1:])}
