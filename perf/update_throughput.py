@@ -6,8 +6,10 @@ solve shape: `--tasks` prompts of ~`--prompt-tokens` tokens (+-25%), `--samples`
 `--answer-tokens` each, advantages +-1. Micro-batches as params.yaml's update section (4 sequences,
 4,096 padded tokens, longest first). Three runs: one step; `--steps` steps with each step's
 diagnostics taken from the next step's forward (what the update does); the same steps re-scoring
-after every step (before issue 48). Reports forward+backward tokens/s, padding, and the re-scoring's
-share of the steps' time:
+after every step (before issue 48). Reports forward+backward tokens/s, padding, the re-scoring's
+share of the steps' time, and the achieved GFLOP/s of the forward+backward (`model_flops`: 4 x the decoder's
+linear weights per computed token, a prompt once per task where prompts are shared, plus the output head on the
+trained tokens; attention's products left out, so a lower bound) to set beside perf/matmul_peak.py:
 
     python perf/update_throughput.py --base-model results/base_model --dtype float32 \
         --json perf/measured/update_throughput_float32.json
@@ -40,6 +42,27 @@ def rollouts(args, vocab: int) -> list[dict]:
                 {"text": "", "train": True, "ids": answer, "keep": len(answer), "logprobs": None,
                  "sampling": {"temperature": 1.0, "top_p": 1.0, "suppress_first": None}}]})
     return out
+
+
+def computed_tokens(data: list[dict], *, share: bool) -> int:
+    """Tokens one step's forward computes: with shared prompts each task's prompt once (its rollouts hold one
+    prompt list), else once per answer; every answer's tokens."""
+    prompts = {id(row["segments"][0]["ids"]): len(row["segments"][0]["ids"]) for row in data}
+    answers = sum(len(row["segments"][1]["ids"]) for row in data)
+    per_answer = sum(len(row["segments"][0]["ids"]) for row in data)
+    return (sum(prompts.values()) if share else per_answer) + answers
+
+
+def model_flops(model, tokens: int, trained_tokens: int) -> float:
+    """Forward+backward FLOPs over frozen weights: 2 (forward) + 2 (input gradient) per weight of the decoder's
+    linear maps and computed token, and the same for the output head on the trained tokens only."""
+    import torch
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    linear = sum(m.weight.numel() for name, m in base.named_modules()
+                 if isinstance(m, torch.nn.Linear) and ".layers." in name and "lora_" not in name)
+    head = base.get_output_embeddings().weight.numel()
+    return 4.0 * linear * tokens + 4.0 * head * trained_tokens
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         padded = sum(t["padded_tokens"] for t in timings)
         train_s = sum(t["forward_backward_s"] for t in timings)
         rescore_s = sum(t["rescore_s"] for t in timings)
+        computed = steps * computed_tokens(data, share=args.share_prompts == "on")
+        flops = model_flops(model, computed, steps * len(data) * args.answer_tokens)
         report["runs"][name] = {
+            "computed_tokens_per_step": computed // steps, "gflops_per_s": round(flops / train_s / 1e9, 2),
             "steps": steps, "micro_batches_per_step": stats["micro_batches"], "tokens_per_step": tokens // steps,
             "forward_backward_tokens_per_s": round(tokens / train_s, 1), "padding_share": round(1 - tokens / padded, 4),
             "forward_backward_s": round(train_s, 2), "rescore_s": round(rescore_s, 2),

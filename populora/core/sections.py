@@ -338,7 +338,10 @@ class UpdateSection(Section):
 
     learning_rate: float = Field(1e-4, gt=0, description="AdamW learning rate for LoRA weights.")
     steps: int = Field(1, ge=1, description="Optimizer steps per adapter per generation (each over all its rollouts).")
-    micro_batch: int = Field(4, ge=1, description="Sequences per forward/backward (gradient accumulation).")
+    micro_batch: int = Field(8, ge=1, description="Sequences per forward/backward (gradient accumulation). 8, the "
+                             "answers a student samples per task (solve.samples): with share_prompts a task's prompt is "
+                             "then computed once, not once per micro-batch that holds some of its answers (1.2x the "
+                             "update's tokens/s of 4 in bfloat16 on the CPU, docs/measurements.md).")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_seq_len: int = Field(1024, ge=32, description="Longer prompt+completion sequences are left-truncated.")
