@@ -97,3 +97,18 @@ def test_the_learning_studys_runs_are_as_its_retroactive_plan_declares():
     assert plan["retroactive"] and found[0].startswith("the plan was written after the runs")
     assert sorted(f.split()[0] for f in found[1:]) == ["1t1s", "2t2s", "2t2s-null", "baseline"]
     assert all("mixes tuning seed(s) [0]" in f for f in found[1:])
+
+
+def test_a_plan_that_names_a_file_its_commit_lacks_stops_the_run(tmp_path, monkeypatch, capsys):
+    """The first population plan named params/population-study.yaml, which no commit ever had."""
+    plan = {"controls": {"1t1s": {}}, "seeds": [3], "params": {}, "primary": {"endpoint": "heldout", "left": "1t1s",
+            "right": "base"}, "overlay": ["params/learning-study.yaml", "params/no-such-overlay.yaml"]}
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "learning-study.yaml").write_text("{}\n")
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
+    assert study_plan.missing_files(plan, tmp_path) == ["params/no-such-overlay.yaml"]
+    monkeypatch.chdir(tmp_path)
+    assert study_plan.main(["plan.yaml", "1t1s", "3"]) == 1
+    assert "params/no-such-overlay.yaml" in capsys.readouterr().err
+    (tmp_path / "params" / "no-such-overlay.yaml").write_text("{}\n")
+    assert study_plan.main(["plan.yaml", "1t1s", "3"]) == 0

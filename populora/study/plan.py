@@ -10,7 +10,7 @@ The file (YAML; every key but `written` and `note` is read):
     question: does the population help where the students learn?
     pool: study/learning/heldout_pool.jsonl          # the held-out pool every run answers
     pool_baselines: study/learning/pool_baselines.json   # its best constant and copy scores (populora.study.baselines)
-    overlay: params/learning-study.yaml              # where the budget came from (for the reader)
+    overlay: params/learning-study.yaml              # the overlay(s) the runs apply (a list: in order); must exist
     params: {dag: {generations: 6}, update: {learning_rate: 0.001}}   # the budget: every run must have these
     controls:                                        # each control's own params on top of the budget
       1t1s: {dag: {arms: [population]}, population: {teachers: 1, students: 1}}
@@ -22,7 +22,8 @@ The file (YAML; every key but `written` and `note` is read):
 The analyser (`populora.study.analysis.summarize`) marks the runs of tuning seeds (`mark_tuning`), and
 `findings` lists what departs from the plan: a run of an undeclared control or seed, a run whose params
 differ from the budget or its control's params (key by key), a run whose pool is not the plan's, and a
-control whose runs mix tuning and declared seeds (the tuning runs are then left out of its figures).
+control whose runs mix tuning and declared seeds (the tuning runs are then left out of its figures). Before a
+run, `main` also refuses a plan that names an overlay, pool or baselines file the checkout does not have.
 """
 
 from __future__ import annotations
@@ -67,6 +68,14 @@ def pool_baselines(plan: dict | None, plan_file: str | Path | None = None) -> di
         if path.is_file():
             return json.loads(path.read_text())["by_type"]
     raise PlanError(f"pool_baselines {name} not found. Fix: python -m populora.study.baselines <pool> --out {name}")
+
+
+def missing_files(plan: dict, root: str | Path = ".") -> list[str]:
+    """The files the plan names (`overlay`: one path or a list, applied in order; `pool`; `pool_baselines`) that are
+    not in the checkout at `root`: a plan names only files of its own commit, so none may be missing."""
+    overlays = plan.get("overlay") or []
+    named = [*([overlays] if isinstance(overlays, str) else overlays), plan.get("pool"), plan.get("pool_baselines")]
+    return [name for name in named if name and not (Path(root) / name).is_file()]
 
 
 def mark_tuning(runs: list[dict], plan: dict) -> None:
@@ -150,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = load(args[0])
     run = {"name": f"{args[1]}-s{args[2]}", "control": args[1], "seed": int(args[2]), "params": {}}
     problems = [f for f in findings([run], plan) if f.startswith(run["name"])]
+    problems += [f"{run['name']}: the plan names {name}, which this checkout does not have" for name in missing_files(plan)]
     for problem in problems:
         print(f"plan: {problem}. Fix: declare it in {args[0]} before the run (a new seed is a new plan entry).",
               file=sys.stderr)
