@@ -37,8 +37,8 @@ from populora.lm.adapters import create_adapters, read_state_dict
 from populora.lm.model import attach_adapters, load_base, lora_config
 from populora.lm.sampling import GenRow, run_plans
 from populora.population import operators as ops
-from populora.selfplay import prompts
-from populora.selfplay.update import AdapterUpdate, save_optimizer
+from populora.rl.update import AdapterUpdate, save_optimizer
+from populora.tasks import prompts
 
 ADAPTER = "x"  # the one trainable adapter slot every trial loads its weights into
 

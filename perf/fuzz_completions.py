@@ -39,12 +39,12 @@ from fuzz_corpus import CANARY, SECRET_ENV, Sample, generate  # noqa: E402
 from populora.config import VerifySection  # noqa: E402
 from populora.core.rows import Answer, GradedAnswer, Proposal, Rollout, Task, read_rows, write_rows  # noqa: E402
 from populora.population.ratings import new_rating, update_from_games  # noqa: E402
-from populora.selfplay import generation_metrics as gm  # noqa: E402
-from populora.selfplay import prompts  # noqa: E402
-from populora.selfplay.parsing import PARSE_REASONS, parse_answer  # noqa: E402
-from populora.selfplay.roles import proposal_rows  # noqa: E402
-from populora.selfplay.rollouts import build_rollouts, failure_reason, generation_stats, played_games  # noqa: E402
-from populora.selfplay.tasks import mark_copyable, mark_duplicates, seed_proposals  # noqa: E402
+from populora.rl import generation_metrics as gm  # noqa: E402
+from populora.rl.rollouts import build_rollouts, failure_reason, generation_stats, played_games  # noqa: E402
+from populora.tasks import prompts  # noqa: E402
+from populora.tasks.parsing import PARSE_REASONS, parse_answer  # noqa: E402
+from populora.tasks.roles import proposal_rows  # noqa: E402
+from populora.tasks.tasks import mark_copyable, mark_duplicates, seed_proposals  # noqa: E402
 from populora.verifier import GRADE_REASONS, VERIFY_REASONS, grade_rows, open_sandbox, verify_rows  # noqa: E402
 
 CONFIG = VerifySection(timeout_s=0.5, memory_mb=256, workers=2)

@@ -37,8 +37,8 @@ from populora.core.seeds import derive_seed
 from populora.core.state import adapter_dirs, load_buffer, load_state
 from populora.lm.engines import load_sampler
 from populora.lm.sampling import GenRow, run_plans
-from populora.selfplay.prompts import chat_wrapper
-from populora.selfplay.roles import proposer_jobs
+from populora.tasks.prompts import chat_wrapper
+from populora.tasks.roles import proposer_jobs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,12 +23,12 @@ from populora.config import TASK_TYPES, load_params
 from populora.core.io import write_json
 from populora.lm.model import load_base
 from populora.lm.sampling import GenRow, run_plans
-from populora.selfplay.prompts import chat_wrapper
-from populora.selfplay.roles import (
+from populora.tasks.prompts import chat_wrapper
+from populora.tasks.roles import (
     proposal_rows,
     proposer_jobs,
 )
-from populora.selfplay.tasks import buffer_entry, is_valid_task, seed_proposals
+from populora.tasks.tasks import buffer_entry, is_valid_task, seed_proposals
 from populora.verifier import verify_rows
 
 

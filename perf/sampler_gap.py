@@ -3,7 +3,7 @@
 Samples `--problems` CRUXEval-O prompts x `--samples` answers (temperature 1, `--tokens` tokens) from
 the base model in `--dtype` with one random q/k/v/o adapter stacked (the hf engine), then takes one
 update step of that adapter (PEFT, LoRA weights float32) on them with advantages +-1, as the update
-stage would (`populora.selfplay.update.importance_mode`: in bfloat16 the truncated importance correction is on),
+stage would (`populora.rl.update.importance_mode`: in bfloat16 the truncated importance correction is on),
 and records `sampler_logprob_max_abs_diff` / `_mean_abs_diff` (0 up to rounding in float32):
 
     OMP_NUM_THREADS=1 python perf/sampler_gap.py --base-model results/base_model --dtype bfloat16 \
@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     from populora.lm.model import attach_adapters, load_base, lora_config
     from populora.lm.multilora import attach_multilora
     from populora.lm.sampling import GenRow, run_plans
-    from populora.selfplay.prompts import chat_wrapper
-    from populora.selfplay.update import AdapterUpdate
+    from populora.rl.update import AdapterUpdate
+    from populora.tasks.prompts import chat_wrapper
 
     data = Path(os.environ.get("POPULORA_BENCHMARKS", Path(__file__).resolve().parents[2] / "shared" / "benchmarks"))
     rows = cruxeval.load_rows(data)

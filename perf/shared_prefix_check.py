@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from populora.lm.model import load_base, lora_config
     from populora.lm.multilora import attach_multilora
     from populora.lm.sampling import GenRow, run_plans
-    from populora.selfplay.prompts import chat_wrapper
+    from populora.tasks.prompts import chat_wrapper
 
     data = Path(os.environ.get("POPULORA_BENCHMARKS", Path(__file__).resolve().parents[2] / "shared" / "benchmarks"))
     rows = cruxeval.load_rows(data)

@@ -5,7 +5,7 @@
 
 params/gpu-paper.yaml's update: the base in bf16 (built on the device in code, `perf/generation.py`'s
 SHAPES), rank-16 LoRA on all 7 linear modules (float32, Adam), Accelerate's bf16 autocast, gradient
-checkpointing, one optimizer step (`populora.selfplay.update.reinforce_steps`) per run of ROWSxTOKENS
+checkpointing, one optimizer step (`populora.rl.update.reinforce_steps`) per run of ROWSxTOKENS
 (default 8 x 1,024 and 1 x 8,192: 8,192 tokens per micro-batch either way, update.max_seq_len). Writes, per
 run, the seconds and the peak memory (CUDA: torch.cuda.max_memory_allocated; CPU: the process's peak RSS),
 with the device, the versions and the command. tests/test_engine_gpu.py and scripts/device_check.sh run it.
@@ -58,7 +58,7 @@ def probe(shape: str, device: torch.device, runs: list[tuple[int, int]], rank: i
     from peft import get_peft_model
 
     from populora.config import UpdateSection
-    from populora.selfplay.update import reinforce_steps
+    from populora.rl.update import reinforce_steps
 
     model = build(shape, device)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())

@@ -1,7 +1,7 @@
 """The update's forward+backward tokens per second, its padding, and what the diagnostics' re-scoring costs.
 
 Loads the base model (`--base-model`) in `--dtype`, one fresh adapter (q/k/v/o, rank 8, trainable,
-float32), and trains it with `populora.selfplay.update.AdapterUpdate` on synthetic rollouts of the
+float32), and trains it with `populora.rl.update.AdapterUpdate` on synthetic rollouts of the
 solve shape: `--tasks` prompts of ~`--prompt-tokens` tokens (+-25%), `--samples` answers of
 `--answer-tokens` each, advantages +-1. Micro-batches as params.yaml's update section (4 sequences,
 4,096 padded tokens, longest first). Three runs: one step; `--steps` steps with each step's
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     from populora.lm.adapters import create_adapters
     from populora.lm.dtype import runtime_record
     from populora.lm.model import attach_adapters, load_base, lora_config
-    from populora.selfplay.update import AdapterUpdate
+    from populora.rl.update import AdapterUpdate
 
     tokenizer, model = load_base(args.base_model, dtype=args.dtype, device="cpu")
     tokenizer.padding_side = "right"

@@ -199,7 +199,7 @@ class Params(Section):
     def _every_role_can_learn(self):
         """Refuse settings under which every advantage of a role is 0 by construction (the run would
         train on nothing): a group of one rollout, or a group whose rollouts are identical, gets A = 0
-        (populora.selfplay.advantages). See `cannot_learn` for the cases."""
+        (populora.rl.advantages). See `cannot_learn` for the cases."""
         errors = [InitErrorDetails(type=PydanticCustomError("cannot_learn", problem, {"fix": fix}),
                                    loc=tuple(key.split(".")), input=value)
                   for key, value, problem, fix in cannot_learn(self)]

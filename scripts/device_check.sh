@@ -64,7 +64,7 @@ else
   echo "no wheels in $wheels: nothing installed (scripts/prepare_device_wheels.sh fetches them)" | tee -a "$log"
 fi
 step imports 120 "$PYTHON" -c "import torch, transformers, peft, accelerate, pytest, yaml, pydantic
-import populora.config, populora.lm.multilora, populora.lm.sampling, populora.selfplay.update
+import populora.config, populora.lm.multilora, populora.lm.sampling, populora.rl.update
 print('torch', torch.__version__, 'cuda', torch.version.cuda, 'device', torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)"
 
 if [ $mode = gpu ]; then

@@ -14,7 +14,7 @@ The checkpoint holds adapters (the trained ones, hard-linked, and evolution's ch
 replaced member's trained adapter stays under replaced/ for the benchmarks),
 optimizer moments (a child's: its first parent's, carried by evolve), `State` (ratings, members, reward records, lineage,
 coverage hashes) and the task buffer with this generation's valid tasks appended. metrics.json is
-flat and numeric (sorted keys; definitions in `populora.selfplay.generation_metrics`); it also goes
+flat and numeric (sorted keys; definitions in `populora.rl.generation_metrics`); it also goes
 into the arm's live history (`--history`, `--steps`, `--progress`, `--tracking`: populora/report/live.py).
 """
 
@@ -39,8 +39,8 @@ from populora.core.state import (
 from populora.lm.adapters import delta_norm, read_state_dict
 from populora.population.diversity import weight_diversity
 from populora.population.evolution import append_lineage
-from populora.selfplay import generation_metrics as gm
-from populora.selfplay.tasks import extend_pair_buffers, is_valid_task
+from populora.rl import generation_metrics as gm
+from populora.tasks.tasks import extend_pair_buffers, is_valid_task
 from stages._common import setup, stage_parser
 from stages._live import add_live_flags, record_live
 

@@ -18,7 +18,7 @@ from populora.lm.adapters import create_adapters
 from populora.lm.model import load_base, lora_config
 from populora.population import ratings as rating_lib
 from populora.population.evolution import founder_events, member_id
-from populora.selfplay.tasks import buffer_entry, is_copyable, program_keys, seed_proposals
+from populora.tasks.tasks import buffer_entry, is_copyable, program_keys, seed_proposals
 from populora.verifier import IsolationError, verify_rows
 from stages._common import setup, stage_parser, timed
 

@@ -18,8 +18,8 @@ from populora.core.seeds import derive_seed
 from populora.core.state import adapter_dirs, load_buffer, load_state
 from populora.lm.engines import load_sampler
 from populora.lm.sampling import GenRow, run_plans
-from populora.selfplay.prompts import chat_wrapper
-from populora.selfplay.roles import mark_pair_duplicates, proposal_rows, proposer_jobs
+from populora.tasks.prompts import chat_wrapper
+from populora.tasks.roles import mark_pair_duplicates, proposal_rows, proposer_jobs
 from stages._common import setup, stage_parser, timed
 
 

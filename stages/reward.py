@@ -5,7 +5,7 @@
         --pairing results/population/gen000/pairing.json --rollouts results/population/gen000/rollouts.jsonl \
         --ratings results/population/gen000/ratings.json --stats results/population/gen000/reward_stats.json
 
-Definitions (rewards, games, advantages) are in `populora.selfplay.rollouts`. Only attempts on this
+Definitions (rewards, games, advantages) are in `populora.rl.rollouts`. Only attempts on this
 generation's proposals by a paired student are games; buffer fill-ins train the student only.
 """
 
@@ -15,7 +15,7 @@ from populora.core.io import read_json, write_json
 from populora.core.rows import GradedAnswer, Rollout, Task, read_rows, write_rows
 from populora.core.state import load_buffer, load_state
 from populora.population.ratings import update_from_games
-from populora.selfplay.rollouts import build_rollouts, generation_stats, played_games, same_program_examples
+from populora.rl.rollouts import build_rollouts, generation_stats, played_games, same_program_examples
 from stages._common import setup, stage_parser
 
 

@@ -19,9 +19,9 @@ from populora.core.seeds import derive_seed
 from populora.core.state import adapter_dirs, load_buffer, load_state
 from populora.lm.engines import load_sampler
 from populora.lm.sampling import GenRow, run_plans
-from populora.selfplay.parsing import parse_answer
-from populora.selfplay.prompts import chat_wrapper
-from populora.selfplay.roles import assign_tasks, solver_jobs
+from populora.tasks.parsing import parse_answer
+from populora.tasks.prompts import chat_wrapper
+from populora.tasks.roles import assign_tasks, solver_jobs
 from stages._common import setup, stage_parser, timed
 
 TASK_FIELDS = ("task_id", "type", "program", "inputs", "outputs", "message", "teacher", "gen", "origin", "author")

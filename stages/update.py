@@ -7,14 +7,14 @@
 Job `--part k` of the `dag.update_jobs` (J) jobs of an arm and generation trains the arm's adapters
 k, k+J, k+2J, ... (teachers, then students; `populora.core.topology.update_part_slots`): one adapter
 per job when J is at least the arm's size, so N GPUs train N adapters at once; the results do not
-depend on J (`populora.selfplay.update_job`). It writes, per adapter, adapters/<slot>/,
+depend on J (`populora.rl.update_job`). It writes, per adapter, adapters/<slot>/,
 optimizer/<slot>.safetensors and its entry of update_stats.json; `stages.update_gather` links the
 parts into the generation's trained/ folder. A job left without an adapter (the baseline has one)
 writes an empty part at once, before torch is imported or a GPU claimed. The base model's weights
 are frozen; each adapter is trained on its own forward passes (PEFT refuses mixed-adapter batches in
 training mode). With `update.processes: N > 1` this stage re-launches itself through `accelerate
 launch` with N processes (one GPU each, claimed together), whose gradients are summed before each
-optimizer step (`populora.selfplay.update.reinforce_steps`; tests/test_update_jobs.py runs 2 CPU
+optimizer step (`populora.rl.update.reinforce_steps`; tests/test_update_jobs.py runs 2 CPU
 processes).
 """
 
@@ -28,7 +28,7 @@ from populora.core.io import replace_dir, staging_dir, write_json
 from populora.core.state import UPDATE_STATS
 from populora.core.topology import update_part_slots
 from populora.lm.gpus import claim_gpu, keep_gpu_claims_across_exec
-from populora.selfplay.update_job import train_job
+from populora.rl.update_job import train_job
 from stages._common import require_device, setup, stage_parser
 
 LAUNCHED = "LOCAL_RANK"  # set by torchrun / accelerate launch in each process it starts

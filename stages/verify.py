@@ -11,7 +11,7 @@ One output row per input line, in order; a line that is not a JSON object become
 program; the wall-clock backstop is verify.wall_timeout_s), --memory-mb, --max-output-chars and
 --workers override single keys of it. The DAG also passes --arm/--gen/--log. With
 `propose.reject_copyable` (or --reject-copyable) a valid code_o/code_i task whose output equals an
-argument of its input becomes invalid with reason `copyable` (populora.selfplay.tasks.mark_copyable).
+argument of its input becomes invalid with reason `copyable` (populora.tasks.tasks.mark_copyable).
 With --heldout POOL (the held-out pool, stages.heldout_pool) a valid task whose program is a pool
 program becomes invalid with reason `heldout` (populora.heldout.pool.mark_heldout): no pool task
 is ever solved or trained on.
@@ -37,7 +37,7 @@ from collections import Counter
 from populora.config import load_params
 from populora.core.io import read_jsonl, write_json, write_jsonl
 from populora.heldout.pool import mark_heldout
-from populora.selfplay.tasks import CODE_F_INPUTS, mark_copyable
+from populora.tasks.tasks import CODE_F_INPUTS, mark_copyable
 from populora.verifier import isolation_report, verify_rows
 from stages._sandbox import REFUSED, add_common_args, progress_bar, read_rows, setup, start_sandbox
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from populora.config import TASK_TYPES
-from populora.selfplay.tasks import IDENTITY_CODE_F_SEED, IDENTITY_SEED
+from populora.tasks.tasks import IDENTITY_CODE_F_SEED, IDENTITY_SEED
 
 
 def seed_rows() -> list[dict]:

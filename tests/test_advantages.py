@@ -5,8 +5,8 @@ import statistics
 import pytest
 import torch
 
-from populora.selfplay import advantages
-from populora.selfplay.advantages import (
+from populora.rl import advantages
+from populora.rl.advantages import (
     group_key,
     group_stats,
     reinforce_loss,

@@ -16,7 +16,7 @@ from populora.bench.diagnostics import copy_solves
 from populora.config import ParamsError, load_params
 from populora.core.literals import output_is_an_argument
 from populora.core.state import BUFFER
-from populora.selfplay.tasks import IDENTITY_PROGRAM, is_copyable, mark_copyable
+from populora.tasks.tasks import IDENTITY_PROGRAM, is_copyable, mark_copyable
 
 REPO = Path(__file__).resolve().parents[1]
 DISGUISED = "def f(x):\n    return str(x).encode().decode()"

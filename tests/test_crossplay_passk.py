@@ -165,8 +165,8 @@ def test_crossplay_command_on_a_tiny_finished_run(tiny_model_dir, tiny_params_di
 
 def test_passk_command_on_the_tiny_model(tiny_model_dir, tiny_params_dict, tmp_path):
     from populora.heldout.pool import accept_into_pool, attach_examples
-    from populora.selfplay.tasks import seed_proposals
     from populora.study import passk
+    from populora.tasks.tasks import seed_proposals
     from populora.verifier import verify_rows
 
     params, results = _finished_run(tmp_path, tiny_model_dir, tiny_params_dict)

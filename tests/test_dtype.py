@@ -15,8 +15,8 @@ from populora.lm.dtype import resolve_dtype, runtime_record
 from populora.lm.model import attach_adapters, load_base
 from populora.lm.multilora import attach_multilora
 from populora.lm.sampling import GenRow, run_plans
-from populora.selfplay import prompts
-from populora.selfplay.update import AdapterUpdate
+from populora.rl.update import AdapterUpdate
+from populora.tasks import prompts
 from tests.test_generation_update import _adapters, _chat
 
 
@@ -64,7 +64,7 @@ def test_bfloat16_base_samples_and_trains_float32_lora(tiny_model_dir, tmp_path,
 
 
 def test_the_importance_correction_is_on_in_bf16_by_default():
-    from populora.selfplay.update import importance_mode
+    from populora.rl.update import importance_mode
 
     assert UpdateSection().importance_sampling_mode == "auto" and UpdateSection().importance_sampling_cap == 2.0
     assert importance_mode("auto", "bfloat16") == importance_mode("auto", "float16") == "token_truncate"

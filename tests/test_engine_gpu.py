@@ -28,7 +28,7 @@ from populora.lm.adapters import create_adapters
 from populora.lm.model import attach_adapters, load_base, lora_config
 from populora.lm.multilora import attach_multilora
 from populora.lm.sampling import GenRow, run_plans
-from populora.selfplay import prompts
+from populora.tasks import prompts
 
 REPO = Path(__file__).resolve().parents[1]
 MEASURED = REPO / "perf" / "measured"
@@ -83,7 +83,7 @@ def _generated(result) -> list[list[int]]:
 def _score_gaps(model_dir, adapters, rows, results, *, dtype: str, mixed: bool) -> list[float]:
     """|recorded score - the update's score| of every sampled token (`rollout_sequences` +
     `selected_logprobs`, each row's adapter; under bf16 autocast with `mixed`)."""
-    from populora.selfplay.update import rollout_sequences, selected_logprobs
+    from populora.rl.update import rollout_sequences, selected_logprobs
 
     gaps = []
     for adapter in ("a", "b"):
@@ -140,7 +140,7 @@ def test_update_with_bf16_autocast_through_accelerate(model_dir, adapters, tmp_p
     from accelerate import Accelerator
     from safetensors.torch import load_file
 
-    from populora.selfplay.update import reinforce_steps
+    from populora.rl.update import reinforce_steps
 
     tokenizer, model = load_base(model_dir, dtype="bfloat16", device="cuda")
     sampler = attach_multilora(model, {n: str(p) for n, p in adapters.items()})

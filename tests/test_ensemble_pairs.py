@@ -12,8 +12,8 @@ import yaml
 
 from populora.config import ParamsError, parse_params
 from populora.population.ratings import pairs_pairing
-from populora.selfplay.roles import assign_tasks, buffer_of, mark_pair_duplicates, proposer_jobs, solver_jobs
-from populora.selfplay.tasks import extend_buffer, extend_pair_buffers, seed_proposals
+from populora.tasks.roles import assign_tasks, buffer_of, mark_pair_duplicates, proposer_jobs, solver_jobs
+from populora.tasks.tasks import extend_buffer, extend_pair_buffers, seed_proposals
 
 TEACHERS, STUDENTS = ["teacher0", "teacher1"], ["student0", "student1"]
 # structurally different programs per pair (normalised ASTs differ), each with a marker its prompts show

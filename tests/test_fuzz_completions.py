@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from populora.core.io import read_jsonl, write_jsonl
-from populora.selfplay import parsing
-from populora.selfplay.parsing import PARSE_REASONS, answer_section, clean_program, parse_answer, parse_proposal
-from populora.selfplay.program_metrics import program_metrics
+from populora.tasks import parsing
+from populora.tasks.parsing import PARSE_REASONS, answer_section, clean_program, parse_answer, parse_proposal
+from populora.tasks.program_metrics import program_metrics
 from tests.conftest import REPO
 
 sys.path.insert(0, str(REPO / "perf"))

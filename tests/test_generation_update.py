@@ -13,8 +13,7 @@ from populora.lm.adapters import create_adapters, read_state_dict
 from populora.lm.model import attach_adapters, load_base, lora_config
 from populora.lm.multilora import attach_multilora
 from populora.lm.sampling import GenRow, _cut, block_enders, process_logits, run_plans, sample_batch
-from populora.selfplay import prompts
-from populora.selfplay.update import (
+from populora.rl.update import (
     RolloutFormatError,
     Sequence,
     plan_micro_batches,
@@ -24,6 +23,7 @@ from populora.selfplay.update import (
     set_gradient_checkpointing,
     token_weights,
 )
+from populora.tasks import prompts
 
 
 def _adapters(tiny_model_dir, tmp_path, names=("a", "b")):
@@ -281,7 +281,7 @@ def test_micro_batches_respect_rows_and_token_budget():
 
 
 def test_shared_micro_batches_keep_a_prompts_answers_together_within_the_budgets():
-    from populora.selfplay.sequences import plan_shared_micro_batches
+    from populora.rl.sequences import plan_shared_micro_batches
 
     prompt_a, prompt_b = list(range(10, 40)), list(range(50, 60))  # 30 and 10 prompt tokens
 
@@ -326,7 +326,7 @@ def test_chunked_logprobs_and_checkpointing_match_the_plain_computation(tiny_mod
 def test_shared_prompts_give_the_unshared_loss_and_gradients(tiny_model_dir, tmp_path):
     """The answers of one prompt share its forward (keys and values computed once, with gradients): the
     log-probs, the loss and every LoRA gradient equal the unshared computation's within 1e-5 relative."""
-    from populora.selfplay.sequences import prompt_groups
+    from populora.rl.sequences import prompt_groups
 
     adapters = _adapters(tiny_model_dir, tmp_path)
     _, results = _sampled_rollouts(tiny_model_dir, adapters, top_p=1.0, seed=3)
@@ -409,7 +409,7 @@ def test_non_empty_step_never_opens_with_a_block_ender(tiny_model_dir):
 
 
 def test_importance_weights_truncate_and_skip_unrecorded():
-    from populora.selfplay.update import importance_weights
+    from populora.rl.update import importance_weights
 
     logprobs = torch.tensor([-1.0, -1.0, -0.5, -2.0])
     weights = importance_weights(logprobs, [-1.0, -2.0, None, -1.0], cap=2.0)
@@ -418,7 +418,7 @@ def test_importance_weights_truncate_and_skip_unrecorded():
 
 
 def test_sequence_mask_weighs_each_sequence_by_its_ratio_or_drops_it():
-    from populora.selfplay.update import sequence_mask_weights
+    from populora.rl.update import sequence_mask_weights
 
     logprobs = torch.tensor([-1.0, -1.0, -0.5, -2.0, -1.0], requires_grad=True)
     recorded = [-1.2, -1.0, None, -0.5, -1.0]  # ratios e^0.2 (sequence 1: its unrecorded token ignored), e^-1.5, 1

@@ -48,7 +48,7 @@ def test_gold_scored_in_the_generation_prefill_equals_its_own_pass(tiny_model_di
     the same log-likelihood as `gold_logprobs`' pass of its own, and the greedy answers are those of
     a generation without golds; without a carried cache nothing is scored."""
     from populora.lm.sampling import GenRow, run_plans
-    from populora.selfplay import prompts
+    from populora.tasks import prompts
 
     tokenizer, plain = load_base(tiny_model_dir)
     model = attach_multilora(plain, _adapters(tiny_model_dir, tmp_path))

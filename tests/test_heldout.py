@@ -10,7 +10,7 @@ import yaml
 
 from populora.heldout.pool import accept_into_pool, attach_examples, mark_heldout
 from populora.heldout.scoring import heldout_metrics, scoring_jobs, verdict_table
-from populora.selfplay.tasks import BUILTIN_SEEDS, program_key, seed_proposals
+from populora.tasks.tasks import BUILTIN_SEEDS, program_key, seed_proposals
 from populora.verifier import verify_rows
 
 

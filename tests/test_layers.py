@@ -13,25 +13,31 @@ from tests.conftest import REPO
 PACKAGE = REPO / "populora"
 # folder -> the populora folders it must not import
 # study/ (the study analysis) is the top floor: no other folder imports it; the statistics every floor shares
-# live in core/stats.py. The held-out pool (heldout/) sits above selfplay and verifier (it proposes, verifies,
-# grades): neither imports it back.
-FORBIDDEN = {"core": ("lm", "selfplay", "population", "bench", "report", "verifier", "sandbox", "control", "study",
-                      "heldout", "warmstart"),
-             "lm": ("selfplay", "population", "bench", "report", "verifier", "sandbox", "control", "study", "heldout", "warmstart"),
-             "population": ("selfplay", "bench", "report", "control", "study", "heldout", "warmstart"),
+# live in core/stats.py. tasks/ (the task world: task rows, parsing, prompts, roles, program metrics, the families)
+# is the ground floor beside core/: torch-free, it imports nothing above core. verifier/ sits on it; rl/ (the training
+# step) beside verifier/, neither importing the other. The held-out pool (heldout/) sits above rl and verifier (it
+# proposes, verifies, grades): neither imports it back.
+ABOVE_TASKS = ("lm", "rl", "population", "bench", "report", "verifier", "sandbox", "control", "study", "heldout",
+               "warmstart")
+FORBIDDEN = {"core": ("tasks", *ABOVE_TASKS),
+             "tasks": ABOVE_TASKS,
+             "lm": ("rl", "population", "bench", "report", "verifier", "sandbox", "control", "study", "heldout", "warmstart"),
+             "population": ("rl", "bench", "report", "control", "study", "heldout", "warmstart"),
              "bench": ("report", "control", "study", "warmstart"),
              "report": ("control", "study"),
              "control": ("report", "study"),
-             "selfplay": ("verifier", "heldout", "bench", "report", "control", "study", "warmstart"),
-             "verifier": ("heldout", "bench", "report", "population", "control", "study", "warmstart"),
+             "rl": ("verifier", "heldout", "bench", "report", "control", "study", "warmstart"),
+             "verifier": ("rl", "heldout", "bench", "report", "population", "control", "study", "warmstart"),
              "heldout": ("bench", "report", "population", "control", "study", "warmstart"),
-             "sandbox": ("lm", "selfplay", "population", "bench", "report", "verifier", "control", "study", "heldout", "warmstart"),
-             # the task families: pure and torch-free, below everything that generates, verifies or trains on tasks
-             "tasks": ("lm", "selfplay", "population", "bench", "report", "verifier", "sandbox", "control", "study",
-                       "heldout", "warmstart"),
+             "sandbox": ("lm", "rl", "population", "bench", "report", "verifier", "control", "study", "heldout", "warmstart"),
              # the warm start sits beside the held-out pool (it verifies, prompts, trains; its study scores CRUXEval
              # through bench/); only stages and the controls above it use it
              "warmstart": ("report", "population", "control", "study")}
+
+
+def test_the_task_floor_never_imports_torch():
+    for path in sorted((PACKAGE / "tasks").glob("*.py")):
+        assert not {name for name in _imports(path) if name.split(".")[0] in ("torch", "transformers", "peft")}, path
 
 
 def _imports(path) -> set[str]:

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from populora.selfplay import prompts
-from populora.selfplay.parsing import clean_program, fenced_blocks, parse_answer, parse_proposal
-from populora.selfplay.roles import assign_tasks, proposer_jobs, solver_jobs
-from populora.selfplay.tasks import extend_buffer, is_valid_task, seed_proposals
+from populora.tasks import prompts
+from populora.tasks.parsing import clean_program, fenced_blocks, parse_answer, parse_proposal
+from populora.tasks.roles import assign_tasks, proposer_jobs, solver_jobs
+from populora.tasks.tasks import extend_buffer, is_valid_task, seed_proposals
 
 
 def chat(prompt: str) -> str:
@@ -165,14 +165,14 @@ def test_no_worked_example_shares_the_tasks_program():
     task = {**twin, "task_id": "new", "origin": "proposed", "teacher": "t0"}
     jobs = solver_jobs({"s0": {task["type"]: [task]}}, buffer, samples=20, worked_examples=3, mode="scaffolded",
                        chat=chat, rng=random.Random(0))
-    from populora.selfplay.tasks import program_key
+    from populora.tasks.tasks import program_key
 
     shown = {e for meta, _ in jobs for e in meta["examples"]}
     assert shown and all(program_key(b["program"]) != program_key(task["program"]) for b in buffer if b["task_id"] in shown)
 
 
 def test_a_proposal_copying_a_buffer_program_is_a_duplicate():
-    from populora.selfplay.tasks import mark_duplicates
+    from populora.tasks.tasks import mark_duplicates
 
     buffer = _buffer()
     copy = {"task_id": "p1", "type": "code_o", "program": buffer[0]["program"], "parse_reason": None}

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from populora.core.literals import output_is_an_argument
-from populora.selfplay.rollouts import build_rollouts
+from populora.rl.rollouts import build_rollouts
 from populora.tasks.families import family_tasks
 
 

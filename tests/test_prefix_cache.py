@@ -14,7 +14,7 @@ from populora.lm.model import load_base, lora_config
 from populora.lm.multilora import attach_multilora
 from populora.lm.prefix_cache import CarriedCache, common_prefix, kv_key, shared_prefill
 from populora.lm.sampling import GenRow, run_plans, sample_batch
-from populora.selfplay import prompts
+from populora.tasks import prompts
 from tests.test_generation_update import _adapters, _chat, _count_fed_tokens
 
 INSTRUCTION = ("You are given a Python function and an input. Predict the output exactly. Worked example:\n"
@@ -115,7 +115,7 @@ def test_update_rescoring_with_shared_prompts_equals_the_plain_scoring(tiny_mode
     """The update's after-step scores (`shared_prefix_logprobs`: a prompt once for its samples) equal
     `selected_logprobs`' to float rounding, multi-step plans (branches) and suppression included."""
     from populora.lm.model import attach_adapters
-    from populora.selfplay.sequences import rollout_sequences, selected_logprobs, shared_prefix_logprobs
+    from populora.rl.sequences import rollout_sequences, selected_logprobs, shared_prefix_logprobs
     from tests.test_generation_update import _sampled_rollouts
 
     adapters = _adapters(tiny_model_dir, tmp_path)

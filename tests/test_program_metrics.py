@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from populora.selfplay.program_metrics import (
+from populora.tasks.program_metrics import (
     ast_depth,
     coverage,
     cyclomatic_complexity,

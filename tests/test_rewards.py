@@ -2,8 +2,8 @@ import doctest
 
 import pytest
 
-from populora.selfplay import rewards
-from populora.selfplay.rewards import solve_rate, student_reward, teacher_reward, teacher_reward_from_rate
+from populora.rl import rewards
+from populora.rl.rewards import solve_rate, student_reward, teacher_reward, teacher_reward_from_rate
 
 
 @pytest.mark.parametrize(

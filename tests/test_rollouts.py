@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from populora.selfplay.rollouts import (
+from populora.rl.rollouts import (
     build_rollouts,
     failure_reason,
     generation_stats,
@@ -99,7 +99,7 @@ def test_an_unattempted_valid_proposal_is_written_as_a_rollout_without_reward(tm
     """The default run's reward stage failed on this (population gen 1: a valid code_f proposal the
     pairing left unplayed): its rollout has no reward and no advantage, and must still be written."""
     from populora.core.rows import Rollout, read_rows, write_rows
-    from populora.selfplay.update import with_signal
+    from populora.rl.update import with_signal
 
     tasks = [_task("a", "t0"), _task("e", "t1")]
     graded = [_answer("a", "s0", True), _answer("a", "s0", False, sample=1)]
@@ -116,8 +116,8 @@ def test_signal_accounting_separates_format_from_correctness():
     """Synthetic rollouts: task a has a right answer beside wrong ones (correctness), task b only a malformed
     and a wrong one (format only), task c only wrong answers (no signal); per-task groups, then TRR++'s
     type-wide group, where the one right answer makes every rollout's signal one of correctness."""
-    from populora.selfplay.generation_metrics import signal_metrics
-    from populora.selfplay.rollouts import signal_accounting
+    from populora.rl.generation_metrics import signal_metrics
+    from populora.rl.rollouts import signal_accounting
 
     tasks = [_task("a", "t0"), _task("b", "t0"), _task("c", "t0")]
     graded = [_answer("a", "s0", True), _answer("a", "s0", False, sample=1), _answer("a", "s0", False, sample=2),

@@ -13,7 +13,7 @@ from accelerate import Accelerator
 from populora.config import EvolveSection, UpdateSection
 from populora.lm.adapters import delta_norm
 from populora.report.summary import accounting, arm_summary
-from populora.selfplay.advantages import group_key, shuffle_within_groups
+from populora.rl.advantages import group_key, shuffle_within_groups
 from stages.evolve import evolves
 
 
@@ -169,7 +169,7 @@ def test_per_role_update_takes_steps_per_role(tiny_model_dir, tmp_path):
     """role_steps: per_role gives an adapter in both roles `steps` optimizer steps per role; joint
     gives `steps` in all (the single agent's mixed update)."""
     from populora.lm.model import attach_adapters, load_base
-    from populora.selfplay.update import reinforce_steps
+    from populora.rl.update import reinforce_steps
     from tests.test_generation_update import _adapters, _sampled_rollouts
 
     adapters = _adapters(tiny_model_dir, tmp_path)
@@ -200,7 +200,7 @@ def test_per_role_update_takes_steps_per_role(tiny_model_dir, tmp_path):
 
 
 def test_uniform_fill_in_draws_from_the_whole_buffer():
-    from populora.selfplay.roles import assign_tasks, fill_in_order
+    from populora.tasks.roles import assign_tasks, fill_in_order
 
     buffer = [{"task_id": f"t{g}", "type": "code_o", "gen": g, "program": f"def f(x):\n    return x + {g}"}
               for g in range(-1, 9)]
@@ -218,8 +218,8 @@ def test_uniform_fill_in_draws_from_the_whole_buffer():
 
 
 def test_task_types_limit_what_is_proposed_and_solved():
-    from populora.selfplay.roles import assign_tasks, proposer_jobs
-    from populora.selfplay.tasks import seed_proposals
+    from populora.tasks.roles import assign_tasks, proposer_jobs
+    from populora.tasks.tasks import seed_proposals
 
     buffer = [{**row, "outputs": ["0"] * len(row["inputs"]), "valid": True} for row in seed_proposals("builtin")]
     jobs = proposer_jobs(["teacher0"], buffer, per_type=2, references=1, n_inputs=10, mode="scaffolded",

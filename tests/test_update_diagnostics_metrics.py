@@ -1,8 +1,8 @@
-"""The update's per-step diagnostics reach each generation's metrics (populora.selfplay.generation_metrics)."""
+"""The update's per-step diagnostics reach each generation's metrics (populora.rl.generation_metrics)."""
 
 from __future__ import annotations
 
-from populora.selfplay.generation_metrics import STEP_DIAGNOSTICS, compute_metrics
+from populora.rl.generation_metrics import STEP_DIAGNOSTICS, compute_metrics
 
 
 def test_generation_metrics_carry_the_updates_diagnostics_per_step():

@@ -8,10 +8,10 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-import populora.selfplay.update as update_module
+import populora.rl.update as update_module
 from populora.config import UpdateSection
 from populora.lm.model import attach_adapters, load_base
-from populora.selfplay.update import AdapterUpdate, rollout_sequences, selected_logprobs
+from populora.rl.update import AdapterUpdate, rollout_sequences, selected_logprobs
 from tests.test_generation_update import _adapters, _sampled_rollouts
 
 

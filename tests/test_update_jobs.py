@@ -41,8 +41,8 @@ def build_inputs(root: Path, tiny_model_dir: Path, tiny_params_dict: dict) -> di
     from populora.lm.model import attach_adapters, load_base, lora_config
     from populora.lm.multilora import attach_multilora
     from populora.lm.sampling import GenRow, run_plans
-    from populora.selfplay import prompts
-    from populora.selfplay.update import make_optimizer, save_optimizer, trainable_state
+    from populora.rl.update import make_optimizer, save_optimizer, trainable_state
+    from populora.tasks import prompts
 
     state = root / "state"
     (state / ADAPTERS).mkdir(parents=True)
@@ -154,7 +154,7 @@ def test_the_update_draws_no_random_number(inputs):
     from populora.config import UpdateSection
     from populora.core.io import read_jsonl
     from populora.lm.model import attach_adapters, load_base
-    from populora.selfplay.update import reinforce_steps
+    from populora.rl.update import reinforce_steps
 
     tokenizer, model = load_base(inputs["base_model"])
     tokenizer.padding_side = "right"

@@ -16,7 +16,7 @@ import pytest
 
 from populora.config import VerifySection, load_params
 from populora.sandbox import LAYERS, SKIP_ENV, Sandbox
-from populora.selfplay.tasks import IDENTITY_CODE_F_SEED, IDENTITY_SEED
+from populora.tasks.tasks import IDENTITY_CODE_F_SEED, IDENTITY_SEED
 from populora.verifier import (
     GRADE_REASONS,
     GRADERS,
@@ -467,8 +467,8 @@ def test_stages_warn_and_run_when_isolation_is_not_required(tmp_path):
 def test_the_code_f_shape_is_one_definition(box):
     """propose.code_f_inputs decides how many inputs a code_f row needs, how many the grader
     hides and how many pairs the solver sees (it was fixed at 10 / 5 in three places)."""
-    from populora.selfplay.prompts import solver_prompt
-    from populora.selfplay.tasks import code_f_split, seed_proposals
+    from populora.tasks.prompts import solver_prompt
+    from populora.tasks.tasks import code_f_split, seed_proposals
 
     six = [row for row in seed_proposals("builtin", 6) if row["type"] == "code_f"]
     assert all(len(row["inputs"]) == 6 for row in six)

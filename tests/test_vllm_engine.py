@@ -25,7 +25,7 @@ from populora.lm.adapters import create_adapters  # noqa: E402
 from populora.lm.model import load_base, lora_config  # noqa: E402
 from populora.lm.multilora import attach_multilora  # noqa: E402
 from populora.lm.sampling import GenRow, block_enders, process_logits, run_plans  # noqa: E402
-from populora.selfplay import prompts  # noqa: E402
+from populora.tasks import prompts  # noqa: E402
 
 
 @pytest.fixture(scope="module")

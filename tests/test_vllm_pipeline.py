@@ -56,14 +56,14 @@ def _jsonl(path: Path) -> list[dict]:
 
 def test_rollouts_come_from_vllm_and_score_as_the_update_scores(finished):
     """Every answer vLLM sampled carries its tokens' scores; the update's own scoring
-    (`populora.selfplay.update.rollout_sequences` + `selected_logprobs`, the student's adapter) agrees.
+    (`populora.rl.update.rollout_sequences` + `selected_logprobs`, the student's adapter) agrees.
     (The tiny random model's students solve nothing, so no advantage is non-zero and the update
     itself takes no step here: its gap statistic is computed from the same two functions.)"""
     import torch
 
     from populora.core.state import adapter_dirs
     from populora.lm.model import attach_adapters, load_base
-    from populora.selfplay.update import rollout_sequences, selected_logprobs
+    from populora.rl.update import rollout_sequences, selected_logprobs
 
     for arm in ("population",):
         answers = _jsonl(finished / arm / "gen000" / "answers.jsonl")

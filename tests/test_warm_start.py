@@ -12,8 +12,8 @@ import yaml
 
 from populora.config import VerifySection, parse_params
 from populora.heldout.pool import verified_seeds
-from populora.lm.plans import FENCE
-from populora.selfplay.parsing import parse_answer
+from populora.tasks.parsing import parse_answer
+from populora.tasks.plans import FENCE
 from populora.verifier import grade_rows, sandbox_for
 from populora.verifier.families import verified_tasks
 from populora.warmstart import train as train_module
@@ -105,7 +105,7 @@ def test_training_fits_its_examples_and_the_sampler_then_answers_them(
     chosen = [t for t in tasks if t["type"] == "code_o"][:1] + [t for t in tasks if t["type"] == "code_i"][:1]
     chosen = attach_examples(chosen, verified_seeds(params, sandbox), 1, seed=0)
     tokenizer, model = load_base(tiny_model_dir, dtype="float32", device="cpu")
-    from populora.selfplay.prompts import chat_wrapper
+    from populora.tasks.prompts import chat_wrapper
 
     examples = []
     for task in chosen:  # the prompts the held-out scoring shows: each task's own worked example

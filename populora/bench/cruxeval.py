@@ -11,8 +11,8 @@ gold output (the official evaluation's `assert f(input) == output`).
 
 Prompts (`bench.cruxeval.prompt`):
 
-* `project` (default): the solver prompt the students train on (`populora.selfplay.prompts.solver_prompt`,
-  plan by `populora.selfplay.roles.make_plan` in `solve.mode`, answer by `populora.selfplay.parsing.parse_answer`), with
+* `project` (default): the solver prompt the students train on (`populora.tasks.prompts.solver_prompt`,
+  plan by `populora.tasks.roles.make_plan` in `solve.mode`, answer by `populora.tasks.parsing.parse_answer`), with
   `bench.cruxeval.worked_examples` worked examples drawn from CRUXEval rows outside the scored slice
   (or, when every row is scored, from the other rows), with a fixed seed: every model sees the same
   prompts, so per-problem results pair up across models;
@@ -34,9 +34,9 @@ from populora.bench import BenchError
 from populora.bench.gold_loglik import GoldItem, gold_logprobs
 from populora.core.io import write_jsonl
 from populora.core.progress import Progress
-from populora.selfplay import prompts
-from populora.selfplay.parsing import parse_answer
-from populora.selfplay.roles import make_plan
+from populora.tasks import prompts
+from populora.tasks.parsing import parse_answer
+from populora.tasks.roles import make_plan
 
 if TYPE_CHECKING:  # annotations only: the runner table (runners.py) imports this module
     from populora.bench.models import BenchModel
@@ -235,7 +235,7 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
     from populora.bench.diagnostics import answer_diagnostics
     from populora.bench.partial import generate_in_pieces, piece_size
     from populora.lm.sampling import GenRow, run_plans
-    from populora.selfplay.prompts import chat_wrapper
+    from populora.tasks.prompts import chat_wrapper
     from populora.verifier import grade_rows
 
     bench = settings.benchmark

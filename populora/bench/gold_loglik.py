@@ -48,7 +48,7 @@ def _encode(tokenizer, text: str) -> list[int]:
 @torch.no_grad()
 def gold_logprobs(model, tokenizer, items: list[GoldItem], *, batch_size: int = 8) -> list[tuple[float, int]]:
     """(summed log-prob of the gold tokens, number of gold tokens) per item, in order. Only the gold
-    positions get logits (`populora.selfplay.update.selected_logprobs`, at temperature 1)."""
+    positions get logits (`populora.rl.update.selected_logprobs`, at temperature 1)."""
     contexts = [_encode(tokenizer, item.context) for item in items]
     golds = [_encode(tokenizer, item.gold) for item in items]
     rows, spans = split_ids(contexts, golds)
@@ -64,7 +64,7 @@ def gold_logprobs(model, tokenizer, items: list[GoldItem], *, batch_size: int = 
 
 def _score_batches(model, rows, spans, items, order, out, pad, device, batch_size, progress) -> None:
     from populora.lm.multilora import MultiLoraModel
-    from populora.selfplay.update import Sequence, selected_logprobs
+    from populora.rl.update import Sequence, selected_logprobs
 
     for start in range(0, len(order), batch_size):
         batch = order[start:start + batch_size]

@@ -244,8 +244,8 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
 
     from populora.bench.livecodebench_grading import grade
     from populora.bench.partial import generate_in_pieces, piece_size
-    from populora.lm.plans import Plan, Step
     from populora.lm.sampling import GenRow, run_plans
+    from populora.tasks.plans import Plan, Step
 
     bench = settings.benchmark
     cfg = settings.livecodebench

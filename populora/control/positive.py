@@ -4,11 +4,11 @@ adapter on a task family where learning is possible, against the same updates wi
     python -m populora.control.positive --params params.yaml --overlay params/positive-control.yaml \
         --base-model results/base_model --out study/positive-control
 
-Everything is the project's own: the solver prompt and plan (`populora.selfplay.roles.solver_jobs`),
+Everything is the project's own: the solver prompt and plan (`populora.tasks.roles.solver_jobs`),
 the sampler (`populora.lm.sampling.run_plans`, sampling from the PEFT model being trained), the
 answer parser, the sandboxed verifier and grader, the rewards and advantages
-(`populora.selfplay.rollouts.build_rollouts`, `reward.advantage_baseline`) and the update
-(`populora.selfplay.update.AdapterUpdate`, the `update` section). Only the tasks differ: a family of
+(`populora.rl.rollouts.build_rollouts`, `reward.advantage_baseline`) and the update
+(`populora.rl.update.AdapterUpdate`, the `update` section). Only the tasks differ: a family of
 `populora.tasks.families` (programs that vary), a held-out pool whose programs never appear in training.
 
 Arms, from the same initial adapter and seeds: `real` (the advantages as computed), `shuffled` (the
@@ -48,7 +48,7 @@ class Solver:
     """The project's solver pipeline around one PEFT model: prompts, sampling, parsing, grading."""
 
     def __init__(self, model, tokenizer, buffer: list[dict], params, sandbox):
-        from populora.selfplay.prompts import chat_wrapper
+        from populora.tasks.prompts import chat_wrapper
 
         self.model, self.tokenizer, self.buffer, self.params, self.sandbox = model, tokenizer, buffer, params, sandbox
         self.chat = chat_wrapper(tokenizer)
@@ -56,8 +56,8 @@ class Solver:
     def answer(self, tasks: list[dict], *, samples: int, temperature: float, seed: int, desc: str) -> list[dict]:
         """Graded answer rows (`populora.core.rows.GradedAnswer` fields), `samples` per task."""
         from populora.lm.sampling import GenRow, run_plans
-        from populora.selfplay.parsing import parse_answer
-        from populora.selfplay.roles import solver_jobs
+        from populora.tasks.parsing import parse_answer
+        from populora.tasks.roles import solver_jobs
         from populora.verifier import grade_rows
 
         cfg = self.params.solve
@@ -85,9 +85,9 @@ def run_arm(arm: str, params, base_model: Path, init_adapter: Path, tasks: dict,
     import torch
 
     from populora.lm.model import attach_adapters, load_base
-    from populora.selfplay.advantages import shuffle_within_groups
-    from populora.selfplay.rollouts import build_rollouts
-    from populora.selfplay.update import AdapterUpdate
+    from populora.rl.advantages import shuffle_within_groups
+    from populora.rl.rollouts import build_rollouts
+    from populora.rl.update import AdapterUpdate
 
     control = params.control
     tokenizer, base = load_base(base_model, dtype=params.model.dtype, device=str(accelerator.device))
@@ -292,7 +292,7 @@ def prepare(params, out: Path, base_model: Path, sandbox) -> tuple[dict, list[di
 
     from populora.lm.adapters import create_adapters
     from populora.lm.model import load_base, lora_config
-    from populora.selfplay.tasks import is_copyable, seed_proposals
+    from populora.tasks.tasks import is_copyable, seed_proposals
     from populora.verifier import verify_rows
 
     control = params.control

@@ -1,6 +1,6 @@
 """Python literals as a task or a prompt shows them: argument lists and output reprs, compared by
 value. The one rule for "a solver could answer by echoing what it is shown" lives here, shared by
-the self-play tasks (`propose.reject_copyable`, `populora.selfplay.tasks.is_copyable`) and the
+the self-play tasks (`propose.reject_copyable`, `populora.tasks.tasks.is_copyable`) and the
 benchmark diagnostics (`populora.bench.diagnostics`): a module of its own so that the model stages
 do not depend on the benchmark code.
 """

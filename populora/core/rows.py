@@ -46,7 +46,7 @@ class Segment(Row):
 
 
 class Proposal(Row):
-    """A teacher's completion parsed into a candidate task (populora/selfplay/roles.py `proposal_rows`)."""
+    """A teacher's completion parsed into a candidate task (populora/tasks/roles.py `proposal_rows`)."""
 
     task_id: str
     type: str
@@ -74,7 +74,7 @@ class Task(Proposal):
 
 
 class BufferEntry(Row):
-    """A valid task kept in the arm's buffer (populora/selfplay/tasks.py `BUFFER_FIELDS`)."""
+    """A valid task kept in the arm's buffer (populora/tasks/tasks.py `BUFFER_FIELDS`)."""
 
     task_id: str
     type: str
@@ -95,7 +95,7 @@ class SolveTask(BufferEntry):
 
 
 class Answer(Row):
-    """A student's completion parsed into an answer (stages/solve.py, populora/selfplay/roles.py `solver_jobs`)."""
+    """A student's completion parsed into an answer (stages/solve.py, populora/tasks/roles.py `solver_jobs`)."""
 
     answer_id: str
     task_id: str
@@ -121,7 +121,7 @@ class GradedAnswer(Answer):
 
 
 class Rollout(Row):
-    """One completion to train on (populora/selfplay/rollouts.py `build_rollouts`): a proposal (`role: propose`)
+    """One completion to train on (populora/rl/rollouts.py `build_rollouts`): a proposal (`role: propose`)
     or an answer (`role: solve`) with its reward and TRR++ advantage."""
 
     adapter: str
@@ -131,7 +131,7 @@ class Rollout(Row):
     segments: list[Segment]
     tokens: int
     # None for a valid proposal no student attempted (pairing left its teacher's tasks unplayed):
-    # no solve rate, so no reward, no advantage and no gradient (populora/selfplay/rewards.py)
+    # no solve rate, so no reward, no advantage and no gradient (populora/rl/rewards.py)
     reward: float | None
     advantage: float | None
     solve_rate: float | None = None  # propose: the fraction of the students' attempts that were correct

@@ -334,7 +334,7 @@ class WarmStartSection(Section):
 
 
 class UpdateSection(Section):
-    """The LoRA-only REINFORCE update of each adapter (populora/selfplay/update.py)."""
+    """The LoRA-only REINFORCE update of each adapter (populora/rl/update.py)."""
 
     learning_rate: float = Field(1e-4, gt=0, description="AdamW learning rate for LoRA weights.")
     steps: int = Field(1, ge=1, description="Optimizer steps per adapter per generation (each over all its rollouts).")

@@ -6,5 +6,5 @@
 * `ruler`   pool v3: tasks of the task families' pool split (programs the warm start never saw), calibrated
             on the warm base, no constant, copy or echo answer above 5% of a type (`python -m populora.heldout.ruler`).
 
-Above `verifier/` and `selfplay/` (it uses both); neither imports it (tests/test_layers.py).
+Above `verifier/` and `rl/` (it uses both); neither imports it (tests/test_layers.py).
 """

@@ -27,9 +27,9 @@ from populora.core.io import read_jsonl
 from populora.core.paths import shipped_path
 from populora.core.progress import Progress
 from populora.core.seeds import derive_seed
-from populora.selfplay.prompts import chat_wrapper
-from populora.selfplay.roles import proposal_rows, proposer_jobs, worked_example_pool
-from populora.selfplay.tasks import is_copyable, mark_duplicates, program_key, program_keys, seed_proposals
+from populora.tasks.prompts import chat_wrapper
+from populora.tasks.roles import proposal_rows, proposer_jobs, worked_example_pool
+from populora.tasks.tasks import is_copyable, mark_duplicates, program_key, program_keys, seed_proposals
 from populora.verifier import verify_rows
 
 HELDOUT_TYPES = ("code_o", "code_i")  # a code_f answer is a program: scored by hidden pairs, not in the pool

@@ -16,9 +16,9 @@ from statistics import mean
 
 from populora.core.progress import Progress
 from populora.heldout.pool import BASE
-from populora.selfplay import prompts
-from populora.selfplay.parsing import parse_answer
-from populora.selfplay.roles import make_plan
+from populora.tasks import prompts
+from populora.tasks.parsing import parse_answer
+from populora.tasks.roles import make_plan
 from populora.verifier import grade_rows
 
 

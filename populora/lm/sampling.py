@@ -15,7 +15,7 @@ prefix every prompt of the batch begins with once per adapter (`populora.lm.pref
 The sampler is our own decode loop (KV cache, left padding) so the policy gradient can be exactly
 on-policy: `process_logits` turns raw logits into the log-probabilities the sampler draws from
 (temperature, top-p, tokens suppressed at a block's first position), and the update calls the
-same function on the same token ids in the same context (`populora.selfplay.update`).
+same function on the same token ids in the same context (`populora.rl.update`).
 
 Every result keeps `segments`, self-describing JSON the update trains on:
 
@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 import torch
 
 from populora.core.progress import Progress
-from populora.lm.plans import Plan
 from populora.lm.prefix_cache import CarriedCache, contiguous_head, score_continuations, select, shared_prefill
+from populora.tasks.plans import Plan
 
 log = logging.getLogger(__name__)
 

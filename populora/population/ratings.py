@@ -270,7 +270,7 @@ def round_robin_pairing(teachers: Sequence[str], students: Sequence[str], *, slo
 def pairs_pairing(teachers: Sequence[str], students: Sequence[str], *, slots_per_student: int = 1) -> dict[str, Any]:
     """The ensemble control's pairing: teacher k serves student k only, every slot (as many
     independent 1T-1S pairs as there are students). `pairs` maps each teacher to its student; the
-    propose and solve stages read it to keep every pair's buffer its own (`populora.selfplay.roles`).
+    propose and solve stages read it to keep every pair's buffer its own (`populora.tasks.roles`).
 
     >>> pairs_pairing(["t0", "t1"], ["s0", "s1"], slots_per_student=2)["counts"]
     {'t0': {'s0': 2, 's1': 0}, 't1': {'s0': 0, 's1': 2}}

@@ -171,7 +171,7 @@ def final_dynamics_table(dynamics: dict[str, list[dict]]) -> str:
 SIGNAL_NOTE = ("What the students' learning signal differed in, per generation: rollouts with a nonzero advantage, "
                "then the share whose group (the answers its advantage is measured against) held no right answer, so "
                "that their rewards differ only in format (-1 malformed against -0.5 wrong), and the share whose group "
-               "held a right answer beside a wrong one (`populora.selfplay.rollouts.signal_accounting`).")
+               "held a right answer beside a wrong one (`populora.rl.rollouts.signal_accounting`).")
 
 
 def signal_table(dynamics: dict[str, list[dict]]) -> str:

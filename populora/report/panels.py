@@ -67,6 +67,6 @@ def sample_size_keys(key: str) -> tuple[str | None, str] | None:
     if head and tail in RATE_COUNTS:
         hits, total = RATE_COUNTS[tail]
         return f"{head}.{hits}", f"{head}.{total}"
-    if ".program." in key:  # a mean over the valid programs of that type (populora.selfplay.generation_metrics)
+    if ".program." in key:  # a mean over the valid programs of that type (populora.rl.generation_metrics)
         return None, f"{key.split('.program.', 1)[0]}.program.n"
     return None

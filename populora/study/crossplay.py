@@ -42,7 +42,7 @@ from populora.core.rows import Task, read_rows
 from populora.core.seeds import derive_seed
 from populora.core.state import load_state, trained_adapter_dir
 from populora.heldout.pool import BASE, POOL_FIELDS, attach_examples
-from populora.selfplay.tasks import is_valid_task
+from populora.tasks.tasks import is_valid_task
 
 log = logging.getLogger("crossplay")
 GEN_PREFIX = "gen"

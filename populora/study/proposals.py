@@ -2,7 +2,7 @@
 the problem-space coverage over generations (the paper's claim: the single agent's tasks collapse to
 easy ones while the population's teachers' keep growing and their coverage keeps expanding).
 
-Read from each run's dynamics rows (`dynamics.json`, `populora.selfplay.generation_metrics`): per
+Read from each run's dynamics rows (`dynamics.json`, `populora.rl.generation_metrics`): per
 generation the mean AST depth, cyclomatic complexity, lines and distinct variables of the valid `code_o`
 and `code_i` programs proposed (the population's teachers together, the single agent's own proposals),
 and coverage (distinct normalised-AST programs so far: of every proposal, and of a seeded subsample of one

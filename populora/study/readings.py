@@ -5,7 +5,7 @@ answers that copy, the signal accounting per generation, wall time per kind of m
 Signal accounting: of the students' rollouts with a nonzero advantage, the share whose group (the
 rollouts its advantage was measured against) differs only in format (-1 malformed against -0.5 wrong, no
 answer right) and the share that differs in correctness. Runs whose dynamics carry `signal.*`
-(`populora.selfplay.rollouts.signal_accounting`) give it exactly; older runs with per-task advantages give
+(`populora.rl.rollouts.signal_accounting`) give it exactly; older runs with per-task advantages give
 a lower bound on the format-only share: a group differs in correctness only if one of its answers is right,
 so at most `solve.samples` x (answers right) rollouts do, the rest with signal differ in format only.
 """

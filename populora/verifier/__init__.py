@@ -17,7 +17,7 @@ Modules, by concern:
   * families.py verified tasks of a split of the task families (populora/tasks/): the warm start's and the pool's;
   * pool.py     the sandbox helper both share: limits from the `verify` section (the one source
                 of their defaults), the pool, verify.required_layers (IsolationError).
-Seed rows live with the other task data in populora.selfplay.tasks.
+Seed rows live with the other task data in populora.tasks.tasks.
 
 Verify reasons: VERIFY_REASONS; grade reasons: GRADE_REASONS (null when correct). Output rows
 also carry "reason_detail" (human-readable: exception type and message, which input, ...).

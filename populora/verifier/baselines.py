@@ -8,7 +8,7 @@ what it is shown.
   whenever the program returns one of its arguments unchanged.
 * **echo** (`code_i`): the shown output handed back as the input (as the one argument, or repeated for
   each parameter); right whenever the program maps that value to itself (`sorted`, `upper`, `xs[:2]` on
-  a short list), which the rule-based copy filter (`populora.selfplay.tasks.is_copyable`: the output
+  a short list), which the rule-based copy filter (`populora.tasks.tasks.is_copyable`: the output
   equals an argument of the *gold* input) does not see.
 
     verdicts = baseline_verdicts(tasks, params.verify, sandbox=box)   # task_id -> {"copy": bool} or {"echo": bool}

@@ -16,8 +16,8 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from populora.selfplay.tasks import is_copyable
 from populora.tasks.families import TASK_TYPES, programs, task_rows
+from populora.tasks.tasks import is_copyable
 from populora.verifier.baselines import solved_by_baseline
 from populora.verifier.validity import verify_rows
 

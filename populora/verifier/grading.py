@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from populora.core.sections import TASK_TYPES, VerifySection
 from populora.sandbox import Call, Job, Limits, RunResult, Sandbox
-from populora.selfplay.tasks import code_f_split
+from populora.tasks.tasks import code_f_split
 from populora.verifier.pool import guarded, limits_of, sandbox_for, verify_config
 from populora.verifier.rules import (
     MAX_PROGRAM_CHARS,

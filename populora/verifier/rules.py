@@ -13,9 +13,9 @@ from __future__ import annotations
 import ast
 
 from populora.core.sections import TASK_TYPES
-from populora.selfplay.parsing import MAX_PROGRAM_CHARS  # one cap for the parser and the verifier
-from populora.selfplay.program_metrics import bound_names
-from populora.selfplay.tasks import CODE_F_INPUTS, input_count
+from populora.tasks.parsing import MAX_PROGRAM_CHARS  # one cap for the parser and the verifier
+from populora.tasks.program_metrics import bound_names
+from populora.tasks.tasks import CODE_F_INPUTS, input_count
 
 MAX_INPUT_CHARS = 5_000
 
@@ -130,7 +130,7 @@ def literal_equal(a: str, b: str) -> bool | None:
 
 def static_check(row: dict, code_f_inputs: int = CODE_F_INPUTS) -> tuple[str | None, str | None, ast.Module | None]:
     """(reason, detail, None) when the proposal row is invalid before running it, else (None, None, AST).
-    A code_f row must carry `code_f_inputs` inputs (`populora.selfplay.tasks.input_count`)."""
+    A code_f row must carry `code_f_inputs` inputs (`populora.tasks.tasks.input_count`)."""
     if not (isinstance(row.get("task_id"), str) and row.get("type") in TASK_TYPES
             and isinstance(row.get("program"), str) and isinstance(row.get("inputs"), list)
             and all(isinstance(i, str) for i in row["inputs"])

@@ -1,7 +1,7 @@
 """Validity of proposals (AZR's rules with its bugs fixed; decided from structured results, never by
 searching for the word "error"). A proposal is valid when, in order:
   * the row is well formed and has 1 input (code_o, code_i) or `code_f_inputs` inputs (code_f,
-    default 10: the first half shown, the rest hidden; `populora.selfplay.tasks.code_f_split`); the program parses, defines a top-level `def f`, uses no forbidden module (every
+    default 10: the first half shown, the rest hidden; `populora.tasks.tasks.code_f_split`); the program parses, defines a top-level `def f`, uses no forbidden module (every
     import form; `__import__`, `importlib`) and no forbidden builtin or introspection attribute
     (populora.verifier.rules); each input is a Python argument list;
   * f(input) returns for every input, within the limits, in two separate processes with
@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 
 from populora.core.sections import VerifySection
 from populora.sandbox import Call, Job, Limits, RunResult, Sandbox
-from populora.selfplay.tasks import CODE_F_INPUTS
+from populora.tasks.tasks import CODE_F_INPUTS
 from populora.verifier.pool import guarded, limits_of, sandbox_for, verify_config
 from populora.verifier.rules import (
     MAX_INPUT_CHARS,
@@ -48,7 +48,7 @@ VERIFY_REASONS = {
     "nondeterministic": "two separate executions gave different values",
     "sandbox_error": "the sandbox failed; not the program's fault",
     "copyable": "code_o/code_i output equals an argument of the input (only with propose.reject_copyable; "
-                "populora.selfplay.tasks.mark_copyable)",
+                "populora.tasks.tasks.mark_copyable)",
     "heldout": "the program is a held-out pool program (stages.verify --heldout; populora.heldout.pool.mark_heldout)",
 }
 

@@ -1,6 +1,6 @@
 """Supervised examples for the warm start: a verified task as the solver sees it, and the answer it should give.
 
-An example is the solver's exact prompt and plan (`populora.selfplay.prompts.solver_prompt` with worked
+An example is the solver's exact prompt and plan (`populora.tasks.prompts.solver_prompt` with worked
 examples, the chat template, the scaffold's prefill such as "```output\\n") and, as the target, the gold
 answer and the closing fence: what a correct scaffolded completion is, so the parser and grader accept it
 (`tests/test_warm_start.py`). Token ids are laid out as the sampler feeds them (prompt, then prefill, each
@@ -15,10 +15,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from populora.lm.plans import FENCE
-from populora.selfplay import prompts
-from populora.selfplay.roles import make_plan
-from populora.selfplay.tasks import program_key
+from populora.tasks import prompts
+from populora.tasks.plans import FENCE
+from populora.tasks.roles import make_plan
+from populora.tasks.tasks import program_key
 
 WORKED_FIELDS = ("task_id", "type", "program", "inputs", "outputs", "message")
 

@@ -44,7 +44,7 @@ def make_warm_base(params, base_dir: str | Path, out_dir: str | Path, sandbox, l
     from populora.lm.adapters import normalize_config
     from populora.lm.dtype import resolve_dtype
     from populora.lm.model import load_base
-    from populora.selfplay.prompts import chat_wrapper
+    from populora.tasks.prompts import chat_wrapper
     from populora.verifier.families import type_counts, verified_tasks
     from populora.warmstart.examples import answer_budget, build_examples, encode_example
     from populora.warmstart.train import adapter_folder, add_lora, merge_into_base, train

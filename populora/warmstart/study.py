@@ -102,7 +102,7 @@ def validation_tasks(params, out: Path, n: int, sandbox, seeds: list[dict]) -> l
 def run_sweep(args, params, sandbox, seeds: list[dict]) -> dict:
     from populora.lm.dtype import resolve_dtype
     from populora.lm.model import load_base
-    from populora.selfplay.prompts import chat_wrapper
+    from populora.tasks.prompts import chat_wrapper
     from populora.verifier.families import verified_tasks
     from populora.warmstart import sweep
     from populora.warmstart.examples import build_examples, encode_example

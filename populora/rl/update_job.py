@@ -1,5 +1,5 @@
 """One update job (`stages.update`): the frozen base loaded once, then each of the job's adapters
-trained on its own rollouts, one after another (`populora.selfplay.update.reinforce_steps`), its
+trained on its own rollouts, one after another (`populora.rl.update.reinforce_steps`), its
 adapter, optimizer moments and entry of update_stats.json written to the job's folder.
 
 The results do not depend on how adapters are shared out among jobs (`dag.update_jobs`): each
@@ -12,7 +12,7 @@ forward pass under bf16 autocast (LoRA weights and optimizer moments stay float3
 launch` (`update.processes` > 1) every process scores every N-th micro-batch and the first writes.
 `model.dtype` (auto: bfloat16 on a CPU with avx512_bf16 or AMX, `populora.lm.dtype`) is the frozen
 base's dtype; in bfloat16 `update.importance_sampling_mode: auto` turns the truncated importance
-correction on (`populora.selfplay.update.importance_mode`). Each adapter's statistics record the
+correction on (`populora.rl.update.importance_mode`). Each adapter's statistics record the
 dtype, why it was chosen, the CPU's flags and the correction applied (`runtime`).
 """
 
@@ -40,8 +40,8 @@ def train_job(params, *, arm: str, gen: int, part: int, slots: list[str], base_m
     from populora.lm.adapters import save_trained_adapter
     from populora.lm.dtype import runtime_record
     from populora.lm.model import attach_adapters, load_base
-    from populora.selfplay.advantages import shuffle_within_groups
-    from populora.selfplay.update import importance_mode, reinforce_steps
+    from populora.rl.advantages import shuffle_within_groups
+    from populora.rl.update import importance_mode, reinforce_steps
 
     config = params.update
     rollouts = read_rows(rollouts_file, Rollout)

@@ -4,7 +4,7 @@ their log-probabilities as sampled, and each trained token's weight in the loss.
 `rollout_sequences` lays a rollout's segments (`populora.lm.sampling`) end to end so every sampled
 token is scored in the context it was sampled in; `selected_logprobs` scores them through the
 sampler's own `process_logits`, with logits only at the trained positions, in chunks recomputed in
-the backward pass. Used by the update (`populora.selfplay.update`, which re-exports these names) and
+the backward pass. Used by the update (`populora.rl.update`, which re-exports these names) and
 the benchmarks' gold log-likelihood. Tests: tests/test_generation_update.py.
 """
 

@@ -2,7 +2,7 @@
 
 A step appends its `prefill` (a scaffold such as "```python\ndef f(") to the text so far and then
 samples until one of its stops; `populora.lm.sampling.run_plans` (and the vLLM engine, through the
-same seam) runs plans, `populora.selfplay.prompts` builds them for proposing and solving, the
+same seam) runs plans, `populora.tasks.prompts` builds them for proposing and solving, the
 benchmarks for CRUXEval and LiveCodeBench.
 """
 

@@ -14,7 +14,7 @@ with zero or missing advantage carry no gradient and are skipped. Where the samp
 from the update's (bf16, another engine), `update.importance_sampling_mode` corrects per token
 (`token_truncate`) or per sequence (`sequence_mask`): `importance_mode`.
 
-Scoring (`populora.selfplay.sequences`, re-exported here). Memory: only the positions that are trained get logits, in chunks recomputed in the backward pass
+Scoring (`populora.rl.sequences`, re-exported here). Memory: only the positions that are trained get logits, in chunks recomputed in the backward pass
 (no `[batch, time, vocab]` fp32 tensor); micro-batches hold at most `micro_batch` sequences and
 `max_tokens_per_micro_batch` padded tokens; gradient checkpointing is optional.
 
@@ -38,7 +38,7 @@ from safetensors.torch import save_file
 
 from populora.core.io import naming, write_point
 from populora.core.progress import Progress
-from populora.selfplay.sequences import (  # noqa: F401  (re-exported: the update's building blocks)
+from populora.rl.sequences import (  # noqa: F401  (re-exported: the update's building blocks)
     LOGIT_CHUNK,
     RolloutFormatError,
     Sequence,

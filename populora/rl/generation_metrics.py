@@ -5,7 +5,7 @@ Each function returns a flat dict for one concern; `stages.checkpoint` merges th
 * **validity / solve rates** per task type and overall, from `reward_stats.json`.
 * **signal accounting** (`signal.*`): the students' rollouts with a nonzero advantage, and how many (and
   what share) of them differ from their group only in format (-1 malformed against -0.5 wrong, no answer
-  right) or in correctness (`populora.selfplay.rollouts.signal_accounting`).
+  right) or in correctness (`populora.rl.rollouts.signal_accounting`).
 * **complexity** (AST depth, cyclomatic complexity, lines, distinct variables) of the valid
   code_o / code_i programs the teachers wrote this generation. code_f is left out: a code_f
   proposal brings inputs and a message for a program drawn from the buffer, which its teacher
@@ -29,8 +29,8 @@ import random
 from statistics import mean
 
 from populora.population.ratings import conservative
-from populora.selfplay.program_metrics import program_metrics
-from populora.selfplay.tasks import is_valid_task, program_key
+from populora.tasks.program_metrics import program_metrics
+from populora.tasks.tasks import is_valid_task, program_key
 
 IO_TYPES = ("code_o", "code_i")
 COMPLEXITY = ("ast_depth", "cyclomatic_complexity", "loc", "distinct_variables")
@@ -133,7 +133,7 @@ def compute_metrics(stats: dict, update_stats: dict) -> dict:
     return metrics
 
 
-# the per-step figures of `populora.selfplay.update.AdapterUpdate` kept in a generation's metrics
+# the per-step figures of `populora.rl.update.AdapterUpdate` kept in a generation's metrics
 STEP_DIAGNOSTICS = ("loss", "grad_norm", "entropy", "sampler_gap_mean", "logprob_change_positive",
                     "logprob_change_negative")
 

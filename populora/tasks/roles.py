@@ -11,9 +11,9 @@ import random
 from collections.abc import Callable
 
 from populora.core.sections import TASK_TYPES
-from populora.selfplay import prompts
-from populora.selfplay.parsing import parse_proposal
-from populora.selfplay.tasks import (
+from populora.tasks import prompts
+from populora.tasks.parsing import parse_proposal
+from populora.tasks.tasks import (
     is_valid_task,
     mark_duplicates,
     newest_first,

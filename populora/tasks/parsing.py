@@ -32,7 +32,7 @@ PARSE_REASONS = {
     "no_message": "code_f: no ```message block", "no_answer_block": "no block of the answer's kind",
     "syntax": "no prefix of the program parses", "no_entry_function": "no top-level def f",
     "too_long": f"a program block over {MAX_PROGRAM_CHARS} characters",
-    "duplicate": "a code_o/code_i program already in the buffer (populora.selfplay.tasks.mark_duplicates)",
+    "duplicate": "a code_o/code_i program already in the buffer (populora.tasks.tasks.mark_duplicates)",
 }
 
 

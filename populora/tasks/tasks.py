@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 
 from populora.core.literals import output_is_an_argument
-from populora.selfplay.program_metrics import normalized_ast_hash
+from populora.tasks.program_metrics import normalized_ast_hash
 
 # The code_f shape, defined once: a code_f task carries `propose.code_f_inputs` inputs (AZR: 10),
 # the first half shown to the solver, the rest hidden (`code_f_split`); code_o/code_i carry one.
@@ -162,7 +162,7 @@ def newest_first(buffer: list[dict], task_type: str) -> list[dict]:
 @lru_cache(maxsize=1 << 16)  # a buffer of thousands is hashed once per stage, not once per task
 def program_key(program: str | None) -> str | None:
     """The normalised-AST hash that decides whether two programs are "the same" (own names renamed,
-    constants abstracted: see `populora.selfplay.program_metrics`); None for text that does not parse."""
+    constants abstracted: see `populora.tasks.program_metrics`); None for text that does not parse."""
     if not program:
         return None
     try:

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from populora.core.sections import TASK_TYPES
-from populora.selfplay.advantages import NATIVE_SCALE, answer_advantages, group_key, whiten_advantages
-from populora.selfplay.rewards import REWARD_CORRECT, student_reward, teacher_reward
-from populora.selfplay.tasks import program_key
+from populora.rl.advantages import NATIVE_SCALE, answer_advantages, group_key, whiten_advantages
+from populora.rl.rewards import REWARD_CORRECT, student_reward, teacher_reward
+from populora.tasks.tasks import program_key
 
 ROLLOUT_FIELDS = ("segments", "tokens", "type", "task_id")
 
@@ -121,7 +121,7 @@ def played_games(graded: list[dict], tasks: list[dict], pairing: dict) -> list[t
 
 def same_program_examples(graded: list[dict], programs: dict[str, str]) -> tuple[int, int]:
     """(answers, correct answers) whose prompt showed a worked example with the task's own
-    normalised program: a leak `populora.selfplay.roles.worked_example_pool` rules out, counted to prove it.
+    normalised program: a leak `populora.tasks.roles.worked_example_pool` rules out, counted to prove it.
     `programs` maps task ids (this generation's tasks and the buffer) to programs."""
     answers = correct = 0
     for answer in graded:

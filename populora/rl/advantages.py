@@ -16,7 +16,7 @@ A group with a single member, or whose rewards are all equal, carries no learnin
 relative to its own baseline: every member gets advantage ``0.0`` (rather than dividing by
 ``eps``, which would blow float noise up into huge advantages).
 
-Rewards may be ``None`` (e.g. a teacher task nobody attempted, see ``populora.selfplay.rewards``):
+Rewards may be ``None`` (e.g. a teacher task nobody attempted, see ``populora.rl.rewards``):
 such rollouts are left out of the statistics and get advantage ``None``.
 """
 

@@ -13,8 +13,8 @@ executes plans in mixed-adapter batches. Pure functions, no model here.
 
 from __future__ import annotations
 
-from populora.lm.plans import FENCE, Plan, Step
-from populora.selfplay.tasks import code_f_split
+from populora.tasks.plans import FENCE, Plan, Step
+from populora.tasks.tasks import code_f_split
 
 R1_SYSTEM = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
