@@ -30,6 +30,9 @@
 #                   only and each pair reads only the seeds and its own tasks; evolve.replace=0): as many members and
 #                   updates as 2t2s, no cross-evaluation, no evolution (issue 51)
 #   4t4s            the population: 4 teachers + 4 students, evolution on
+#   1t1s-total      one teacher + one student with the 2T-2S population's total budget (issue 57): twice the
+#                   proposals (propose.per_type), answers (solve.tasks_per_type) and optimizer steps (update.steps)
+#                   of the run's params, i.e. what the population's two teachers and two students spend together
 #   <control>-nocopy  any of them with propose.reject_copyable=true (no task a student solves by echoing
 #                   what it is shown, no identity seed; needs a study at a commit that has the key: STUDY_SOURCE)
 #   <control>-null  any of them with update.shuffle_advantages=true (same data, no learning signal);
@@ -55,6 +58,15 @@ control_flags() {
     ensemble) flags=(-S 'dag.arms=[population]' -S population.teachers=2 -S population.students=2
                      -S pairing.strategy=pairs -S evolve.replace=0) ;;
     4t4s) flags=(-S 'dag.arms=[population]' -S population.teachers=4 -S population.students=4) ;;
+    1t1s-total)  # one pair with the 2T-2S population's total budget: twice the proposals, answers and steps
+      local budget per_type tasks steps
+      budget=$(python -c 'import sys, yaml
+p = yaml.safe_load(open(sys.argv[1]))
+print(2 * p["propose"]["per_type"], 2 * p["solve"]["tasks_per_type"], 2 * p["update"]["steps"])' "${2:-params.yaml}") \
+        || { echo "1t1s-total needs the run's params file (solve, propose, update)" >&2; return 2; }
+      read -r per_type tasks steps <<< "$budget"
+      flags=(-S 'dag.arms=[population]' -S population.teachers=1 -S population.students=1
+             -S "propose.per_type=$per_type" -S "solve.tasks_per_type=$tasks" -S "update.steps=$steps") ;;
     *) echo "unknown control $control" >&2; return 2 ;;
   esac
   # `++` sets a key whether or not the params file spells it out (runs pinned to older code do not)
@@ -186,7 +198,7 @@ for item in "$@"; do
   control=${item%%:*}; seed=${item##*:}; name="$control-s$seed"
   dest="$here/$runs/$name"
   if [ -d "$dest" ]; then echo "$name: already in $runs, skipped"; continue; fi
-  mapfile -t flags < <(control_flags "$control")
+  mapfile -t flags < <(control_flags "$control" "$clone/params.yaml")
   arm=population; [[ $control == baseline* ]] && arm=baseline
   git -C "$clone" checkout -q params.yaml  # -S edits the work tree's params.yaml: start from the overlay
   drop_torn_lock "$clone/dvc.lock" "$name"

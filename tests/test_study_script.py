@@ -178,3 +178,16 @@ def test_final_measurements_run_only_when_asked_and_measure_the_base_once(tmp_pa
     (committed / "passk.json").write_text('{"members": {"base": {}}}')
     (only,) = measure("baseline", STUDY_PASSK="16", STUDY_CROSSPLAY="8")  # no cross-play matrix for a single agent
     assert "--run run-s3=results/baseline --samples 16 --no-base" in only
+
+
+def test_the_total_budget_control_doubles_what_one_pair_spends(tmp_path):
+    """1T-1S at the 2T-2S population's total budget: its proposals, answers and optimizer steps, from the run's params."""
+    params = tmp_path / "params.yaml"
+    params.write_text("propose: {per_type: 8}\nsolve: {tasks_per_type: 4}\nupdate: {steps: 1}\n")
+    out = subprocess.run(["bash", "-c", 'source scripts/study.sh && control_flags 1t1s-total "$1"', "-", str(params)],
+                         cwd=ROOT, capture_output=True, text=True, check=True).stdout.split("\n")
+    assert {"population.teachers=1", "population.students=1", "propose.per_type=16", "solve.tasks_per_type=8",
+            "update.steps=2"} <= set(out)
+    missing = subprocess.run(["bash", "-c", 'source scripts/study.sh && control_flags 1t1s-total /no/such/file'],
+                             cwd=ROOT, capture_output=True, text=True)
+    assert missing.returncode != 0 and "needs the run's params file" in missing.stderr
