@@ -109,13 +109,13 @@ def one_side(work: Path, name: str, commit: str, args, overlays: list[dict]) -> 
 
 def compare_sides(work: Path) -> dict:
     """What the new code changed in the generation's results: the largest difference of any trained adapter
-    tensor (absolute, and relative to that tensor's largest entry) and the held-out verdicts that differ."""
+    tensor (the largest entry's, and the difference's norm over the tensor's) and the held-out verdicts that differ."""
     from safetensors.torch import load_file
 
     tensors, verdicts = {}, {}
     for name in ("old", "new"):
         trained = work / name / "results" / "population" / "gen000" / "trained"
-        tensors[name] = {f"{path.parent.name}/{key}": value.float() for path in sorted(trained.glob("*/*.safetensors"))
+        tensors[name] = {f"{path.parent.name}/{key}": value.float() for path in sorted(trained.glob("adapters/*/*.safetensors"))
                          for key, value in load_file(path).items()}
         scores = json.loads((work / name / TARGET).read_text())
         verdicts[name] = scores.get("verdicts") or {}
@@ -124,9 +124,9 @@ def compare_sides(work: Path) -> dict:
         new = tensors["new"].get(key)
         if new is None or new.shape != old.shape:
             return {"adapters": f"{key}: missing or reshaped on the new side"}
-        diff = float((new - old).abs().max())
-        worst_abs = max(worst_abs, diff)
-        worst_rel = max(worst_rel, diff / max(float(old.abs().max()), 1e-12))
+        worst_abs = max(worst_abs, float((new - old).abs().max()))
+        # the difference's norm over the tensor's: one entry near zero (Adam's first step is lr x g / |g|) may flip
+        worst_rel = max(worst_rel, float((new - old).norm()) / max(float(old.norm()), 1e-12))
     flat = {name: {(m, t): v for m, row in table.items() if isinstance(row, dict) for t, v in row.items()}
             for name, table in verdicts.items()}
     differing = sorted(f"{m}:{t}" for (m, t) in flat["old"] if flat["new"].get((m, t)) != flat["old"][(m, t)])
