@@ -278,3 +278,24 @@ def test_a_code_i_task_whose_output_many_inputs_give_is_guessable(sandbox):
     tasks = [{k: r[k] for k in ("task_id", "type", "program", "inputs", "outputs", "message")} for r in rows]
     assert guessable(tasks, 0.05, VerifySection(), sandbox) == {"parity"}
     assert guessable(tasks, 1.0, VerifySection(), sandbox) == set()
+
+
+def test_the_ruler_and_the_studys_baselines_try_the_same_constants(sandbox):
+    """A list one `code_o` task is shown is a constant `code_i` answer too: pool v3's first pick missed
+    `[11, 10, 4, 2]` (7 of 128 code_i tasks) because the ruler tried only the code_i tasks' own inputs, which the
+    study's baselines did not. Both now take `populora.verifier.baselines.constant_candidates`."""
+    from populora.study.baselines import pool_baselines
+
+    shown = "[11, 10, 4, 2]"
+    pool = [{"task_id": "o", "type": "code_o", "program": "def f(xs):\n    return len(xs)", "inputs": [shown],
+             "outputs": ["4"], "message": None}]
+    pool += [{"task_id": f"i{k}", "type": "code_i", "program": program, "inputs": [given], "outputs": [output],
+              "message": None}
+             for k, (program, given, output) in enumerate([("def f(xs):\n    return max(xs)", "[3, 11]", "11"),
+                                                           ("def f(xs):\n    return min(xs)", "[2, 8]", "2"),
+                                                           ("def f(xs):\n    return len(xs)", "[5, 5, 5, 5]", "4")])]
+    # each code_i task's own input solves one of them; the list the code_o task shows solves all three
+    ruler_best = best_constant(pool, VerifySection(), sandbox)["code_i"]
+    study_best = pool_baselines(pool, VerifySection())["code_i"]["best"]
+    assert ruler_best["answer"] == study_best["answer"] == shown
+    assert ruler_best["correct"] == study_best["correct"] == 3

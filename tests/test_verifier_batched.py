@@ -5,8 +5,8 @@ spares the sandbox a second time."""
 import pytest
 
 from populora.config import VerifySection
-from populora.heldout.ruler import SIMPLE_VALUES
 from populora.verifier import grade_rows, sandbox_for
+from populora.verifier.baselines import SIMPLE_CONSTANTS as SIMPLE_VALUES
 from populora.verifier.batched import accepted_answers
 from populora.verifier.families import verified_tasks
 

@@ -38,49 +38,19 @@ from pathlib import Path
 
 from populora.core.io import read_jsonl, write_json, write_jsonl, write_text
 from populora.heldout.pool import attach_examples, verified_seeds
-from populora.verifier.baselines import arity, baseline_verdicts
+from populora.verifier.baselines import baseline_verdicts, constant_answer, constant_candidates
 from populora.verifier.batched import accepted_answers
 
-SIMPLE_VALUES = (
-    "0",
-    "1",
-    "-1",
-    "2",
-    "3",
-    "5",
-    "10",
-    "100",
-    "''",
-    "'a'",
-    "'hello'",
-    "'abc'",
-    "[]",
-    "[0]",
-    "[1]",
-    "[1, 2, 3]",
-    "[0, 2, 4]",
-    "{}",
-    "True",
-    "False",
-    "None",
-    "()",
-    "'HeLLo'",
-    "[1, 2, 3, 4]",
-)
 log = logging.getLogger("ruler")
 
 
-def constant_answers(tasks: list[dict], task_type: str) -> tuple[list[str], dict[str, list[str]]]:
-    """The constants tried on `tasks` of one type (the simple literals, then every gold output (`code_o`) or input
-    (`code_i`) among them) and, per task, each constant as that task's answer (repeated for each parameter where
-    `f` takes several)."""
-    golds = {t["outputs"][0] if task_type == "code_o" else t["inputs"][0] for t in tasks}
-    tried = list(dict.fromkeys([*SIMPLE_VALUES, *sorted(golds)]))
-    per_task = {}
-    for t in tasks:
-        n = 1 if task_type == "code_o" else (arity(t["program"]) or 1)
-        per_task[t["task_id"]] = [", ".join([v] * n) if n > 1 and "," not in v else v for v in tried]
-    return tried, per_task
+def constant_answers(tasks: list[dict], task_type: str, among: list[dict] | None = None
+                     ) -> tuple[list[str], dict[str, list[str]]]:
+    """The constants tried on `tasks` of one type (`constant_candidates` of `among`, default `tasks`: the simple
+    literals, then every gold input and output) and, per task, each constant as that task's answer (repeated for
+    each parameter where `f` takes several)."""
+    tried = constant_candidates(among if among is not None else tasks)
+    return tried, {t["task_id"]: [constant_answer(t, v) for v in tried] for t in tasks if t["type"] == task_type}
 
 
 def guessable(tasks: list[dict], max_share: float, config, sandbox, cache: dict | None = None) -> set[str]:
@@ -101,7 +71,7 @@ def constants_graded(tasks: list[dict], config, sandbox, cache: dict | None):
     for task_type in ("code_o", "code_i"):
         of_type = [t for t in tasks if t["type"] == task_type]
         if of_type:
-            tried, per_task = constant_answers(of_type, task_type)
+            tried, per_task = constant_answers(of_type, task_type, among=tasks)
             yield task_type, tried, per_task, accepted_answers(of_type, per_task, config, sandbox, cache)
 
 

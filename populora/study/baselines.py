@@ -4,7 +4,7 @@ per task type, graded by the project's own grader (`populora.heldout.scoring.poo
     python -m populora.study.baselines study/learning/heldout_pool.jsonl --out study/learning/pool_baselines.json
 
 * **best constant**: one answer given to every task of a type. Candidates: every gold input and output
-  in the pool (the answers the pool's own programs make likely) and `SIMPLE` (small literals); each is
+  in the pool and small literals (`populora.verifier.baselines.constant_candidates`, the ruler's); each is
   graded on every task of the type and the one right most often is the type's best constant (with the
   next few, for the reader).
 * **copy**: each task answered with what it shows: a `code_o` task with its input, a `code_i` task with
@@ -23,24 +23,20 @@ from pathlib import Path
 
 from populora.core.io import write_json
 from populora.heldout.scoring import pool_verdicts
-
-# small literals a model reaches for when it does not know (the pool's own literals are added per pool)
-SIMPLE = ("0", "1", "2", "3", "5", "10", "-1", "100", "True", "False", "None", "''", "'a'", "'hello'", '"hello"',
-          "'Hello'", "'HeLLo'", "'abc'", "[]", "[1, 2, 3]", "[0, 2, 4]", "[1, 2, 3, 4]", "{}", "()", "'hello world'")
+from populora.verifier.baselines import constant_answer, constant_candidates
 
 
 def candidates(pool: list[dict]) -> list[str]:
-    """Every gold input and output of the pool, then SIMPLE, without repeats (one-argument answers only:
-    a constant is one literal)."""
-    seen = dict.fromkeys([*(v for t in pool for v in [*t.get("inputs", []), *t.get("outputs", [])]), *SIMPLE])
-    return [value for value in seen if isinstance(value, str) and value.strip()]
+    """The constants tried: `populora.verifier.baselines.constant_candidates` (the pool ruler's, the same)."""
+    return constant_candidates(pool)
 
 
 def pool_baselines(pool: list[dict], config=None, *, top: int = 5) -> dict:
     """{type: {n_tasks, best, runners_up, copy}} (see the module docstring), `config` a VerifySection
     (None: the defaults)."""
     answers = candidates(pool)
-    rows = [{"task_id": t["task_id"], "member": f"const:{k}", "answer": a} for k, a in enumerate(answers) for t in pool]
+    rows = [{"task_id": t["task_id"], "member": f"const:{k}", "answer": constant_answer(t, a)}
+            for k, a in enumerate(answers) for t in pool]
     rows += [{"task_id": t["task_id"], "member": "copy", "answer": (t["outputs"] if t["type"] == "code_i" else t["inputs"])[0]}
              for t in pool]
     table = pool_verdicts(pool, rows, config)

@@ -12,6 +12,10 @@ what it is shown.
   equals an argument of the *gold* input) does not see.
 
     verdicts = baseline_verdicts(tasks, params.verify, sandbox=box)   # task_id -> {"copy": bool} or {"echo": bool}
+
+The best constant's candidates are defined here once (`constant_candidates`, `constant_answer`): the pool ruler
+(`populora.heldout.ruler`) picks a pool under them and the study's baselines (`populora.study.baselines`) report
+them, so the two cannot disagree about a pool.
 """
 
 from __future__ import annotations
@@ -22,6 +26,24 @@ from populora.core.literals import argument_values
 from populora.verifier.grading import grade_rows
 
 BASELINE_OF = {"code_o": "copy", "code_i": "echo"}
+# small literals a model reaches for when it does not know; a pool's own gold inputs and outputs are added per pool
+SIMPLE_CONSTANTS = ("0", "1", "-1", "2", "3", "5", "10", "100", "''", "'a'", "'hello'", '"hello"', "'Hello'", "'HeLLo'",
+                    "'abc'", "'hello world'", "[]", "[0]", "[1]", "[1, 2, 3]", "[0, 2, 4]", "[1, 2, 3, 4]", "{}", "()",
+                    "True", "False", "None")
+
+
+def constant_candidates(tasks: list[dict]) -> list[str]:
+    """The constants a best-constant check tries on `tasks`: the simple literals, then every gold input and output of
+    every task (both types: a list some `code_o` task is shown is a likely `code_i` answer), without repeats."""
+    golds = sorted({value for t in tasks for value in (*t.get("inputs", []), *t.get("outputs", []))
+                    if isinstance(value, str) and value.strip()})
+    return list(dict.fromkeys([*SIMPLE_CONSTANTS, *golds]))
+
+
+def constant_answer(task: dict, value: str) -> str:
+    """`value` as `task`'s answer: a `code_i` answer repeats it for each parameter of `f` (one literal for all)."""
+    n = 1 if task["type"] == "code_o" else (arity(task["program"]) or 1)
+    return ", ".join([value] * n) if n > 1 and "," not in value else value
 
 
 def arity(program: str) -> int | None:
