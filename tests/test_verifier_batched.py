@@ -63,3 +63,27 @@ def test_the_cache_answers_without_the_sandbox(sandbox):
             raise AssertionError("the cache should have answered")
 
     assert accepted_answers(tasks, answers, config, NoSandbox(), cache) == first
+
+
+def test_a_batch_gets_the_time_of_a_few_jobs_not_one_per_answer(sandbox):
+    """Hundreds of constants in one job with a budget per answer let one slow constant (a large int handed to a loop)
+    hold a job for many minutes; the job gets BATCH_BUDGET_CALLS jobs' time, and its answers are regraded alone."""
+    from populora.verifier.batched import BATCH_BUDGET_CALLS
+
+    submitted = []
+
+    class Recording:
+        def submit(self, job):
+            submitted.append(job)
+            return sandbox.submit(job)
+
+        def __getattr__(self, name):
+            return getattr(sandbox, name)
+
+    config = VerifySection(timeout_s=0.5)
+    task = {"task_id": "loop", "type": "code_i", "program": "def f(x):\n    while x == 5:\n        pass\n    return x",
+            "inputs": ["3"], "outputs": ["3"], "message": None}
+    answers = {"loop": ["5", *(str(k) for k in range(6, 206)), "3"]}
+    assert accepted_answers([task], answers, config, Recording()) == {"loop": ["3"]}
+    batched = [job for job in submitted if len(job.calls) > 1]
+    assert batched and all(job.limits.timeout_s <= BATCH_BUDGET_CALLS * 0.5 for job in batched)

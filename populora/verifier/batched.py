@@ -24,6 +24,8 @@ from populora.verifier.grading import grade_rows
 from populora.verifier.pool import limits_of
 from populora.verifier.rules import answer_names, call_source, parse_arguments, values_only
 
+BATCH_BUDGET_CALLS = 4  # a batched job's CPU and wall limits: this many times one job's (well within for quick calls)
+
 
 def _key(task: dict, answer: str) -> tuple:
     return task["program"], task["outputs"][0], task["type"], answer
@@ -47,9 +49,13 @@ def _batched(tasks: list[dict], todo: dict[str, list[str]], config, sandbox) -> 
         batch = [a for a in todo[task["task_id"]] if _batchable(a, names)]
         if batch:
             calls = tuple(Call(call_source(a), expect=task["outputs"][0]) for a in batch)
-            # the job's CPU limit covers all its calls: each answer keeps the time one job alone would get
-            wall = limits.wall_timeout_s and limits.wall_timeout_s * len(batch)
-            job_limits = replace(limits, timeout_s=limits.timeout_s * len(batch), wall_timeout_s=wall)
+            # the job gets the time of at most BATCH_BUDGET_CALLS jobs alone, not one per call: a constant such as a
+            # large int handed to `range` runs one call for as long as it may, and with hundreds of calls a budget per
+            # call let one such job run for many minutes (pool v3's constants: 3 min and more). A job past its budget
+            # ends `timeout`, and its answers are regraded one by one (`accepted_answers`), each with its own limit
+            share = min(len(batch), BATCH_BUDGET_CALLS)
+            wall = limits.wall_timeout_s and limits.wall_timeout_s * share
+            job_limits = replace(limits, timeout_s=limits.timeout_s * share, wall_timeout_s=wall)
             futures.append((task["task_id"], batch, sandbox.submit(Job(task["program"], calls, limits=job_limits))))
     rejected = set()
     for task_id, batch, future in futures:
