@@ -68,8 +68,9 @@ class ModelSection(Section):
         description="Threads of one model job of the training chain (propose, solve, update, held-out scoring) when "
         "the model runs on the CPU; the benchmarks take one each, the warm start every core. 1 lets Snakemake run "
         "two arms' chains side by side on two cores (the default run); a run of one arm (a study run) goes one job "
-        "after another, so there the machine's core count keeps every core busy (docs/measurements.md: a study "
-        "generation on 1 and 2 threads). The count changes the last bits of float sums, so it is a param.")
+        "after another, so there the machine's core count keeps every core busy (its gain alone is not measured yet: "
+        "docs/measurements.md has old code on 1 thread against new code on 2). The count changes the last bits of "
+        "float sums, so it is a param.")
 
     @field_validator("base_model")
     @classmethod
