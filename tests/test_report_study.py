@@ -86,13 +86,13 @@ VERDICTS = {
 def _population_minus_baseline(result: dict) -> None:
     """The comparison on VERDICTS, against figures worked out by hand (not by the code under test): seed means
     0.30, 0.25 (population) and 0.10, 0.10 (baseline); each side's sd floored at one problem's worth, 1/20,
-    so se = sqrt(0.05^2/2 + 0.05^2/2) = 0.05 with Welch's df = 2, t_0.975(2) = 4.302653: 0.175 +- 0.215133.
+    so se = sqrt(0.05^2/2 + 0.05^2/2) = 0.05 with Hsu's df = 2 - 1 = 1, t_0.975(1) = 12.706205: 0.175 +- 0.635310.
     The interval covers 0: no detectable difference."""
     [row] = [c for c in result["comparisons"] if c["right"] != "base"]  # zero_sum has no baseline: no comparison
     assert (row["bench"], row["left"], row["right"]) == (
         "cruxeval_o", "population (reward.teacher_mode=learnability)", "baseline (reward.teacher_mode=learnability)")
-    assert row["method"] == "Welch t over seeds" and row["seeds"] == [2, 2] and row["df"] == 2
-    assert (row["delta"], row["low"], row["high"]) == pytest.approx((0.175, -0.040133, 0.390133), abs=2e-6)
+    assert row["method"] == "Welch t over seeds" and row["seeds"] == [2, 2] and row["df"] == 1
+    assert (row["delta"], row["low"], row["high"]) == pytest.approx((0.175, -0.46031, 0.81031), abs=2e-6)
     assert row["verdict"] == "no detectable difference"
     assert row["mde"] >= 3 / len(PROBLEMS)
 

@@ -76,9 +76,14 @@ def test_welch_and_t_intervals_match_the_textbook():
     from scipy import stats
 
     a, b = [0.10, 0.14, 0.12], [0.08, 0.07, 0.09, 0.05]
-    welch = welch_interval(a, b)
+    welch = welch_interval(a, b, df_rule="satterthwaite")
     reference = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
     assert (welch["low"], welch["high"]) == pytest.approx((reference.low, reference.high), abs=1e-6)
+    hsu = welch_interval(a, b)  # the study's: Hsu's df, the smaller side's values - 1 (here 2)
+    se = (np.var(a, ddof=1) / 3 + np.var(b, ddof=1) / 4) ** 0.5
+    half = stats.t.ppf(0.975, 2) * se
+    assert hsu["df"] == 2 and (hsu["low"], hsu["high"]) == pytest.approx((0.0475 - half, 0.0475 + half), abs=1e-6)
+    assert hsu["low"] < welch["low"]  # fewer degrees of freedom: wider
     centre, low, high = t_interval(a)
     one = stats.ttest_1samp(a, 0).confidence_interval(0.95)
     assert centre == pytest.approx(0.12) and (low, high) == pytest.approx((one.low, one.high), abs=1e-6)

@@ -35,6 +35,7 @@ BOOTSTRAP_SEED = 0
 TWO_LEVEL_DRAWS = 4000
 # how a seed-level comparison was made (the `method` of `seed_comparison`)
 WELCH, ONE_SAMPLE, ONE_SEED = "Welch t over seeds", "t over seeds (the base is fixed)", "one seed: tasks only"
+BASE_MEASURED = "t over seeds + the base's sampling noise"
 
 
 def is_finite_number(value) -> bool:
@@ -164,27 +165,52 @@ def resolution(n_problems: int) -> float:
     return 1 / n_problems if n_problems else 0.0
 
 
-def welch_interval(a: Sequence[float], b: Sequence[float], sd_floor: float = 0.0) -> dict:
-    """mean(a) - mean(b) with Welch's 95% interval (unequal variances, Welch-Satterthwaite degrees of
-    freedom) and its MDE; both sides need 2 values or more; each side's standard deviation is at least
-    `sd_floor` (`resolution`). Where neither side varies (df undefined) the interval has width 0.
+def welch_interval(a: Sequence[float], b: Sequence[float], sd_floor: float = 0.0, *, df_rule: str = "hsu") -> dict:
+    """mean(a) - mean(b) with Welch's 95% interval (unequal variances) and its MDE; both sides need 2 values or
+    more; each side's standard deviation is at least `sd_floor` (`resolution`). Degrees of freedom (`df_rule`):
+    Hsu's, the smaller side's values - 1 (the default: `populora.study.design_coverage` shows
+    Welch-Satterthwaite's, which can be near the sum of both sides, covering 92% where 95% is promised when
+    seeds take off or not and the two controls' spreads differ), or "satterthwaite". Where neither side
+    varies the interval has width 0.
 
     >>> welch_interval([1.0, 2.0, 3.0], [0.0, 1.0, 2.0])["low"]
-    -0.603434
+    -2.513101
+    >>> welch_interval([1.0, 2.0, 3.0], [0.0, 1.0, 2.0], df_rule="satterthwaite")["low"]
+    -1.266958
     """
     a, b = np.asarray(a, float), np.asarray(b, float)
     if len(a) < 2 or len(b) < 2:
         raise ValueError(f"Welch's interval needs 2 seeds a side, got {len(a)} and {len(b)}")
+    if df_rule not in ("hsu", "satterthwaite"):
+        raise ValueError(f"df_rule: 'hsu' or 'satterthwaite', not {df_rule!r}")
     va, vb = max(a.var(ddof=1), sd_floor ** 2) / len(a), max(b.var(ddof=1), sd_floor ** 2) / len(b)
     delta, se = float(a.mean() - b.mean()), math.sqrt(va + vb)
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if se > 0 else float(len(a) + len(b) - 2)
+    if df_rule == "hsu":
+        df = float(min(len(a), len(b)) - 1)
+    else:
+        df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if se > 0 else float(len(a) + len(b) - 2)
     half = _t(0.975, df) * se
     return {"delta": round(delta, 6), "low": round(delta - half, 6), "high": round(delta + half, 6),
             "se": round(se, 6), "df": round(df, 2), "mde": round(t_mde(se, df), 6)}
 
 
+def sampled_mean_variance(rates: Sequence[float], samples: int) -> float:
+    """The variance of a pool's mean pass rate measured once with `samples` answers per task at temperature 1
+    (`rates`: the measured per-task rates): the sum of the per-task binomial variances, unbiased
+    (p(1 - p) / (samples - 1)), over the tasks squared. A base scored this way is not a fixed row: every
+    seed's difference from it shares its noise, which a t over the seeds cannot see.
+
+    >>> sampled_mean_variance([0.5, 0.5], 2)
+    0.125
+    """
+    rates = np.asarray(rates, float)
+    if samples < 2 or not len(rates):
+        return 0.0
+    return float((rates * (1 - rates) / (samples - 1)).sum() / len(rates) ** 2)
+
+
 def seed_comparison(left: np.ndarray, right: np.ndarray | None, *, right_is_base: bool = False,
-                    verdicts: bool = True) -> dict:
+                    verdicts: bool = True, base_variance: float = 0.0) -> dict:
     """The primary comparison of two sides scored on the same problems: `left` [seeds, problems] of
     per-problem scores (a seed's students averaged), `right` the same for the other control or, with
     `right_is_base`, the base model's row (the same in every run, so it has no seed spread).
@@ -193,6 +219,13 @@ def seed_comparison(left: np.ndarray, right: np.ndarray | None, *, right_is_base
     * a control against the base with 2+ seeds: a one-sample t over the seeds' (mean - base);
     * one seed on a side: the paired bootstrap over problems (`paired_bootstrap`, seed 0 against the
       other side's mean), labelled so: it knows nothing of the spread between seeds.
+
+    `base_variance`: the variance of the base row's mean where the base was itself sampled (a pass rate over
+    answers at temperature 1: `sampled_mean_variance`); the interval against the base then adds it to the
+    seeds' squared standard error, with Satterthwaite's degrees of freedom (the base's taken as many). Without
+    it a control that barely varies between seeds gets an interval that ignores the base's own noise
+    (`populora.study.design_coverage`: 64% coverage where 95% is promised); the degrees of freedom stay the
+    seeds' - 1 (conservative: the base's variance is known far better than the seeds').
 
     Where `verdicts` (0/1 per problem) the seed-level standard deviation is at least `resolution` and the
     MDE, from the same distribution, never below `rule_of_three`. Returns delta, low, high, mde, method, df
@@ -204,10 +237,10 @@ def seed_comparison(left: np.ndarray, right: np.ndarray | None, *, right_is_base
     floor, sd_floor = (rule_of_three(n_problems), resolution(n_problems)) if verdicts else (0.0, 0.0)
     if right_is_base and len(left) >= 2:
         gains = left.mean(axis=1) - base_row.mean()
-        centre, low, high = t_interval(list(gains), sd_floor)
-        se = max(float(np.std(gains, ddof=1)), sd_floor) / math.sqrt(len(gains))
-        out = {"delta": centre, "low": low, "high": high, "df": len(gains) - 1,
-               "mde": t_mde(se, len(gains) - 1), "method": ONE_SAMPLE}
+        se, df = math.sqrt(max(float(np.std(gains, ddof=1)), sd_floor) ** 2 / len(gains) + base_variance), len(gains) - 1
+        centre, half = float(gains.mean()), _t(0.975, df) * se
+        out = {"delta": round(centre, 6), "low": round(centre - half, 6), "high": round(centre + half, 6),
+               "df": df, "mde": t_mde(se, df), "method": BASE_MEASURED if base_variance > 0 else ONE_SAMPLE}
     elif not right_is_base and len(left) >= 2 and len(right) >= 2:
         welch = welch_interval(left.mean(axis=1), right.mean(axis=1), sd_floor)
         out = {key: welch[key] for key in ("delta", "low", "high", "df", "mde")} | {"method": WELCH}
