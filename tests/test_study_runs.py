@@ -363,3 +363,33 @@ def test_wall_time_is_averaged_per_kind_of_machine_and_the_title_is_the_studys(r
     # one kind of machine: one mean, as before
     one_kind = {**row, "wall_by_machine": row["wall_by_machine"][:1]}
     assert wall_cell(one_kind) == f"{row['wall_s']['mean'] / 60:.0f}"
+
+
+def test_the_pass_rate_endpoint_carries_the_sampled_bases_noise(runs, tmp_path):
+    """The primary endpoint (issue 57): the pass rate over heldout.samples answers at temperature 1. The base
+    was sampled too, so its variance (`sampled_mean_variance`) widens the interval against it; the same seeds
+    against a fixed base row would give a narrower one."""
+    from populora.core.stats import ONE_SAMPLE, BASE_MEASURED, sampled_mean_variance, seed_comparison
+    from populora.study.analysis import base_row, score_matrix
+
+    for seed in range(3):
+        _heldout(runs, "2t2s", seed, [0.2, 0.5])
+        path = runs / f"2t2s-s{seed}" / "dynamics" / "population" / "heldout_verdicts.json"
+        doc = json.loads(path.read_text())
+        rng = random.Random(f"rates{seed}")
+        doc["base_pass_rates"] = {t: 0.25 for t in doc["base"]}
+        doc["pass_rates"] = [{}, {slot: {t: rng.choice([0.25, 0.5, 0.75]) for t in doc["base"]} for slot in ("student0", "student1")}]
+        _write(path, doc)
+        params = yaml.safe_load((runs / f"2t2s-s{seed}" / "params.yaml").read_text())
+        _write(runs / f"2t2s-s{seed}" / "params.yaml", {**params, "heldout": {"samples": 4}})
+    loaded = [r for r in load_runs(runs) if r["control"] == "2t2s"]
+    assert set(loaded[0]["pass_rate"]["heldout"]) == {"base", "population-student0", "population-student1"}
+    study = summarize(load_runs(runs))
+    [row] = [c for c in study["comparisons"] if (c["left"], c["right"], c["bench"], c["score"]) ==
+             ("2t2s", "base", "heldout", "pass rate at temperature 1")]
+    a, b = score_matrix(loaded, "heldout", score="pass_rate"), base_row(loaded, "heldout", "pass_rate")
+    fixed = seed_comparison(a, b, right_is_base=True, verdicts=False)
+    assert row["method"] == BASE_MEASURED and fixed["method"] == ONE_SAMPLE
+    assert sampled_mean_variance(b, 4) == pytest.approx(0.25 * 0.75 / 3 / 100)
+    assert row["delta"] == pytest.approx(fixed["delta"]) and row["high"] - row["low"] > fixed["high"] - fixed["low"]
+    assert {"2t2s"} <= {r["control"] for r in study["controls"] if "pass_rate" in r["bench"].get("heldout", {})}

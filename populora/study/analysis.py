@@ -26,7 +26,7 @@ from statistics import mean
 
 import numpy as np
 
-from populora.core.stats import resolution, seed_comparison, t_interval
+from populora.core.stats import resolution, sampled_mean_variance, seed_comparison, t_interval
 from populora.heldout.pool import HELDOUT_TYPES, pool_task_type
 from populora.study import plan as study_plan
 from populora.study.passk import passk_summary
@@ -44,7 +44,9 @@ from populora.study.runs import READ_BENCHES, StudyRunsError
 DIAGNOSTICS = ("truncated", "no_answer", "copies_input", "copies_argument")
 # what a comparison compares: per-problem verdicts (pass@1), the same with copies counted wrong, and the
 # gold answer's log-likelihood (nats summed over its tokens: continuous, so it moves before a verdict does)
-SCORES = {"verdicts": "pass@1", "copy_free": "copies wrong", "gold": "gold log-likelihood"}
+SCORES = {"verdicts": "pass@1", "copy_free": "copies wrong", "gold": "gold log-likelihood",
+          "pass_rate": "pass rate at temperature 1"}
+VERDICT_SCORES = ("verdicts", "copy_free")  # 0/1 per problem: the seed-level sd floor applies
 
 
 def nocopy(control: str) -> str:
@@ -125,9 +127,13 @@ def verdict(c: dict, left: str, right: str) -> str:
     return f"{left} higher" if c["low"] > 0 else f"{right} higher"
 
 
-def compare(left: str, right: str, a: np.ndarray, b: np.ndarray, *, score: str = "verdicts", **extra) -> dict:
-    """`left` - `right` by `seed_comparison` (`right == "base"`: `b` is the base's row)."""
-    c = seed_comparison(a, b, right_is_base=right == "base", verdicts=score != "gold")
+def compare(left: str, right: str, a: np.ndarray, b: np.ndarray, *, score: str = "verdicts", samples: int = 0,
+            **extra) -> dict:
+    """`left` - `right` by `seed_comparison` (`right == "base"`: `b` is the base's row; for the pass rate over
+    `samples` answers per task, the base's own sampling variance goes into the interval)."""
+    base_variance = sampled_mean_variance(b, samples) if right == "base" and score == "pass_rate" else 0.0
+    c = seed_comparison(a, b, right_is_base=right == "base", verdicts=score in VERDICT_SCORES,
+                        base_variance=base_variance)
     if score == "gold" and c["low"] == c["high"] == 0:
         c["mde"] = None  # a continuous score with no spread anywhere: no bound to give
     seeds = [len(a), len(a) if right == "base" else len(b)]
@@ -150,7 +156,8 @@ def comparisons(groups: dict[str, list[dict]], pairs) -> list[dict]:
                         right != "base" and not (rights and _scored(rights, bench, score, base=False))):
                     continue
                 b = base_row(lefts, bench, score) if right == "base" else score_matrix(rights, bench, score=score)
-                out.append(compare(left, right, score_matrix(lefts, bench, score=score), b, score=score, bench=bench))
+                out.append(compare(left, right, score_matrix(lefts, bench, score=score), b, score=score, bench=bench,
+                                   samples=int(lefts[0]["params"].get("heldout.samples") or 0)))
     return out
 
 
@@ -172,7 +179,8 @@ def control_rows(groups: dict[str, list[dict]]) -> list[dict]:
             if _scored(members, bench, "verdicts"):
                 base = base_row(members, bench).mean()
                 row["bench"][bench] |= {"students_minus_base": interval(students.mean(axis=1) - base, n), "base": round(float(base), 6)}
-            for score, problems in (("copy_free", n), ("gold", 0)):  # a log-likelihood has no resolution floor
+            # a log-likelihood and a pass rate over answers have no resolution floor
+            for score, problems in (("copy_free", n), ("gold", 0), ("pass_rate", 0)):
                 if _scored(members, bench, score):
                     seeds, base = score_matrix(members, bench, score=score).mean(axis=1), base_row(members, bench, score).mean()
                     row["bench"][bench][score] = {"students": interval(seeds, problems), "base": round(float(base), 6),

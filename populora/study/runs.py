@@ -51,7 +51,7 @@ def flatten(tree: dict, prefix: str = "") -> dict:
 def empty_run(name: str, control: str, seed: int, arm: str, students: list[str], models: list[str]) -> dict:
     """A run record with nothing measured yet (the fields every reader may look up)."""
     return {"name": name, "control": control, "seed": seed, "arm": arm, "models": models, "students": students,
-            "verdicts": {}, "copy_free": {}, "gold": {}, "diagnostics": {}, "summary": {}, "rows": [],
+            "verdicts": {}, "copy_free": {}, "gold": {}, "pass_rate": {}, "diagnostics": {}, "summary": {}, "rows": [],
             "training": {}, "params": {}, "wall_s": None, "attempts": 1, "machine": None, "heldout_curve": [],
             "generations": None, "passk": {}}
 
@@ -86,8 +86,11 @@ def load_run(folder: Path) -> dict:
                 copy_free.setdefault(bench, {})[model] = without_copies(result["per_problem"], json.loads(answers.read_text()))
     refs_of = arm_refs(arm, params["population"]["teachers"], params["population"]["students"])
     curve = heldout_generations(dynamics / HELDOUT_VERDICTS, refs_of)
+    pass_rate: dict[str, dict[str, dict[str, float]]] = {}
     if curve:  # the held-out pool, read as one more benchmark: the final generation's verdicts and the base's
         verdicts["heldout"] = {**curve["generations"][-1], "base": curve["base"]}
+        if curve.get("pass_rates"):  # and the primary endpoint: pass rates over heldout.samples answers at T=1
+            pass_rate["heldout"] = {**curve["pass_rates"][-1], "base": curve["base_pass_rates"]}
     first = next((b for b in READ_BENCHES if b in verdicts), None)
     models = sorted(m for m in verdicts.get(first, {}) if m != "base")
     # the roles as the run's own params assigned them (runs of older code record no role in their results)
@@ -97,7 +100,7 @@ def load_run(folder: Path) -> dict:
     rows = _read_optional(dynamics / DYNAMICS_TABLE)
     return {**empty_run(folder.name, run["control"], run["seed"], arm, students, models),
             "wall_s": wall_s, "attempts": int(run.get("attempts") or 1), "machine": run.get("machine"),
-            "verdicts": verdicts, "copy_free": copy_free, "gold": gold, "diagnostics": diagnostics,
+            "verdicts": verdicts, "copy_free": copy_free, "gold": gold, "pass_rate": pass_rate, "diagnostics": diagnostics,
             "summary": _read_optional(dynamics / DYNAMICS_SUMMARY), "rows": rows if isinstance(rows, list) else [],
             "training": _read_optional(folder / "training_answers.json"), "params": flatten(params),
             "generations": params["dag"]["generations"], "heldout_curve": curve.get("generations", []),
@@ -117,13 +120,19 @@ def read_passk(path: Path) -> dict:
 def heldout_generations(path: Path, refs: dict) -> dict:
     """The held-out verdicts of a run (`dynamics/<arm>/heldout_verdicts.json`) keyed by model name
     (`population-student0`, as the benchmarks name models): `{"base": {...}, "generations": [{model:
-    {task: 0|1}}, ...]}`; empty for runs without a pool."""
+    {task: 0|1}}, ...]}`, and where the final generation was sampled at temperature 1 `base_pass_rates` and
+    `pass_rates` alike ({task: rate}); empty for runs without a pool."""
     doc = _read_optional(path)
     if not doc.get("base") or not doc.get("generations"):
         return {}
     names = {ref.slot: ref.name for group in refs.values() for ref in group}
-    return {"base": doc["base"],
-            "generations": [{names.get(slot, slot): table for slot, table in gen.items()} for gen in doc["generations"]]}
+    out = {"base": doc["base"],
+           "generations": [{names.get(slot, slot): table for slot, table in gen.items()} for gen in doc["generations"]]}
+    rates = doc.get("pass_rates") or []
+    if doc.get("base_pass_rates") and rates and rates[-1]:  # the final generation was sampled at temperature 1
+        out["base_pass_rates"] = doc["base_pass_rates"]
+        out["pass_rates"] = [{names.get(slot, slot): table for slot, table in gen.items()} for gen in rates]
+    return out
 
 
 def _read_optional(path: Path):
