@@ -65,8 +65,14 @@ def side(tree: Path, project: Path, scratch: Path, arm: str, roles: str) -> list
     for name in ("base_model", "models"):
         (scratch / "results" / name).unlink(missing_ok=True)
         (scratch / "results" / name).symlink_to(project / "results" / name)
-    listed = subprocess.run([sys.executable, "-c", LISTER, arm, roles], cwd=scratch, env=env_of(tree),
-                            capture_output=True, text=True, check=True)
+    listed = subprocess.run(
+        [sys.executable, "-c", LISTER, arm, roles],
+        cwd=scratch,
+        env=env_of(tree),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(listed.stdout)
 
 
@@ -116,10 +122,23 @@ def main(argv: list[str] | None = None) -> int:
         sides[name] = (tree, scratch, side(tree, args.project.resolve(), scratch, args.arm, args.roles))
     if args.only_together:
         new_jobs = [job for job in sides["new"][2] if job["stage"].endswith("_together")]
-        grouped = set(json.loads(subprocess.run(
-            [sys.executable, "-c", "import yaml; from populora.config import parse_params; from populora.core.topology import together_benchmarks; "
-             "import json; print(json.dumps(together_benchmarks(parse_params(yaml.safe_load(open('params.yaml'))))))"],
-            cwd=sides["new"][1], env=env_of(NEW), capture_output=True, text=True, check=True).stdout))
+        grouped = set(
+            json.loads(
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-c",
+                        "import yaml; from populora.config import parse_params; from populora.core.topology import together_benchmarks; "
+                        "import json; print(json.dumps(together_benchmarks(parse_params(yaml.safe_load(open('params.yaml'))))))",
+                    ],
+                    cwd=sides["new"][1],
+                    env=env_of(NEW),
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
+            )
+        )
         sides["new"] = (*sides["new"][:2], new_jobs)
         sides["old"] = (*sides["old"][:2], [job for job in sides["old"][2] if job["bench"] in grouped])
     times: dict[str, dict[str, list[float]]] = {name: {} for name in sides}
@@ -130,28 +149,45 @@ def main(argv: list[str] | None = None) -> int:
                 seconds, used = run(tree, scratch, job)
                 times[name].setdefault(f"{job['stage']} {job['bench']}", []).append(seconds)
                 cpu[name].setdefault(f"{job['stage']} {job['bench']}", []).append(used)
-                print(f"{name:4} {job['stage']:20} {job['bench']:15} {seconds:7.1f} s wall {used:7.1f} s CPU", flush=True)
+                print(
+                    f"{name:4} {job['stage']:20} {job['bench']:15} {seconds:7.1f} s wall {used:7.1f} s CPU", flush=True
+                )
     totals = {name: statistics.median([sum(r) for r in zip(*per_job.values())]) for name, per_job in times.items()}
     cpu_totals = {name: statistics.median([sum(r) for r in zip(*per_job.values())]) for name, per_job in cpu.items()}
     old, new = verdicts(sides["old"][1], sides["old"][2]), verdicts(sides["new"][1], sides["new"][2])
     shared = sorted(set(old) & set(new))
     agree = all(old[key] == new[key] for key in shared)
-    print(f"old {totals['old']:.1f} s ({cpu_totals['old']:.1f} s CPU) in {len(sides['old'][2])} jobs; new "
-          f"{totals['new']:.1f} s ({cpu_totals['new']:.1f} s CPU) in {len(sides['new'][2])} jobs; new/old "
-          f"{totals['new'] / totals['old']:.3f} wall, {cpu_totals['new'] / cpu_totals['old']:.3f} CPU; "
-          f"verdicts of {len(shared)} (benchmark, model) pairs on both sides {'agree' if agree else 'DIFFER'}")
+    print(
+        f"old {totals['old']:.1f} s ({cpu_totals['old']:.1f} s CPU) in {len(sides['old'][2])} jobs; new "
+        f"{totals['new']:.1f} s ({cpu_totals['new']:.1f} s CPU) in {len(sides['new'][2])} jobs; new/old "
+        f"{totals['new'] / totals['old']:.3f} wall, {cpu_totals['new'] / cpu_totals['old']:.3f} CPU; "
+        f"verdicts of {len(shared)} (benchmark, model) pairs on both sides {'agree' if agree else 'DIFFER'}"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({
-            "arm": args.arm, "roles": args.roles or "each side's params", "only_together": args.only_together,
-            "repeats": args.repeats, "old": str(args.old), "jobs": {k: {j: [round(s, 1) for s in v] for j, v in t.items()}
-                                                                    for k, t in times.items()},
-            "cpu_s": {k: {j: [round(s, 1) for s in v] for j, v in t.items()} for k, t in cpu.items()},
-            "total_s": {k: round(v, 1) for k, v in totals.items()}, "ratio_new_over_old": round(totals["new"] / totals["old"], 3),
-            "total_cpu_s": {k: round(v, 1) for k, v in cpu_totals.items()},
-            "cpu_ratio_new_over_old": round(cpu_totals["new"] / cpu_totals["old"], 3),
-            "load_average_at_end": os.getloadavg(),
-            "verdicts_compared": len(shared), "verdicts_agree": agree}, indent=1, sort_keys=True) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "arm": args.arm,
+                    "roles": args.roles or "each side's params",
+                    "only_together": args.only_together,
+                    "repeats": args.repeats,
+                    "old": str(args.old),
+                    "jobs": {k: {j: [round(s, 1) for s in v] for j, v in t.items()} for k, t in times.items()},
+                    "cpu_s": {k: {j: [round(s, 1) for s in v] for j, v in t.items()} for k, t in cpu.items()},
+                    "total_s": {k: round(v, 1) for k, v in totals.items()},
+                    "ratio_new_over_old": round(totals["new"] / totals["old"], 3),
+                    "total_cpu_s": {k: round(v, 1) for k, v in cpu_totals.items()},
+                    "cpu_ratio_new_over_old": round(cpu_totals["new"] / cpu_totals["old"], 3),
+                    "load_average_at_end": os.getloadavg(),
+                    "verdicts_compared": len(shared),
+                    "verdicts_agree": agree,
+                },
+                indent=1,
+                sort_keys=True,
+            )
+            + "\n"
+        )
     return 0 if agree else 1
 
 

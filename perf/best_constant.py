@@ -26,8 +26,9 @@ def main() -> None:
     parser.add_argument("--per-family", type=int, default=24)
     args = parser.parse_args()
     rows = list(read_jsonl(args.calibration))
-    pool = select(rows, samples=rows[0]["samples"], low=0.05, high=0.6, per_type=args.per_type,
-                  per_family=args.per_family)
+    pool = select(
+        rows, samples=rows[0]["samples"], low=0.05, high=0.6, per_type=args.per_type, per_family=args.per_family
+    )
     config = VerifySection()
     with sandbox_for(config) as box:
         cache: dict = {}
@@ -37,8 +38,16 @@ def main() -> None:
         start = time.perf_counter()
         best_constant(pool, config, box, cache)
         again = time.perf_counter() - start
-    print(json.dumps({"pool_tasks": len(pool), "first_s": round(first, 2), "cached_s": round(again, 2),
-                      "best_constant": {k: [v["answer"], v["correct"], v["n"]] for k, v in found.items()}}))
+    print(
+        json.dumps(
+            {
+                "pool_tasks": len(pool),
+                "first_s": round(first, 2),
+                "cached_s": round(again, 2),
+                "best_constant": {k: [v["answer"], v["correct"], v["n"]] for k, v in found.items()},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

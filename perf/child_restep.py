@@ -46,9 +46,16 @@ def step_stats(before: dict, after: dict) -> dict:
     for m in ops.lora_modules(before):
         old = before[m.b_key].double() @ before[m.a_key].double()
         step = after[m.b_key].double() @ after[m.a_key].double() - old
-        dot, step_sq, dw_sq = dot + float((step * old).sum()), step_sq + float((step * step).sum()), dw_sq + float((old * old).sum())
-    return {"step": round(step_size(before, after), 4), "growth": round(delta_norm(after) - delta_norm(before), 4),
-            "cosine": round(dot / (step_sq * dw_sq) ** 0.5, 4)}
+        dot, step_sq, dw_sq = (
+            dot + float((step * old).sum()),
+            step_sq + float((step * step).sum()),
+            dw_sq + float((old * old).sum()),
+        )
+    return {
+        "step": round(step_size(before, after), 4),
+        "growth": round(delta_norm(after) - delta_norm(before), 4),
+        "cosine": round(dot / (step_sq * dw_sq) ** 0.5, 4),
+    }
 
 
 def identical(a: dict, b: dict) -> bool:
@@ -67,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     params = load_params(clone / "params.yaml")
     arm_dir = clone / "results" / args.arm
     born, trained = arm_dir / f"gen{args.gen:03d}", arm_dir / f"gen{args.gen + 1:03d}"
-    event = next(e for e in json.loads((born / "evolved" / "evolution.json").read_text())["events"]
-                 if e["slot"] == args.slot)
+    event = next(
+        e for e in json.loads((born / "evolved" / "evolution.json").read_text())["events"] if e["slot"] == args.slot
+    )
     parents = [read_state_dict(born / "trained" / "adapters" / slot) for slot in event["parent_slots"]]
     recorded_child = read_state_dict(born / "checkpoint" / "adapters" / args.slot)
     recorded_step = read_state_dict(trained / "trained" / "adapters" / args.slot)
@@ -83,8 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             ops.align = saved
 
-    out = {"event": {k: event[k] for k in ("operator", "parent_slots", "slot", "moments", "generation")},
-           "recorded": step_stats(recorded_child, recorded_step), "variants": {}}
+    out = {
+        "event": {k: event[k] for k in ("operator", "parent_slots", "slot", "moments", "generation")},
+        "recorded": step_stats(recorded_child, recorded_step),
+        "variants": {},
+    }
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for name, aligned in (("as_run", False), ("aligned", True)):
@@ -93,13 +104,36 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit("the rebuilt child differs from the run's checkpoint: not the run's code or event")
             state = Path(tmp) / name / "state"
             shutil.copytree(born / "checkpoint", state)
-            write_adapter(state / "adapters" / args.slot, made, config_from=born / "checkpoint" / "adapters" / args.slot)
+            write_adapter(
+                state / "adapters" / args.slot, made, config_from=born / "checkpoint" / "adapters" / args.slot
+            )
             result = Path(tmp) / name / "trained"
-            subprocess.run([sys.executable, "-m", "stages.update", "--params", str(clone / "params.yaml"),
-                            "--arm", args.arm, "--gen", f"{args.gen + 1:03d}", "--part", str(part),
-                            "--base-model", str(clone / "results" / "base_model"), "--state", str(state),
-                            "--rollouts", str(trained / "rollouts.jsonl"), "--trained", str(result)],
-                           check=True, cwd=clone, capture_output=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "stages.update",
+                    "--params",
+                    str(clone / "params.yaml"),
+                    "--arm",
+                    args.arm,
+                    "--gen",
+                    f"{args.gen + 1:03d}",
+                    "--part",
+                    str(part),
+                    "--base-model",
+                    str(clone / "results" / "base_model"),
+                    "--state",
+                    str(state),
+                    "--rollouts",
+                    str(trained / "rollouts.jsonl"),
+                    "--trained",
+                    str(result),
+                ],
+                check=True,
+                cwd=clone,
+                capture_output=True,
+            )
             after = read_state_dict(result / "adapters" / args.slot)
             row = step_stats(made, after)
             if not aligned:
@@ -108,9 +142,13 @@ def main(argv: list[str] | None = None) -> int:
             print(name, row, flush=True)
     command = " ".join(argv if argv is not None else sys.argv[1:]).replace(str(args.clone), "STUDY_CLONE")
     # the clone's path is this machine's: the record names it as the docstring does
-    out.update(seconds=round(time.perf_counter() - start, 1), command=f"python perf/child_restep.py {command}",
-               clone_commit=subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True,
-                                           text=True).stdout.strip())
+    out.update(
+        seconds=round(time.perf_counter() - start, 1),
+        command=f"python perf/child_restep.py {command}",
+        clone_commit=subprocess.run(
+            ["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
+    )
     if args.json:
         write_json(args.json, out)
     return 0

@@ -46,12 +46,28 @@ ADAPTER = "x"  # the one trainable adapter slot every trial loads its weights in
 def sample_batch(model_dir: Path, *, rows: int, max_new_tokens: int, seed: int = 0) -> list[dict]:
     """`rows` answers of the bare base model to proposer prompts (segments the update trains on)."""
     tokenizer, model = load_base(model_dir)
-    chat = lambda p: tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,  # noqa: E731
-                                                   add_generation_prompt=True)
-    plans = [prompts.scaffolded_plan(f"Write a Python function f number {i}.", prompts.proposer_steps("code_o", 10), chat)
-             for i in range(rows)]
-    results = run_plans(model, tokenizer, [GenRow(p, None) for p in plans], temperature=1.0, top_p=1.0,
-                        max_new_tokens=max_new_tokens, batch_size=rows, seed=seed)
+
+    def chat(p):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+
+    plans = [
+        prompts.scaffolded_plan(f"Write a Python function f number {i}.", prompts.proposer_steps("code_o", 10), chat)
+        for i in range(rows)
+    ]
+    results = run_plans(
+        model,
+        tokenizer,
+        [GenRow(p, None) for p in plans],
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=max_new_tokens,
+        batch_size=rows,
+        seed=seed,
+    )
     return [{"segments": r.segments} for r in results]
 
 
@@ -76,8 +92,9 @@ class Trainer:
     def steps(self, weights: dict, moments: Path | None, batches: list[list[dict]], save_moments: Path | None = None):
         """Load `weights` (and `moments`), take one optimizer step per batch; the weights after."""
         set_peft_model_state_dict(self.model, weights, adapter_name=ADAPTER)
-        update = AdapterUpdate(Accelerator(cpu=True), self.model, self.tokenizer, ADAPTER, self.config,
-                               optimizer_file=moments)
+        update = AdapterUpdate(
+            Accelerator(cpu=True), self.model, self.tokenizer, ADAPTER, self.config, optimizer_file=moments
+        )
         for batch in batches:
             update.train(batch)
         if save_moments is not None:
@@ -107,42 +124,71 @@ def previous_refactoring():
         ops.isometric_coefficients, ops.rebalance = saved
 
 
-def measure(model_dir: Path, work: Path, *, rank: int, targets: list[str], lr: float, parent_steps: int, rows: int,
-            max_new_tokens: int, operators: list[str], log=print) -> dict:
+def measure(
+    model_dir: Path,
+    work: Path,
+    *,
+    rank: int,
+    targets: list[str],
+    lr: float,
+    parent_steps: int,
+    rows: int,
+    max_new_tokens: int,
+    operators: list[str],
+    log=print,
+) -> dict:
     """Train two parents, then step every (parent, child) variant once on one fixed batch."""
     _, base = load_base(model_dir)
-    create_adapters(base, ["p1", "p2"], work, lora_cfg=lora_config(rank, 2.0 * rank, 0.0, targets),
-                    seeds={"p1": 1, "p2": 2}, init_std=0.0)
+    create_adapters(
+        base,
+        ["p1", "p2"],
+        work,
+        lora_cfg=lora_config(rank, 2.0 * rank, 0.0, targets),
+        seeds={"p1": 1, "p2": 2},
+        init_std=0.0,
+    )
     batch = sample_batch(model_dir, rows=rows, max_new_tokens=max_new_tokens)
     config = UpdateSection(steps=1, learning_rate=lr, micro_batch=rows, max_seq_len=1024)
     trainer = Trainer(model_dir, work / "p1", config)
     parents, moments = [], []
     for k, name in enumerate(("p1", "p2")):
         history = [with_advantages(batch, 100 * k + s) for s in range(parent_steps)]
-        parents.append(trainer.steps(read_state_dict(work / name), None, history, save_moments=work / f"{name}.moments"))
+        parents.append(
+            trainer.steps(read_state_dict(work / name), None, history, save_moments=work / f"{name}.moments")
+        )
         moments.append(work / f"{name}.moments")
     fixed = with_advantages(batch, 999)
-    out = {"parent_carried": step_size(parents[0], trainer.steps(parents[0], moments[0], [fixed])),
-           "parent_fresh": step_size(parents[0], trainer.steps(parents[0], None, [fixed])),
-           "parent_ratio_median": float(torch.tensor([float(parents[0][m.a_key].norm() / parents[0][m.b_key].norm())
-                                                      for m in ops.lora_modules(parents[0])]).median()),
-           "operators": {}}
+    out = {
+        "parent_carried": step_size(parents[0], trainer.steps(parents[0], moments[0], [fixed])),
+        "parent_fresh": step_size(parents[0], trainer.steps(parents[0], None, [fixed])),
+        "parent_ratio_median": float(
+            torch.tensor(
+                [float(parents[0][m.a_key].norm() / parents[0][m.b_key].norm()) for m in ops.lora_modules(parents[0])]
+            ).median()
+        ),
+        "operators": {},
+    }
     log(f"parent: carried {out['parent_carried']:.4g}, fresh {out['parent_fresh']:.4g}")
     for op in operators:
         chosen = parents if op in ops.CROSSOVERS else parents[:1]
         child = ops.make_child(chosen, op, seed=7, fitness=[1.0, 0.0][: len(chosen)])
         with previous_refactoring():
             old = ops.make_child(chosen, op, seed=7, fitness=[1.0, 0.0][: len(chosen)])
-        row = {"child_fresh": step_size(child, trainer.steps(child, None, [fixed])),
-               "child_carried": step_size(child, trainer.steps(child, moments[0], [fixed])),
-               "previous_child_fresh": step_size(old, trainer.steps(old, None, [fixed])),
-               "balance_vs_parent": _balance(child, chosen), "previous_balance_vs_parent": _balance(old, chosen)}
+        row = {
+            "child_fresh": step_size(child, trainer.steps(child, None, [fixed])),
+            "child_carried": step_size(child, trainer.steps(child, moments[0], [fixed])),
+            "previous_child_fresh": step_size(old, trainer.steps(old, None, [fixed])),
+            "balance_vs_parent": _balance(child, chosen),
+            "previous_balance_vs_parent": _balance(old, chosen),
+        }
         for key in ("child_fresh", "child_carried", "previous_child_fresh"):
             row[f"{key}_over_parent_carried"] = row[key] / out["parent_carried"]
         out["operators"][op] = row
-        log(f"{op:18s} child/parent (carried parent): fresh {row['child_fresh_over_parent_carried']:.2f}, "
+        log(
+            f"{op:18s} child/parent (carried parent): fresh {row['child_fresh_over_parent_carried']:.2f}, "
             f"carried {row['child_carried_over_parent_carried']:.2f}, previous {row['previous_child_fresh_over_parent_carried']:.2f}; "
-            f"balance {row['balance_vs_parent']:.2f} (previous {row['previous_balance_vs_parent']:.2f})")
+            f"balance {row['balance_vs_parent']:.2f} (previous {row['previous_balance_vs_parent']:.2f})"
+        )
     return out
 
 
@@ -171,15 +217,30 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = Path(args.base_model)
         if args.tiny:
             from tests.tiny_model import tiny_model_dir
+
             model_dir = tiny_model_dir(Path(tmp) / "tiny")
         start = time.perf_counter()
-        result = measure(model_dir, Path(tmp), rank=args.rank, targets=["q_proj", "k_proj", "v_proj", "o_proj"],
-                         lr=args.lr, parent_steps=args.parent_steps, rows=args.rows, max_new_tokens=args.max_new_tokens,
-                         operators=sorted(ops.MUTATIONS) + sorted(ops.CROSSOVERS))
-    result.update(command="python perf/child_step.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-                  model="tiny" if args.tiny else str(args.base_model), rank=args.rank, lr=args.lr,
-                  parent_steps=args.parent_steps, rows=args.rows, seconds=round(time.perf_counter() - start, 1),
-                  machine=platform.processor() or platform.machine())
+        result = measure(
+            model_dir,
+            Path(tmp),
+            rank=args.rank,
+            targets=["q_proj", "k_proj", "v_proj", "o_proj"],
+            lr=args.lr,
+            parent_steps=args.parent_steps,
+            rows=args.rows,
+            max_new_tokens=args.max_new_tokens,
+            operators=sorted(ops.MUTATIONS) + sorted(ops.CROSSOVERS),
+        )
+    result.update(
+        command="python perf/child_step.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        model="tiny" if args.tiny else str(args.base_model),
+        rank=args.rank,
+        lr=args.lr,
+        parent_steps=args.parent_steps,
+        rows=args.rows,
+        seconds=round(time.perf_counter() - start, 1),
+        machine=platform.processor() or platform.machine(),
+    )
     if args.json:
         write_json(args.json, result)
     return 0

@@ -66,8 +66,14 @@ class FakeResult:  # the fields of populora.lm.sampling.GenResult that the stage
 
 def _result(text: str, truncated: bool) -> FakeResult:
     ids = list(range(min(len(text), 64)))
-    return FakeResult([{"text": "<prompt>", "train": False, "ids": [1, 2]},
-                       {"text": text, "train": True, "ids": ids, "logprobs": [-1.0] * len(ids)}], truncated, len(ids))
+    return FakeResult(
+        [
+            {"text": "<prompt>", "train": False, "ids": [1, 2]},
+            {"text": text, "train": True, "ids": ids, "logprobs": [-1.0] * len(ids)},
+        ],
+        truncated,
+        len(ids),
+    )
 
 
 @dataclass
@@ -82,7 +88,9 @@ def _call(run: Pass, what: str, fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except BaseException as error:  # noqa: BLE001  (a crash is the finding)
-        run.failures.append(f"{what} raised {type(error).__name__}: {str(error)[:300]}\n{traceback.format_exc()[-1500:]}")
+        run.failures.append(
+            f"{what} raised {type(error).__name__}: {str(error)[:300]}\n{traceback.format_exc()[-1500:]}"
+        )
         return None
 
 
@@ -110,8 +118,15 @@ def run_pass(samples: list[Sample], box, folder: Path) -> Pass:
             if s.mode != mode:
                 continue
             teacher = TEACHERS[i % 2]
-            meta = {"task_id": f"fuzz-{i}", "type": s.type, "teacher": teacher, "arm": "population", "gen": 0,
-                    "origin": "proposed", "references": []}
+            meta = {
+                "task_id": f"fuzz-{i}",
+                "type": s.type,
+                "teacher": teacher,
+                "arm": "population",
+                "gen": 0,
+                "origin": "proposed",
+                "references": [],
+            }
             if s.type == "code_f":
                 source = buffer[i % len(buffer)]
                 meta = {**meta, "program": source["program"], "source_task": source["task_id"]}
@@ -141,18 +156,31 @@ def run_pass(samples: list[Sample], box, folder: Path) -> Pass:
     targets = {tt: [t for t in buffer + valid if t["type"] == tt] for tt in ("code_o", "code_i", "code_f")}
     answers = []
     for i, s in enumerate(samples):
-        parsed = _call(run, f"parse_answer fuzz-{i}", parse_answer, s.answer_text, s.type, mode=s.mode,
-                       truncated=s.truncated)
+        parsed = _call(
+            run, f"parse_answer fuzz-{i}", parse_answer, s.answer_text, s.type, mode=s.mode, truncated=s.truncated
+        )
         answer, reason = parsed if parsed else (None, "crashed")
         if (answer is None) == (reason is None) or (reason and reason not in PARSE_REASONS):
             run.failures.append(f"fuzz-{i}: parse_answer gave ({str(answer)[:80]!r}, {reason!r})")
         run.reasons["answer"][reason or "parsed"] += 1
         task = targets[s.type][i % len(targets[s.type])]
-        answers.append({"answer_id": f"{task['task_id']}:{STUDENTS[i % 2]}:{i}", "task_id": task["task_id"],
-                        "type": s.type, "student": STUDENTS[i % 2], "sample": i, "teacher": task.get("teacher"),
-                        "task_origin": task.get("origin"), "task_gen": task.get("gen"), "examples": [],
-                        "answer": answer, "parse_reason": reason, "segments": _result(s.answer_text, False).segments,
-                        "tokens": 1})
+        answers.append(
+            {
+                "answer_id": f"{task['task_id']}:{STUDENTS[i % 2]}:{i}",
+                "task_id": task["task_id"],
+                "type": s.type,
+                "student": STUDENTS[i % 2],
+                "sample": i,
+                "teacher": task.get("teacher"),
+                "task_origin": task.get("origin"),
+                "task_gen": task.get("gen"),
+                "examples": [],
+                "answer": answer,
+                "parse_reason": reason,
+                "segments": _result(s.answer_text, False).segments,
+                "tokens": 1,
+            }
+        )
     _roundtrip(run, folder, "answers", answers, Answer)
     run.timings["parse_answers_s"] = time.perf_counter() - t2
     t3 = time.perf_counter()
@@ -176,8 +204,11 @@ def run_pass(samples: list[Sample], box, folder: Path) -> Pass:
 
 
 def _reward(run: Pass, folder: Path, tasks: list[dict], graded: list[dict], buffer: list[dict]) -> None:
-    pairing = {"teachers": list(TEACHERS), "students": list(STUDENTS),
-               "counts": {t: dict.fromkeys(STUDENTS, 1) for t in TEACHERS}}
+    pairing = {
+        "teachers": list(TEACHERS),
+        "students": list(STUDENTS),
+        "counts": {t: dict.fromkeys(STUDENTS, 1) for t in TEACHERS},
+    }
     for mode in ("learnability", "zero_sum"):
         for baseline in ("trr++", "per_task"):
             rollouts = _call(run, f"build_rollouts {mode} {baseline}", build_rollouts, tasks, graded, mode, baseline)
@@ -243,20 +274,32 @@ def fuzz(samples: list[Sample], hogs: int = 2) -> dict:
                     hog.kill()
                     hog.wait()
     idle, loaded = passes["idle"], passes["hogs"]
-    differ = sorted(k for k in idle.verdicts.keys() | loaded.verdicts.keys() if idle.verdicts.get(k) != loaded.verdicts.get(k))
+    differ = sorted(
+        k for k in idle.verdicts.keys() | loaded.verdicts.keys() if idle.verdicts.get(k) != loaded.verdicts.get(k)
+    )
     escaped = [e for e in escapes() if e not in before]
     return {
-        "completions": len(samples), "kinds": dict(Counter(s.kind for s in samples)),
-        "types": dict(Counter(s.type for s in samples)), "modes": dict(Counter(s.mode for s in samples)),
+        "completions": len(samples),
+        "kinds": dict(Counter(s.kind for s in samples)),
+        "types": dict(Counter(s.type for s in samples)),
+        "modes": dict(Counter(s.mode for s in samples)),
         "megabytes_of_text": round(sum(len(s.text) + len(s.answer_text) for s in samples) / 1e6, 1),
-        "hogs": hogs, "sandbox": {"timeout_s": CONFIG.timeout_s, "memory_mb": CONFIG.memory_mb, "workers": CONFIG.workers},
-        "passes": {name: {"timings_s": {k: round(v, 2) for k, v in p.timings.items()},
-                          "completions_per_s": round(len(samples) / p.timings["pass_s"], 1),
-                          "failures": len(p.failures)} for name, p in passes.items()},
+        "hogs": hogs,
+        "sandbox": {"timeout_s": CONFIG.timeout_s, "memory_mb": CONFIG.memory_mb, "workers": CONFIG.workers},
+        "passes": {
+            name: {
+                "timings_s": {k: round(v, 2) for k, v in p.timings.items()},
+                "completions_per_s": round(len(samples) / p.timings["pass_s"], 1),
+                "failures": len(p.failures),
+            }
+            for name, p in passes.items()
+        },
         "reasons": {stage: dict(counter.most_common()) for stage, counter in idle.reasons.items()},
-        "verdicts_compared": len(idle.verdicts), "verdicts_differ": len(differ),
+        "verdicts_compared": len(idle.verdicts),
+        "verdicts_differ": len(differ),
         "verdict_differences": [(k, idle.verdicts.get(k), loaded.verdicts.get(k)) for k in differ[:20]],
-        "failures": (idle.failures + loaded.failures)[:50], "escapes": escaped,
+        "failures": (idle.failures + loaded.failures)[:50],
+        "escapes": escaped,
     }
 
 
@@ -267,14 +310,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hogs", type=int, default=2, help="busy-loop processes beside the second pass")
     parser.add_argument("--json", default=None, help="write the report here")
     args = parser.parse_args(argv)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip()  # the code this process imported
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent
+    ).stdout.strip()  # the code this process imported
     start, load_start = time.perf_counter(), os.getloadavg()[0]
     report = fuzz(generate(args.n, args.seed), args.hogs)
-    report |= {"loadavg_1min": [round(load_start, 2), round(os.getloadavg()[0], 2)]}  # at start and end: what ran beside
-    report |= {"seed": args.seed, "wall_s": round(time.perf_counter() - start, 1), "commit": commit,
-               "date": time.strftime("%Y-%m-%d"), "cpu": platform.processor() or platform.machine(),
-               "cpus": os.cpu_count(), "command": " ".join(["perf/fuzz_completions.py", *(argv or sys.argv[1:])])}
+    report |= {
+        "loadavg_1min": [round(load_start, 2), round(os.getloadavg()[0], 2)]
+    }  # at start and end: what ran beside
+    report |= {
+        "seed": args.seed,
+        "wall_s": round(time.perf_counter() - start, 1),
+        "commit": commit,
+        "date": time.strftime("%Y-%m-%d"),
+        "cpu": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "command": " ".join(["perf/fuzz_completions.py", *(argv or sys.argv[1:])]),
+    }
     text = json.dumps(report, indent=2, sort_keys=True)
     if args.json:
         Path(args.json).write_text(text + "\n")

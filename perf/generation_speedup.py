@@ -34,10 +34,24 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 SHAPES = {
-    "smollm2-135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                         num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True),
-    "tiny": dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),
+    "smollm2-135m": dict(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        tie_word_embeddings=True,
+    ),
+    "tiny": dict(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    ),
 }
 
 
@@ -68,8 +82,9 @@ def child(args) -> dict:
     from populora.lm.sampling import sample_batch
 
     dtype = getattr(torch, args.dtype)
-    config = LlamaConfig(**SHAPES[args.shape], max_position_embeddings=4096, bos_token_id=None, eos_token_id=None,
-                         pad_token_id=0)
+    config = LlamaConfig(
+        **SHAPES[args.shape], max_position_embeddings=4096, bos_token_id=None, eos_token_id=None, pad_token_id=0
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).to(dtype).eval().requires_grad_(False)
     model.generation_config.eos_token_id = None
@@ -94,22 +109,38 @@ def child(args) -> dict:
 
     def run(rows: list[int], budget: int):
         start = time.perf_counter()
-        out = sample_batch(stacked, Tok(), [contexts[i] for i in rows], budget=budget, stops=(), suppress_first=None,
-                           temperature=0.5, top_p=1.0, generator=torch.Generator().manual_seed(0),
-                           adapters=[adapters[i] for i in rows])
+        out = sample_batch(
+            stacked,
+            Tok(),
+            [contexts[i] for i in rows],
+            budget=budget,
+            stops=(),
+            suppress_first=None,
+            temperature=0.5,
+            top_p=1.0,
+            generator=torch.Generator().manual_seed(0),
+            adapters=[adapters[i] for i in rows],
+        )
         return time.perf_counter() - start, out
 
     run([0, 1], 4)  # warm-up: kernels, allocator
     seconds, out = run(list(range(len(contexts))), args.tokens)
-    return {"tree": str(Path(populora.__file__).resolve().parents[1]), "dtype": args.dtype, "seconds": seconds,
-            "tok_s": len(contexts) * args.tokens / seconds, "first_ids": out[0].ids[:8],
-            "logprob_sum": sum(sum(s.logprobs) for s in out), "threads": torch.get_num_threads()}
+    return {
+        "tree": str(Path(populora.__file__).resolve().parents[1]),
+        "dtype": args.dtype,
+        "seconds": seconds,
+        "tok_s": len(contexts) * args.tokens / seconds,
+        "first_ids": out[0].ids[:8],
+        "logprob_sum": sum(sum(s.logprobs) for s in out),
+        "threads": torch.get_num_threads(),
+    }
 
 
 def git_commit(tree: Path) -> str:
     head = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    ).stdout.strip()
     return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
@@ -126,8 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads per child (the CPU stages run one thread each, side by side)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads per child (the CPU stages run one thread each, side by side)",
+    )
     parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", type=Path)
@@ -138,29 +173,58 @@ def main(argv: list[str] | None = None) -> int:
     if args.old is None or args.json is None:
         parser.error("--old and --json are needed (the child mode is internal)")
     trees = {"old": args.old.resolve(), "new": args.new.resolve()}
-    shape_args = ["--shape", args.shape, "--prompts", str(args.prompts), "--samples", str(args.samples),
-                  "--adapters", str(args.adapters), "--prompt-tokens", str(args.prompt_tokens),
-                  "--shared-prefix", str(args.shared_prefix), "--tokens", str(args.tokens)]
+    shape_args = [
+        "--shape",
+        args.shape,
+        "--prompts",
+        str(args.prompts),
+        "--samples",
+        str(args.samples),
+        "--adapters",
+        str(args.adapters),
+        "--prompt-tokens",
+        str(args.prompt_tokens),
+        "--shared-prefix",
+        str(args.shared_prefix),
+        "--tokens",
+        str(args.tokens),
+    ]
     commits = {name: git_commit(tree) for name, tree in trees.items()}  # before: the trees may change meanwhile
     runs: dict[str, dict[str, list[dict]]] = {d: {"old": [], "new": []} for d in args.dtypes}
     for repeat in range(args.repeats):
         for dtype in args.dtypes:
             for name, tree in trees.items():
                 env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(args.threads)}
-                done = subprocess.run([sys.executable, str(HERE), "--child", "--dtype", dtype, *shape_args],
-                                      env=env, cwd=tree, capture_output=True, text=True, check=True)
+                done = subprocess.run(
+                    [sys.executable, str(HERE), "--child", "--dtype", dtype, *shape_args],
+                    env=env,
+                    cwd=tree,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
                 row = json.loads(done.stdout.strip().splitlines()[-1])
                 runs[dtype][name].append(row)
                 print(f"repeat {repeat} {dtype} {name}: {row['seconds']:.2f} s, {row['tok_s']:.1f} tok/s", flush=True)
     from populora.lm.dtype import cpu_info
 
     cpu, flags = cpu_info()
-    result = {"shape": args.shape, "prompts": args.prompts, "samples_per_prompt": args.samples,
-              "rows": args.prompts * args.samples, "adapters": args.adapters, "prompt_tokens": args.prompt_tokens,
-              "shared_prefix_tokens": args.shared_prefix, "new_tokens_per_row": args.tokens,
-              "repeats": args.repeats, "commits": commits,
-              "cpu": cpu, "cpu_flags": sorted(f for f in flags if f.startswith(("avx512", "amx", "avx2"))),
-              "threads": runs[args.dtypes[0]]["new"][0]["threads"], "by_dtype": {}}
+    result = {
+        "shape": args.shape,
+        "prompts": args.prompts,
+        "samples_per_prompt": args.samples,
+        "rows": args.prompts * args.samples,
+        "adapters": args.adapters,
+        "prompt_tokens": args.prompt_tokens,
+        "shared_prefix_tokens": args.shared_prefix,
+        "new_tokens_per_row": args.tokens,
+        "repeats": args.repeats,
+        "commits": commits,
+        "cpu": cpu,
+        "cpu_flags": sorted(f for f in flags if f.startswith(("avx512", "amx", "avx2"))),
+        "threads": runs[args.dtypes[0]]["new"][0]["threads"],
+        "by_dtype": {},
+    }
     for dtype, by_tree in runs.items():
         median = {name: statistics.median(r["seconds"] for r in rows) for name, rows in by_tree.items()}
         result["by_dtype"][dtype] = {

@@ -48,8 +48,14 @@ def main(argv: list[str] | None = None) -> int:
         for std in args.init_std:
             out = Path(tmp) / f"std{std}"
             out.mkdir()
-            create_adapters(base, ["student0", "student1"], out, seeds={"student0": 11, "student1": 12}, init_std=std,
-                            lora_cfg=lora_config(cfg.rank, cfg.alpha, cfg.dropout, list(cfg.target_modules)))
+            create_adapters(
+                base,
+                ["student0", "student1"],
+                out,
+                seeds={"student0": 11, "student1": 12},
+                init_std=std,
+                lora_cfg=lora_config(cfg.rank, cfg.alpha, cfg.dropout, list(cfg.target_modules)),
+            )
             folders |= {f"{std}/student0": out / "student0", f"{std}/student1": out / "student1"}
         tokenizer, model = load_sampler(args.base_model, folders, params)
         start = time.perf_counter()
@@ -57,15 +63,24 @@ def main(argv: list[str] | None = None) -> int:
         base_accuracy = sum(table["base"].get(t, 0) for t in ids) / len(ids)
         for std in args.init_std:
             a, b = f"{std}/student0", f"{std}/student1"
-            rows.append({"init_std": std,
-                         "weight_distance": weight_distance(read_state_dict(folders[a]), read_state_dict(folders[b])),
-                         "verdict_agreement": verdict_agreement(table[a], table[b], ids),
-                         "agreement_with_base": [verdict_agreement(table[m], table["base"], ids) for m in (a, b)],
-                         "accuracy": [sum(table[m].get(t, 0) for t in ids) / len(ids) for m in (a, b)],
-                         "base_accuracy": base_accuracy})
+            rows.append(
+                {
+                    "init_std": std,
+                    "weight_distance": weight_distance(read_state_dict(folders[a]), read_state_dict(folders[b])),
+                    "verdict_agreement": verdict_agreement(table[a], table[b], ids),
+                    "agreement_with_base": [verdict_agreement(table[m], table["base"], ids) for m in (a, b)],
+                    "accuracy": [sum(table[m].get(t, 0) for t in ids) / len(ids) for m in (a, b)],
+                    "base_accuracy": base_accuracy,
+                }
+            )
             print(rows[-1])
-    result = {"rows": rows, "pool": args.pool, "tasks": len(ids), "seconds": round(time.perf_counter() - start, 1),
-              "command": "python perf/init_diversity.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+    result = {
+        "rows": rows,
+        "pool": args.pool,
+        "tasks": len(ids),
+        "seconds": round(time.perf_counter() - start, 1),
+        "command": "python perf/init_diversity.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    }
     if args.json:
         write_json(args.json, result)
     return 0

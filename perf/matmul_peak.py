@@ -18,8 +18,15 @@ import sys
 import time
 from pathlib import Path
 
-SHAPES = {"q_proj": (576, 576), "k_proj": (576, 192), "v_proj": (576, 192), "o_proj": (576, 576),
-          "gate_proj": (576, 1536), "up_proj": (576, 1536), "down_proj": (1536, 576)}  # (in, out)
+SHAPES = {
+    "q_proj": (576, 576),
+    "k_proj": (576, 192),
+    "v_proj": (576, 192),
+    "o_proj": (576, 576),
+    "gate_proj": (576, 1536),
+    "up_proj": (576, 1536),
+    "down_proj": (1536, 576),
+}  # (in, out)
 
 
 def layer_rate(dtype, rows: int, repeats: int) -> dict:
@@ -51,8 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from populora.lm.dtype import runtime_record
 
-    report = {"rows": args.rows, "repeats": args.repeats, "shapes": SHAPES, "runtime": runtime_record("bfloat16"),
-              "cpus": os.cpu_count(), "rates": {}}
+    report = {
+        "rows": args.rows,
+        "repeats": args.repeats,
+        "shapes": SHAPES,
+        "runtime": runtime_record("bfloat16"),
+        "cpus": os.cpu_count(),
+        "rates": {},
+    }
     for threads in sorted({1, os.cpu_count() or 1}):
         torch.set_num_threads(threads)
         for dtype in (torch.float32, torch.bfloat16):

@@ -73,12 +73,13 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     parents = [
-        {k: v.to(args.device) for k, v in qwen_like_adapter(s, args.rank, args.layers, dtype).items()}
-        for s in (0, 1)
+        {k: v.to(args.device) for k, v in qwen_like_adapter(s, args.rank, args.layers, dtype).items()} for s in (0, 1)
     ]
     n_params = sum(t.numel() for t in parents[0].values())
-    print(f"adapter: {len(parents[0]) // 2} modules, rank {args.rank}, {n_params / 1e6:.1f} M params, "
-          f"{args.dtype}, device {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"adapter: {len(parents[0]) // 2} modules, rank {args.rank}, {n_params / 1e6:.1f} M params, "
+        f"{args.dtype}, device {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
     print(f"{'operator':<18} {'kind':<9} {'median s':>9} {'min s':>7} {'max s':>7}")
     rows = {}
     for op in args.operators:
@@ -86,17 +87,33 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.synchronize()
         times = time_operator(op, parents, args.repeats)
         kind = "crossover" if op in CROSSOVERS else "mutation"
-        rows[op] = {"kind": kind, "median_s": statistics.median(times), "min_s": min(times),
-                    "max_s": max(times), "times_s": times}
+        rows[op] = {
+            "kind": kind,
+            "median_s": statistics.median(times),
+            "min_s": min(times),
+            "max_s": max(times),
+            "times_s": times,
+        }
         print(f"{op:<18} {kind:<9} {rows[op]['median_s']:>9.3f} {min(times):>7.3f} {max(times):>7.3f}")
     if args.json:
-        write_json(args.json, {
-            "adapter": {"modules": len(parents[0]) // 2, "rank": args.rank, "layers": args.layers,
-                        "params": n_params, "dtype": args.dtype},
-            "device": args.device, "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "machine": platform.processor() or platform.machine(), "repeats": args.repeats,
-            "operators": rows,
-        })
+        write_json(
+            args.json,
+            {
+                "adapter": {
+                    "modules": len(parents[0]) // 2,
+                    "rank": args.rank,
+                    "layers": args.layers,
+                    "params": n_params,
+                    "dtype": args.dtype,
+                },
+                "device": args.device,
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+                "machine": platform.processor() or platform.machine(),
+                "repeats": args.repeats,
+                "operators": rows,
+            },
+        )
     return 0
 
 

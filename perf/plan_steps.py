@@ -57,13 +57,24 @@ def main(argv: list[str] | None = None) -> int:
     results = args.run_dir / "results" / args.arm
     state_dir = results / ("init" if args.gen == 0 else f"gen{args.gen - 1:03d}/checkpoint")
     state = load_state(state_dir)
-    tokenizer, model = load_sampler(args.run_dir / "results" / "base_model", adapter_dirs(state_dir, state.teachers),
-                                    params)
+    tokenizer, model = load_sampler(
+        args.run_dir / "results" / "base_model", adapter_dirs(state_dir, state.teachers), params
+    )
     cfg = params.propose
     seed = derive_seed(params.base.seed, "propose", args.arm, args.gen)
-    jobs = proposer_jobs(state.teachers, load_buffer(state_dir), per_type=cfg.per_type, references=cfg.references,
-                         n_inputs=cfg.code_f_inputs, mode=cfg.mode, chat=chat_wrapper(tokenizer),
-                         rng=random.Random(seed), arm=args.arm, gen=args.gen, types=tuple(args.types or cfg.types))
+    jobs = proposer_jobs(
+        state.teachers,
+        load_buffer(state_dir),
+        per_type=cfg.per_type,
+        references=cfg.references,
+        n_inputs=cfg.code_f_inputs,
+        mode=cfg.mode,
+        chat=chat_wrapper(tokenizer),
+        rng=random.Random(seed),
+        arm=args.arm,
+        gen=args.gen,
+        types=tuple(args.types or cfg.types),
+    )
     rows = [GenRow(plan, meta["teacher"]) for meta, plan in jobs]
 
     fed: list[int] = []
@@ -81,25 +92,43 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("carried", "fresh") if repeat % 2 == 0 else ("fresh", "carried"):
             fed.clear()
             start = time.perf_counter()
-            out = run_plans(model, tokenizer, rows, temperature=cfg.temperature, top_p=cfg.top_p,
-                            max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, seed=seed,
-                            desc=name, carry_cache=name == "carried")
+            out = run_plans(
+                model,
+                tokenizer,
+                rows,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                max_new_tokens=cfg.max_new_tokens,
+                batch_size=cfg.batch_size,
+                seed=seed,
+                desc=name,
+                carry_cache=name == "carried",
+            )
             times[name].append(time.perf_counter() - start)
             tokens[name] = sum(fed)
             outputs[name] = [[s["ids"] for s in r.segments] for r in out]
             print(f"repeat {repeat} {name}: {times[name][-1]:.1f} s, {tokens[name]} tokens fed", flush=True)
     median = {name: statistics.median(values) for name, values in times.items()}
     report = {
-        "run_dir": str(args.run_dir), "arm": args.arm, "gen": args.gen, "threads": args.threads,
-        "rows": len(rows), "types": sorted({meta["type"] for meta, _ in jobs}),
-        "steps": sum(len(r.plan.steps) for r in rows), "times_s": times, "median_s": median,
+        "run_dir": str(args.run_dir),
+        "arm": args.arm,
+        "gen": args.gen,
+        "threads": args.threads,
+        "rows": len(rows),
+        "types": sorted({meta["type"] for meta, _ in jobs}),
+        "steps": sum(len(r.plan.steps) for r in rows),
+        "times_s": times,
+        "median_s": median,
         "ratio_carried_over_fresh": round(median["carried"] / median["fresh"], 3),
-        "tokens_fed": tokens, "same_tokens": outputs["carried"] == outputs["fresh"],
+        "tokens_fed": tokens,
+        "same_tokens": outputs["carried"] == outputs["fresh"],
         "same_rows": sum(a == b for a, b in zip(outputs["carried"], outputs["fresh"])),
     }
-    print(f"{len(rows)} proposals ({', '.join(report['types'])}), {args.threads} thread(s): carried "
-          f"{median['carried']:.1f} s, fresh {median['fresh']:.1f} s (ratio {report['ratio_carried_over_fresh']}); "
-          f"tokens fed {tokens['carried']} vs {tokens['fresh']}; same tokens in {report['same_rows']}/{len(rows)} rows")
+    print(
+        f"{len(rows)} proposals ({', '.join(report['types'])}), {args.threads} thread(s): carried "
+        f"{median['carried']:.1f} s, fresh {median['fresh']:.1f} s (ratio {report['ratio_carried_over_fresh']}); "
+        f"tokens fed {tokens['carried']} vs {tokens['fresh']}; same tokens in {report['same_rows']}/{len(rows)} rows"
+    )
     if args.json:
         write_json(args.json, report)
     return 0

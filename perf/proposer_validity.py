@@ -45,18 +45,39 @@ def main() -> int:
 
     params = load_params(args.params)
     cfg = params.propose
-    buffer = [buffer_entry(row) for row in verify_rows(seed_proposals(params.buffer.seeds), **params.verify.model_dump())]
+    buffer = [
+        buffer_entry(row) for row in verify_rows(seed_proposals(params.buffer.seeds), **params.verify.model_dump())
+    ]
     tokenizer, model = load_base(args.base_model, dtype=params.model.dtype, device=params.model.device)
-    jobs = proposer_jobs(["base"], buffer, per_type=args.per_type, references=cfg.references,
-                         n_inputs=cfg.code_f_inputs, mode=cfg.mode, chat=chat_wrapper(tokenizer),
-                         rng=random.Random(args.seed), arm="perf", gen=0)
+    jobs = proposer_jobs(
+        ["base"],
+        buffer,
+        per_type=args.per_type,
+        references=cfg.references,
+        n_inputs=cfg.code_f_inputs,
+        mode=cfg.mode,
+        chat=chat_wrapper(tokenizer),
+        rng=random.Random(args.seed),
+        arm="perf",
+        gen=0,
+    )
     jobs = [(meta, plan) for meta, plan in jobs if meta["type"] in args.types]
     start = time.perf_counter()
-    results = run_plans(model, tokenizer, [GenRow(plan, None) for _, plan in jobs], temperature=cfg.temperature,
-                        top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
-                        seed=args.seed, desc="propose")
+    results = run_plans(
+        model,
+        tokenizer,
+        [GenRow(plan, None) for _, plan in jobs],
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        max_new_tokens=cfg.max_new_tokens,
+        batch_size=cfg.batch_size,
+        seed=args.seed,
+        desc="propose",
+    )
     seconds = time.perf_counter() - start
-    verified = verify_rows(proposal_rows(jobs, results, mode=cfg.mode, n_inputs=cfg.code_f_inputs), **params.verify.model_dump())
+    verified = verify_rows(
+        proposal_rows(jobs, results, mode=cfg.mode, n_inputs=cfg.code_f_inputs), **params.verify.model_dump()
+    )
 
     figures: dict = {"mode": cfg.mode, "seconds_generating": round(seconds, 1), "per_type": {}}
     for task_type in args.types:

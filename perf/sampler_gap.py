@@ -46,19 +46,27 @@ def main(argv: list[str] | None = None) -> int:
 
     data = Path(os.environ.get("POPULORA_BENCHMARKS", Path(__file__).resolve().parents[2] / "shared" / "benchmarks"))
     rows = cruxeval.load_rows(data)
-    tasks = [cruxeval.task_row(row, "code_o") for row in rows[:args.problems]]
-    pool = [cruxeval.task_row(row, "code_o") for row in rows[args.problems:]]
+    tasks = [cruxeval.task_row(row, "code_o") for row in rows[: args.problems]]
+    pool = [cruxeval.task_row(row, "code_o") for row in rows[args.problems :]]
     tmp = Path(tempfile.mkdtemp())
     _, plain = load_base(args.base_model, dtype="float32", device="cpu")
-    create_adapters(plain, ["noise"], tmp, lora_cfg=lora_config(8, 16.0, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj"]),
-                    seeds={"noise": 7}, init_std=0.01)
+    create_adapters(
+        plain,
+        ["noise"],
+        tmp,
+        lora_cfg=lora_config(8, 16.0, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj"]),
+        seeds={"noise": 7},
+        init_std=0.01,
+    )
     tokenizer, base = load_base(args.base_model, dtype=args.dtype, device="cpu")
     sampler = attach_multilora(base, {"noise": tmp / "noise"})
-    built = cruxeval.plans(tasks, pool, prompt="project", mode="scaffolded", worked_examples=1,
-                           chat=chat_wrapper(tokenizer))
+    built = cruxeval.plans(
+        tasks, pool, prompt="project", mode="scaffolded", worked_examples=1, chat=chat_wrapper(tokenizer)
+    )
     gen_rows = [GenRow(plan, "noise") for plan, _ in built for _ in range(args.samples)]
-    results = run_plans(sampler, tokenizer, gen_rows, temperature=1.0, top_p=1.0, max_new_tokens=args.tokens,
-                        batch_size=32, seed=0)
+    results = run_plans(
+        sampler, tokenizer, gen_rows, temperature=1.0, top_p=1.0, max_new_tokens=args.tokens, batch_size=32, seed=0
+    )
     rollouts = [{"segments": r.segments, "advantage": 1.0 if k % 2 else -1.0} for k, r in enumerate(results)]
     del sampler, base
     tokenizer, model = load_base(args.base_model, dtype=args.dtype, device="cpu")
@@ -67,11 +75,15 @@ def main(argv: list[str] | None = None) -> int:
     config = UpdateSection(steps=1, learning_rate=1e-4, micro_batch=4, max_seq_len=1024)
     update = AdapterUpdate(Accelerator(cpu=True), model, tokenizer, "noise", config)
     stats = update.train(rollouts)
-    report = {"runtime": runtime_record(args.dtype), "rollouts": len(rollouts), "trained_tokens": stats["trained_tokens"],
-              "importance_sampling_mode": update.importance,
-              "importance_sampling_cap": None if update.importance == "none" else config.importance_sampling_cap,
-              "sampler_logprob_max_abs_diff": stats["sampler_logprob_max_abs_diff"],
-              "sampler_logprob_mean_abs_diff": stats["sampler_logprob_mean_abs_diff"]}
+    report = {
+        "runtime": runtime_record(args.dtype),
+        "rollouts": len(rollouts),
+        "trained_tokens": stats["trained_tokens"],
+        "importance_sampling_mode": update.importance,
+        "importance_sampling_cap": None if update.importance == "none" else config.importance_sampling_cap,
+        "sampler_logprob_max_abs_diff": stats["sampler_logprob_max_abs_diff"],
+        "sampler_logprob_mean_abs_diff": stats["sampler_logprob_mean_abs_diff"],
+    }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k != "runtime"}))

@@ -49,19 +49,25 @@ def main(argv: list[str] | None = None) -> int:
 
     data = Path(os.environ.get("POPULORA_BENCHMARKS", Path(__file__).resolve().parents[2] / "shared" / "benchmarks"))
     rows = cruxeval.load_rows(data)
-    scored = rows[args.start:args.start + args.problems]
-    pool = rows[:args.start] + rows[args.start + args.problems:]
+    scored = rows[args.start : args.start + args.problems]
+    pool = rows[: args.start] + rows[args.start + args.problems :]
     tasks = [cruxeval.task_row(row, "code_o") for row in scored]
     pool_tasks = [cruxeval.task_row(row, "code_o") for row in pool]
     with tempfile.TemporaryDirectory() as tmp:
         _, plain = load_base(args.base_model, dtype="float32", device="cpu")
-        create_adapters(plain, ["noise"], Path(tmp), lora_cfg=lora_config(8, 16.0, 0.0, ["q_proj", "k_proj", "v_proj",
-                                                                                          "o_proj"]),
-                        seeds={"noise": 7}, init_std=0.01)
+        create_adapters(
+            plain,
+            ["noise"],
+            Path(tmp),
+            lora_cfg=lora_config(8, 16.0, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj"]),
+            seeds={"noise": 7},
+            init_std=0.01,
+        )
         tokenizer, model = load_base(args.base_model, dtype=args.dtype, device="cpu")
         model = attach_multilora(model, {"noise": Path(tmp) / "noise"})
-    built = cruxeval.plans(tasks, pool_tasks, prompt="project", mode="scaffolded", worked_examples=1,
-                           chat=chat_wrapper(tokenizer))
+    built = cruxeval.plans(
+        tasks, pool_tasks, prompt="project", mode="scaffolded", worked_examples=1, chat=chat_wrapper(tokenizer)
+    )
     gen_rows = []
     for adapter in (None, "noise"):
         for task, (plan, _) in zip(tasks, built):
@@ -75,20 +81,35 @@ def main(argv: list[str] | None = None) -> int:
         seconds[share] = round(time.perf_counter() - start, 2)
     shared = results[True]
     digest = hashlib.sha256(json.dumps([[r.segments, r.gold] for r in shared]).encode()).hexdigest()
-    report = {"base_model": Path(args.base_model).name, "runtime": runtime_record(args.dtype), "problems": args.problems,
-              "start": args.start, "rows": len(gen_rows), "batch_size": args.batch_size, "digest_shared": digest,
-              "seconds_shared": seconds[True]}
+    report = {
+        "base_model": Path(args.base_model).name,
+        "runtime": runtime_record(args.dtype),
+        "problems": args.problems,
+        "start": args.start,
+        "rows": len(gen_rows),
+        "batch_size": args.batch_size,
+        "digest_shared": digest,
+        "seconds_shared": seconds[True],
+    }
     if not args.only_shared:
         alone = results[False]
         same = [[s["ids"] for s in a.segments] == [s["ids"] for s in b.segments] for a, b in zip(shared, alone)]
-        gaps = [abs(x - y) for a, b in zip(shared, alone) for sa, sb in zip(a.segments, b.segments)
-                for x, y in zip(sa.get("logprobs", []), sb.get("logprobs", []))]
+        gaps = [
+            abs(x - y)
+            for a, b in zip(shared, alone)
+            for sa, sb in zip(a.segments, b.segments)
+            for x, y in zip(sa.get("logprobs", []), sb.get("logprobs", []))
+        ]
         gold_gaps = [abs(a.gold[0] - b.gold[0]) for a, b in zip(shared, alone) if a.gold and b.gold]
-        report |= {"answers_equal": sum(same), "answers": len(same),
-                   "completions_equal": sum(a.completion == b.completion for a, b in zip(shared, alone)),
-                   "max_logprob_diff": max(gaps, default=0.0), "max_gold_loglik_diff": max(gold_gaps, default=0.0),
-                   "seconds_separate": seconds[False],
-                   "speedup": round(seconds[False] / seconds[True], 2)}
+        report |= {
+            "answers_equal": sum(same),
+            "answers": len(same),
+            "completions_equal": sum(a.completion == b.completion for a, b in zip(shared, alone)),
+            "max_logprob_diff": max(gaps, default=0.0),
+            "max_gold_loglik_diff": max(gold_gaps, default=0.0),
+            "seconds_separate": seconds[False],
+            "speedup": round(seconds[False] / seconds[True], 2),
+        }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({k: v for k, v in report.items() if k != "runtime"}, indent=1))

@@ -64,8 +64,9 @@ def prepare(side: Path, commit: str, base_model: Path, overlays: list[dict]) -> 
     if side.exists():
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(side)], check=False)
         shutil.rmtree(side, ignore_errors=True)
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(side), commit], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(side), commit], check=True, capture_output=True
+    )
     (side / ".venv").symlink_to(REPO / ".venv" if (REPO / ".venv").exists() else Path(sys.prefix))
     raw = yaml.safe_load((side / "params.yaml").read_text())
     # each side takes the study overlay of its own commit (an older config refuses keys it never had)
@@ -81,8 +82,22 @@ def snakemake(side: Path, *targets: str) -> float:
     env = {**os.environ, "PYTHONPATH": str(side), "PATH": f"{side / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     start = time.perf_counter()
     # mtime only: the base model folder came in by copy and must not be converted again
-    result = subprocess.run([str(side / ".venv" / "bin" / "snakemake"), *targets, "--cores", "2", "--resources",
-                             "gpu=1", "--rerun-triggers", "mtime"], cwd=side, env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            str(side / ".venv" / "bin" / "snakemake"),
+            *targets,
+            "--cores",
+            "2",
+            "--resources",
+            "gpu=1",
+            "--rerun-triggers",
+            "mtime",
+        ],
+        cwd=side,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
         raise SystemExit(f"{side}: snakemake {' '.join(targets)} failed:\n{result.stderr[-3000:]}")
     return time.perf_counter() - start
@@ -103,8 +118,13 @@ def one_side(work: Path, name: str, commit: str, args, overlays: list[dict]) -> 
     prepare(side, commit, Path(args.base_model), overlays)
     snakemake(side, *SETUP)  # untimed: init, the pool and the base's verdicts
     wall = snakemake(side, TARGET)
-    return {"commit": subprocess.run(["git", "-C", str(side), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                     text=True).stdout.strip(), "wall_s": round(wall, 1), "jobs": job_times(side)}
+    return {
+        "commit": subprocess.run(
+            ["git", "-C", str(side), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
+        "wall_s": round(wall, 1),
+        "jobs": job_times(side),
+    }
 
 
 def compare_sides(work: Path) -> dict:
@@ -115,8 +135,11 @@ def compare_sides(work: Path) -> dict:
     tensors, verdicts = {}, {}
     for name in ("old", "new"):
         trained = work / name / "results" / "population" / "gen000" / "trained"
-        tensors[name] = {f"{path.parent.name}/{key}": value.float() for path in sorted(trained.glob("adapters/*/*.safetensors"))
-                         for key, value in load_file(path).items()}
+        tensors[name] = {
+            f"{path.parent.name}/{key}": value.float()
+            for path in sorted(trained.glob("adapters/*/*.safetensors"))
+            for key, value in load_file(path).items()
+        }
         scores = json.loads((work / name / TARGET).read_text())
         verdicts[name] = scores.get("verdicts") or {}
     worst_abs = worst_rel = 0.0
@@ -127,11 +150,18 @@ def compare_sides(work: Path) -> dict:
         worst_abs = max(worst_abs, float((new - old).abs().max()))
         # the difference's norm over the tensor's: one entry near zero (Adam's first step is lr x g / |g|) may flip
         worst_rel = max(worst_rel, float((new - old).norm()) / max(float(old.norm()), 1e-12))
-    flat = {name: {(m, t): v for m, row in table.items() if isinstance(row, dict) for t, v in row.items()}
-            for name, table in verdicts.items()}
+    flat = {
+        name: {(m, t): v for m, row in table.items() if isinstance(row, dict) for t, v in row.items()}
+        for name, table in verdicts.items()
+    }
     differing = sorted(f"{m}:{t}" for (m, t) in flat["old"] if flat["new"].get((m, t)) != flat["old"][(m, t)])
-    return {"adapter_tensors": len(tensors["old"]), "adapter_max_abs_diff": worst_abs,
-            "adapter_max_rel_diff": worst_rel, "verdicts": len(flat["old"]), "verdicts_differing": differing}
+    return {
+        "adapter_tensors": len(tensors["old"]),
+        "adapter_max_abs_diff": worst_abs,
+        "adapter_max_rel_diff": worst_rel,
+        "verdicts": len(flat["old"]),
+        "verdicts_differing": differing,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,14 +174,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--new-dtype", default=None, help="model.dtype on the new side (default: the overlay's)")
     parser.add_argument("--dtype", default=None, help="model.dtype on both sides (default: the overlay's)")
     parser.add_argument("--members", type=int, default=1, help="teachers and students each: 1 (1T-1S) or 2 (2T-2S)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="both_set",
-                        help="a params key set on both sides (e.g. heldout.pool_file=<absolute path>: one pool)")
-    parser.add_argument("--new-set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a params key set on the new side only (e.g. model.cpu_threads=2)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="both_set",
+        help="a params key set on both sides (e.g. heldout.pool_file=<absolute path>: one pool)",
+    )
+    parser.add_argument(
+        "--new-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a params key set on the new side only (e.g. model.cpu_threads=2)",
+    )
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--old-record", default=None,
-                        help="take the old side from an earlier --json of this script (same machine kind, idle) "
-                             "instead of timing it again: only the new side runs")
+    parser.add_argument(
+        "--old-record",
+        default=None,
+        help="take the old side from an earlier --json of this script (same machine kind, idle) "
+        "instead of timing it again: only the new side runs",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     work = Path(args.work)
@@ -163,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.old_record:
         sides["old"] = json.loads(Path(args.old_record).read_text())["sides"]["old"]
     for repeat in range(args.repeats):
-        for name in (("old", "new") if repeat % 2 == 0 else ("new", "old")):
+        for name in ("old", "new") if repeat % 2 == 0 else ("new", "old"):
             if name == "old" and args.old_record:
                 continue
             overlays = [STUDY, one_arm(args.members)]
@@ -180,12 +224,23 @@ def main(argv: list[str] | None = None) -> int:
             print("compared", json.dumps(compared[-1])[:400], flush=True)
     old = statistics.median(r["wall_s"] for r in sides["old"])
     new = statistics.median(r["wall_s"] for r in sides["new"])
-    result = {"old_wall_s": old, "new_wall_s": new, "study_generation_speedup": round(old / new, 3),
-              "sides": sides, "overlay": args.overlay, "new_dtype": args.new_dtype, "repeats": args.repeats,
-              "dtype": args.dtype, "members": args.members, "set": args.both_set, "new_set": args.new_set, "compared": compared,
-              "old_from": args.old_record or "timed in this run",
-              "machine": platform.processor() or platform.machine(),
-              "command": "python perf/study_generation.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+    result = {
+        "old_wall_s": old,
+        "new_wall_s": new,
+        "study_generation_speedup": round(old / new, 3),
+        "sides": sides,
+        "overlay": args.overlay,
+        "new_dtype": args.new_dtype,
+        "repeats": args.repeats,
+        "dtype": args.dtype,
+        "members": args.members,
+        "set": args.both_set,
+        "new_set": args.new_set,
+        "compared": compared,
+        "old_from": args.old_record or "timed in this run",
+        "machine": platform.processor() or platform.machine(),
+        "command": "python perf/study_generation.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+    }
     print(json.dumps({k: result[k] for k in ("old_wall_s", "new_wall_s", "study_generation_speedup")}))
     if args.json:
         write_json(args.json, result)

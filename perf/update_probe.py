@@ -70,24 +70,60 @@ def probe(shape: str, device: torch.device, runs: list[tuple[int, int]], rank: i
     results = []
     for rows, length in runs:
         half = length // 2
-        rollouts = [{"role": "solve", "advantage": 1.0 if i % 2 else -1.0, "reward": None, "segments": [
-            {"text": "", "train": False, "ids": torch.randint(0, vocab, (half,)).tolist()},
-            {"text": "", "train": True, "ids": torch.randint(0, vocab, (half,)).tolist(), "keep": half,
-             "logprobs": [None] * half, "sampling": {"temperature": 1.0, "top_p": 1.0, "suppress_first": None}},
-        ]} for i in range(rows)]
-        config = UpdateSection(steps=1, learning_rate=1e-5, micro_batch=rows, max_seq_len=longest,
-                               max_tokens_per_micro_batch=window, gradient_checkpointing=True, mixed_precision="bf16")
+        rollouts = [
+            {
+                "role": "solve",
+                "advantage": 1.0 if i % 2 else -1.0,
+                "reward": None,
+                "segments": [
+                    {"text": "", "train": False, "ids": torch.randint(0, vocab, (half,)).tolist()},
+                    {
+                        "text": "",
+                        "train": True,
+                        "ids": torch.randint(0, vocab, (half,)).tolist(),
+                        "keep": half,
+                        "logprobs": [None] * half,
+                        "sampling": {"temperature": 1.0, "top_p": 1.0, "suppress_first": None},
+                    },
+                ],
+            }
+            for i in range(rows)
+        ]
+        config = UpdateSection(
+            steps=1,
+            learning_rate=1e-5,
+            micro_batch=rows,
+            max_seq_len=longest,
+            max_tokens_per_micro_batch=window,
+            gradient_checkpointing=True,
+            mixed_precision="bf16",
+        )
         if device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
-        stats = reinforce_steps(accelerator, model, SimpleNamespace(pad_token_id=0), "probe", rollouts, config,
-                                optimizer_file=None, optimizer_out=None)
+        stats = reinforce_steps(
+            accelerator,
+            model,
+            SimpleNamespace(pad_token_id=0),
+            "probe",
+            rollouts,
+            config,
+            optimizer_file=None,
+            optimizer_out=None,
+        )
         if device.type == "cuda":
             torch.cuda.synchronize()
-        results.append({"rows": rows, "tokens_per_row": length, "optimizer_steps": stats["optimizer_steps"],
-                        "seconds": round(time.perf_counter() - start, 2), "max_memory_allocated_bytes": peak_bytes(device),
-                        "max_memory_allocated_gib": round(peak_bytes(device) / 2**30, 2)})
+        results.append(
+            {
+                "rows": rows,
+                "tokens_per_row": length,
+                "optimizer_steps": stats["optimizer_steps"],
+                "seconds": round(time.perf_counter() - start, 2),
+                "max_memory_allocated_bytes": peak_bytes(device),
+                "max_memory_allocated_gib": round(peak_bytes(device) / 2**30, 2),
+            }
+        )
     return {"weights_bytes": weights, "runs": results}
 
 
@@ -105,16 +141,24 @@ def main(argv: list[str] | None = None) -> int:
     runs = [tuple(int(x) for x in run.split("x")) for run in args.runs.split(",")]
     measured = probe(args.shape, device, runs, args.rank)
     record = {
-        "date": date.today().isoformat(), "host": platform.node(), "torch": torch.__version__, "cuda": torch.version.cuda,
-        "transformers": transformers.__version__, "device": torch.cuda.get_device_name(0) if device.type == "cuda"
-        else platform.machine(), "command": "python perf/update_probe.py " + " ".join(argv or sys.argv[1:]),
+        "date": date.today().isoformat(),
+        "host": platform.node(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "device": torch.cuda.get_device_name(0) if device.type == "cuda" else platform.machine(),
+        "command": "python perf/update_probe.py " + " ".join(argv or sys.argv[1:]),
         "what": f"params/gpu-paper.yaml's update at the {args.shape} shape, random bf16 weights; LoRA rank {args.rank} "
-                "on q,k,v,o,gate,up,down (fp32, Adam); bf16 autocast; gradient checkpointing; one optimizer step per run",
-        "peak_memory_kind": "cuda max_memory_allocated" if device.type == "cuda" else "process peak RSS", **measured}
+        "on q,k,v,o,gate,up,down (fp32, Adam); bf16 autocast; gradient checkpointing; one optimizer step per run",
+        "peak_memory_kind": "cuda max_memory_allocated" if device.type == "cuda" else "process peak RSS",
+        **measured,
+    }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
     for run in measured["runs"]:
-        print(f"{run['rows']} x {run['tokens_per_row']} tokens: {run['seconds']} s, peak {run['max_memory_allocated_gib']} GiB")
+        print(
+            f"{run['rows']} x {run['tokens_per_row']} tokens: {run['seconds']} s, peak {run['max_memory_allocated_gib']} GiB"
+        )
     return 0 if all(run["optimizer_steps"] == 1 for run in measured["runs"]) else 1
 
 

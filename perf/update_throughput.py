@@ -37,10 +37,22 @@ def rollouts(args, vocab: int) -> list[dict]:
         prompt = torch.randint(3, vocab, (int(torch.randint(low, high + 1, (1,), generator=g)),), generator=g).tolist()
         for sample in range(args.samples):
             answer = torch.randint(3, vocab, (args.answer_tokens,), generator=g).tolist()
-            out.append({"advantage": 1.0 if (task + sample) % 2 else -1.0, "segments": [
-                {"text": "", "train": False, "ids": prompt},
-                {"text": "", "train": True, "ids": answer, "keep": len(answer), "logprobs": None,
-                 "sampling": {"temperature": 1.0, "top_p": 1.0, "suppress_first": None}}]})
+            out.append(
+                {
+                    "advantage": 1.0 if (task + sample) % 2 else -1.0,
+                    "segments": [
+                        {"text": "", "train": False, "ids": prompt},
+                        {
+                            "text": "",
+                            "train": True,
+                            "ids": answer,
+                            "keep": len(answer),
+                            "logprobs": None,
+                            "sampling": {"temperature": 1.0, "top_p": 1.0, "suppress_first": None},
+                        },
+                    ],
+                }
+            )
     return out
 
 
@@ -59,8 +71,11 @@ def model_flops(model, tokens: int, trained_tokens: int) -> float:
     import torch
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    linear = sum(m.weight.numel() for name, m in base.named_modules()
-                 if isinstance(m, torch.nn.Linear) and ".layers." in name and "lora_" not in name)
+    linear = sum(
+        m.weight.numel()
+        for name, m in base.named_modules()
+        if isinstance(m, torch.nn.Linear) and ".layers." in name and "lora_" not in name
+    )
     head = base.get_output_embeddings().weight.numel()
     return 4.0 * linear * tokens + 4.0 * head * trained_tokens
 
@@ -75,11 +90,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--answer-tokens", type=int, default=48)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--json", type=Path, required=True)
-    parser.add_argument("--share-prompts", choices=["on", "off"], default="on",
-                        help="update.share_prompts: a task's prompt computed once for its answers (issue 56)")
+    parser.add_argument(
+        "--share-prompts",
+        choices=["on", "off"],
+        default="on",
+        help="update.share_prompts: a task's prompt computed once for its answers (issue 56)",
+    )
     parser.add_argument("--micro-batch", type=int, default=4, help="update.micro_batch (answers per micro-batch)")
-    parser.add_argument("--runs", nargs="+", default=["one_step", "chained", "rescore_every_step"],
-                        choices=["one_step", "chained", "rescore_every_step"])
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        default=["one_step", "chained", "rescore_every_step"],
+        choices=["one_step", "chained", "rescore_every_step"],
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -94,22 +117,48 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer, model = load_base(args.base_model, dtype=args.dtype, device="cpu")
     tokenizer.padding_side = "right"
     tmp = Path(tempfile.mkdtemp())
-    create_adapters(model, ["a"], tmp, lora_cfg=lora_config(8, 16.0, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj"]),
-                    seeds={"a": 0}, init_std=0.0)
+    create_adapters(
+        model,
+        ["a"],
+        tmp,
+        lora_cfg=lora_config(8, 16.0, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj"]),
+        seeds={"a": 0},
+        init_std=0.0,
+    )
     model = attach_adapters(model, {"a": tmp / "a"}, trainable="a")
     data = rollouts(args, model.config.vocab_size)
-    report = {"runtime": runtime_record(args.dtype), "threads": torch.get_num_threads(), "rollouts": len(data),
-              "share_prompts": args.share_prompts == "on", "micro_batch": args.micro_batch,
-              "prompt_tokens": args.prompt_tokens, "answer_tokens": args.answer_tokens, "runs": {}}
-    for name, steps, chained in (("one_step", 1, True), ("chained", args.steps, True),
-                                 ("rescore_every_step", args.steps, False)):
+    report = {
+        "runtime": runtime_record(args.dtype),
+        "threads": torch.get_num_threads(),
+        "rollouts": len(data),
+        "share_prompts": args.share_prompts == "on",
+        "micro_batch": args.micro_batch,
+        "prompt_tokens": args.prompt_tokens,
+        "answer_tokens": args.answer_tokens,
+        "runs": {},
+    }
+    for name, steps, chained in (
+        ("one_step", 1, True),
+        ("chained", args.steps, True),
+        ("rescore_every_step", args.steps, False),
+    ):
         if name not in args.runs:
             continue
         AdapterUpdate.CHAIN_DIAGNOSTICS = chained
-        update = AdapterUpdate(Accelerator(cpu=True), model, tokenizer, "a",
-                               UpdateSection(steps=steps, learning_rate=1e-4, micro_batch=args.micro_batch,
-                                             max_seq_len=1024, max_tokens_per_micro_batch=4096,
-                                             share_prompts=args.share_prompts == "on"))
+        update = AdapterUpdate(
+            Accelerator(cpu=True),
+            model,
+            tokenizer,
+            "a",
+            UpdateSection(
+                steps=steps,
+                learning_rate=1e-4,
+                micro_batch=args.micro_batch,
+                max_seq_len=1024,
+                max_tokens_per_micro_batch=4096,
+                share_prompts=args.share_prompts == "on",
+            ),
+        )
         started = time.perf_counter()
         stats = update.train(data)
         wall = time.perf_counter() - started
@@ -121,12 +170,18 @@ def main(argv: list[str] | None = None) -> int:
         computed = steps * computed_tokens(data, share=args.share_prompts == "on")
         flops = model_flops(model, computed, steps * len(data) * args.answer_tokens)
         report["runs"][name] = {
-            "computed_tokens_per_step": computed // steps, "gflops_per_s": round(flops / train_s / 1e9, 2),
-            "steps": steps, "micro_batches_per_step": stats["micro_batches"], "tokens_per_step": tokens // steps,
-            "forward_backward_tokens_per_s": round(tokens / train_s, 1), "padding_share": round(1 - tokens / padded, 4),
-            "forward_backward_s": round(train_s, 2), "rescore_s": round(rescore_s, 2),
+            "computed_tokens_per_step": computed // steps,
+            "gflops_per_s": round(flops / train_s / 1e9, 2),
+            "steps": steps,
+            "micro_batches_per_step": stats["micro_batches"],
+            "tokens_per_step": tokens // steps,
+            "forward_backward_tokens_per_s": round(tokens / train_s, 1),
+            "padding_share": round(1 - tokens / padded, 4),
+            "forward_backward_s": round(train_s, 2),
+            "rescore_s": round(rescore_s, 2),
             "rescore_share_of_steps": round(rescore_s / (train_s + rescore_s), 3),
-            "rescore_over_one_forward_backward": round(rescore_s / (train_s / steps), 3), "wall_s": round(wall, 2),
+            "rescore_over_one_forward_backward": round(rescore_s / (train_s / steps), 3),
+            "wall_s": round(wall, 2),
             "logprob_change_positive": [row.get("logprob_change_positive") for row in stats["steps"]],
         }
         print(name, json.dumps(report["runs"][name]), flush=True)

@@ -41,8 +41,10 @@ TEMPLATES = [
     ("def f(xs):\n    return sorted(x % {m} for x in xs)", "[{i}, {k}, 7, 3]"),
     ("def f(n):\n    total = 0\n    for i in range(n):\n        total += i * {k}\n    return total", "{i}"),
     ("def f(d):\n    return {{k: v + {k} for k, v in d.items()}}", "{{'a': {i}, 'b': {k}}}"),
-    ("def f(s):\n    counts = {{}}\n    for c in s:\n        counts[c] = counts.get(c, 0) + 1\n    return counts",
-     "'abra{i}cad'"),
+    (
+        "def f(s):\n    counts = {{}}\n    for c in s:\n        counts[c] = counts.get(c, 0) + 1\n    return counts",
+        "'abra{i}cad'",
+    ),
 ]
 
 
@@ -51,16 +53,24 @@ def make_proposals(n: int) -> list[dict]:
     for i in range(n):
         program, arguments = TEMPLATES[i % len(TEMPLATES)]
         k, m = i % 7 + 1, i % 5 + 2
-        rows.append({"task_id": f"perf-{i}", "type": "code_o", "program": program.format(k=k, m=m),
-                     "inputs": [arguments.format(i=i, k=k)], "message": None})
+        rows.append(
+            {
+                "task_id": f"perf-{i}",
+                "type": "code_o",
+                "program": program.format(k=k, m=m),
+                "inputs": [arguments.format(i=i, k=k)],
+                "message": None,
+            }
+        )
     return rows
 
 
 def naive_run(row: dict, runs: int) -> bool:
     """Valid when every fresh interpreter exits 0 and all printed reprs agree."""
     source = f"{row['program']}\nprint(repr(f({row['inputs'][0]})))"
-    outs = [subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=10)
-            for _ in range(runs)]
+    outs = [
+        subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, timeout=10) for _ in range(runs)
+    ]
     return all(o.returncode == 0 for o in outs) and len({o.stdout for o in outs}) == 1
 
 
@@ -119,18 +129,27 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         box.close()
 
-    cpu = {"sandbox": cpu_ms_per_proposal(lambda: sandbox_session(rows, args.workers)),
-           "naive": cpu_ms_per_proposal(lambda: (time_naive(rows, args.workers, runs=1), len(rows))[1]),
-           "naive_x2": cpu_ms_per_proposal(lambda: (time_naive(rows, args.workers, runs=2), len(rows))[1])}
+    cpu = {
+        "sandbox": cpu_ms_per_proposal(lambda: sandbox_session(rows, args.workers)),
+        "naive": cpu_ms_per_proposal(lambda: (time_naive(rows, args.workers, runs=1), len(rows))[1]),
+        "naive_x2": cpu_ms_per_proposal(lambda: (time_naive(rows, args.workers, runs=2), len(rows))[1]),
+    }
     median = {name: statistics.median(values) for name, values in rates.items()}
     result = {
-        "proposals": args.proposals, "repeats": args.repeats, "workers": args.workers, "cpus": os.cpu_count(),
-        "python": platform.python_version(), "sandbox_capabilities": box.capabilities,
+        "proposals": args.proposals,
+        "repeats": args.repeats,
+        "workers": args.workers,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "sandbox_capabilities": box.capabilities,
         "sandbox_startup_s": round(startup_s, 3),
         "proposals_per_s": {name: [round(v, 1) for v in values] for name, values in rates.items()},
         "median_proposals_per_s": {name: round(v, 1) for name, v in median.items()},
-        "median_checks_per_s": {"sandbox": round(2 * median["sandbox"], 1), "naive": round(median["naive"], 1),
-                                "naive_x2": round(2 * median["naive_x2"], 1)},
+        "median_checks_per_s": {
+            "sandbox": round(2 * median["sandbox"], 1),
+            "naive": round(median["naive"], 1),
+            "naive_x2": round(2 * median["naive_x2"], 1),
+        },
         "speedup_vs_naive": round(median["sandbox"] / median["naive"], 2),
         "speedup_vs_naive_x2": round(median["sandbox"] / median["naive_x2"], 2),
         "cpu_ms_per_proposal": {name: round(v, 2) for name, v in cpu.items()},
@@ -138,17 +157,26 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_cost_ratio_vs_naive_x2": round(cpu["naive_x2"] / cpu["sandbox"], 2),
         "load_average": os.getloadavg(),
     }
-    print(f"sandbox startup: {startup_s:.2f} s ({args.workers} workers; layers: "
-          f"{', '.join(k for k, v in box.capabilities.items() if v is True)})")
+    print(
+        f"sandbox startup: {startup_s:.2f} s ({args.workers} workers; layers: "
+        f"{', '.join(k for k, v in box.capabilities.items() if v is True)})"
+    )
     for name in rates:
         print(f"{name:9s} proposals/s: median {median[name]:7.1f}  runs {result['proposals_per_s'][name]}")
-    print(f"checks/s (executions): sandbox {result['median_checks_per_s']['sandbox']}, "
-          f"naive {result['median_checks_per_s']['naive']}, naive_x2 {result['median_checks_per_s']['naive_x2']}")
-    print(f"speed-up: {result['speedup_vs_naive']}x vs naive (1 run/proposal), "
-          f"{result['speedup_vs_naive_x2']}x vs naive_x2 (same work)")
-    print("CPU ms per proposal (this process + descendants): " + ", ".join(
-        f"{name} {value:.2f}" for name, value in cpu.items()) + f"; naive costs {result['cpu_cost_ratio_vs_naive']}x "
-          f"(naive_x2 {result['cpu_cost_ratio_vs_naive_x2']}x) the sandbox's CPU per proposal")
+    print(
+        f"checks/s (executions): sandbox {result['median_checks_per_s']['sandbox']}, "
+        f"naive {result['median_checks_per_s']['naive']}, naive_x2 {result['median_checks_per_s']['naive_x2']}"
+    )
+    print(
+        f"speed-up: {result['speedup_vs_naive']}x vs naive (1 run/proposal), "
+        f"{result['speedup_vs_naive_x2']}x vs naive_x2 (same work)"
+    )
+    print(
+        "CPU ms per proposal (this process + descendants): "
+        + ", ".join(f"{name} {value:.2f}" for name, value in cpu.items())
+        + f"; naive costs {result['cpu_cost_ratio_vs_naive']}x "
+        f"(naive_x2 {result['cpu_cost_ratio_vs_naive_x2']}x) the sandbox's CPU per proposal"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return 0

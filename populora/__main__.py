@@ -21,13 +21,26 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "control": ("populora.control.positive", "the positive control: can the update teach one held-out family?"),
     "study": ("populora.study.__main__", "analyse a study's runs: tables, intervals across seeds, figure"),
     "study-plan": ("populora.study.plan", "check a study's plan.yaml (overlays, seeds, budget) before its runs"),
-    "study-baselines": ("populora.study.baselines", "what a held-out pool gives away: the best constant answer, copy and echo"),
-    "study-calibration": ("populora.study.calibration", "whether a study's 95% intervals keep their coverage (simulated)"),
+    "study-baselines": (
+        "populora.study.baselines",
+        "what a held-out pool gives away: the best constant answer, copy and echo",
+    ),
+    "study-calibration": (
+        "populora.study.calibration",
+        "whether a study's 95% intervals keep their coverage (simulated)",
+    ),
+    "study-design-coverage": (
+        "populora.study.design_coverage",
+        "whether the intervals keep their coverage at a design's seeds per control (simulated)",
+    ),
     "study-crossplay": ("populora.study.crossplay", "the cross-play matrix of a population's members"),
     "study-growth": ("populora.study.growth", "how far members moved per step; whether evolved children keep moving"),
     "study-passk": ("populora.study.passk", "pass@k on a pool for the base and each run's final students"),
     "heldout-curve": ("populora.report.heldout_curve", "a run's held-out learning curve"),
-    "bench-diagnostics": ("populora.bench.diagnostics", "what a model's CRUXEval answers are beyond right or wrong (format, copying)"),
+    "bench-diagnostics": (
+        "populora.bench.diagnostics",
+        "what a model's CRUXEval answers are beyond right or wrong (format, copying)",
+    ),
     "render-dvc": ("workflow.render_dvc", "write (or --check) dvc.yaml from the one DAG declaration"),
     "render-params": ("workflow.render_params", "write each key's help into params.yaml"),
     "adopt": ("workflow.adopt", "one run, both engines: DVC takes what Snakemake made as its own"),
@@ -38,8 +51,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def usage() -> str:
     width = max(map(len, COMMANDS))
     rows = "\n".join(f"  {name:<{width}}  {about}" for name, (_, about) in COMMANDS.items())
-    return f"usage: python -m populora <command> [arguments]\n\ncommands:\n{rows}\n\n" \
-           "python -m populora <command> --help shows a command's arguments."
+    return (
+        f"usage: python -m populora <command> [arguments]\n\ncommands:\n{rows}\n\n"
+        "python -m populora <command> --help shows a command's arguments."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

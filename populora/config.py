@@ -60,11 +60,37 @@ from populora.core.sections import (
 )
 
 # the sections' names, for `from populora.config import VerifySection, ...` (the sections live in populora.core)
-__all__ = ["KNOWN_OPERATORS", "TASK_TYPES", "BaseSection", "BenchSection", "BufferSection", "ControlSection", "CruxevalSection",
-           "DagSection", "EvolveSection", "HeldoutSection", "LiveCodeBenchSection", "LoraSection", "ModelSection",
-           "PairingSection", "Params", "ParamsError", "PopulationSection", "ProposeSection", "RatingsSection",
-           "RewardSection", "SamplerSection", "SolveSection", "TrackingSection", "UpdateSection", "VerifySection",
-           "cannot_learn", "load_params", "merge", "parse_params"]
+__all__ = [
+    "KNOWN_OPERATORS",
+    "TASK_TYPES",
+    "BaseSection",
+    "BenchSection",
+    "BufferSection",
+    "ControlSection",
+    "CruxevalSection",
+    "DagSection",
+    "EvolveSection",
+    "HeldoutSection",
+    "LiveCodeBenchSection",
+    "LoraSection",
+    "ModelSection",
+    "PairingSection",
+    "Params",
+    "ParamsError",
+    "PopulationSection",
+    "ProposeSection",
+    "RatingsSection",
+    "RewardSection",
+    "SamplerSection",
+    "SolveSection",
+    "TrackingSection",
+    "UpdateSection",
+    "VerifySection",
+    "cannot_learn",
+    "load_params",
+    "merge",
+    "parse_params",
+]
 
 
 class ParamsError(ValueError):
@@ -76,28 +102,50 @@ class HeldoutSection(Section):
     model as teacher, never proposed, solved or trained on, answered greedily by every member at every
     generation (stages.heldout_pool, stages.heldout)."""
 
-    per_type: int = Field(8, ge=0, description="Pool tasks per trained type (code_o, code_i among propose.types); "
-                          "0: no pool, nothing scored.")
-    seed: int = Field(0, description="Seed of the pool (proposals, worked examples), independent of base.seed so "
-                      "that every run of a study shares one pool.")
-    max_rounds: int = Field(12, ge=1, description="Rounds of base-model proposals (one batch, propose.batch_size, each) before "
-                            "the pool is taken as it is, short (logged and recorded in base.json).")
+    per_type: int = Field(
+        8,
+        ge=0,
+        description="Pool tasks per trained type (code_o, code_i among propose.types); 0: no pool, nothing scored.",
+    )
+    seed: int = Field(
+        0,
+        description="Seed of the pool (proposals, worked examples), independent of base.seed so "
+        "that every run of a study shares one pool.",
+    )
+    max_rounds: int = Field(
+        12,
+        ge=1,
+        description="Rounds of base-model proposals (one batch, propose.batch_size, each) before "
+        "the pool is taken as it is, short (logged and recorded in base.json).",
+    )
     roles: tuple[Literal["students", "teachers"], ...] = Field(
-        ("students",), min_length=1, description="Whose members answer the pool every generation (the "
+        ("students",),
+        min_length=1,
+        description="Whose members answer the pool every generation (the "
         "baseline's one adapter is both): [students, teachers] also scores the teachers, twice the cost of a 2T-2S "
-        "generation.")
+        "generation.",
+    )
     samples: int = Field(
-        0, ge=0, le=256, description="Answers per pool task at temperature 1 for the continuous measure, the mean pass "
+        0,
+        ge=0,
+        le=256,
+        description="Answers per pool task at temperature 1 for the continuous measure, the mean pass "
         "rate (heldout.<member>.pass_rate), beside the greedy verdicts; 0: greedy only (each answer costs about as "
-        "much as a greedy one).")
+        "much as a greedy one).",
+    )
     sample_every: int = Field(
-        1, ge=1, description="With heldout.samples: the pass rates after generations g with (g + 1) % sample_every == 0 "
-        "(a study's endpoint needs them at its last generation: 10 for a 10-generation study).")
+        1,
+        ge=1,
+        description="With heldout.samples: the pass rates after generations g with (g + 1) % sample_every == 0 "
+        "(a study's endpoint needs them at its last generation: 10 for a 10-generation study).",
+    )
     pool_file: str | None = Field(
-        "data/pool-v3/pool.jsonl", description="A pool made before (a pool.jsonl of `python -m populora.heldout.ruler` "
+        "data/pool-v3/pool.jsonl",
+        description="A pool made before (a pool.jsonl of `python -m populora.heldout.ruler` "
         "or of a heldout_pool stage) to reuse instead of proposing one: its tasks are verified again, the first "
         "per_type of each type kept, the base model scored on them. The default is pool v3 (data/pool-v3/), made on "
-        "SmolLM2-135M's warm base. null: the base model proposes the pool (do so for another base model).")
+        "SmolLM2-135M's warm base. null: the base model proposes the pool (do so for another base model).",
+    )
 
     @field_validator("pool_file")
     @classmethod
@@ -105,8 +153,10 @@ class HeldoutSection(Section):
         from populora.core.paths import shipped_path
 
         if value is not None and not shipped_path(value).is_file():
-            raise ValueError(f"no such file: {value} (resolved to {shipped_path(value)}); point heldout.pool_file at "
-                             "a pool.jsonl written by the heldout_pool stage, or set it to null")
+            raise ValueError(
+                f"no such file: {value} (resolved to {shipped_path(value)}); point heldout.pool_file at "
+                "a pool.jsonl written by the heldout_pool stage, or set it to null"
+            )
         return value
 
 
@@ -157,22 +207,36 @@ class Params(Section):
         (left-truncated past it) and, on vLLM, the engine's window (max_model_len) for every pass, benchmarks
         included. The hf engine's benchmark passes are not trained and have no window of ours."""
         window = self.update.max_seq_len
-        budgets = {"propose.max_new_tokens": self.propose.max_new_tokens,
-                   "solve.max_new_tokens": self.solve.max_new_tokens}
+        budgets = {
+            "propose.max_new_tokens": self.propose.max_new_tokens,
+            "solve.max_new_tokens": self.solve.max_new_tokens,
+        }
         if self.sampler.engine == "vllm":
-            budgets |= {"bench.max_new_tokens": self.bench.max_new_tokens,
-                        "bench.cruxeval.max_new_tokens": self.bench.cruxeval.max_new_tokens}
-        where = ("the window a rollout is trained in and vLLM's max_model_len" if self.sampler.engine == "vllm"
-                 else "the window a rollout is trained in (left-truncated past it)")
+            budgets |= {
+                "bench.max_new_tokens": self.bench.max_new_tokens,
+                "bench.cruxeval.max_new_tokens": self.bench.cruxeval.max_new_tokens,
+            }
+        where = (
+            "the window a rollout is trained in and vLLM's max_model_len"
+            if self.sampler.engine == "vllm"
+            else "the window a rollout is trained in (left-truncated past it)"
+        )
         errors = [
             InitErrorDetails(
                 type=PydanticCustomError(
-                    "token_budget", f"{budget} new tokens leave no room for the prompt in update.max_seq_len = "
-                    f"{window}, {where}",
-                    {"fix": f"Lower {key} below update.max_seq_len ({window}), leaving room for the prompt, or "
-                     "raise update.max_seq_len (it costs update memory and, on vLLM, KV cache)."}),
-                loc=tuple(key.split(".")), input=budget)
-            for key, budget in budgets.items() if budget >= window]
+                    "token_budget",
+                    f"{budget} new tokens leave no room for the prompt in update.max_seq_len = {window}, {where}",
+                    {
+                        "fix": f"Lower {key} below update.max_seq_len ({window}), leaving room for the prompt, or "
+                        "raise update.max_seq_len (it costs update memory and, on vLLM, KV cache)."
+                    },
+                ),
+                loc=tuple(key.split(".")),
+                input=budget,
+            )
+            for key, budget in budgets.items()
+            if budget >= window
+        ]
         if errors:  # keyed errors, formatted as the fields' own (a plain ValueError here would have no key)
             raise ValidationError.from_exception_data(type(self).__name__, errors)
         return self
@@ -182,17 +246,49 @@ class Params(Section):
         """`pairing.strategy: pairs` needs one teacher per student, and no evolution (a child would carry one
         pair's weights into another's slot)."""
         teachers, students = self.population.teachers, self.population.students
-        problems = [] if self.pairing.strategy != "pairs" or "population" not in self.dag.arms else [
-            *([("population.teachers", teachers, f"pairing.strategy pairs teacher k with student k, so needs as many "
-                f"teachers as students ({students})", "Set population.teachers equal to population.students, or use "
-                "pairing.strategy: pfsp.")] if teachers != students else []),
-            *([("evolve.replace", self.evolve.replace, "pairing.strategy: pairs keeps the pairs independent, but "
-                "evolution would copy one pair's weights into another's slot", "Set evolve.replace: 0 (the ensemble "
-                "control has no evolution), or use pairing.strategy: pfsp.")] if self.evolve.replace and teachers > 1 else [])]
+        problems = (
+            []
+            if self.pairing.strategy != "pairs" or "population" not in self.dag.arms
+            else [
+                *(
+                    [
+                        (
+                            "population.teachers",
+                            teachers,
+                            f"pairing.strategy pairs teacher k with student k, so needs as many "
+                            f"teachers as students ({students})",
+                            "Set population.teachers equal to population.students, or use pairing.strategy: pfsp.",
+                        )
+                    ]
+                    if teachers != students
+                    else []
+                ),
+                *(
+                    [
+                        (
+                            "evolve.replace",
+                            self.evolve.replace,
+                            "pairing.strategy: pairs keeps the pairs independent, but "
+                            "evolution would copy one pair's weights into another's slot",
+                            "Set evolve.replace: 0 (the ensemble "
+                            "control has no evolution), or use pairing.strategy: pfsp.",
+                        )
+                    ]
+                    if self.evolve.replace and teachers > 1
+                    else []
+                ),
+            ]
+        )
         if problems:
-            raise ValidationError.from_exception_data(type(self).__name__, [InitErrorDetails(
-                type=PydanticCustomError("pairs", problem, {"fix": fix}), loc=tuple(key.split(".")), input=value)
-                for key, value, problem, fix in problems])
+            raise ValidationError.from_exception_data(
+                type(self).__name__,
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError("pairs", problem, {"fix": fix}), loc=tuple(key.split(".")), input=value
+                    )
+                    for key, value, problem, fix in problems
+                ],
+            )
         return self
 
     @model_validator(mode="after")
@@ -200,9 +296,12 @@ class Params(Section):
         """Refuse settings under which every advantage of a role is 0 by construction (the run would
         train on nothing): a group of one rollout, or a group whose rollouts are identical, gets A = 0
         (populora.rl.advantages). See `cannot_learn` for the cases."""
-        errors = [InitErrorDetails(type=PydanticCustomError("cannot_learn", problem, {"fix": fix}),
-                                   loc=tuple(key.split(".")), input=value)
-                  for key, value, problem, fix in cannot_learn(self)]
+        errors = [
+            InitErrorDetails(
+                type=PydanticCustomError("cannot_learn", problem, {"fix": fix}), loc=tuple(key.split(".")), input=value
+            )
+            for key, value, problem, fix in cannot_learn(self)
+        ]
         if errors:
             raise ValidationError.from_exception_data(type(self).__name__, errors)
         return self
@@ -222,41 +321,71 @@ def cannot_learn(params: Params) -> list[tuple[str, object, str, str]]:
     solve, problems = params.solve, []
     identical = solve.temperature == 0 and solve.worked_examples == 0  # every sample of a task gets one prompt, greedy
     if params.propose.per_type < 2:
-        problems.append(("propose.per_type", params.propose.per_type,
-                         "one proposal per teacher and task type is alone in its TRR++ group (adapter, propose, type), "
-                         "so every proposer advantage is 0 and teachers never learn",
-                         "Set propose.per_type to 2 or more."))
+        problems.append(
+            (
+                "propose.per_type",
+                params.propose.per_type,
+                "one proposal per teacher and task type is alone in its TRR++ group (adapter, propose, type), "
+                "so every proposer advantage is 0 and teachers never learn",
+                "Set propose.per_type to 2 or more.",
+            )
+        )
     if params.reward.advantage_baseline == "per_task" and solve.samples < 2:
-        problems.append(("solve.samples", solve.samples,
-                         "reward.advantage_baseline: per_task compares an answer with the other answers to its task, "
-                         "and with one sample there are none, so every solve advantage is 0",
-                         "Set solve.samples to 2 or more, or reward.advantage_baseline: trr++."))
+        problems.append(
+            (
+                "solve.samples",
+                solve.samples,
+                "reward.advantage_baseline: per_task compares an answer with the other answers to its task, "
+                "and with one sample there are none, so every solve advantage is 0",
+                "Set solve.samples to 2 or more, or reward.advantage_baseline: trr++.",
+            )
+        )
     elif params.reward.advantage_baseline == "per_task" and identical:
-        problems.append(("solve.temperature", solve.temperature,
-                         "greedy answers (temperature 0, solve.worked_examples 0: one prompt per task) are identical, so "
-                         "with reward.advantage_baseline: per_task every solve advantage is 0",
-                         "Sample the answers (solve.temperature above 0, e.g. 0.5), draw worked examples per sample "
-                         "(solve.worked_examples 1 or more), or use reward.advantage_baseline: trr++."))
+        problems.append(
+            (
+                "solve.temperature",
+                solve.temperature,
+                "greedy answers (temperature 0, solve.worked_examples 0: one prompt per task) are identical, so "
+                "with reward.advantage_baseline: per_task every solve advantage is 0",
+                "Sample the answers (solve.temperature above 0, e.g. 0.5), draw worked examples per sample "
+                "(solve.worked_examples 1 or more), or use reward.advantage_baseline: trr++.",
+            )
+        )
     exact_slots = "baseline" in params.dag.arms or (
-        params.population.teachers <= params.population.students * solve.tasks_per_type)
-    if (params.reward.advantage_baseline == "trr++" and exact_slots and solve.tasks_per_type == 1
-            and (solve.samples == 1 or identical)):
+        params.population.teachers <= params.population.students * solve.tasks_per_type
+    )
+    if (
+        params.reward.advantage_baseline == "trr++"
+        and exact_slots
+        and solve.tasks_per_type == 1
+        and (solve.samples == 1 or identical)
+    ):
         what = "one answer" if solve.samples == 1 else "identical greedy answers (temperature 0, no worked examples)"
-        problems.append(("solve.tasks_per_type", solve.tasks_per_type,
-                         f"one task per student and type with {what} leaves each TRR++ group (adapter, solve, type) "
-                         "without a spread, so every solve advantage is 0",
-                         "Set solve.tasks_per_type to 2 or more, or solve.samples to 2 or more with sampled answers "
-                         "(solve.temperature above 0)."))
+        problems.append(
+            (
+                "solve.tasks_per_type",
+                solve.tasks_per_type,
+                f"one task per student and type with {what} leaves each TRR++ group (adapter, solve, type) "
+                "without a spread, so every solve advantage is 0",
+                "Set solve.tasks_per_type to 2 or more, or solve.samples to 2 or more with sampled answers "
+                "(solve.temperature above 0).",
+            )
+        )
     return problems
 
 
 # keys renamed to TRL's and verl's names (docs/design.md, "The update's knobs"): old key -> the fix, given its value
 RENAMED = {
-    "update.loss_reduction": lambda value: f"Write update.loss_type: {value if value in ('sequence', 'token') else 'sequence'} "
-    "(same values; constant is Dr. GRPO's).",
-    "update.importance_cap": lambda value: "Write update.importance_sampling_mode: auto (the correction on in bfloat16, "
-    "off in float32, as importance_cap: null did)." if value is None else "Write update.importance_sampling_mode: "
-    f"token_truncate and update.importance_sampling_cap: {value}.",
+    "update.loss_reduction": lambda value: (
+        f"Write update.loss_type: {value if value in ('sequence', 'token') else 'sequence'} "
+        "(same values; constant is Dr. GRPO's)."
+    ),
+    "update.importance_cap": lambda value: (
+        "Write update.importance_sampling_mode: auto (the correction on in bfloat16, "
+        "off in float32, as importance_cap: null did)."
+        if value is None
+        else f"Write update.importance_sampling_mode: token_truncate and update.importance_sampling_cap: {value}."
+    ),
 }
 
 
@@ -323,7 +452,9 @@ def parse_params(raw: dict | None, source: str = "params.yaml") -> Params:
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ParamsError(f"{source} must be a YAML mapping of sections (base, model, lora, ...), got {type(raw).__name__}")
+        raise ParamsError(
+            f"{source} must be a YAML mapping of sections (base, model, lora, ...), got {type(raw).__name__}"
+        )
     try:
         return Params.model_validate(raw)
     except ValidationError as error:
@@ -376,9 +507,12 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description="Validate params.yaml, or merge overlays into it.")
     parser.add_argument("params", nargs="?", default="params.yaml")
-    parser.add_argument("--overlay", action="append", default=[],
-                        help="YAML overlay (e.g. params/gpu-paper.yaml), repeatable: later ones win; "
-                             "the merged file goes to stdout")
+    parser.add_argument(
+        "--overlay",
+        action="append",
+        default=[],
+        help="YAML overlay (e.g. params/gpu-paper.yaml), repeatable: later ones win; the merged file goes to stdout",
+    )
     args = parser.parse_args(argv)
     try:
         if args.overlay:
@@ -392,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"{args.params}: OK", file=sys.stderr)
     return 0
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

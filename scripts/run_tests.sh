@@ -30,6 +30,7 @@ if [ "$lane" = 1 ]; then
   # lane has ended: nothing to kill) makes the shell exit 1 from the trap, after every test has passed.
   trap 'kill -- -"$lane_pid" 2>/dev/null || true' EXIT
 fi
+.venv/bin/ruff format --check .   # code as the formatter lays it out ([tool.ruff], line-length 120)
 .venv/bin/ruff check .          # the lint rules of pyproject.toml ([tool.ruff.lint]), unused noqa included (RUF100)
 .venv/bin/snakefmt --check Snakefile   # [tool.snakefmt] of pyproject.toml
 # snakemake --lint: clean but for one finding, justified: "Specify a conda environment or container for each

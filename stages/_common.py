@@ -28,9 +28,12 @@ def stage_parser(description: str, *, arm: bool = True, gen: bool = True) -> arg
     if gen:
         parser.add_argument("--gen", required=True, type=int, help="generation number (0-based)")
     parser.add_argument("--log", default=None, help="also write this stage's log here")
-    parser.add_argument("--claim-gpu", action="store_true",
-                        help="claim a free GPU before any model loads (workflow/dag.py passes it to the stages it "
-                        "declares with a gpu; see populora.lm.gpus)")
+    parser.add_argument(
+        "--claim-gpu",
+        action="store_true",
+        help="claim a free GPU before any model loads (workflow/dag.py passes it to the stages it "
+        "declares with a gpu; see populora.lm.gpus)",
+    )
     return parser
 
 
@@ -43,15 +46,18 @@ def configure_logging(args: argparse.Namespace, stage: str) -> logging.Logger:
         handlers.append(logging.FileHandler(args.log, mode="w"))
     where = " ".join(f"{k}={getattr(args, k)}" for k in ("arm", "gen") if getattr(args, k, None) is not None)
     logging.basicConfig(
-        level=logging.INFO, handlers=handlers, force=True,
+        level=logging.INFO,
+        handlers=handlers,
+        force=True,
         format=f"%(asctime)s {stage}{' ' + where if where else ''} %(levelname)s %(message)s",
     )
     _log_uncaught(logging.getLogger(stage))
     return logging.getLogger(stage)
 
 
-def setup(args: argparse.Namespace, stage: str, *, claim: bool = True, chain: bool = False,
-          alone: bool = False) -> tuple[Params, logging.Logger]:
+def setup(
+    args: argparse.Namespace, stage: str, *, claim: bool = True, chain: bool = False, alone: bool = False
+) -> tuple[Params, logging.Logger]:
     """Configure logging (stderr + --log file), claim a GPU when the DAG says so (`--claim-gpu`; unless
     `claim` is false: the stage claims its own, see stages/update.py), load params and check that the
     device they ask for is here (`require_device`), failing fast with a clear message. A model stage on
@@ -105,4 +111,3 @@ def timed(log: logging.Logger, what: str):
     start = time.perf_counter()
     yield
     log.info("%s took %.1f s", what, time.perf_counter() - start)
-

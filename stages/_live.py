@@ -16,8 +16,9 @@ def add_live_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking", required=True, help="the trackers' folder (tracking.report_to)")
 
 
-def record_live(args: argparse.Namespace, tracking, log: logging.Logger, row: dict, *,
-                drop_later: bool = False) -> None:
+def record_live(
+    args: argparse.Namespace, tracking, log: logging.Logger, row: dict, *, drop_later: bool = False
+) -> None:
     """Merge one generation's row into the arm's live history and send it to the trackers. The live
     view never costs a finished generation: a failure there is logged as a warning, the stage goes on."""
     from populora.report.live import record_generation
@@ -27,8 +28,15 @@ def record_live(args: argparse.Namespace, tracking, log: logging.Logger, row: di
         trackers = None
         if tracking.report_to:  # params.tracking
             trackers = Trackers(tracking.report_to, args.tracking, args.arm, project=tracking.project)
-        rows = record_generation(row, arm=args.arm, history=args.history, steps=args.steps, progress_file=args.progress,
-                                 drop_later=drop_later, trackers=trackers)
+        rows = record_generation(
+            row,
+            arm=args.arm,
+            history=args.history,
+            steps=args.steps,
+            progress_file=args.progress,
+            drop_later=drop_later,
+            trackers=trackers,
+        )
     except Exception as error:  # noqa: BLE001 (a tracker's failure, a full disk: logged, the stage's outputs stand)
         log.warning("live history not updated (%s: %s)", type(error).__name__, error)
         return

@@ -19,20 +19,31 @@ from populora.verifier import IsolationError, open_sandbox, verify_config
 from stages._common import configure_logging
 
 REFUSED = 3  # exit code: a layer named in verify.required_layers is off
-LIMIT_FLAGS = {"timeout": "timeout_s", "memory_mb": "memory_mb", "max_output_chars": "max_output_chars",
-               "workers": "workers"}
+LIMIT_FLAGS = {
+    "timeout": "timeout_s",
+    "memory_mb": "memory_mb",
+    "max_output_chars": "max_output_chars",
+    "workers": "workers",
+}
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output JSONL")
-    parser.add_argument("--params", default=None,
-                        help="params.yaml; its `verify` section configures the sandbox (default: its defaults)")
+    parser.add_argument(
+        "--params",
+        default=None,
+        help="params.yaml; its `verify` section configures the sandbox (default: its defaults)",
+    )
     parser.add_argument("--arm", default=None, help="experiment arm (logging only)")
     parser.add_argument("--gen", default=None, help="generation (logging only)")
     parser.add_argument("--log", default=None, help="also write the log here")
     for flag, key in LIMIT_FLAGS.items():
-        parser.add_argument(f"--{flag.replace('_', '-')}", type=VerifySection.model_fields[key].annotation,
-                            default=None, help=f"overrides verify.{key}")
+        parser.add_argument(
+            f"--{flag.replace('_', '-')}",
+            type=VerifySection.model_fields[key].annotation,
+            default=None,
+            help=f"overrides verify.{key}",
+        )
 
 
 def setup(args: argparse.Namespace, stage: str) -> tuple[VerifySection, logging.Logger]:

@@ -64,20 +64,31 @@ from stages._common import setup, stage_parser
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0], arm=False, gen=False)
-    parser.add_argument("--arm", choices=["population", "baseline"], help="benchmark this arm's members (with --models)")
+    parser.add_argument(
+        "--arm", choices=["population", "baseline"], help="benchmark this arm's members (with --models)"
+    )
     parser.add_argument("--bench", required=True, help="a benchmark of params.bench.benchmarks")
     parser.add_argument("--base-model", required=True, help="the base model folder")
     parser.add_argument("--models", help="the arm's export folder; without it, the bare base model is benchmarked")
-    parser.add_argument("--raw-base", help="the raw base (before the warm start): with the base, on a benchmark of "
-                        "bench.raw_base, scored too and written into the base's result as raw_base")
+    parser.add_argument(
+        "--raw-base",
+        help="the raw base (before the warm start): with the base, on a benchmark of "
+        "bench.raw_base, scored too and written into the base's result as raw_base",
+    )
     parser.add_argument("--results", required=True, help="output folder: <model>.json and <model>/ per model")
     parser.add_argument("--tasks", default=str(TASKS_DIR), help="lm-eval task templates (math benchmarks)")
     args = parser.parse_args(argv)
     params, log = setup(args, "bench")
     if runs_together(params, args.bench):  # DVC's matrix runs every (arm, benchmark): a note, no model
         tmp = staging_dir(args.results)
-        write_json(tmp / TOGETHER_NOTE, {"benchmark": args.bench, "results": "in the together job's folder "
-                                         "(bench.together: one job for the group, the model loaded once)"})
+        write_json(
+            tmp / TOGETHER_NOTE,
+            {
+                "benchmark": args.bench,
+                "results": "in the together job's folder "
+                "(bench.together: one job for the group, the model loaded once)",
+            },
+        )
         replace_dir(tmp, args.results)
         log.info("%s runs in the together job (bench.together): nothing to do here", args.bench)
         return 0

@@ -38,15 +38,20 @@ from stages._common import setup, stage_parser
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0], arm=False, gen=False)
     parser.add_argument("--results", required=True, help="the bench stages' folder (results/bench)")
-    parser.add_argument("--dynamics", required=True, help="the dynamics stages' folder (results/dynamics): <arm>/summary.json")
+    parser.add_argument(
+        "--dynamics", required=True, help="the dynamics stages' folder (results/dynamics): <arm>/summary.json"
+    )
     parser.add_argument("--metrics", required=True, help="the full metrics JSON")
     parser.add_argument("--headline", required=True, help="the headline metrics JSON (the DVC metrics)")
-    parser.add_argument("--progress", required=True, help="progress.json: the last generation of each arm, written whole")
+    parser.add_argument(
+        "--progress", required=True, help="progress.json: the last generation of each arm, written whole"
+    )
     args = parser.parse_args(argv)
     params, log = setup(args, "bench_summary")
     try:
-        results = read_results(args.results, benchmarked_models(params), params.bench.benchmarks,
-                               together_benchmarks(params))
+        results = read_results(
+            args.results, benchmarked_models(params), params.bench.benchmarks, together_benchmarks(params)
+        )
         metrics = benchmark_metrics(results)
         table = score_table(results)[0]
         chosen = {role: best_weakest_members(table, refs_of(results), role) for role in ("students", "teachers")}
@@ -57,8 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     found = {arm: Path(args.dynamics) / arm / DYNAMICS_SUMMARY for arm in params.dag.arms}
     summaries = {arm: read_json(path) for arm, path in found.items() if path.is_file()}
     if len(summaries) < len(found):
-        log.warning("no training summary for %s: the headline has no held-out or solve-rate figures for it",
-                    ", ".join(sorted(set(found) - set(summaries))))
+        log.warning(
+            "no training summary for %s: the headline has no held-out or solve-rate figures for it",
+            ", ".join(sorted(set(found) - set(summaries))),
+        )
     headline = headline_metrics(metrics, summaries)
     write_json(args.metrics, metrics)
     write_json(args.headline, headline)
@@ -70,8 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     for role, extremes in chosen.items():
         if extremes:
             log.info("population best %s %s, weakest %s (by overall aggregate)", role[:-1], *extremes)
-    log.info("%d metrics from %d results written to %s; %d headline figures to %s", len(metrics), len(results),
-             args.metrics, len(headline), args.headline)
+    log.info(
+        "%d metrics from %d results written to %s; %d headline figures to %s",
+        len(metrics),
+        len(results),
+        args.metrics,
+        len(headline),
+        args.headline,
+    )
     return 0
 
 

@@ -41,7 +41,9 @@ KEY = "{bench}.key.json"  # beside a finished benchmark's folder in <results>.pa
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0], arm=False, gen=False)
-    parser.add_argument("--arm", choices=["population", "baseline"], help="benchmark this arm's members (with --models)")
+    parser.add_argument(
+        "--arm", choices=["population", "baseline"], help="benchmark this arm's members (with --models)"
+    )
     parser.add_argument("--base-model", required=True, help="the base model folder")
     parser.add_argument("--models", help="the arm's export folder; without it, the bare base model is benchmarked")
     parser.add_argument("--results", required=True, help="output folder: <benchmark>/<model>.json per benchmark")
@@ -52,8 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     out, keep = Path(args.results), Path(f"{args.results}{PARTIAL}")
     if not grouped:
         tmp = staging_dir(out)
-        write_json(tmp / TOGETHER_NOTE, {"benchmarks": [], "results": "none: bench.together holds none of "
-                                         "bench.benchmarks (or sampler.engine is vllm)"})
+        write_json(
+            tmp / TOGETHER_NOTE,
+            {
+                "benchmarks": [],
+                "results": "none: bench.together holds none of bench.benchmarks (or sampler.engine is vllm)",
+            },
+        )
         replace_dir(tmp, out)
         log.info("no benchmark runs together (bench.together): nothing to do")
         return 0

@@ -47,8 +47,18 @@ from stages._live import add_live_flags, record_live
 
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0])
-    for flag in ("--state", "--trained", "--evolved", "--ratings", "--tasks", "--stats", "--pairing", "--isolation", "--checkpoint",
-                 "--metrics"):
+    for flag in (
+        "--state",
+        "--trained",
+        "--evolved",
+        "--ratings",
+        "--tasks",
+        "--stats",
+        "--pairing",
+        "--isolation",
+        "--checkpoint",
+        "--metrics",
+    ):
         parser.add_argument(flag, required=True)
     add_live_flags(parser)
     args = parser.parse_args(argv)
@@ -60,32 +70,68 @@ def main(argv: list[str] | None = None) -> int:
     stats = read_json(args.stats)
     tasks = read_rows(args.tasks, Task)
     coverage, matched, coverage_metrics = gm.coverage_update(
-        tasks, prev.coverage_hashes, prev.matched_coverage_hashes, per_adapter=params.propose.per_type * 2,
-        seed=derive_seed(params.base.seed, "coverage", args.arm, args.gen))
+        tasks,
+        prev.coverage_hashes,
+        prev.matched_coverage_hashes,
+        per_adapter=params.propose.per_type * 2,
+        seed=derive_seed(params.base.seed, "coverage", args.arm, args.gen),
+    )
 
     tmp = staging_dir(args.checkpoint)
     link_checkpoint_adapters(tmp, prev.slots, trained, evolved, {event["slot"] for event in evolution["events"]})
-    write_rows(tmp / BUFFER, extend_pair_buffers(load_buffer(args.state), [t for t in tasks if is_valid_task(t)],
-                                                 params.buffer.max_size, read_json(args.pairing)), BufferEntry)
-    state = prev.evolve(generation=args.gen, ratings=ratings, members=evolution["members"],
-                        fitness=evolution["reward_records"], lineage=append_lineage(prev.lineage, evolution["events"]),
-                        coverage_hashes=coverage, matched_coverage_hashes=matched,
-                        trained_members=prev.members, trained_ratings=read_json(args.ratings))
+    write_rows(
+        tmp / BUFFER,
+        extend_pair_buffers(
+            load_buffer(args.state),
+            [t for t in tasks if is_valid_task(t)],
+            params.buffer.max_size,
+            read_json(args.pairing),
+        ),
+        BufferEntry,
+    )
+    state = prev.evolve(
+        generation=args.gen,
+        ratings=ratings,
+        members=evolution["members"],
+        fitness=evolution["reward_records"],
+        lineage=append_lineage(prev.lineage, evolution["events"]),
+        coverage_hashes=coverage,
+        matched_coverage_hashes=matched,
+        trained_members=prev.members,
+        trained_ratings=read_json(args.ratings),
+    )
     save_state(tmp, state)
-    metrics = {"generation": args.gen, **gm.rate_metrics(stats), **gm.complexity_metrics(tasks), **coverage_metrics,
-               **gm.rating_metrics(ratings), **gm.compute_metrics(stats, read_json(trained / UPDATE_STATS)),
-               **gm.distance_metrics({slot: delta_norm(read_state_dict(tmp / ADAPTERS / slot)) for slot in prev.slots}),
-               **gm.pairing_metrics(read_json(args.pairing)), **gm.evolution_metrics(evolution),
-               **gm.isolation_metrics(read_json(args.isolation)),
-               # how far apart the members trained this generation are (populora/population/diversity.py)
-               **{key: value for role in ("teachers", "students") for key, value in weight_diversity(
-                   role, {slot: read_state_dict(trained / ADAPTERS / slot) for slot in getattr(prev, role)}).items()}}
+    metrics = {
+        "generation": args.gen,
+        **gm.rate_metrics(stats),
+        **gm.complexity_metrics(tasks),
+        **coverage_metrics,
+        **gm.rating_metrics(ratings),
+        **gm.compute_metrics(stats, read_json(trained / UPDATE_STATS)),
+        **gm.distance_metrics({slot: delta_norm(read_state_dict(tmp / ADAPTERS / slot)) for slot in prev.slots}),
+        **gm.pairing_metrics(read_json(args.pairing)),
+        **gm.evolution_metrics(evolution),
+        **gm.isolation_metrics(read_json(args.isolation)),
+        # how far apart the members trained this generation are (populora/population/diversity.py)
+        **{
+            key: value
+            for role in ("teachers", "students")
+            for key, value in weight_diversity(
+                role, {slot: read_state_dict(trained / ADAPTERS / slot) for slot in getattr(prev, role)}
+            ).items()
+        },
+    }
     write_json(args.metrics, metrics)
     replace_dir(tmp, args.checkpoint)
     record_live(args, params.tracking, log, metrics, drop_later=True)  # rows after this generation are an earlier run's
-    log.info("checkpoint: %d valid tasks added; coverage %d (+%d), matched %d (+%d)",
-             sum(is_valid_task(t) for t in tasks), len(coverage), coverage_metrics["coverage.new_programs"],
-             len(matched), coverage_metrics["coverage.matched.new_programs"])
+    log.info(
+        "checkpoint: %d valid tasks added; coverage %d (+%d), matched %d (+%d)",
+        sum(is_valid_task(t) for t in tasks),
+        len(coverage),
+        coverage_metrics["coverage.new_programs"],
+        len(matched),
+        coverage_metrics["coverage.matched.new_programs"],
+    )
     return 0
 
 

@@ -33,29 +33,45 @@ def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0], gen=False)
     parser.add_argument("--metrics", nargs="+", required=True, help="per-generation metrics.json, in order")
     parser.add_argument("--heldout", nargs="+", required=True, help="per-generation heldout.json, in order")
-    for flag in ("--heldout-base", "--state", "--dynamics", "--update-steps", "--summary", "--family-tree",
-                 "--heldout-verdicts", "--progress"):
+    for flag in (
+        "--heldout-base",
+        "--state",
+        "--dynamics",
+        "--update-steps",
+        "--summary",
+        "--family-tree",
+        "--heldout-verdicts",
+        "--progress",
+    ):
         parser.add_argument(flag, required=True)
     args = parser.parse_args(argv)
     params, log = setup(args, "dynamics")
     if len(args.heldout) != len(args.metrics):
-        log.error("%d metrics files but %d held-out scores: one of each per generation", len(args.metrics),
-                  len(args.heldout))
+        log.error(
+            "%d metrics files but %d held-out scores: one of each per generation", len(args.metrics), len(args.heldout)
+        )
         return 1
     base = read_json(args.heldout_base)
     scores = [read_json(path) for path in args.heldout]
-    rows = plot_table([read_json(path) | score["metrics"] | base["metrics"] for path, score in zip(args.metrics, scores)])
+    rows = plot_table(
+        [read_json(path) | score["metrics"] | base["metrics"] for path, score in zip(args.metrics, scores)]
+    )
     write_tables(args.dynamics, args.update_steps, rows)  # the live history, whole (populora/report/live.py)
     write_progress(args.progress, args.arm, rows)
-    write_json(args.heldout_verdicts, {"base": base["verdicts"].get("base", {}),
-                                       "generations": [score["verdicts"] for score in scores],
-                                       "born": [score.get("born", {}) for score in scores],
-                                       "members": [score.get("members", {}) for score in scores],
-                                       "best_constant": base.get("best_constant", {}),
-                                       "raw_base": base.get("raw_base") or {},
-                                       "base_pass_rates": (base.get("pass_rates") or {}).get("base", {}),
-                                       "pass_rates": [score.get("pass_rates") or {} for score in scores],
-                                       "roles": scores[-1].get("roles", {}) if scores else {}})
+    write_json(
+        args.heldout_verdicts,
+        {
+            "base": base["verdicts"].get("base", {}),
+            "generations": [score["verdicts"] for score in scores],
+            "born": [score.get("born", {}) for score in scores],
+            "members": [score.get("members", {}) for score in scores],
+            "best_constant": base.get("best_constant", {}),
+            "raw_base": base.get("raw_base") or {},
+            "base_pass_rates": (base.get("pass_rates") or {}).get("base", {}),
+            "pass_rates": [score.get("pass_rates") or {} for score in scores],
+            "roles": scores[-1].get("roles", {}) if scores else {},
+        },
+    )
     state = load_state(args.state)
     write_json(args.summary, arm_summary(rows, {"teachers": list(state.teachers), "students": list(state.students)}))
     draw_family_tree(state.lineage, args.family_tree)

@@ -59,9 +59,16 @@ def main(argv: list[str] | None = None) -> int:
     result = {"events": [], "rankings": {}, "members": state.members, "ratings": ratings, "reward_records": records}
     if scheduled:
         result = plan_generation_replacement(
-            state, ratings, records, generation=args.gen, replace=params.evolve.replace,
-            operator_mix=params.evolve.operators, teacher_mode=params.reward.teacher_mode,
-            fitness_mode=params.evolve.fitness, parents=params.evolve.parents, seed_of=lambda role: derive_seed(params.base.seed, "evolve", args.arm, args.gen, role),
+            state,
+            ratings,
+            records,
+            generation=args.gen,
+            replace=params.evolve.replace,
+            operator_mix=params.evolve.operators,
+            teacher_mode=params.reward.teacher_mode,
+            fitness_mode=params.evolve.fitness,
+            parents=params.evolve.parents,
+            seed_of=lambda role: derive_seed(params.base.seed, "evolve", args.arm, args.gen, role),
         )
     tmp = staging_dir(args.evolved)
     (tmp / ADAPTERS).mkdir()
@@ -71,18 +78,31 @@ def main(argv: list[str] | None = None) -> int:
         event["distance_to_parents"] = [round(weight_distance(child, parent), 6) for parent in parents]
         moments = Path(args.trained) / OPTIMIZER / f"{event['parent_slots'][0]}.safetensors"
         # a parent that took no step yet has no moments: the child starts fresh, as the parent would
-        carried = moments.is_file() and carry_moments(moments, tmp / OPTIMIZER / f"{event['slot']}.safetensors",
-                                                      event["parent_slots"][0], event["slot"])
+        carried = moments.is_file() and carry_moments(
+            moments, tmp / OPTIMIZER / f"{event['slot']}.safetensors", event["parent_slots"][0], event["slot"]
+        )
         event["moments"] = "carried" if carried else "fresh"
         write_adapter(tmp / ADAPTERS / event["slot"], child, config_from=trained / event["parent_slots"][0])
-        log.info("%s: %s replaced by %s, %s(%s)", event["role"], event["replaces"], event["child_id"], event["operator"],
-                 event["parents"])
+        log.info(
+            "%s: %s replaced by %s, %s(%s)",
+            event["role"],
+            event["replaces"],
+            event["child_id"],
+            event["operator"],
+            event["parents"],
+        )
     for role, ranking in result["rankings"].items():
-        log.info("%s ranked by %s: %s", role, ranking[0]["by"] if ranking else "-",
-                 [(r["slot"], round(r["fitness"], 3)) for r in ranking])
+        log.info(
+            "%s ranked by %s: %s",
+            role,
+            ranking[0]["by"] if ranking else "-",
+            [(r["slot"], round(r["fitness"], 3)) for r in ranking],
+        )
     write_json(tmp / RATINGS, result["ratings"])
-    write_json(tmp / EVOLUTION, {"scheduled": scheduled, **{k: result[k] for k in
-                                        ("events", "rankings", "members", "reward_records")}})
+    write_json(
+        tmp / EVOLUTION,
+        {"scheduled": scheduled, **{k: result[k] for k in ("events", "rankings", "members", "reward_records")}},
+    )
     replace_dir(tmp, args.evolved)
     log.info("%d evolution events", len(result["events"]))
     return 0

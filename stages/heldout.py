@@ -61,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
             rates = {}
             if params.heldout.samples and (args.gen + 1) % params.heldout.sample_every == 0:
                 with timed(log, f"{len(members)} members x {len(pool)} tasks x {params.heldout.samples} answers"):
-                    rates = pass_rates(params, model, tokenizer, pool, members, sandbox, samples=params.heldout.samples,
-                                       seed=args.gen)
+                    rates = pass_rates(
+                        params, model, tokenizer, pool, members, sandbox, samples=params.heldout.samples, seed=args.gen
+                    )
     except IsolationError as error:
         log.error("%s", error)
         return 3
@@ -74,13 +75,30 @@ def main(argv: list[str] | None = None) -> int:
     children = {}
     for slot, name in born.items():
         event = next((e for e in state.lineage if e["child_id"] == state.members[slot]), {})
-        children[slot] = {"member": state.members[slot], "parents": event.get("parents", []),
-                          "operator": event.get("operator"), "verdicts": table.get(name, {})}
-        metrics |= {key.replace(f"heldout.{name}.", f"heldout.born.{slot}."): value
-                    for key, value in heldout_metrics({name: children[slot]["verdicts"]}, pool, {}).items()}
-    write_json(args.scores, {"metrics": metrics, "verdicts": trained, "born": children, "roles": roles, "pass_rates": rates,
-                             "members": {slot: state.trained_members.get(slot, state.members[slot]) for slot in members}})
-    record_live(args, params.tracking, log, {"generation": args.gen, **metrics, **read_json(args.heldout_base)["metrics"]})
+        children[slot] = {
+            "member": state.members[slot],
+            "parents": event.get("parents", []),
+            "operator": event.get("operator"),
+            "verdicts": table.get(name, {}),
+        }
+        metrics |= {
+            key.replace(f"heldout.{name}.", f"heldout.born.{slot}."): value
+            for key, value in heldout_metrics({name: children[slot]["verdicts"]}, pool, {}).items()
+        }
+    write_json(
+        args.scores,
+        {
+            "metrics": metrics,
+            "verdicts": trained,
+            "born": children,
+            "roles": roles,
+            "pass_rates": rates,
+            "members": {slot: state.trained_members.get(slot, state.members[slot]) for slot in members},
+        },
+    )
+    record_live(
+        args, params.tracking, log, {"generation": args.gen, **metrics, **read_json(args.heldout_base)["metrics"]}
+    )
     log.info("held-out accuracy: %s", {m: metrics[f"heldout.{m}.accuracy"] for m in [*members, *roles]})
     return 0
 

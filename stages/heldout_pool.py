@@ -81,18 +81,27 @@ def main(argv: list[str] | None = None) -> int:
                 raw_tokenizer, raw_model = load_sampler(args.raw_base, {}, params)
                 with timed(log, f"scoring the raw base (before the warm start) on {len(pool)} held-out tasks"):
                     raw_metrics, raw_table = score_members(params, raw_model, raw_tokenizer, pool, [None], {}, sandbox)
-                raw = {"metrics": {k.replace("heldout.base.", "heldout.raw_base."): v for k, v in raw_metrics.items()},
-                       "verdicts": raw_table.get("base", {})}
+                raw = {
+                    "metrics": {k.replace("heldout.base.", "heldout.raw_base."): v for k, v in raw_metrics.items()},
+                    "verdicts": raw_table.get("base", {}),
+                }
     except IsolationError as error:  # a layer of verify.required_layers is missing
         log.error("%s", error)
         return 3
     write_jsonl(args.pool, pool)
     size = {t: sum(p["type"] == t for p in pool) for t in pool_types(params.propose.types)}
-    write_json(args.base, {"metrics": metrics | constant_metrics(constant) | raw.get("metrics", {}), "verdicts": table,
-                           "pass_rates": rates, "size": size, "per_type": params.heldout.per_type,
-                           "best_constant": {tt: {k: v for k, v in row.items() if k != "solves"}
-                                             for tt, row in constant.items()},
-                           "raw_base": raw.get("verdicts")})
+    write_json(
+        args.base,
+        {
+            "metrics": metrics | constant_metrics(constant) | raw.get("metrics", {}),
+            "verdicts": table,
+            "pass_rates": rates,
+            "size": size,
+            "per_type": params.heldout.per_type,
+            "best_constant": {tt: {k: v for k, v in row.items() if k != "solves"} for tt, row in constant.items()},
+            "raw_base": raw.get("verdicts"),
+        },
+    )
     log.info("held-out pool of %d tasks %s; base accuracy %s", len(pool), size, metrics.get("heldout.base.accuracy"))
     return 0
 

@@ -36,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     with timed(log, "verifying seed tasks"):
         try:
             code_f_inputs = params.propose.code_f_inputs
-            seeds = verify_rows(seed_proposals(params.buffer.seeds, code_f_inputs), params.verify, code_f_inputs=code_f_inputs)
+            seeds = verify_rows(
+                seed_proposals(params.buffer.seeds, code_f_inputs), params.verify, code_f_inputs=code_f_inputs
+            )
         except IsolationError as error:  # a layer of verify.required_layers is missing
             log.error("%s", error)
             return 3
@@ -60,10 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     # seed programs are known before anyone proposes: they never count as new coverage
     seed_programs = sorted(program_keys(row for row in seeds if row["type"] != "code_f"))
     state = State(
-        arm=args.arm, generation=-1, teachers=roles["teachers"], students=roles["students"], members=members,
+        arm=args.arm,
+        generation=-1,
+        teachers=roles["teachers"],
+        students=roles["students"],
+        members=members,
         ratings={slot: rating_lib.new_rating(env) for slot in slots},
         lineage=founder_events([members[s] for s in slots], 0, seeds=[seeds_by_slot[s] for s in slots], slots=slots),
-        coverage_hashes=seed_programs, matched_coverage_hashes=seed_programs,
+        coverage_hashes=seed_programs,
+        matched_coverage_hashes=seed_programs,
     )
     save_state(tmp, state)
     replace_dir(tmp, args.checkpoint)

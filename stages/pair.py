@@ -29,8 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     slots = params.solve.tasks_per_type
     if params.pairing.strategy == "pfsp":
         pairing = pfsp_pairing(
-            state.teachers, state.students, state.ratings, slots_per_student=slots,
-            temperature=params.pairing.temperature, seed=derive_seed(params.base.seed, "pair", args.arm, args.gen),
+            state.teachers,
+            state.students,
+            state.ratings,
+            slots_per_student=slots,
+            temperature=params.pairing.temperature,
+            seed=derive_seed(params.base.seed, "pair", args.arm, args.gen),
             beta=params.ratings.beta,
         )
     elif params.pairing.strategy == "pairs":  # the ensemble control: teacher k with student k only

@@ -36,13 +36,32 @@ def main(argv: list[str] | None = None) -> int:
     seed = derive_seed(params.base.seed, "propose", args.arm, args.gen)
     buffer = load_buffer(args.state)
     pairing = read_json(args.pairing)  # under `pairs` each teacher reads only its pair's buffer
-    jobs = proposer_jobs(teachers, buffer, per_type=cfg.per_type, references=cfg.references,
-                         n_inputs=cfg.code_f_inputs, mode=cfg.mode, chat=chat_wrapper(tokenizer),
-                         rng=random.Random(seed), arm=args.arm, gen=args.gen, types=cfg.types, pairing=pairing)
+    jobs = proposer_jobs(
+        teachers,
+        buffer,
+        per_type=cfg.per_type,
+        references=cfg.references,
+        n_inputs=cfg.code_f_inputs,
+        mode=cfg.mode,
+        chat=chat_wrapper(tokenizer),
+        rng=random.Random(seed),
+        arm=args.arm,
+        gen=args.gen,
+        types=cfg.types,
+        pairing=pairing,
+    )
     with timed(log, f"generating {len(jobs)} proposals"):
-        results = run_plans(model, tokenizer, [GenRow(plan, meta["teacher"]) for meta, plan in jobs],
-                            temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                            batch_size=cfg.batch_size, seed=seed, desc="propose")
+        results = run_plans(
+            model,
+            tokenizer,
+            [GenRow(plan, meta["teacher"]) for meta, plan in jobs],
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_new_tokens=cfg.max_new_tokens,
+            batch_size=cfg.batch_size,
+            seed=seed,
+            desc="propose",
+        )
     rows = proposal_rows(jobs, results, mode=cfg.mode, n_inputs=cfg.code_f_inputs)
     if cfg.reject_duplicates:
         rows = mark_pair_duplicates(rows, buffer, pairing)

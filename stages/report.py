@@ -34,20 +34,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", required=True, help="the bench stages' folder (results/bench)")
     parser.add_argument("--metrics", required=True, help="bench_summary's metrics JSON (results/metrics.json)")
     parser.add_argument("--dynamics", help="the dynamics stages' folder (results/dynamics); left out: no dynamics")
-    parser.add_argument("--timings", help="Snakemake's per-job benchmark files (results/timings); absent or "
-                                          "left out: no timings table")
+    parser.add_argument(
+        "--timings", help="Snakemake's per-job benchmark files (results/timings); absent or left out: no timings table"
+    )
     parser.add_argument("--warm-start", help="the warm start's record (results/warm_start.json); left out: no section")
     parser.add_argument("--report", required=True, help="report folder")
     args = parser.parse_args(argv)
     params, log = setup(args, "report")
     try:
-        results = read_results(args.results, benchmarked_models(params), params.bench.benchmarks,
-                               together_benchmarks(params))
+        results = read_results(
+            args.results, benchmarked_models(params), params.bench.benchmarks, together_benchmarks(params)
+        )
         metrics = read_json(args.metrics)
-        dynamics = {arm: read_json(Path(args.dynamics) / arm / DYNAMICS_TABLE)
-                    for arm in params.dag.arms} if args.dynamics else {}
-        heldout = {arm: read_json(path) for arm in params.dag.arms
-                   if args.dynamics and (path := Path(args.dynamics) / arm / HELDOUT_VERDICTS).is_file()}
+        dynamics = (
+            {arm: read_json(Path(args.dynamics) / arm / DYNAMICS_TABLE) for arm in params.dag.arms}
+            if args.dynamics
+            else {}
+        )
+        heldout = {
+            arm: read_json(path)
+            for arm in params.dag.arms
+            if args.dynamics and (path := Path(args.dynamics) / arm / HELDOUT_VERDICTS).is_file()
+        }
         warm_start = read_json(args.warm_start) if args.warm_start else None
     except (BenchError, OSError, ValueError) as error:
         log.error("could not read the report inputs: %s", error)
@@ -63,8 +71,14 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         raise
     replace_dir(tmp, args.report)
-    log.info("report of %d results, %d arms' dynamics and %d timed jobs written to %s/%s", len(results), len(dynamics),
-             timings[-1]["jobs"] if timings else 0, args.report, path.name)
+    log.info(
+        "report of %d results, %d arms' dynamics and %d timed jobs written to %s/%s",
+        len(results),
+        len(dynamics),
+        timings[-1]["jobs"] if timings else 0,
+        args.report,
+        path.name,
+    )
     return 0
 
 

@@ -27,21 +27,28 @@ def main(argv: list[str] | None = None) -> int:
     params, log = setup(args, "reward")
     state = load_state(args.state)
     tasks, graded, pairing = read_rows(args.tasks, Task), read_rows(args.graded, GradedAnswer), read_json(args.pairing)
-    rollouts = build_rollouts(tasks, graded, params.reward.teacher_mode, params.reward.advantage_baseline,
-                              params.reward.scale_rewards)
+    rollouts = build_rollouts(
+        tasks, graded, params.reward.teacher_mode, params.reward.advantage_baseline, params.reward.scale_rewards
+    )
     games = played_games(graded, tasks, pairing)
     ratings = update_from_games(state.ratings, games, params.ratings.model_dump())
     stats = generation_stats(tasks, graded, rollouts, games, params.reward.advantage_baseline)
     stats["pairing_counts"] = pairing["counts"]
     programs = {t["task_id"]: t.get("program") for t in [*load_buffer(args.state), *tasks]}
-    stats["same_program_example_answers"], stats["same_program_example_correct"] = same_program_examples(graded, programs)
+    stats["same_program_example_answers"], stats["same_program_example_correct"] = same_program_examples(
+        graded, programs
+    )
     write_rows(args.rollouts, rollouts, Rollout)
     write_json(args.ratings, ratings)
     write_json(args.stats, stats)
-    log.info("validity %s; solve %s; teacher reward %s; student reward %s; games per teacher %s",
-             {t: v["validity_rate"] for t, v in stats["by_type"].items()},
-             {t: v["solve_rate"] for t, v in stats["by_type"].items()},
-             stats["teacher_reward_mean"], stats["student_reward_mean"], stats["games_per_teacher"])
+    log.info(
+        "validity %s; solve %s; teacher reward %s; student reward %s; games per teacher %s",
+        {t: v["validity_rate"] for t, v in stats["by_type"].items()},
+        {t: v["solve_rate"] for t, v in stats["by_type"].items()},
+        stats["teacher_reward_mean"],
+        stats["student_reward_mean"],
+        stats["games_per_teacher"],
+    )
     return 0
 
 

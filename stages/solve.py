@@ -37,27 +37,62 @@ def main(argv: list[str] | None = None) -> int:
     state = load_state(args.state)
     buffer = load_buffer(args.state)
     pairing = read_json(args.pairing)
-    assignment = assign_tasks(pairing, read_rows(args.tasks, Task), buffer, fill_in=cfg.fill_in,
-                              rng=random.Random(derive_seed(params.base.seed, "fill_in", args.arm, args.gen)),
-                              types=params.propose.types)
+    assignment = assign_tasks(
+        pairing,
+        read_rows(args.tasks, Task),
+        buffer,
+        fill_in=cfg.fill_in,
+        rng=random.Random(derive_seed(params.base.seed, "fill_in", args.arm, args.gen)),
+        types=params.propose.types,
+    )
     tokenizer, model = load_sampler(args.base_model, adapter_dirs(args.state, state.students), params)
     seed = derive_seed(params.base.seed, "solve", args.arm, args.gen)
-    jobs = solver_jobs(assignment, buffer, samples=cfg.samples, worked_examples=cfg.worked_examples, mode=cfg.mode,
-                       chat=chat_wrapper(tokenizer), rng=random.Random(seed), pairing=pairing)
+    jobs = solver_jobs(
+        assignment,
+        buffer,
+        samples=cfg.samples,
+        worked_examples=cfg.worked_examples,
+        mode=cfg.mode,
+        chat=chat_wrapper(tokenizer),
+        rng=random.Random(seed),
+        pairing=pairing,
+    )
     with timed(log, f"generating {len(jobs)} answers"):
-        results = run_plans(model, tokenizer, [GenRow(plan, meta["student"]) for meta, plan in jobs],
-                            temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                            batch_size=cfg.batch_size, seed=seed, desc="solve")
+        results = run_plans(
+            model,
+            tokenizer,
+            [GenRow(plan, meta["student"]) for meta, plan in jobs],
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_new_tokens=cfg.max_new_tokens,
+            batch_size=cfg.batch_size,
+            seed=seed,
+            desc="solve",
+        )
     rows = []
     for (meta, _), result in zip(jobs, results):
         answer, reason = parse_answer(result.completion, meta["type"], mode=cfg.mode, truncated=result.truncated)
-        rows.append({**meta, "answer": answer, "parse_reason": reason, "segments": result.segments,
-                     "tokens": result.tokens_generated})
+        rows.append(
+            {
+                **meta,
+                "answer": answer,
+                "parse_reason": reason,
+                "segments": result.segments,
+                "tokens": result.tokens_generated,
+            }
+        )
     used = {t["task_id"]: t for by_type in assignment.values() for tasks in by_type.values() for t in tasks}
-    write_rows(args.solve_tasks, [{**{k: t.get(k) for k in TASK_FIELDS}, "valid": True} for t in used.values()], SolveTask)
+    write_rows(
+        args.solve_tasks, [{**{k: t.get(k) for k in TASK_FIELDS}, "valid": True} for t in used.values()], SolveTask
+    )
     write_rows(args.answers, rows, Answer)
-    log.info("%d answers (%d parsed) on %d tasks; %d tokens", len(rows), sum(r["answer"] is not None for r in rows),
-             len(used), sum(r["tokens"] for r in rows))
+    log.info(
+        "%d answers (%d parsed) on %d tasks; %d tokens",
+        len(rows),
+        sum(r["answer"] is not None for r in rows),
+        len(used),
+        sum(r["tokens"] for r in rows),
+    )
     return 0
 
 

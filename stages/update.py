@@ -43,9 +43,25 @@ def _free_port() -> int:
 def relaunch(argv: list[str], processes: int, mixed_precision: str) -> None:
     """Replace this process by `accelerate launch` running this stage in `processes` processes
     (same arguments; a free port each time, so concurrent jobs on one node do not collide)."""
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
-               "--num_machines", "1", "--mixed_precision", mixed_precision, "--dynamo_backend", "no",
-               "--main_process_port", str(_free_port()), "-m", "stages.update", *argv]
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        str(processes),
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        mixed_precision,
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+        "-m",
+        "stages.update",
+        *argv,
+    ]
     keep_gpu_claims_across_exec()  # the device locks live on in the launcher
     sys.stdout.flush()
     sys.stderr.flush()
@@ -64,17 +80,25 @@ def main(argv: list[str] | None = None) -> int:
         args.log = None  # the first process writes the log file; the others log to stderr
     params, log = setup(args, "update", claim=False, chain=True)
     if not 0 <= args.part < params.dag.update_jobs:
-        log.error("--part %d is not one of the dag.update_jobs = %d jobs (0 to %d). Fix: re-render dvc.yaml "
-                  "(python -m workflow.render_dvc) after changing dag.update_jobs", args.part, params.dag.update_jobs,
-                  params.dag.update_jobs - 1)
+        log.error(
+            "--part %d is not one of the dag.update_jobs = %d jobs (0 to %d). Fix: re-render dvc.yaml "
+            "(python -m workflow.render_dvc) after changing dag.update_jobs",
+            args.part,
+            params.dag.update_jobs,
+            params.dag.update_jobs - 1,
+        )
         return 2
     slots = update_part_slots(params, args.arm, args.part)
     if not slots:
         tmp = staging_dir(args.trained)
         write_json(tmp / UPDATE_STATS, {})
         replace_dir(tmp, args.trained)
-        log.info("update job %d of %d: %s has no adapter for it; empty part written", args.part,
-                 params.dag.update_jobs, args.arm)
+        log.info(
+            "update job %d of %d: %s has no adapter for it; empty part written",
+            args.part,
+            params.dag.update_jobs,
+            args.arm,
+        )
         return 0
     processes = params.update.processes
     if processes > 1 and LAUNCHED not in os.environ:
@@ -86,8 +110,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.claim_gpu:
         claim_gpu(log)
         require_device(params, log, "update")  # model.device: cuda with no CUDA here stops before the base loads
-    train_job(params, arm=args.arm, gen=args.gen, part=args.part, slots=slots, base_model=args.base_model,
-              state=args.state, rollouts_file=args.rollouts, trained=args.trained, log=log)
+    train_job(
+        params,
+        arm=args.arm,
+        gen=args.gen,
+        part=args.part,
+        slots=slots,
+        base_model=args.base_model,
+        state=args.state,
+        rollouts_file=args.rollouts,
+        trained=args.trained,
+        log=log,
+    )
     return 0
 
 

@@ -40,9 +40,19 @@ def main(argv: list[str] | None = None) -> int:
         for slot in slots:
             adapter = folder / ADAPTERS / slot
             if slot not in part_stats or not (adapter / ADAPTER_WEIGHTS).is_file():
-                log.error("%s has no trained adapter %s. Fix: rerun update job %d of %s generation %d "
-                          "(snakemake %s, or dvc repro update@%s-gen%d-%d)", folder, slot, part, args.arm, args.gen,
-                          folder, args.arm, args.gen, part)
+                log.error(
+                    "%s has no trained adapter %s. Fix: rerun update job %d of %s generation %d "
+                    "(snakemake %s, or dvc repro update@%s-gen%d-%d)",
+                    folder,
+                    slot,
+                    part,
+                    args.arm,
+                    args.gen,
+                    folder,
+                    args.arm,
+                    args.gen,
+                    part,
+                )
                 return 1
             link_tree(adapter, tmp / ADAPTERS / slot)
             moments = folder / OPTIMIZER / f"{slot}.safetensors"

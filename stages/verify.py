@@ -61,15 +61,26 @@ def reject_copyable_of(args: argparse.Namespace) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--proposals", required=True, help="input JSONL of proposals")
-    parser.add_argument("--isolation", default=None,
-                        help='also write {"layers": {...}, "required": [...], "mode": ...} here')
-    parser.add_argument("--code-f-inputs", type=int, default=None,
-                        help="inputs a code_f row must carry (default: params' propose.code_f_inputs, else 10)")
-    parser.add_argument("--reject-copyable", action="store_true",
-                        help="mark code_o/code_i tasks whose output is an argument of the input invalid "
-                             "(reason copyable; default: params' propose.reject_copyable)")
-    parser.add_argument("--heldout", default=None,
-                        help="the held-out pool (JSONL): tasks with one of its programs become invalid (reason heldout)")
+    parser.add_argument(
+        "--isolation", default=None, help='also write {"layers": {...}, "required": [...], "mode": ...} here'
+    )
+    parser.add_argument(
+        "--code-f-inputs",
+        type=int,
+        default=None,
+        help="inputs a code_f row must carry (default: params' propose.code_f_inputs, else 10)",
+    )
+    parser.add_argument(
+        "--reject-copyable",
+        action="store_true",
+        help="mark code_o/code_i tasks whose output is an argument of the input invalid "
+        "(reason copyable; default: params' propose.reject_copyable)",
+    )
+    parser.add_argument(
+        "--heldout",
+        default=None,
+        help="the held-out pool (JSONL): tasks with one of its programs become invalid (reason heldout)",
+    )
     add_common_args(parser)
     args = parser.parse_args(argv)
     config, log = setup(args, "verify")
@@ -92,8 +103,15 @@ def main(argv: list[str] | None = None) -> int:
     write_jsonl(args.out, out)
     valid = sum(row["valid"] for row in out)
     reasons = Counter(row["reason"] for row in out if not row["valid"])
-    log.info("%d proposals, %d valid (%.0f%%) in %.1f s (%.0f rows/s); invalid: %s", len(out), valid,
-             100 * valid / max(1, len(out)), elapsed, len(out) / max(elapsed, 1e-9), dict(reasons.most_common()))
+    log.info(
+        "%d proposals, %d valid (%.0f%%) in %.1f s (%.0f rows/s); invalid: %s",
+        len(out),
+        valid,
+        100 * valid / max(1, len(out)),
+        elapsed,
+        len(out) / max(elapsed, 1e-9),
+        dict(reasons.most_common()),
+    )
     return 0
 
 

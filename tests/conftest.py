@@ -65,10 +65,22 @@ def tiny_params_dict(tiny_model_dir) -> dict:
 # runs the suite on two xdist workers, a module at a time on one worker (--dist loadfile, in collection
 # order): starting these first pairs them off across the workers instead of leaving one of them alone at
 # the end with a ten-minute module. Order only.
-LONGEST_MODULES = ("test_dvc_experiments", "test_pipeline_smoke", "test_kill_stages", "test_report_study",
-                   "test_engines_share", "test_slurm_cluster", "test_study_controls", "test_gpu_env", "test_update_jobs",
-                   "test_dvc_shape", "test_bench_resume",
-                   "test_sandbox", "test_bench_members", "test_artifacts_robustness")
+LONGEST_MODULES = (
+    "test_dvc_experiments",
+    "test_pipeline_smoke",
+    "test_kill_stages",
+    "test_report_study",
+    "test_engines_share",
+    "test_slurm_cluster",
+    "test_study_controls",
+    "test_gpu_env",
+    "test_update_jobs",
+    "test_dvc_shape",
+    "test_bench_resume",
+    "test_sandbox",
+    "test_bench_members",
+    "test_artifacts_robustness",
+)
 
 
 def module_rank(module_name: str) -> int:

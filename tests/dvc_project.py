@@ -13,8 +13,12 @@ import yaml
 from tests.conftest import REPO, copy_shipped_files
 
 BIN = str(Path(sys.executable).parent)
-GIT_ID = {"GIT_AUTHOR_NAME": "ci", "GIT_AUTHOR_EMAIL": "ci@example.org",
-          "GIT_COMMITTER_NAME": "ci", "GIT_COMMITTER_EMAIL": "ci@example.org"}
+GIT_ID = {
+    "GIT_AUTHOR_NAME": "ci",
+    "GIT_AUTHOR_EMAIL": "ci@example.org",
+    "GIT_COMMITTER_NAME": "ci",
+    "GIT_COMMITTER_EMAIL": "ci@example.org",
+}
 
 
 def env() -> dict[str, str]:

@@ -41,7 +41,9 @@ class _Source:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     self.imports[alias.asname or alias.name.split(".")[0]] = (
-                        alias.name if alias.asname else alias.name.split(".")[0], None)
+                        alias.name if alias.asname else alias.name.split(".")[0],
+                        None,
+                    )
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
@@ -107,7 +109,7 @@ def _parameter(defn: ast.AST, call: ast.Call, arg: ast.expr) -> str | None:
         if init is None:
             return None
         defn = init
-    names = [a.arg for a in (*defn.args.posonlyargs, *defn.args.args)][1 if method else 0:]
+    names = [a.arg for a in (*defn.args.posonlyargs, *defn.args.args)][1 if method else 0 :]
     if arg in call.args:
         index = call.args.index(arg)
         return names[index] if index < len(names) else None
@@ -136,13 +138,17 @@ def flow(src: _Source, scope: ast.AST, var: str, seen: set) -> set[str]:
             continue
         call = src.parents[parent] if isinstance(parent, ast.keyword) else parent
         if not (isinstance(call, ast.Call) and node is not call.func):
-            raise ParamsFlowError(f"{_where(src, node)}: `{var}` goes where the params reader cannot follow it "
-                                  f"({ast.unparse(parent)[:80]}); read its keys there, or teach tests/params_flow.py")
+            raise ParamsFlowError(
+                f"{_where(src, node)}: `{var}` goes where the params reader cannot follow it "
+                f"({ast.unparse(parent)[:80]}); read its keys there, or teach tests/params_flow.py"
+            )
         found = _callee(src, call.func)
         name = found and _parameter(found[1], call, node)
         if not name:
-            raise ParamsFlowError(f"{_where(src, node)}: `{var}` is handed to {ast.unparse(call.func)}, which the "
-                                  f"params reader cannot follow (not a local function with a named parameter)")
+            raise ParamsFlowError(
+                f"{_where(src, node)}: `{var}` is handed to {ast.unparse(call.func)}, which the "
+                f"params reader cannot follow (not a local function with a named parameter)"
+            )
         reads |= flow(found[0], _body(found[1]), name, seen)
     return reads
 
@@ -152,8 +158,12 @@ def load_params_reads(module: str, root: Path) -> set[str]:
     src = _source(module, root)
     reads = set()
     for node in ast.walk(src.tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "load_params"
-                and isinstance(parent := src.parents.get(node), ast.Attribute)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "load_params"
+            and isinstance(parent := src.parents.get(node), ast.Attribute)
+        ):
             reads |= _chain(src, parent)
     return reads
 

@@ -7,5 +7,7 @@ from populora.tasks.tasks import IDENTITY_CODE_F_SEED, IDENTITY_SEED
 
 
 def seed_rows() -> list[dict]:
-    return [{"task_id": f"seed-identity-{t}", "type": t, **(IDENTITY_CODE_F_SEED if t == "code_f" else IDENTITY_SEED)}
-            for t in TASK_TYPES]
+    return [
+        {"task_id": f"seed-identity-{t}", "type": t, **(IDENTITY_CODE_F_SEED if t == "code_f" else IDENTITY_SEED)}
+        for t in TASK_TYPES
+    ]

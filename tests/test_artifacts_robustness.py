@@ -63,9 +63,29 @@ def test_a_stage_traceback_lands_in_its_log_file(tmp_path):
     (broken / "state.json").write_text('{"teachers": [')  # truncated
     log = tmp_path / "logs" / "pair.log"
     result = subprocess.run(
-        [sys.executable, "-m", "stages.pair", "--params", str(REPO / "params.yaml"), "--arm", "population",
-         "--gen", "0", "--state", str(broken), "--pairing", str(tmp_path / "pairing.json"), "--log", str(log)],
-        cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "stages.pair",
+            "--params",
+            str(REPO / "params.yaml"),
+            "--arm",
+            "population",
+            "--gen",
+            "0",
+            "--state",
+            str(broken),
+            "--pairing",
+            str(tmp_path / "pairing.json"),
+            "--log",
+            str(log),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=300,
+    )
     assert result.returncode != 0
     text = log.read_text()
     assert "Traceback (most recent call last)" in text
@@ -84,9 +104,20 @@ def _fake_checkpoint(root: Path) -> Path:
     (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "results/base_model"}))
     (adapter / "adapter_model.safetensors").write_bytes(bytes(range(256)) * 16)
     rating = {"mu": 25.0, "sigma": 8.0}
-    save_state(ckpt, State(arm="population", generation=1, teachers=["teacher0"], students=[], members={"teacher0": "t0"},
-                           ratings={"teacher0": rating}, lineage=[], trained_members={"teacher0": "t0"},
-                           trained_ratings={"teacher0": rating}))
+    save_state(
+        ckpt,
+        State(
+            arm="population",
+            generation=1,
+            teachers=["teacher0"],
+            students=[],
+            members={"teacher0": "t0"},
+            ratings={"teacher0": rating},
+            lineage=[],
+            trained_members={"teacher0": "t0"},
+            trained_ratings={"teacher0": rating},
+        ),
+    )
     base = root / "results" / "base_model"
     base.mkdir(parents=True)
     (base / "model.safetensors").write_bytes(b"weights")
@@ -94,9 +125,22 @@ def _fake_checkpoint(root: Path) -> Path:
     return ckpt
 
 
-EXPORT = ["-m", "stages.export", "--params", str(REPO / "params.yaml"), "--arm", "population",
-          "--base-model", "results/base_model", "--checkpoint", "results/population/gen001/checkpoint",
-          "--models", "results/models/population", "--log", "results/logs/export.log"]
+EXPORT = [
+    "-m",
+    "stages.export",
+    "--params",
+    str(REPO / "params.yaml"),
+    "--arm",
+    "population",
+    "--base-model",
+    "results/base_model",
+    "--checkpoint",
+    "results/population/gen001/checkpoint",
+    "--models",
+    "results/models/population",
+    "--log",
+    "results/logs/export.log",
+]
 
 # Runs the export stage with os.fsync replaced by a SIGKILL of the process itself at the Nth call:
 # the kill lands after a temp file's bytes are written and before it is renamed into place.
@@ -119,8 +163,14 @@ def _export(root: Path, kill_at: int | None = None) -> subprocess.CompletedProce
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     if kill_at is None:
         return subprocess.run([sys.executable, *EXPORT], cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    return subprocess.run([sys.executable, "-c", KILLER, *EXPORT[2:]], cwd=root, env={**env, "KILL_AT": str(kill_at)},
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", KILLER, *EXPORT[2:]],
+        cwd=root,
+        env={**env, "KILL_AT": str(kill_at)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow  # subprocesses / whole harness runs: CI's full lane, not the fast one
@@ -144,8 +194,10 @@ def test_sigkill_mid_write_then_rerun_equals_an_uninterrupted_run(tmp_path):
 def test_a_killed_atomic_write_leaves_the_old_file_and_the_rerun_cleans_up(tmp_path):
     target = tmp_path / "out.json"
     io.write_json(target, {"old": True})
-    code = ("import os, signal, sys; sys.path.insert(0, sys.argv[2]); from populora.core import io;"
-            "os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL); io.write_json(sys.argv[1], {'new': True})")
+    code = (
+        "import os, signal, sys; sys.path.insert(0, sys.argv[2]); from populora.core import io;"
+        "os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL); io.write_json(sys.argv[1], {'new': True})"
+    )
     result = subprocess.run([sys.executable, "-c", code, str(target), str(REPO)], capture_output=True, timeout=120)
     assert result.returncode == -9
     assert json.loads(target.read_text()) == {"old": True}  # never half-written
@@ -226,11 +278,14 @@ def test_a_full_disk_fails_the_write_and_keeps_nothing_half_written(tmp_path, mo
 
 
 def test_a_stage_that_fails_midway_leaves_no_staging_folder(tmp_path):
-    code = ("import sys; sys.path.insert(0, sys.argv[2]); from pathlib import Path; from populora.core import io;"
-            "tmp = io.staging_dir(Path(sys.argv[1]) / 'out'); (tmp / 'half').write_text('x');"
-            "raise OSError(28, 'No space left on device')")
-    result = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(REPO)], capture_output=True, text=True,
-                            timeout=120)
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[2]); from pathlib import Path; from populora.core import io;"
+        "tmp = io.staging_dir(Path(sys.argv[1]) / 'out'); (tmp / 'half').write_text('x');"
+        "raise OSError(28, 'No space left on device')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 1 and "No space left" in result.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -253,17 +308,48 @@ def test_exported_adapter_loads_with_autopeft_from_another_directory(tmp_path, t
     monkeypatch.chdir(project)
     _, model = load_base("results/base_model")  # relative, as the pipeline loads it
     ckpt = Path("results/population/gen001/checkpoint")
-    create_adapters(model, ["teacher0"], ckpt / "adapters", lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"]),
-                    seeds={"teacher0": 0}, init_std=0.05)
+    create_adapters(
+        model,
+        ["teacher0"],
+        ckpt / "adapters",
+        lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"]),
+        seeds={"teacher0": 0},
+        init_std=0.05,
+    )
     rating = {"mu": 25.0, "sigma": 8.0}
-    save_state(ckpt, State(arm="population", generation=1, teachers=["teacher0"], students=[], members={"teacher0": "t0"},
-                           ratings={"teacher0": rating}, lineage=[], trained_members={"teacher0": "t0"},
-                           trained_ratings={"teacher0": rating}))
+    save_state(
+        ckpt,
+        State(
+            arm="population",
+            generation=1,
+            teachers=["teacher0"],
+            students=[],
+            members={"teacher0": "t0"},
+            ratings={"teacher0": rating},
+            lineage=[],
+            trained_members={"teacher0": "t0"},
+            trained_ratings={"teacher0": rating},
+        ),
+    )
     relative = json.loads((ckpt / "adapters/teacher0/adapter_config.json").read_text())["base_model_name_or_path"]
     assert not Path(relative).is_absolute()  # the problem being fixed
-    assert export.main(["--params", str(REPO / "params.yaml"), "--arm", "population",
-                        "--base-model", "results/base_model", "--checkpoint", str(ckpt),
-                        "--models", "results/models/population"]) == 0
+    assert (
+        export.main(
+            [
+                "--params",
+                str(REPO / "params.yaml"),
+                "--arm",
+                "population",
+                "--base-model",
+                "results/base_model",
+                "--checkpoint",
+                str(ckpt),
+                "--models",
+                "results/models/population",
+            ]
+        )
+        == 0
+    )
     out = (project / "results/models/population/teacher0").resolve()
     described = json.loads((out / "model.json").read_text())
     assert described["base_model"]["path"] == str((project / "results/base_model").resolve())
@@ -285,13 +371,20 @@ def test_exported_adapter_loads_with_autopeft_from_another_directory(tmp_path, t
 
 def test_the_kill_hook_kills_the_named_stage_at_its_nth_write_point_and_only_then(tmp_path):
     script = tmp_path / "fakestage.py"  # named like a stage module: the hook matches on the script's name
-    script.write_text("import sys\nfrom pathlib import Path\nsys.path.insert(0, sys.argv[2])\nfrom populora.core import io\n"
-                      "io.write_json(Path(sys.argv[1]) / 'a.json', {'a': 1})\nio.write_json(Path(sys.argv[1]) / 'b.json', {'b': 2})\n")
+    script.write_text(
+        "import sys\nfrom pathlib import Path\nsys.path.insert(0, sys.argv[2])\nfrom populora.core import io\n"
+        "io.write_json(Path(sys.argv[1]) / 'a.json', {'a': 1})\nio.write_json(Path(sys.argv[1]) / 'b.json', {'b': 2})\n"
+    )
     log = tmp_path / "writes.jsonl"
 
     def run(**env):
-        return subprocess.run([sys.executable, str(script), str(tmp_path / "out"), str(REPO), "--part 0"],
-                              env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            [sys.executable, str(script), str(tmp_path / "out"), str(REPO), "--part 0"],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     assert run(POPULORA_KILL_AT="otherstage:1").returncode == 0  # another stage's spec: no effect
     assert run(POPULORA_KILL_AT="fakestage:5:--part 1").returncode == 0  # its word is not in the command line
@@ -299,9 +392,12 @@ def test_the_kill_hook_kills_the_named_stage_at_its_nth_write_point_and_only_the
     assert killed.returncode == -9
     points = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(p["n"], p["point"], Path(p["path"]).name, p["kill"]) for p in points] == [
-        (1, "temp file created", "a.json", False), (2, "temp file written", "a.json", False),
-        (3, "renamed into place", "a.json", False), (4, "temp file created", "b.json", False),
-        (5, "temp file written", "b.json", True)]
+        (1, "temp file created", "a.json", False),
+        (2, "temp file written", "a.json", False),
+        (3, "renamed into place", "a.json", False),
+        (4, "temp file created", "b.json", False),
+        (5, "temp file written", "b.json", True),
+    ]
     assert sorted(p.name for p in (tmp_path / "out").iterdir())[0].startswith(".b.json.")  # the killed temp file
     assert run().returncode == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.json", "b.json"]

@@ -25,11 +25,11 @@ ROW = {"id": "sample_x", "code": "def f(a, b):\n    return [a] * b", "input": "'
 def test_rows_become_valid_verifier_tasks_and_grade_in_the_sandbox():
     tasks = [cx.task_row(ROW, "code_o"), {**cx.task_row(ROW, "code_i"), "task_id": "sample_x:i"}]
     answers = [
-        {"task_id": "sample_x", "answer": "['x','x']"},       # same value, other spelling: correct
-        {"task_id": "sample_x", "answer": "['x']"},           # wrong value
-        {"task_id": "sample_x:i", "answer": "'x', 2"},        # the gold input
-        {"task_id": "sample_x:i", "answer": "b=2, a='x'"},    # another input with the same output: correct
-        {"task_id": "sample_x:i", "answer": "'y', 2"},        # executes, wrong output
+        {"task_id": "sample_x", "answer": "['x','x']"},  # same value, other spelling: correct
+        {"task_id": "sample_x", "answer": "['x']"},  # wrong value
+        {"task_id": "sample_x:i", "answer": "'x', 2"},  # the gold input
+        {"task_id": "sample_x:i", "answer": "b=2, a='x'"},  # another input with the same output: correct
+        {"task_id": "sample_x:i", "answer": "'y', 2"},  # executes, wrong output
         {"task_id": "sample_x:i", "answer": "__import__('os').getcwd()"},  # hostile: never executed
     ]
     graded = grade_rows(tasks, answers, timeout_s=2.0, workers=1)
@@ -56,14 +56,19 @@ def test_project_prompt_is_the_students_prompt_with_outside_examples_same_for_ev
     # everything scored: examples come from the other scored rows, never the task itself
     every = cx.project_prompts(tasks, [], worked_examples=1)
     assert [ids for _, ids in every] == [["s1"], ["s0"]]
-    plans = cx.plans(tasks, pool_tasks, prompt="project", mode="scaffolded", worked_examples=1, chat=lambda p: f"<u>{p}</u>")
+    plans = cx.plans(
+        tasks, pool_tasks, prompt="project", mode="scaffolded", worked_examples=1, chat=lambda p: f"<u>{p}</u>"
+    )
     assert plans[0][0].prompt.startswith("<u># Task") and plans[0][0].steps[0].prefill == "```output\n"
 
 
 def test_official_prompts_and_post_processing():
-    o_plan, _ = cx.plans([cx.task_row(ROW, "code_o")], [], prompt="official", mode="scaffolded", worked_examples=1,
-                         chat=None)[0]
-    assert o_plan.prompt.endswith("[PYTHON]\ndef f(a, b):\n    return [a] * b\nassert f('x', 2) == ??\n[/PYTHON]\n[ANSWER]\n")
+    o_plan, _ = cx.plans(
+        [cx.task_row(ROW, "code_o")], [], prompt="official", mode="scaffolded", worked_examples=1, chat=None
+    )[0]
+    assert o_plan.prompt.endswith(
+        "[PYTHON]\ndef f(a, b):\n    return [a] * b\nassert f('x', 2) == ??\n[/PYTHON]\n[ANSWER]\n"
+    )
     assert o_plan.steps[0].stops == ("[/ANSWER]",)
     i_prompt = cx.official_prompt(cx.task_row(ROW, "code_i"))
     assert i_prompt.endswith("assert f(??) == ['x', 'x']\n[/PYTHON]\n[ANSWER]\n")
@@ -74,8 +79,14 @@ def test_official_prompts_and_post_processing():
     assert cx.parse_official("I think the answer is 3", "code_i") == (None, "format")
     assert cx.parse_official("", "code_o") == (None, "no_answer_block")
     # the project format goes through the students' parser
-    assert cx.extract("```output\n['x']\n", "code_o", prompt="project", mode="scaffolded", truncated=False) == ("['x']", None)
-    assert cx.extract("```output\n['x", "code_o", prompt="project", mode="scaffolded", truncated=True) == (None, "truncated")
+    assert cx.extract("```output\n['x']\n", "code_o", prompt="project", mode="scaffolded", truncated=False) == (
+        "['x']",
+        None,
+    )
+    assert cx.extract("```output\n['x", "code_o", prompt="project", mode="scaffolded", truncated=True) == (
+        None,
+        "truncated",
+    )
 
 
 @needs_data
@@ -83,7 +94,9 @@ def test_official_file_rows_grade_their_own_gold_answers():
     rows = cx.load_rows(BENCH_DATA)
     assert len(rows) == 800 and rows[0]["id"] == "sample_0"
     sample = rows[:8]
-    tasks = [cx.task_row(r, "code_o") for r in sample] + [{**cx.task_row(r, "code_i"), "task_id": r["id"] + ":i"} for r in sample]
+    tasks = [cx.task_row(r, "code_o") for r in sample] + [
+        {**cx.task_row(r, "code_i"), "task_id": r["id"] + ":i"} for r in sample
+    ]
     answers = [{"task_id": r["id"], "answer": r["output"]} for r in sample]
     answers += [{"task_id": r["id"] + ":i", "answer": r["input"]} for r in sample]
     assert all(g["correct"] for g in grade_rows(tasks, answers, timeout_s=5.0, workers=2))
@@ -92,9 +105,11 @@ def test_official_file_rows_grade_their_own_gold_answers():
 def _params(tmp_path: Path, **cruxeval) -> Path:
     extra = "".join(f"    {k}: {v}\n" for k, v in cruxeval.items())
     path = tmp_path / "params.yaml"
-    path.write_text("model:\n  device: cpu\nverify:\n  workers: 1\n"
-                    f"bench:\n  benchmarks: [cruxeval_o, cruxeval_i]\n  data_dir: {BENCH_DATA}\n  limit: 1\n"
-                    f"  limits: {{cruxeval_o: 3, cruxeval_i: 2}}\n  batch_size: 2\n  cruxeval:\n    max_new_tokens: 8\n{extra}")
+    path.write_text(
+        "model:\n  device: cpu\nverify:\n  workers: 1\n"
+        f"bench:\n  benchmarks: [cruxeval_o, cruxeval_i]\n  data_dir: {BENCH_DATA}\n  limit: 1\n"
+        f"  limits: {{cruxeval_o: 3, cruxeval_i: 2}}\n  batch_size: 2\n  cruxeval:\n    max_new_tokens: 8\n{extra}"
+    )
     return path
 
 
@@ -103,8 +118,18 @@ def _params(tmp_path: Path, **cruxeval) -> Path:
 def test_bench_stage_on_the_tiny_model(tmp_path, tiny_model_dir, monkeypatch, bench, prompt):
     monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
     folder = tmp_path / "bench" / "base" / bench
-    argv = ["--params", str(_params(tmp_path, prompt=prompt)), "--bench", bench, "--base-model", str(tiny_model_dir),
-            "--results", str(folder), "--log", str(tmp_path / "bench.log")]
+    argv = [
+        "--params",
+        str(_params(tmp_path, prompt=prompt)),
+        "--bench",
+        bench,
+        "--base-model",
+        str(tiny_model_dir),
+        "--results",
+        str(folder),
+        "--log",
+        str(tmp_path / "bench.log"),
+    ]
     assert bench_stage.main(argv) == 0
     assert sorted(path.name for path in folder.iterdir()) == ["base", "base.json"]
     result = json.loads((folder / "base.json").read_text())
@@ -117,11 +142,16 @@ def test_bench_stage_on_the_tiny_model(tmp_path, tiny_model_dir, monkeypatch, be
     assert diagnostics["n"] == n and diagnostics["correct"] == result["correct"]
     assert diagnostics["correct"] + diagnostics["wrong"] + diagnostics["no_answer"] == n
     assert result["metrics"]["pass@1"] == pytest.approx(result["correct"] / n)
-    assert result["interval"]["method"] == "wilson" and result["interval"]["low"] <= result["metrics"]["pass@1"] <= result["interval"]["high"]
+    assert (
+        result["interval"]["method"] == "wilson"
+        and result["interval"]["low"] <= result["metrics"]["pass@1"] <= result["interval"]["high"]
+    )
     rows = [json.loads(line) for line in (samples / "samples.jsonl").read_text().splitlines()]
     assert [r["task_id"] for r in rows] == list(result["per_problem"])
     assert all(r["reason"] or r["correct"] for r in rows)  # every verdict has a reason or is correct
-    assert all(r["examples"] == [] for r in rows) if prompt == "official" else all(len(r["examples"]) == 1 for r in rows)
+    assert (
+        all(r["examples"] == [] for r in rows) if prompt == "official" else all(len(r["examples"]) == 1 for r in rows)
+    )
     # the gold answer's log-likelihood, one per problem, a negative number of nats
     assert list(result["per_problem_gold_logprob"]) == list(result["per_problem"])
     assert all(v < 0 for v in result["per_problem_gold_logprob"].values()) and result["gold_loglik"]["tokens"] > n
@@ -134,8 +164,9 @@ def test_bench_stage_on_the_tiny_model(tmp_path, tiny_model_dir, monkeypatch, be
 
 
 def test_limits_override_limit_and_are_validated():
-    bench = parse_params({"bench": {"benchmarks": ["gsm8k", "cruxeval_o"], "data_dir": None, "limit": 2,
-                                    "limits": {"cruxeval_o": 100}}}).bench
+    bench = parse_params(
+        {"bench": {"benchmarks": ["gsm8k", "cruxeval_o"], "data_dir": None, "limit": 2, "limits": {"cruxeval_o": 100}}}
+    ).bench
     assert bench.limit_of("cruxeval_o") == 100 and bench.limit_of("gsm8k") == 2
     full = parse_params({"bench": {"data_dir": None, "limit": 2, "limits": {"cruxeval_i": None}}}).bench
     assert full.limit_of("cruxeval_i") is None
@@ -174,8 +205,18 @@ def test_every_member_in_one_pass_answers_as_when_benchmarked_alone(tmp_path, ti
     monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
     params = _params(tmp_path, prompt="project")
     both = export_members(tmp_path / "both", tiny_model_dir, {"student0": 1, "student1": 2})
-    argv = ["--params", str(params), "--arm", "population", "--bench", "cruxeval_o", "--base-model",
-            str(tiny_model_dir), "--log", str(tmp_path / "bench.log")]
+    argv = [
+        "--params",
+        str(params),
+        "--arm",
+        "population",
+        "--bench",
+        "cruxeval_o",
+        "--base-model",
+        str(tiny_model_dir),
+        "--log",
+        str(tmp_path / "bench.log"),
+    ]
     assert bench_stage.main([*argv, "--models", str(both), "--results", str(tmp_path / "together")]) == 0
     completions = {}
     for slot, seed in {"student0": 1, "student1": 2}.items():
@@ -187,7 +228,12 @@ def test_every_member_in_one_pass_answers_as_when_benchmarked_alone(tmp_path, ti
         assert together["n"] == single["n"] == 3 and together["member"] == f"population/{slot}@g000"
         assert together["per_problem"] == single["per_problem"] and together["models_in_pass"] == 2
         assert together["per_problem_gold_logprob"] == pytest.approx(single["per_problem_gold_logprob"], abs=1e-4)
-        read = lambda folder, model=model: [json.loads(line)["completion"] for line in (folder / model / "samples.jsonl").read_text().splitlines()]  # noqa: E731
+
+        def read(folder, model=model):
+            return [
+                json.loads(line)["completion"] for line in (folder / model / "samples.jsonl").read_text().splitlines()
+            ]
+
         assert read(tmp_path / "together") == read(tmp_path / f"alone-{slot}")
         completions[slot] = read(tmp_path / "together")
     assert completions["student0"] != completions["student1"]
@@ -196,8 +242,20 @@ def test_every_member_in_one_pass_answers_as_when_benchmarked_alone(tmp_path, ti
 def test_an_empty_export_folder_fails_naming_the_fix(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
     (tmp_path / "empty").mkdir()
-    argv = ["--params", str(_params(tmp_path, prompt="project")), "--arm", "population", "--bench", "cruxeval_o",
-            "--base-model", str(tiny_model_dir), "--models", str(tmp_path / "empty"), "--results", str(tmp_path / "r")]
+    argv = [
+        "--params",
+        str(_params(tmp_path, prompt="project")),
+        "--arm",
+        "population",
+        "--bench",
+        "cruxeval_o",
+        "--base-model",
+        str(tiny_model_dir),
+        "--models",
+        str(tmp_path / "empty"),
+        "--results",
+        str(tmp_path / "r"),
+    ]
     assert bench_stage.main(argv) == 1
     assert not (tmp_path / "r").exists()
 
@@ -211,8 +269,20 @@ def test_only_the_members_of_bench_roles_are_benchmarked(tmp_path, tiny_model_di
     params = _params(tmp_path, prompt="project")
     params.write_text(params.read_text() + "  roles: [students]\npopulation:\n  teachers: 1\n  students: 1\n")
     models = export_members(tmp_path, tiny_model_dir, {"teacher0": 1, "student0": 2})
-    argv = ["--params", str(params), "--arm", "population", "--bench", "cruxeval_o", "--base-model",
-            str(tiny_model_dir), "--models", str(models), "--results", str(tmp_path / "r")]
+    argv = [
+        "--params",
+        str(params),
+        "--arm",
+        "population",
+        "--bench",
+        "cruxeval_o",
+        "--base-model",
+        str(tiny_model_dir),
+        "--models",
+        str(models),
+        "--results",
+        str(tmp_path / "r"),
+    ]
     assert bench_stage.main(argv) == 0
     assert sorted(p.name for p in (tmp_path / "r").glob("*.json")) == ["population-student0.json"]
     names = {folder: [ref.name for ref in refs] for folder, refs in benchmarked_models(load_params(params)).items()}
@@ -230,8 +300,18 @@ def test_the_raw_base_is_scored_beside_the_base_and_reported(tmp_path, tiny_mode
     folder = tmp_path / "bench" / "base" / "cruxeval_o"
     params = _params(tmp_path)
     params.write_text(params.read_text() + "warm_start:\n  enabled: true\n")
-    argv = ["--params", str(params), "--bench", "cruxeval_o", "--base-model", str(tiny_model_dir), "--raw-base",
-            str(tiny_model_dir), "--results", str(folder)]
+    argv = [
+        "--params",
+        str(params),
+        "--bench",
+        "cruxeval_o",
+        "--base-model",
+        str(tiny_model_dir),
+        "--raw-base",
+        str(tiny_model_dir),
+        "--results",
+        str(folder),
+    ]
     assert bench_stage.main(argv) == 0
     assert sorted(path.name for path in folder.parent.iterdir()) == ["cruxeval_o"]  # nothing left aside
     result = json.loads((folder / "base.json").read_text())

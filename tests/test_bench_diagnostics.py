@@ -6,8 +6,15 @@ from populora.bench.diagnostics import answer_diagnostics, argument_values, copi
 
 
 def _o(answer, *, correct=False, truncated=False, tokens=5, input="'abc', [1, 2]", gold="'cba'"):
-    return {"type": "code_o", "input": input, "gold_output": gold, "answer": answer, "correct": correct,
-            "truncated": truncated, "tokens": tokens}
+    return {
+        "type": "code_o",
+        "input": input,
+        "gold_output": gold,
+        "answer": answer,
+        "correct": correct,
+        "truncated": truncated,
+        "tokens": tokens,
+    }
 
 
 def test_argument_values_reads_literals_and_skips_the_rest():
@@ -28,7 +35,14 @@ def test_copies_of_code_o_answers():
 
 
 def test_copies_of_code_i_answers():
-    sample = {"type": "code_i", "input": "'abc'", "gold_output": "'xyz'", "correct": False, "truncated": False, "tokens": 3}
+    sample = {
+        "type": "code_i",
+        "input": "'abc'",
+        "gold_output": "'xyz'",
+        "correct": False,
+        "truncated": False,
+        "tokens": 3,
+    }
     assert copies({**sample, "answer": "'xyz'"}) == (True, True)  # the shown output passed back
     assert copies({**sample, "answer": "1, 'xyz'"}) == (False, True)
     assert copies({**sample, "answer": "'abc'"}) == (False, False)
@@ -42,8 +56,14 @@ def test_copy_ceiling_counts_problems_a_copier_solves():
 
 
 def test_diagnostics_classify_each_answer_once():
-    samples = [_o("'cba'", correct=True, tokens=4), _o("'abc'", tokens=6), _o("'abc', [1, 2]", tokens=10),
-               _o(None, truncated=True, tokens=96), _o(None, tokens=2), _o("'zzz'", tokens=2, gold="'abc'")]
+    samples = [
+        _o("'cba'", correct=True, tokens=4),
+        _o("'abc'", tokens=6),
+        _o("'abc', [1, 2]", tokens=10),
+        _o(None, truncated=True, tokens=96),
+        _o(None, tokens=2),
+        _o("'zzz'", tokens=2, gold="'abc'"),
+    ]
     d = answer_diagnostics(samples)
     assert d["n"] == 6 and d["correct"] == 1 and d["wrong"] == 3 and d["no_answer"] == 2 and d["truncated"] == 1
     assert d["correct"] + d["wrong"] + d["no_answer"] == d["n"]
@@ -57,14 +77,34 @@ def test_answer_flags_name_the_problems_behind_each_count():
     from populora.bench.diagnostics import answer_diagnostics, answer_flags
 
     samples = [
-        {"task_id": "echo", "type": "code_o", "input": "'ab'", "answer": "'ab'", "gold_output": "'ab'", "correct": True},
+        {
+            "task_id": "echo",
+            "type": "code_o",
+            "input": "'ab'",
+            "answer": "'ab'",
+            "gold_output": "'ab'",
+            "correct": True,
+        },
         {"task_id": "right", "type": "code_o", "input": "1, 2", "answer": "3", "gold_output": "3", "correct": True},
-        {"task_id": "cut", "type": "code_o", "input": "[1]", "answer": None, "gold_output": "2", "correct": False, "truncated": True},
+        {
+            "task_id": "cut",
+            "type": "code_o",
+            "input": "[1]",
+            "answer": None,
+            "gold_output": "2",
+            "correct": False,
+            "truncated": True,
+        },
         {"task_id": "arg", "type": "code_o", "input": "[1], 5", "answer": "5", "gold_output": "6", "correct": False},
     ]
     flags = answer_flags(samples)
-    assert flags == {"correct": ["echo", "right"], "truncated": ["cut"], "no_answer": ["cut"],
-                     "copies_input": ["echo"], "copies_argument": ["arg", "echo"]}
+    assert flags == {
+        "correct": ["echo", "right"],
+        "truncated": ["cut"],
+        "no_answer": ["cut"],
+        "copies_input": ["echo"],
+        "copies_argument": ["arg", "echo"],
+    }
     counts = answer_diagnostics(samples)
     assert all(len(flags[key]) == counts[key] for key in flags)
 
@@ -79,17 +119,31 @@ def _jsonl(path, rows):
 def test_training_diagnostics_count_copies_per_generation_and_type(tmp_path):
     from populora.bench.diagnostics import training_diagnostics, training_samples
 
-    tasks = [{"task_id": "o1", "type": "code_o", "inputs": ["'ab', 2"], "outputs": ["'abab'"]},
-             {"task_id": "i1", "type": "code_i", "inputs": ["[3]"], "outputs": ["[3]"]},
-             {"task_id": "f1", "type": "code_f", "inputs": ["1"], "outputs": ["2"]}]
+    tasks = [
+        {"task_id": "o1", "type": "code_o", "inputs": ["'ab', 2"], "outputs": ["'abab'"]},
+        {"task_id": "i1", "type": "code_i", "inputs": ["[3]"], "outputs": ["[3]"]},
+        {"task_id": "f1", "type": "code_f", "inputs": ["1"], "outputs": ["2"]},
+    ]
 
     def answer(i, task, text, correct, reason=None):
         task_type = {"o": "code_o", "i": "code_i", "f": "code_f", "m": "code_o"}[task[0]]
-        return {"answer_id": f"a{i}", "task_id": task, "type": task_type, "answer": text, "correct": correct,
-                "parse_reason": reason, "tokens": 4}
+        return {
+            "answer_id": f"a{i}",
+            "task_id": task,
+            "type": task_type,
+            "answer": text,
+            "correct": correct,
+            "parse_reason": reason,
+            "tokens": 4,
+        }
 
-    gen0 = [answer(0, "o1", "'ab'", False), answer(1, "o1", "'abab'", True), answer(2, "o1", None, False, "truncated"),
-            answer(3, "i1", "[3]", True), answer(4, "f1", "def f(x): return 2", True)]
+    gen0 = [
+        answer(0, "o1", "'ab'", False),
+        answer(1, "o1", "'abab'", True),
+        answer(2, "o1", None, False, "truncated"),
+        answer(3, "i1", "[3]", True),
+        answer(4, "f1", "def f(x): return 2", True),
+    ]
     gen1 = [answer(5, "o1", "'ab', 2", False), answer(6, "o1", "2", False), answer(7, "missing", "1", False)]
     _jsonl(tmp_path / "gen000" / "solve_tasks.jsonl", tasks)
     _jsonl(tmp_path / "gen000" / "graded.jsonl", gen0)

@@ -17,7 +17,9 @@ from stages import bench as bench_stage
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DATA = Path(os.environ.get("POPULORA_BENCHMARKS") or REPO.parent / "shared" / "benchmarks")
-needs_data = pytest.mark.skipif(not (BENCH_DATA / "evalplus").is_dir(), reason=f"offline benchmark data not at {BENCH_DATA}")
+needs_data = pytest.mark.skipif(
+    not (BENCH_DATA / "evalplus").is_dir(), reason=f"offline benchmark data not at {BENCH_DATA}"
+)
 
 
 def write_params(path: Path, data_dir: Path | str, limit: int = 2) -> Path:
@@ -55,7 +57,10 @@ def test_prompt_prefills_the_code_block(tiny_model_dir):
     assert prompt.startswith("<|im_start|>user\n" + INSTRUCTION_PREFIX + "\n```\ndef f(x):")
     assert prompt.endswith("<|im_start|>assistant\n" + RESPONSE_PREFIX + "\n```python\n")
     assert "\n```\n" in stop_strings(tokenizer, "humaneval")
-    assert cut_at_stops("def f():\n\treturn 1\n```\nmore", stop_strings(tokenizer, "humaneval")) == "def f():\n    return 1"
+    assert (
+        cut_at_stops("def f():\n\treturn 1\n```\nmore", stop_strings(tokenizer, "humaneval"))
+        == "def f():\n    return 1"
+    )
 
 
 @needs_data
@@ -89,11 +94,24 @@ def test_bench_stage_humaneval_on_tiny_model(tmp_path, tiny_model_dir, monkeypat
     params = write_params(tmp_path / "params.yaml", BENCH_DATA)
     folder = tmp_path / "bench" / "base" / "humaneval_plus"
     out, samples = folder / "base.json", folder / "base"
-    argv = ["--params", str(params), "--bench", "humaneval_plus", "--base-model", str(tiny_model_dir),
-            "--results", str(folder)]
+    argv = [
+        "--params",
+        str(params),
+        "--bench",
+        "humaneval_plus",
+        "--base-model",
+        str(tiny_model_dir),
+        "--results",
+        str(folder),
+    ]
     assert bench_stage.main(argv) == 0
     result = json.loads(out.read_text())
-    assert result["model"] == "base" and result["benchmark"] == "humaneval_plus" and result["n"] == 2 and result["limit"] == 2
+    assert (
+        result["model"] == "base"
+        and result["benchmark"] == "humaneval_plus"
+        and result["n"] == 2
+        and result["limit"] == 2
+    )
     assert set(result["metrics"]) == {"pass@1", "base_pass@1", "plus_pass@1"}
     assert 0.0 <= result["metrics"]["pass@1"] <= result["metrics"]["base_pass@1"] <= 1.0 and result["wall_s"] > 0
     rows = [json.loads(line) for line in (samples / "samples.jsonl").read_text().splitlines()]
@@ -107,8 +125,9 @@ def test_bench_stage_humaneval_on_tiny_model(tmp_path, tiny_model_dir, monkeypat
     assert written["hash"] == ev.dataset_hash("humaneval_plus", BENCH_DATA, 2)
     assert compatible_eval_result(written)["eval"].keys() == {"HumanEval/0", "HumanEval/1"}
     for entries in written["eval"].values():
-        assert [set(e) for e in entries] == [{"task_id", "solution", "base_status", "plus_status", "base_fail_tests",
-                                              "plus_fail_tests"}]
+        assert [set(e) for e in entries] == [
+            {"task_id", "solution", "base_status", "plus_status", "base_fail_tests", "plus_fail_tests"}
+        ]
         if entries[0]["base_status"] == "pass":
             assert entries[0]["base_fail_tests"] == []
     assert not (samples / "harness" / "eval_results.json").exists()
@@ -123,8 +142,18 @@ def test_missing_data_folder_fails_at_params_load_and_keeps_old_results(tmp_path
     samples.mkdir(parents=True)
     out.write_text('{"old": true}')
     (samples / "samples.jsonl").write_text("old\n")
-    argv = ["--params", str(params), "--bench", "mbpp_plus", "--base-model", str(tiny_model_dir),
-            "--results", str(folder), "--log", str(tmp_path / "logs" / "bench.log")]
+    argv = [
+        "--params",
+        str(params),
+        "--bench",
+        "mbpp_plus",
+        "--base-model",
+        str(tiny_model_dir),
+        "--results",
+        str(folder),
+        "--log",
+        str(tmp_path / "logs" / "bench.log"),
+    ]
     with pytest.raises(SystemExit) as exit_info:
         bench_stage.main(argv)
     assert exit_info.value.code == 2
@@ -148,9 +177,22 @@ def test_adapter_that_does_not_load_fails_clearly(tmp_path, tiny_model_dir, monk
     (model_dir / "adapter").mkdir()
     (model_dir / "adapter" / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 4}))
     (model_dir / "adapter" / "adapter_model.safetensors").write_bytes(b"not a safetensors file")
-    argv = ["--params", str(params), "--arm", "population", "--bench", "humaneval_plus",
-            "--base-model", str(tiny_model_dir), "--models", str(tmp_path / "models"),
-            "--results", str(tmp_path / "results"), "--log", str(tmp_path / "bench.log")]
+    argv = [
+        "--params",
+        str(params),
+        "--arm",
+        "population",
+        "--bench",
+        "humaneval_plus",
+        "--base-model",
+        str(tiny_model_dir),
+        "--models",
+        str(tmp_path / "models"),
+        "--results",
+        str(tmp_path / "results"),
+        "--log",
+        str(tmp_path / "bench.log"),
+    ]
     assert bench_stage.main(argv) == 1
     message = (tmp_path / "bench.log").read_text()
     assert "population-teacher0 did not load" in message and str(model_dir / "adapter") in message

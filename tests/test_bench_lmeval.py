@@ -16,7 +16,9 @@ from stages import bench as bench_stage
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DATA = Path(os.environ.get("POPULORA_BENCHMARKS") or REPO.parent / "shared" / "benchmarks")
-needs_data = pytest.mark.skipif(not (BENCH_DATA / "math").is_dir(), reason=f"offline benchmark data not at {BENCH_DATA}")
+needs_data = pytest.mark.skipif(
+    not (BENCH_DATA / "math").is_dir(), reason=f"offline benchmark data not at {BENCH_DATA}"
+)
 
 
 class _TagLoader(yaml.SafeLoader):
@@ -32,7 +34,7 @@ def test_every_math_benchmark_has_a_task_and_a_processor():
         config = yaml.load((lm.TASKS_DIR / f"{lm.task_name(benchmark)}.yaml").read_text(), Loader=_TagLoader)
         assert config["task"] == lm.task_name(benchmark)
         assert config["process_docs"] == f"!function utils.process_{benchmark}"
-        assert f"process_{benchmark} = _processor(\"{benchmark}\")" in utils
+        assert f'process_{benchmark} = _processor("{benchmark}")' in utils
 
 
 def test_task_files_are_runnable_as_shipped():
@@ -43,7 +45,9 @@ def test_task_files_are_runnable_as_shipped():
         config = yaml.load((lm.TASKS_DIR / f"{lm.task_name(benchmark)}.yaml").read_text(), Loader=_TagLoader)
         assert config["custom_dataset"] == f"!function utils.load_{benchmark}" and "dataset_kwargs" not in config
     template = yaml.load((lm.TASKS_DIR / "_populora_math.yaml").read_text(), Loader=_TagLoader)
-    assert "<|im_end|>" in template["generation_kwargs"]["until"] and template["generation_kwargs"]["do_sample"] is False
+    assert (
+        "<|im_end|>" in template["generation_kwargs"]["until"] and template["generation_kwargs"]["do_sample"] is False
+    )
     assert template["num_fewshot"] == 0
 
 
@@ -80,10 +84,28 @@ def test_lm_eval_cli_runs_the_shipped_tasks(tmp_path, tiny_model_dir):
 
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_DATASETS_OFFLINE": "1"}
     env.pop("POPULORA_BENCHMARKS", None)
-    command = [str(Path(sys.executable).parent / "lm_eval"), "run", "--model", "hf",
-               "--model_args", f"pretrained={tiny_model_dir}", "--include_path", str(lm.TASKS_DIR),
-               "--tasks", "populora_amc23", "--limit", "1", "--gen_kwargs", "max_gen_toks=4", "--device", "cpu",
-               "--metadata", json.dumps({"data_dir": str(BENCH_DATA)}), "--output_path", str(tmp_path / "out")]
+    command = [
+        str(Path(sys.executable).parent / "lm_eval"),
+        "run",
+        "--model",
+        "hf",
+        "--model_args",
+        f"pretrained={tiny_model_dir}",
+        "--include_path",
+        str(lm.TASKS_DIR),
+        "--tasks",
+        "populora_amc23",
+        "--limit",
+        "1",
+        "--gen_kwargs",
+        "max_gen_toks=4",
+        "--device",
+        "cpu",
+        "--metadata",
+        json.dumps({"data_dir": str(BENCH_DATA)}),
+        "--output_path",
+        str(tmp_path / "out"),
+    ]
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "populora_amc23" in done.stdout and "accuracy" in done.stdout
@@ -99,21 +121,41 @@ def test_bench_stage_gsm8k_on_tiny_model_with_adapter(tmp_path, tiny_model_dir, 
     model_dir = tmp_path / "models" / "population" / "teacher0"
     _, model = load_base(tiny_model_dir, device="cpu")
     get_peft_model(model, lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"])).save_pretrained(model_dir / "adapter")
-    (model_dir / "model.json").write_text(json.dumps({**ModelRef("population", "teacher0", TEACHER).fields(), "adapter": "adapter"}))
+    (model_dir / "model.json").write_text(
+        json.dumps({**ModelRef("population", "teacher0", TEACHER).fields(), "adapter": "adapter"})
+    )
     params = tmp_path / "params.yaml"
-    params.write_text(f"model:\n  device: cpu\nbench:\n  data_dir: {BENCH_DATA}\n  limit: 2\n  max_new_tokens: 16\n  batch_size: 2\n"
-                      "  together: []\n  roles: [students, teachers]\n")  # a job of its own, every member
+    params.write_text(
+        f"model:\n  device: cpu\nbench:\n  data_dir: {BENCH_DATA}\n  limit: 2\n  max_new_tokens: 16\n  batch_size: 2\n"
+        "  together: []\n  roles: [students, teachers]\n"
+    )  # a job of its own, every member
     folder = tmp_path / "bench" / "population" / "gsm8k"
     out, samples = folder / "population-teacher0.json", folder / "population-teacher0"
-    argv = ["--params", str(params), "--arm", "population", "--bench", "gsm8k", "--base-model", str(tiny_model_dir),
-            "--models", str(model_dir.parent), "--results", str(folder), "--log", str(tmp_path / "bench.log")]
+    argv = [
+        "--params",
+        str(params),
+        "--arm",
+        "population",
+        "--bench",
+        "gsm8k",
+        "--base-model",
+        str(tiny_model_dir),
+        "--models",
+        str(model_dir.parent),
+        "--results",
+        str(folder),
+        "--log",
+        str(tmp_path / "bench.log"),
+    ]
     assert bench_stage.main(argv) == 0
     result = json.loads(out.read_text())
     assert result["benchmark"] == "gsm8k" and result["n"] == 2 and set(result["metrics"]) == {"accuracy"}
     assert 0.0 <= result["metrics"]["accuracy"] <= 1.0
     rows = [json.loads(line) for line in (samples / "samples.jsonl").read_text().splitlines()]
     assert [r["gold"] for r in rows] == ["18", "3"]  # the first two GSM8K test problems, in file order
-    assert all(r["prompt"].startswith("<|im_start|>user\n") and r["prompt"].endswith("<|im_start|>assistant\n") for r in rows)
+    assert all(
+        r["prompt"].startswith("<|im_start|>user\n") and r["prompt"].endswith("<|im_start|>assistant\n") for r in rows
+    )
     assert all("Please reason step by step, and put your final answer within \\boxed{}." in r["prompt"] for r in rows)
     harness = json.loads((samples / "harness" / "results.json").read_text())
     assert harness["config"]["model_args"]["peft"] == str(model_dir / "adapter")

@@ -15,7 +15,9 @@ from tests.tiny_model import export_members
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DATA = Path(os.environ.get("POPULORA_BENCHMARKS") or REPO.parent / "shared" / "benchmarks")
-needs_data = pytest.mark.skipif(not (BENCH_DATA / "evalplus").is_dir(), reason=f"offline benchmark data not at {BENCH_DATA}")
+needs_data = pytest.mark.skipif(
+    not (BENCH_DATA / "evalplus").is_dir(), reason=f"offline benchmark data not at {BENCH_DATA}"
+)
 ANSWER = {"humaneval_plus": "raw", "gsm8k": "response"}  # the model's own text in samples.jsonl
 
 
@@ -30,11 +32,23 @@ def test_members_in_one_pass_answer_as_when_benchmarked_alone(tmp_path, tiny_mod
     monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
     params = tmp_path / "params.yaml"
     # batch 2 < 3 problems x 2 members: the shared pass spans several batches
-    params.write_text(f"model:\n  device: cpu\nbench:\n  data_dir: {BENCH_DATA}\n  limit: 3\n  max_new_tokens: 16\n"
-                      "  batch_size: 2\n  together: []\n")  # a job of its own
+    params.write_text(
+        f"model:\n  device: cpu\nbench:\n  data_dir: {BENCH_DATA}\n  limit: 3\n  max_new_tokens: 16\n"
+        "  batch_size: 2\n  together: []\n"
+    )  # a job of its own
     seeds = {"student0": 1, "student1": 2}
-    argv = ["--params", str(params), "--arm", "population", "--bench", bench, "--base-model", str(tiny_model_dir),
-            "--log", str(tmp_path / "bench.log")]
+    argv = [
+        "--params",
+        str(params),
+        "--arm",
+        "population",
+        "--bench",
+        bench,
+        "--base-model",
+        str(tiny_model_dir),
+        "--log",
+        str(tmp_path / "bench.log"),
+    ]
     both = export_members(tmp_path / "both", tiny_model_dir, seeds)
     assert bench_stage.main([*argv, "--models", str(both), "--results", str(tmp_path / "together")]) == 0
     answers = {}

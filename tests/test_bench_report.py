@@ -21,9 +21,14 @@ def synthetic_dynamics(arm: str, generations: int = 4) -> list[dict]:
     grow = 1.0 if arm == "population" else -0.3  # the paper's finding: population grows, baseline collapses
     rows = []
     for g in range(generations):
-        row = {"generation": g, "teacher_reward_mean": 0.1 + 0.05 * g, "student_reward_mean": -0.5 + 0.1 * g,
-               "coverage.distinct_programs": 5 + (4 if arm == "population" else 1) * g,
-               "coverage.matched.distinct_programs": 5 + g, "coverage.new_per_proposal": 0.5}
+        row = {
+            "generation": g,
+            "teacher_reward_mean": 0.1 + 0.05 * g,
+            "student_reward_mean": -0.5 + 0.1 * g,
+            "coverage.distinct_programs": 5 + (4 if arm == "population" else 1) * g,
+            "coverage.matched.distinct_programs": 5 + g,
+            "coverage.new_per_proposal": 0.5,
+        }
         for i, t in enumerate(("code_o", "code_i", "code_f")):
             row[f"{t}.attempts"], row[f"{t}.proposals"] = 8, 12
             row[f"{t}.solved"] = round(8 * min(1.0, 0.1 * (g + i)) * (1.0 if arm == "population" else 0.5))
@@ -144,14 +149,29 @@ def test_report_stage(tmp_path):
     params.write_text(SCORES_PARAMS)
     out, metrics = tmp_path / "report", tmp_path / "metrics.json"
     # the report reads bench_summary's metrics instead of computing them again: a marked value shows
-    metrics.write_text(json.dumps({**benchmark_metrics(synthetic_results()), "bench.cruxeval_o.population.mean": 0.777}))
+    metrics.write_text(
+        json.dumps({**benchmark_metrics(synthetic_results()), "bench.cruxeval_o.population.mean": 0.777})
+    )
     timings = tmp_path / "benchmarks"  # what Snakemake's benchmark: files leave (one TSV per job)
-    for stage, key, row in (("propose", "population-000", "41.5\t0:00:41\t812.3"),
-                            ("propose", "baseline-000", "20.5\t0:00:20\t640.0"), ("pair", "population-000", "1.2\t0:00:01\tNA")):
+    for stage, key, row in (
+        ("propose", "population-000", "41.5\t0:00:41\t812.3"),
+        ("propose", "baseline-000", "20.5\t0:00:20\t640.0"),
+        ("pair", "population-000", "1.2\t0:00:01\tNA"),
+    ):
         (timings / stage).mkdir(parents=True, exist_ok=True)
         (timings / stage / f"{key}.tsv").write_text(f"s\th:m:s\tmax_rss\n{row}\n")
-    args = ["--params", str(params), "--results", str(tmp_path / "bench"), "--metrics", str(metrics),
-            "--dynamics", str(tmp_path / "dynamics"), "--report", str(out)]
+    args = [
+        "--params",
+        str(params),
+        "--results",
+        str(tmp_path / "bench"),
+        "--metrics",
+        str(metrics),
+        "--dynamics",
+        str(tmp_path / "dynamics"),
+        "--report",
+        str(out),
+    ]
     assert report_stage.main([*args, "--timings", str(timings)]) == 0
     assert (out / "report.md").is_file() and _is_real_png(out / "dynamics.png")
     text = (out / "report.md").read_text()
@@ -169,12 +189,18 @@ def test_no_detectable_difference_never_stands_beside_an_mde_of_zero():
     move at all says "identical scores" with no MDE."""
     from populora.report.tables import differences_table, gold_loglik_table
 
-    metrics = {"bench.cruxeval_o.n": 200, "bench.cruxeval_o.diff.students_mean_minus_baseline.delta": 0.0,
-               "bench.cruxeval_o.diff.students_mean_minus_baseline.low": 0.0,
-               "bench.cruxeval_o.diff.students_mean_minus_baseline.high": 0.0,
-               "bench.cruxeval_o.gold_loglik.diff.students_mean_minus_baseline.delta": 0.0,
-               "bench.cruxeval_o.gold_loglik.diff.students_mean_minus_baseline.low": 0.0,
-               "bench.cruxeval_o.gold_loglik.diff.students_mean_minus_baseline.high": 0.0}
+    metrics = {
+        "bench.cruxeval_o.n": 200,
+        "bench.cruxeval_o.diff.students_mean_minus_baseline.delta": 0.0,
+        "bench.cruxeval_o.diff.students_mean_minus_baseline.low": 0.0,
+        "bench.cruxeval_o.diff.students_mean_minus_baseline.high": 0.0,
+        "bench.cruxeval_o.gold_loglik.diff.students_mean_minus_baseline.delta": 0.0,
+        "bench.cruxeval_o.gold_loglik.diff.students_mean_minus_baseline.low": 0.0,
+        "bench.cruxeval_o.gold_loglik.diff.students_mean_minus_baseline.high": 0.0,
+    }
     row = differences_table(metrics).splitlines()[-1]
-    assert row == "| cruxeval_o | population students' mean - baseline | +0.0 | [+0.0, +0.0] | 1.5 | no detectable difference |"
+    assert (
+        row
+        == "| cruxeval_o | population students' mean - baseline | +0.0 | [+0.0, +0.0] | 1.5 | no detectable difference |"
+    )
     assert gold_loglik_table(metrics).splitlines()[-1].endswith("| [+0.000, +0.000] | - | identical scores |")

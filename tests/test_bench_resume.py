@@ -101,8 +101,10 @@ def test_another_params_or_adapter_runs_everything_again(setup):
 # ---------------------------------------------------------------- a killed job keeps its finished problems
 
 BENCH_DATA = Path(os.environ.get("POPULORA_BENCHMARKS") or REPO.parent / "shared" / "benchmarks")
-needs_data = pytest.mark.skipif(not (BENCH_DATA / "cruxeval" / "cruxeval.jsonl").is_file()
-                                or not (BENCH_DATA / "math").is_dir(), reason=f"benchmark data not at {BENCH_DATA}")
+needs_data = pytest.mark.skipif(
+    not (BENCH_DATA / "cruxeval" / "cruxeval.jsonl").is_file() or not (BENCH_DATA / "math").is_dir(),
+    reason=f"benchmark data not at {BENCH_DATA}",
+)
 
 # Runs the bench stage with `patch` applied: it stops (sleeps) right after the first piece of work
 # is kept, so the test can SIGKILL it there, as SLURM or a user would.
@@ -139,8 +141,13 @@ def _kill_after_first_piece(tmp_path, argv: list[str], patch: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     stderr = tmp_path / "killed.stderr"
     with open(stderr, "w") as sink:
-        job = subprocess.Popen([sys.executable, "-c", script, str(marker), *argv], cwd=REPO, env=env,
-                               stdout=subprocess.DEVNULL, stderr=sink)
+        job = subprocess.Popen(
+            [sys.executable, "-c", script, str(marker), *argv],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+        )
         try:
             deadline = time.monotonic() + 300
             while not marker.exists():
@@ -155,8 +162,9 @@ def _kill_after_first_piece(tmp_path, argv: list[str], patch: str) -> None:
 
 def _params_file(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "params.yaml"
-    path.write_text(f"model:\n  device: cpu\nverify:\n  workers: 1\nbench:\n  data_dir: {BENCH_DATA}\n"
-                    f"  together: []\n{text}")  # jobs of their own (a together job resumes: test_bench_together.py)
+    path.write_text(
+        f"model:\n  device: cpu\nverify:\n  workers: 1\nbench:\n  data_dir: {BENCH_DATA}\n  together: []\n{text}"
+    )  # jobs of their own (a together job resumes: test_bench_together.py)
     return path
 
 
@@ -172,8 +180,10 @@ def _rerun_and_compare(tmp_path, argv, results: Path, answer: str, models: list[
     for name in models:
         resumed, whole = (json.loads((folder / f"{name}.json").read_text()) for folder in (results, fresh))
         assert resumed["per_problem"] == whole["per_problem"] and resumed["n"] == whole["n"]
-        rows = [[json.loads(line)[answer] for line in (folder / name / "samples.jsonl").read_text().splitlines()]
-                for folder in (results, fresh)]
+        rows = [
+            [json.loads(line)[answer] for line in (folder / name / "samples.jsonl").read_text().splitlines()]
+            for folder in (results, fresh)
+        ]
         assert rows[0] == rows[1]
         assert resumed.get("per_problem_gold_logprob") == whole.get("per_problem_gold_logprob")
     return log.read_text()
@@ -186,8 +196,18 @@ def test_a_killed_cruxeval_job_reruns_only_the_problems_it_had_not_finished(tmp_
     # two members, batch 1: pieces of 4 // 2 = 2 problems (populora.bench.partial.piece_size), 4 pieces
     params = _params_file(tmp_path, "  limits: {cruxeval_o: 8}\n  batch_size: 1\n  cruxeval:\n    max_new_tokens: 24\n")
     members = export_members(tmp_path / "models", tiny_model_dir, {"student0": 1, "student1": 2})
-    argv = ["--params", str(params), "--arm", "population", "--bench", "cruxeval_o", "--base-model",
-            str(tiny_model_dir), "--models", str(members)]
+    argv = [
+        "--params",
+        str(params),
+        "--arm",
+        "population",
+        "--bench",
+        "cruxeval_o",
+        "--base-model",
+        str(tiny_model_dir),
+        "--models",
+        str(members),
+    ]
     results = tmp_path / "bench" / "cruxeval_o"
     _kill_after_first_piece(tmp_path, [*argv, "--results", str(results)], "pieces")
     kept = sorted(p.name for p in Path(f"{results}.partial", "_pieces", "population-student0").iterdir())
@@ -218,8 +238,18 @@ def test_a_killed_lm_eval_members_job_takes_back_its_finished_batches(tmp_path, 
     monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
     params = _params_file(tmp_path, "  limit: 3\n  max_new_tokens: 16\n  batch_size: 1\n")
     members = export_members(tmp_path / "models", tiny_model_dir, {"student0": 1, "student1": 2})
-    argv = ["--params", str(params), "--arm", "population", "--bench", "gsm8k", "--base-model", str(tiny_model_dir),
-            "--models", str(members)]
+    argv = [
+        "--params",
+        str(params),
+        "--arm",
+        "population",
+        "--bench",
+        "gsm8k",
+        "--base-model",
+        str(tiny_model_dir),
+        "--models",
+        str(members),
+    ]
     results = tmp_path / "bench" / "gsm8k"
     _kill_after_first_piece(tmp_path, [*argv, "--results", str(results)], "members_store")
     log = _rerun_and_compare(tmp_path, argv, results, "response", ["population-student0", "population-student1"])

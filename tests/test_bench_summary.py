@@ -27,8 +27,14 @@ SCORES = {
 }
 
 
-REFS = {ref.name: ref for ref in (BASE_REF, ModelRef("baseline", SOLO, SOLO), *(
-    ModelRef("population", f"{role}{i}", role) for role in (TEACHER, STUDENT) for i in range(8)))}
+REFS = {
+    ref.name: ref
+    for ref in (
+        BASE_REF,
+        ModelRef("baseline", SOLO, SOLO),
+        *(ModelRef("population", f"{role}{i}", role) for role in (TEACHER, STUDENT) for i in range(8)),
+    )
+}
 
 
 def synthetic_results(scores: dict = SCORES, n: int = N) -> list[dict]:
@@ -37,17 +43,32 @@ def synthetic_results(scores: dict = SCORES, n: int = N) -> list[dict]:
     for model, per_bench in scores.items():
         for bench, value in per_bench.items():
             correct = round(value * n)
-            metric = {"pass@1": value, "base_pass@1": value, "plus_pass@1": value} if bench not in (
-                "gsm8k", "math500") else {"accuracy": value}
-            results.append({**REFS[model].fields(), "benchmark": bench, "n": n, "limit": n, "metrics": metric, "wall_s": 1.0,
-                            "correct": correct, "per_problem": {f"p{i}": int(i < correct) for i in range(n)}})
+            metric = (
+                {"pass@1": value, "base_pass@1": value, "plus_pass@1": value}
+                if bench not in ("gsm8k", "math500")
+                else {"accuracy": value}
+            )
+            results.append(
+                {
+                    **REFS[model].fields(),
+                    "benchmark": bench,
+                    "n": n,
+                    "limit": n,
+                    "metrics": metric,
+                    "wall_s": 1.0,
+                    "correct": correct,
+                    "per_problem": {f"p{i}": int(i < correct) for i in range(n)},
+                }
+            )
     return results
 
 
 # params matching SCORES: one teacher, two students, the four benchmarks
-SCORES_PARAMS = ("population:\n  teachers: 1\n  students: 2\n"  # every member benchmarked, each benchmark its own job
-                 "bench:\n  benchmarks: [humaneval_plus, mbpp_plus, gsm8k, cruxeval_o]\n  roles: [students, teachers]\n"
-                 "  together: []\n")
+SCORES_PARAMS = (
+    "population:\n  teachers: 1\n  students: 2\n"  # every member benchmarked, each benchmark its own job
+    "bench:\n  benchmarks: [humaneval_plus, mbpp_plus, gsm8k, cruxeval_o]\n  roles: [students, teachers]\n"
+    "  together: []\n"
+)
 
 
 def write_results(bench_dir: Path, results: list[dict]) -> None:
@@ -61,28 +82,36 @@ def write_results(bench_dir: Path, results: list[dict]) -> None:
 def test_roles_come_from_the_results_refs():
     refs = refs_of(synthetic_results())
     assert [refs[m].role for m in ("base", "baseline-solo", "population-teacher0", "population-student0")] == [
-        None, "solo", "teacher", "student"]
+        None,
+        "solo",
+        "teacher",
+        "student",
+    ]
     assert role_members(refs.values(), "baseline") == {"students": ["baseline-solo"], "teachers": ["baseline-solo"]}
     assert role_members(refs.values(), "population") == {
-        "students": ["population-student0", "population-student1"], "teachers": ["population-teacher0"]}
+        "students": ["population-student0", "population-student1"],
+        "teachers": ["population-teacher0"],
+    }
 
 
 def test_headline_is_students_and_teachers_are_separate():
     metrics = benchmark_metrics(synthetic_results())
     assert metrics["bench.humaneval_plus.population.mean"] == pytest.approx((0.3 + 0.1) / 2, abs=1e-6)  # no teacher
     assert metrics["bench.humaneval_plus.population.students.mean"] == metrics["bench.humaneval_plus.population.mean"]
-    assert metrics["bench.humaneval_plus.population.best"] == 0.3        # student0
-    assert metrics["bench.humaneval_plus.population.weakest"] == 0.1     # student1
-    assert metrics["bench.gsm8k.population.best"] == 0.1                 # student0, not the gsm8k maximum 0.4
-    assert metrics["bench.gsm8k.population.weakest"] == 0.4              # student1 is weakest overall
+    assert metrics["bench.humaneval_plus.population.best"] == 0.3  # student0
+    assert metrics["bench.humaneval_plus.population.weakest"] == 0.1  # student1
+    assert metrics["bench.gsm8k.population.best"] == 0.1  # student0, not the gsm8k maximum 0.4
+    assert metrics["bench.gsm8k.population.weakest"] == 0.4  # student1 is weakest overall
     assert metrics["bench.gsm8k.population.teachers.mean"] == 0.9
     assert metrics["bench.humaneval_plus.baseline"] == 0.2
     assert metrics["bench.humaneval_plus.base"] == 0.1
     assert metrics["bench.humaneval_plus.member.population-teacher0"] == 0.9
     assert metrics["bench.cruxeval_o.n"] == N
     results = synthetic_results()
-    assert best_weakest_members(score_table(results)[0], refs_of(results)) == ("population-student0",
-                                                                            "population-student1")
+    assert best_weakest_members(score_table(results)[0], refs_of(results)) == (
+        "population-student0",
+        "population-student1",
+    )
     # with both arms there is no arm-independent key: it could describe either arm
     assert "bench.gsm8k.mean" not in metrics and "bench.gsm8k.students.mean" not in metrics
 
@@ -103,8 +132,10 @@ def test_averages_and_overall_include_the_cruxeval_group():
 def test_every_result_has_its_count_and_wilson_interval():
     metrics = benchmark_metrics(synthetic_results())
     assert metrics["bench.cruxeval_o.correct.population-student0"] == 4
-    assert (metrics["bench.cruxeval_o.ci.population-student0.low"],
-            metrics["bench.cruxeval_o.ci.population-student0.high"]) == wilson_interval(4, N)
+    assert (
+        metrics["bench.cruxeval_o.ci.population-student0.low"],
+        metrics["bench.cruxeval_o.ci.population-student0.high"],
+    ) == wilson_interval(4, N)
     low, high = wilson_interval(4, N)
     assert low < 0.4 < high and high - low > 0.4  # 10 problems: a wide interval
     assert metrics["bench.gsm8k.ci.base.low"] == 0.0 and metrics["bench.gsm8k.ci.base.high"] > 0.2
@@ -138,7 +169,11 @@ def test_two_arm_runs_also_say_what_each_arm_did_to_the_base():
 def test_pairing_narrows_the_interval_of_identical_verdicts():
     # Two models solving exactly the same 3 of 10 problems: each score's Wilson interval is ~50 points
     # wide, but paired on the same problems the difference is exactly 0 with a zero-width interval.
-    same = {"base": {"cruxeval_i": 0.3}, "baseline-solo": {"cruxeval_i": 0.3}, "population-student0": {"cruxeval_i": 0.3}}
+    same = {
+        "base": {"cruxeval_i": 0.3},
+        "baseline-solo": {"cruxeval_i": 0.3},
+        "population-student0": {"cruxeval_i": 0.3},
+    }
     metrics = benchmark_metrics(synthetic_results(same))
     key = "bench.cruxeval_i.diff.students_mean_minus_baseline"
     assert (metrics[f"{key}.delta"], metrics[f"{key}.low"], metrics[f"{key}.high"]) == (0.0, 0.0, 0.0)
@@ -187,9 +222,12 @@ def test_refuses_incomplete_duplicate_or_unpaired_results():
         benchmark_metrics([r for r in results if not (r["model"] == "base" and r["benchmark"] == "gsm8k")])
     with pytest.raises(BenchError, match="two results"):
         benchmark_metrics(results + results[:1])
-    shifted = [dict(r, per_problem={f"q{i}": 0 for i in range(N)}, correct=0,
-                    metrics={"accuracy": 0.0}) if r["model"] == "base" and r["benchmark"] == "gsm8k" else r
-               for r in results]
+    shifted = [
+        dict(r, per_problem={f"q{i}": 0 for i in range(N)}, correct=0, metrics={"accuracy": 0.0})
+        if r["model"] == "base" and r["benchmark"] == "gsm8k"
+        else r
+        for r in results
+    ]
     with pytest.raises(BenchError, match="different problems"):
         benchmark_metrics(shifted)
 
@@ -201,17 +239,54 @@ def test_bench_summary_stage(tmp_path):
     out = tmp_path / "metrics.json"
     params = tmp_path / "params.yaml"
     params.write_text(SCORES_PARAMS)
-    assert bench_summary.main(["--params", str(params), "--results", str(tmp_path / "bench"), "--metrics", str(out), "--dynamics", str(tmp_path / "dynamics"), "--headline", str(tmp_path / "headline.json"), "--progress", str(tmp_path / "progress.json")]) == 0
+    assert (
+        bench_summary.main(
+            [
+                "--params",
+                str(params),
+                "--results",
+                str(tmp_path / "bench"),
+                "--metrics",
+                str(out),
+                "--dynamics",
+                str(tmp_path / "dynamics"),
+                "--headline",
+                str(tmp_path / "headline.json"),
+                "--progress",
+                str(tmp_path / "progress.json"),
+            ]
+        )
+        == 0
+    )
     assert json.loads(out.read_text()) == benchmark_metrics(synthetic_results())
     headline = json.loads((tmp_path / "headline.json").read_text())
     full = benchmark_metrics(synthetic_results())
     assert len(headline) <= 40 and headline["math.mean"] == full["avg.math.population.mean"]
     assert json.loads((tmp_path / "progress.json").read_text()) == {}  # no arm's dynamics table here
-    assert headline["overall.mean_minus_baseline"] == pytest.approx(full["avg.overall.population.mean_minus_baseline"],
-                                                                    abs=2e-6)
+    assert headline["overall.mean_minus_baseline"] == pytest.approx(
+        full["avg.overall.population.mean_minus_baseline"], abs=2e-6
+    )
     # one arm asked for: its results only, under the arm-independent keys
     params.write_text(SCORES_PARAMS + "dag:\n  arms: [baseline]\n")
-    assert bench_summary.main(["--params", str(params), "--results", str(tmp_path / "bench"), "--metrics", str(out), "--dynamics", str(tmp_path / "dynamics"), "--headline", str(tmp_path / "headline.json"), "--progress", str(tmp_path / "progress.json")]) == 0
+    assert (
+        bench_summary.main(
+            [
+                "--params",
+                str(params),
+                "--results",
+                str(tmp_path / "bench"),
+                "--metrics",
+                str(out),
+                "--dynamics",
+                str(tmp_path / "dynamics"),
+                "--headline",
+                str(tmp_path / "headline.json"),
+                "--progress",
+                str(tmp_path / "progress.json"),
+            ]
+        )
+        == 0
+    )
     one_arm = json.loads(out.read_text())
     assert one_arm["bench.gsm8k.mean"] == 0.1 and "bench.gsm8k.member.population-student0" not in one_arm
 
@@ -221,9 +296,27 @@ def test_a_missing_result_fails_naming_the_file(tmp_path):
     params = tmp_path / "params.yaml"
     params.write_text(SCORES_PARAMS)
     log = tmp_path / "summary.log"
-    assert bench_summary.main(["--params", str(params), "--results", str(tmp_path / "bench"),
-                               "--metrics", str(tmp_path / "metrics.json"), "--dynamics", str(tmp_path / "dynamics"),
-                               "--headline", str(tmp_path / "headline.json"), "--progress", str(tmp_path / "progress.json"), "--log", str(log)]) == 1
+    assert (
+        bench_summary.main(
+            [
+                "--params",
+                str(params),
+                "--results",
+                str(tmp_path / "bench"),
+                "--metrics",
+                str(tmp_path / "metrics.json"),
+                "--dynamics",
+                str(tmp_path / "dynamics"),
+                "--headline",
+                str(tmp_path / "headline.json"),
+                "--progress",
+                str(tmp_path / "progress.json"),
+                "--log",
+                str(log),
+            ]
+        )
+        == 1
+    )
     first = synthetic_results()[0]
     assert f"{first['benchmark']}/{first['model']}.json" in log.read_text() and "Fix:" in log.read_text()
     assert not (tmp_path / "metrics.json").exists()

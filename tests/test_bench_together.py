@@ -25,16 +25,19 @@ from tests.tiny_model import export_members
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DATA = Path(os.environ.get("POPULORA_BENCHMARKS") or REPO.parent / "shared" / "benchmarks")
-needs_data = pytest.mark.skipif(not (BENCH_DATA / "cruxeval" / "cruxeval.jsonl").is_file(),
-                                reason=f"benchmark data not at {BENCH_DATA}")
+needs_data = pytest.mark.skipif(
+    not (BENCH_DATA / "cruxeval" / "cruxeval.jsonl").is_file(), reason=f"benchmark data not at {BENCH_DATA}"
+)
 GROUP = ["cruxeval_o", "humaneval_plus", "gsm8k"]
 
 
 def _params(tmp_path: Path, together: list[str], extra: str = "") -> Path:
     path = tmp_path / f"params-{len(together)}{extra and '-x'}.yaml"
-    path.write_text(f"model:\n  device: cpu\nverify:\n  workers: 1\nbench:\n  data_dir: {BENCH_DATA}\n"
-                    f"  benchmarks: [{', '.join(GROUP)}]\n  together: [{', '.join(together)}]\n  limit: 1\n"
-                    f"  limits: {{cruxeval_o: 2}}\n  max_new_tokens: 16\n  cruxeval:\n    max_new_tokens: 16\n{extra}")
+    path.write_text(
+        f"model:\n  device: cpu\nverify:\n  workers: 1\nbench:\n  data_dir: {BENCH_DATA}\n"
+        f"  benchmarks: [{', '.join(GROUP)}]\n  together: [{', '.join(together)}]\n  limit: 1\n"
+        f"  limits: {{cruxeval_o: 2}}\n  max_new_tokens: 16\n  cruxeval:\n    max_new_tokens: 16\n{extra}"
+    )
     return path
 
 
@@ -51,25 +54,54 @@ def test_the_together_job_writes_what_jobs_of_their_own_write(tmp_path, tiny_mod
     settings_module._LOADED.clear()
     common = ["--arm", "population", "--base-model", str(tiny_model_dir), "--models", str(members)]
     together = tmp_path / "bench" / "population" / "together"
-    assert bench_together.main(["--params", str(_params(tmp_path, GROUP)), *common, "--results", str(together),
-                                "--log", str(tmp_path / "together.log")]) == 0
+    assert (
+        bench_together.main(
+            [
+                "--params",
+                str(_params(tmp_path, GROUP)),
+                *common,
+                "--results",
+                str(together),
+                "--log",
+                str(tmp_path / "together.log"),
+            ]
+        )
+        == 0
+    )
     assert len(loads) == 1  # the stacked members, once for the three benchmarks
     assert sorted(p.name for p in together.iterdir()) == sorted(GROUP)
     assert not Path(f"{together}.partial").exists()
     settings_module._LOADED.clear()
     for name in GROUP:  # each in a job of its own (bench.together: [])
-        assert bench.main(["--params", str(_params(tmp_path, [])), *common, "--bench", name,
-                           "--results", str(tmp_path / "own" / name), "--log", str(tmp_path / f"{name}.log")]) == 0
+        assert (
+            bench.main(
+                [
+                    "--params",
+                    str(_params(tmp_path, [])),
+                    *common,
+                    "--bench",
+                    name,
+                    "--results",
+                    str(tmp_path / "own" / name),
+                    "--log",
+                    str(tmp_path / f"{name}.log"),
+                ]
+            )
+            == 0
+        )
     for name in GROUP:
         for model in ("population-student0", "population-student1"):
-            ours, own = (json.loads((folder / name / f"{model}.json").read_text()) for folder in (together, tmp_path / "own"))
+            ours, own = (
+                json.loads((folder / name / f"{model}.json").read_text()) for folder in (together, tmp_path / "own")
+            )
             for field in ("per_problem", "n", "correct", "metrics", "per_problem_gold_logprob", "arm", "slot", "role"):
                 assert ours.get(field) == own.get(field), (name, model, field)
             rows = [(folder / name / model / "samples.jsonl").read_text() for folder in (together, tmp_path / "own")]
             assert rows[0] == rows[1], (name, model)
     # the summary's reader finds them under together/
-    results = read_results(tmp_path / "bench", {"population": [ModelRef("population", "student0", "student")]},
-                           GROUP, together=GROUP)
+    results = read_results(
+        tmp_path / "bench", {"population": [ModelRef("population", "student0", "student")]}, GROUP, together=GROUP
+    )
     assert [r["benchmark"] for r in results] == GROUP
 
 
@@ -83,7 +115,9 @@ def stand_in(tmp_path, monkeypatch):
         if settings.benchmark in failing:
             return 1
         results.mkdir(parents=True, exist_ok=True)  # replace_dir replaces an old one
-        (results / "base.json").write_text(json.dumps({"benchmark": settings.benchmark, "max": settings.max_new_tokens}))
+        (results / "base.json").write_text(
+            json.dumps({"benchmark": settings.benchmark, "max": settings.max_new_tokens})
+        )
         return 0
 
     monkeypatch.setattr(bench_together, "run_one", run_one)
@@ -121,13 +155,30 @@ def test_a_grouped_benchmarks_own_job_writes_a_note_and_loads_nothing(tmp_path, 
     ran, _, base = stand_in
     monkeypatch.setattr(bench, "run_one", lambda *a: pytest.fail("a grouped benchmark ran in a job of its own"))
     own = tmp_path / "gsm8k"
-    assert bench.main(["--params", str(_params(tmp_path, GROUP)), "--bench", "gsm8k", "--base-model", str(base),
-                       "--results", str(own)]) == 0
+    assert (
+        bench.main(
+            [
+                "--params",
+                str(_params(tmp_path, GROUP)),
+                "--bench",
+                "gsm8k",
+                "--base-model",
+                str(base),
+                "--results",
+                str(own),
+            ]
+        )
+        == 0
+    )
     assert [p.name for p in own.iterdir()] == [bench.TOGETHER_NOTE]
     # an empty group: the together job (DVC runs it anyway) writes a note
     empty = tmp_path / "together"
-    assert bench_together.main(["--params", str(_params(tmp_path, [])), "--base-model", str(base),
-                                "--results", str(empty)]) == 0
+    assert (
+        bench_together.main(
+            ["--params", str(_params(tmp_path, [])), "--base-model", str(base), "--results", str(empty)]
+        )
+        == 0
+    )
     assert [p.name for p in empty.iterdir()] == [bench.TOGETHER_NOTE] and ran == []
 
 

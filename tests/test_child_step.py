@@ -25,9 +25,18 @@ def measured(tmp_path_factory):
     from tests.tiny_model import tiny_model_dir
 
     work = tmp_path_factory.mktemp("child_step")
-    return child_step.measure(tiny_model_dir(work / "tiny"), work, rank=4, targets=["q_proj", "k_proj", "v_proj", "o_proj"],
-                              lr=1e-3, parent_steps=6, rows=8, max_new_tokens=24,
-                              operators=sorted(ops.MUTATIONS) + sorted(ops.CROSSOVERS), log=lambda _: None)
+    return child_step.measure(
+        tiny_model_dir(work / "tiny"),
+        work,
+        rank=4,
+        targets=["q_proj", "k_proj", "v_proj", "o_proj"],
+        lr=1e-3,
+        parent_steps=6,
+        rows=8,
+        max_new_tokens=24,
+        operators=sorted(ops.MUTATIONS) + sorted(ops.CROSSOVERS),
+        log=lambda _: None,
+    )
 
 
 @pytest.mark.parametrize("op", sorted(ops.MUTATIONS) + sorted(ops.CROSSOVERS))

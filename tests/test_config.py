@@ -58,13 +58,19 @@ def test_not_a_mapping():
 def test_cli_reports_and_exits_nonzero(tmp_path):
     bad = tmp_path / "params.yaml"
     bad.write_text(yaml.safe_dump({"population": {"students": 0}}))
-    result = subprocess.run([sys.executable, "-m", "populora.config", str(bad)], cwd=REPO, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "populora.config", str(bad)], cwd=REPO, capture_output=True, text=True
+    )
     assert result.returncode == 2 and "population.students" in result.stderr
 
 
 def test_overlay_merges_and_validates(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "populora.config", str(REPO / "params.yaml"), "--overlay", str(TINY_PARAMS)],
-                            cwd=REPO, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "populora.config", str(REPO / "params.yaml"), "--overlay", str(TINY_PARAMS)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     merged = yaml.safe_load(result.stdout)
     assert merged["lora"]["rank"] == 4 and merged["ratings"]["mu"] == 25.0
@@ -74,9 +80,21 @@ def test_overlays_apply_in_order(tmp_path):
     """A candidate budget's overlay on top of a study's: the later file wins key by key."""
     later = tmp_path / "later.yaml"
     later.write_text(yaml.safe_dump({"update": {"learning_rate": 0.002}}))
-    result = subprocess.run([sys.executable, "-m", "populora.config", str(REPO / "params.yaml"), "--overlay",
-                             str(REPO / "params/learning-study.yaml"), "--overlay", str(later)],
-                            cwd=REPO, capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "populora.config",
+            str(REPO / "params.yaml"),
+            "--overlay",
+            str(REPO / "params/learning-study.yaml"),
+            "--overlay",
+            str(later),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     merged = yaml.safe_load(result.stdout)
     assert merged["update"]["learning_rate"] == 0.002 and merged["update"]["steps"] == 1  # the study's key kept
@@ -85,8 +103,10 @@ def test_overlays_apply_in_order(tmp_path):
 
 def test_arm_slots():
     params = parse_params({"population": {"teachers": 3, "students": 2}})
-    assert members_of_arm(params, "population") == {"teachers": ["teacher0", "teacher1", "teacher2"],
-                                                     "students": ["student0", "student1"]}
+    assert members_of_arm(params, "population") == {
+        "teachers": ["teacher0", "teacher1", "teacher2"],
+        "students": ["student0", "student1"],
+    }
     assert members_of_arm(params, "baseline") == {"teachers": ["solo"], "students": ["solo"]}
 
 
@@ -130,6 +150,7 @@ def test_params_yaml_spells_out_every_key():
 # Params that pass a type check and would fail later (at the base_model stage, in the sampler, past the
 # window) are refused before any work, by load_params and by `python -m populora.config`.
 
+
 def _refused_by_cli_and_loader(tmp_path, raw: dict) -> str:
     """The error `python -m populora.config FILE` prints (exit 2); load_params raises the same."""
     from populora.config import main
@@ -154,27 +175,69 @@ TRR = {"advantage_baseline": "trr++", "scale_rewards": "group"}  # AZR's TRR++ (
 @pytest.mark.parametrize(
     "raw, key, problem, fix",
     [
-        ({"model": {"base_model": "./models/no-such-model"}}, "model.base_model", "no folder at",
-         "Fix: Give an existing local Hugging Face model folder"),
-        ({"model": {"base_model": "/no/such/model/folder"}}, "model.base_model", "no folder at /no/such/model/folder",
-         "a Hugging Face model id such as Qwen/Qwen2.5-7B"),
+        (
+            {"model": {"base_model": "./models/no-such-model"}},
+            "model.base_model",
+            "no folder at",
+            "Fix: Give an existing local Hugging Face model folder",
+        ),
+        (
+            {"model": {"base_model": "/no/such/model/folder"}},
+            "model.base_model",
+            "no folder at /no/such/model/folder",
+            "a Hugging Face model id such as Qwen/Qwen2.5-7B",
+        ),
         ({"model": {"base_model": "models/qwen/7b"}}, "model.base_model", "no folder at", "Fix: Give an existing"),
         ({"model": {"base_model": "Qwen2.5-7B/"}}, "model.base_model", "no folder at", "Fix: Give an existing"),
-        ({"solve": {"temperature": 1e9}}, "solve.temperature", "less than or equal to 10",
-         "Fix: Use 0 (greedy) or a temperature from 0.01 to 10"),
+        (
+            {"solve": {"temperature": 1e9}},
+            "solve.temperature",
+            "less than or equal to 10",
+            "Fix: Use 0 (greedy) or a temperature from 0.01 to 10",
+        ),
         ({"propose": {"temperature": 0.001}}, "propose.temperature", "neither greedy", "Fix: Use 0 (greedy)"),
-        ({"control": {"temperature": 0.001}}, "control.temperature", "neither greedy", "Fix: Use a temperature from 0.01 to 2"),
-        ({"pairing": {"temperature": 50}}, "pairing.temperature", "less than or equal to 10", "Fix: Use a PFSP temperature"),
-        ({"solve": {"max_new_tokens": 100000000}}, "solve.max_new_tokens", "less than or equal to 32768",
-         "Fix: Give the new tokens an answer needs, at most 32768"),
-        ({"bench": {"cruxeval": {"max_new_tokens": 100000000}}}, "bench.cruxeval.max_new_tokens",
-         "less than or equal to 32768", "at most 32768"),
-        ({"solve": {"max_new_tokens": 1024}}, "solve.max_new_tokens", "leave no room for the prompt in update.max_seq_len = 1024",
-         "Fix: Lower solve.max_new_tokens below update.max_seq_len (1024)"),
-        ({"propose": {"max_new_tokens": 4096}, "update": {"max_seq_len": 2048}}, "propose.max_new_tokens",
-         "(got 4096)", "Fix: Lower propose.max_new_tokens below update.max_seq_len (2048)"),
-        ({"sampler": {"engine": "vllm"}, "bench": {"max_new_tokens": 2048}}, "bench.max_new_tokens",
-         "vLLM's max_model_len", "Fix: Lower bench.max_new_tokens below update.max_seq_len (1024)"),
+        (
+            {"control": {"temperature": 0.001}},
+            "control.temperature",
+            "neither greedy",
+            "Fix: Use a temperature from 0.01 to 2",
+        ),
+        (
+            {"pairing": {"temperature": 50}},
+            "pairing.temperature",
+            "less than or equal to 10",
+            "Fix: Use a PFSP temperature",
+        ),
+        (
+            {"solve": {"max_new_tokens": 100000000}},
+            "solve.max_new_tokens",
+            "less than or equal to 32768",
+            "Fix: Give the new tokens an answer needs, at most 32768",
+        ),
+        (
+            {"bench": {"cruxeval": {"max_new_tokens": 100000000}}},
+            "bench.cruxeval.max_new_tokens",
+            "less than or equal to 32768",
+            "at most 32768",
+        ),
+        (
+            {"solve": {"max_new_tokens": 1024}},
+            "solve.max_new_tokens",
+            "leave no room for the prompt in update.max_seq_len = 1024",
+            "Fix: Lower solve.max_new_tokens below update.max_seq_len (1024)",
+        ),
+        (
+            {"propose": {"max_new_tokens": 4096}, "update": {"max_seq_len": 2048}},
+            "propose.max_new_tokens",
+            "(got 4096)",
+            "Fix: Lower propose.max_new_tokens below update.max_seq_len (2048)",
+        ),
+        (
+            {"sampler": {"engine": "vllm"}, "bench": {"max_new_tokens": 2048}},
+            "bench.max_new_tokens",
+            "vLLM's max_model_len",
+            "Fix: Lower bench.max_new_tokens below update.max_seq_len (1024)",
+        ),
     ],
 )
 def test_params_that_would_fail_later_are_refused(tmp_path, raw, key, problem, fix):
@@ -186,12 +249,19 @@ def test_params_that_would_fail_later_are_refused(tmp_path, raw, key, problem, f
 
 def test_the_three_bad_params_of_one_file_are_reported_together(tmp_path):
     bad = tmp_path / "params.yaml"
-    bad.write_text(yaml.safe_dump({"model": {"base_model": "./models/missing"}, "solve": {"temperature": 1e9,
-                                                                                        "max_new_tokens": 100000000}}))
-    result = subprocess.run([sys.executable, "-m", "populora.config", str(bad)], cwd=REPO, capture_output=True, text=True)
+    bad.write_text(
+        yaml.safe_dump(
+            {"model": {"base_model": "./models/missing"}, "solve": {"temperature": 1e9, "max_new_tokens": 100000000}}
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "populora.config", str(bad)], cwd=REPO, capture_output=True, text=True
+    )
     assert result.returncode == 2
     for key in ("model.base_model", "solve.temperature", "solve.max_new_tokens"):
-        assert f"  {key}: " in result.stderr and "Fix: " in result.stderr.split(f"  {key}: ")[1].splitlines()[0], result.stderr
+        assert f"  {key}: " in result.stderr and "Fix: " in result.stderr.split(f"  {key}: ")[1].splitlines()[0], (
+            result.stderr
+        )
 
 
 def test_base_model_accepts_the_embedded_model_hub_ids_and_existing_folders(tmp_path, monkeypatch):
@@ -243,8 +313,10 @@ def test_fix_messages_keep_acronyms_and_start_with_a_capital():
 
     assert lower_first("LoRA rank r.") == "LoRA rank r." and lower_first("CPU-time limit.") == "CPU-time limit."
     assert lower_first("Sampling temperature.") == "sampling temperature." and lower_first("A cap.") == "a cap."
-    for raw, key, expected in [({"lora": {"rank": 0}}, "lora.rank", "Fix: Expected LoRA rank r"),
-                               ({"verify": {"timeout_s": 0}}, "verify.timeout_s", "Fix: Expected CPU-time limit")]:
+    for raw, key, expected in [
+        ({"lora": {"rank": 0}}, "lora.rank", "Fix: Expected LoRA rank r"),
+        ({"verify": {"timeout_s": 0}}, "verify.timeout_s", "Fix: Expected CPU-time limit"),
+    ]:
         with pytest.raises(ParamsError) as error:
             parse_params(raw)
         assert key in str(error.value) and expected in str(error.value), str(error.value)
@@ -264,18 +336,28 @@ def test_fix_messages_keep_acronyms_and_start_with_a_capital():
         assert not (first[:1].islower() and first != first.lower() and first[1:] != first[1:].lower()), (key, fix)
     with pytest.raises(ParamsError, match=r"propose.tempreature: unknown key. Fix: Remove it"):
         parse_params({"propose": {"tempreature": 0.5}})
-    with pytest.raises(ParamsError, match=r"bench.cruxeval.promt: unknown key. Fix: Remove it or use one of: "
-                                          r"max_new_tokens, prompt, worked_examples"):
+    with pytest.raises(
+        ParamsError,
+        match=r"bench.cruxeval.promt: unknown key. Fix: Remove it or use one of: "
+        r"max_new_tokens, prompt, worked_examples",
+    ):
         parse_params({"bench": {"cruxeval": {"promt": "official"}}})
 
 
-@pytest.mark.parametrize("raw, fix", [
-    ({"update": {"loss_reduction": "token"}}, "update.loss_reduction: renamed to the field's name (issue 49). Fix: "
-     "Write update.loss_type: token"),
-    ({"update": {"importance_cap": None}}, "Fix: Write update.importance_sampling_mode: auto"),
-    ({"update": {"importance_cap": 3.0}}, "Fix: Write update.importance_sampling_mode: token_truncate and "
-     "update.importance_sampling_cap: 3.0."),
-])
+@pytest.mark.parametrize(
+    "raw, fix",
+    [
+        (
+            {"update": {"loss_reduction": "token"}},
+            "update.loss_reduction: renamed to the field's name (issue 49). Fix: Write update.loss_type: token",
+        ),
+        ({"update": {"importance_cap": None}}, "Fix: Write update.importance_sampling_mode: auto"),
+        (
+            {"update": {"importance_cap": 3.0}},
+            "Fix: Write update.importance_sampling_mode: token_truncate and update.importance_sampling_cap: 3.0.",
+        ),
+    ],
+)
 def test_the_update_knobs_old_names_are_refused_with_the_new_name(raw, fix):
     """Issue 49: the update's knobs go by TRL's and verl's names; a params file with the old ones is refused,
     the fix naming the new key and value."""
@@ -296,17 +378,36 @@ TRR = {"advantage_baseline": "trr++", "scale_rewards": "group"}  # AZR's TRR++ (
 @pytest.mark.parametrize(
     "raw, key, problem, fix",
     [
-        ({"reward": {"advantage_baseline": "per_task"}, "solve": {"samples": 1}}, "solve.samples",
-         "with one sample there are none, so every solve advantage is 0", "Set solve.samples to 2 or more"),
-        ({"propose": {"per_type": 1}}, "propose.per_type", "every proposer advantage is 0",
-         "Set propose.per_type to 2 or more."),
-        ({"reward": {"advantage_baseline": "per_task"}, "solve": {"temperature": 0, "worked_examples": 0}},
-         "solve.temperature", "greedy answers", "Sample the answers"),
-        ({"reward": TRR, "solve": {"tasks_per_type": 1, "samples": 1}}, "solve.tasks_per_type",
-         "one answer leaves each TRR++ group",
-         "Set solve.tasks_per_type to 2 or more"),
-        ({"reward": TRR, "solve": {"tasks_per_type": 1, "samples": 4, "temperature": 0, "worked_examples": 0}},
-         "solve.tasks_per_type", "identical greedy answers", "Set solve.tasks_per_type to 2 or more"),
+        (
+            {"reward": {"advantage_baseline": "per_task"}, "solve": {"samples": 1}},
+            "solve.samples",
+            "with one sample there are none, so every solve advantage is 0",
+            "Set solve.samples to 2 or more",
+        ),
+        (
+            {"propose": {"per_type": 1}},
+            "propose.per_type",
+            "every proposer advantage is 0",
+            "Set propose.per_type to 2 or more.",
+        ),
+        (
+            {"reward": {"advantage_baseline": "per_task"}, "solve": {"temperature": 0, "worked_examples": 0}},
+            "solve.temperature",
+            "greedy answers",
+            "Sample the answers",
+        ),
+        (
+            {"reward": TRR, "solve": {"tasks_per_type": 1, "samples": 1}},
+            "solve.tasks_per_type",
+            "one answer leaves each TRR++ group",
+            "Set solve.tasks_per_type to 2 or more",
+        ),
+        (
+            {"reward": TRR, "solve": {"tasks_per_type": 1, "samples": 4, "temperature": 0, "worked_examples": 0}},
+            "solve.tasks_per_type",
+            "identical greedy answers",
+            "Set solve.tasks_per_type to 2 or more",
+        ),
     ],
 )
 def test_settings_under_which_a_role_cannot_learn_are_refused(tmp_path, raw, key, problem, fix):
@@ -317,15 +418,26 @@ def test_settings_under_which_a_role_cannot_learn_are_refused(tmp_path, raw, key
     assert problem in line and fix in line, line
 
 
-@pytest.mark.parametrize("raw", [
-    {"reward": {"advantage_baseline": "per_task"}, "solve": {"samples": 2}},
-    {"reward": {"advantage_baseline": "per_task"}, "solve": {"temperature": 0, "worked_examples": 1}},  # prompts differ
-    {"reward": TRR, "solve": {"tasks_per_type": 2, "samples": 1}},  # trr++: two tasks per group
-    {"solve": {"tasks_per_type": 1, "samples": 2}},
-    # population only, 3 teachers on 1 student x 1 slot: pairing gives the student 3 slots, a spread is possible
-    {"dag": {"arms": ["population"]}, "population": {"teachers": 3, "students": 1}, "evolve": {"replace": 0},
-     "reward": TRR, "solve": {"tasks_per_type": 1, "samples": 1}},
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"reward": {"advantage_baseline": "per_task"}, "solve": {"samples": 2}},
+        {
+            "reward": {"advantage_baseline": "per_task"},
+            "solve": {"temperature": 0, "worked_examples": 1},
+        },  # prompts differ
+        {"reward": TRR, "solve": {"tasks_per_type": 2, "samples": 1}},  # trr++: two tasks per group
+        {"solve": {"tasks_per_type": 1, "samples": 2}},
+        # population only, 3 teachers on 1 student x 1 slot: pairing gives the student 3 slots, a spread is possible
+        {
+            "dag": {"arms": ["population"]},
+            "population": {"teachers": 3, "students": 1},
+            "evolve": {"replace": 0},
+            "reward": TRR,
+            "solve": {"tasks_per_type": 1, "samples": 1},
+        },
+    ],
+)
 def test_settings_that_can_learn_pass(raw):
     parse_params(raw)
 
@@ -340,7 +452,8 @@ def test_params_yaml_help_is_written_once_from_the_fields(tmp_path):
     from workflow import render_params
 
     assert render_params.main(["--check", "--params", str(REPO / "params.yaml")]) == 0, (
-        "params.yaml's help differs from the fields' descriptions: run python -m workflow.render_params")
+        "params.yaml's help differs from the fields' descriptions: run python -m workflow.render_params"
+    )
     text = (REPO / "params.yaml").read_text()
     drifted = tmp_path / "params.yaml"
     drifted.write_text(text.replace("  # Master random seed;", "  # The master random seed;"))
@@ -352,7 +465,11 @@ def test_params_yaml_help_is_written_once_from_the_fields(tmp_path):
     def undocumented(model: type[BaseModel], prefix: str = "") -> list[str]:
         out = [] if model.__doc__ and model.__doc__.strip() else [f"{prefix or 'Params'} (class docstring)"]
         for name, info in model.model_fields.items():
-            nested = info.annotation if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel) else None
+            nested = (
+                info.annotation
+                if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)
+                else None
+            )
             if nested is not None:
                 out += undocumented(nested, f"{prefix}{name}.")
             elif not info.description:

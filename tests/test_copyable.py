@@ -23,21 +23,32 @@ DISGUISED = "def f(x):\n    return str(x).encode().decode()"
 
 
 def task(task_type, inputs, outputs, valid=True, program="def f(a):\n    return a"):
-    return {"task_id": f"{task_type}-{inputs}", "type": task_type, "program": program, "inputs": inputs,
-            "outputs": outputs, "valid": valid, "reason": None if valid else "exception", "reason_detail": None}
+    return {
+        "task_id": f"{task_type}-{inputs}",
+        "type": task_type,
+        "program": program,
+        "inputs": inputs,
+        "outputs": outputs,
+        "valid": valid,
+        "reason": None if valid else "exception",
+        "reason_detail": None,
+    }
 
 
-@pytest.mark.parametrize("arguments, output, expected", [
-    ("'hello'", "'hello'", True),          # the identity seed, a disguised identity on a string
-    ("3, 4", "4", True),                   # f(a, b) = b: the second argument
-    ("[1, 2], 3", "[1, 2]", True),         # containers compare by value
-    ("'hello'", "'olleh'", False),
-    ("1", "1.0", False),                   # 1 and 1.0: a different value to write
-    ("1, 2", "True", False),
-    ("x=5", "5", True),                    # keyword arguments count
-    ("'a'", "not a literal", False),
-    ("garbled(", "1", False),
-])
+@pytest.mark.parametrize(
+    "arguments, output, expected",
+    [
+        ("'hello'", "'hello'", True),  # the identity seed, a disguised identity on a string
+        ("3, 4", "4", True),  # f(a, b) = b: the second argument
+        ("[1, 2], 3", "[1, 2]", True),  # containers compare by value
+        ("'hello'", "'olleh'", False),
+        ("1", "1.0", False),  # 1 and 1.0: a different value to write
+        ("1, 2", "True", False),
+        ("x=5", "5", True),  # keyword arguments count
+        ("'a'", "not a literal", False),
+        ("garbled(", "1", False),
+    ],
+)
 def test_output_is_an_argument(arguments, output, expected):
     assert output_is_an_argument(arguments, output) is expected
 
@@ -57,11 +68,13 @@ def test_copyable_tasks_are_code_o_and_code_i_whose_output_is_shown():
 
 
 def test_mark_copyable_invalidates_only_valid_copyable_rows_and_keeps_the_rest():
-    rows = [task("code_o", ["'hi'"], ["'hi'"], program=DISGUISED),
-            task("code_i", ["3"], ["4"], program="def f(a):\n    return a + 1"),
-            task("code_o", ["'hi'"], ["'hi'"], valid=False),
-            task("code_f", ["1"] * 10, ["1"] * 10),
-            "a malformed row"]
+    rows = [
+        task("code_o", ["'hi'"], ["'hi'"], program=DISGUISED),
+        task("code_i", ["3"], ["4"], program="def f(a):\n    return a + 1"),
+        task("code_o", ["'hi'"], ["'hi'"], valid=False),
+        task("code_f", ["1"] * 10, ["1"] * 10),
+        "a malformed row",
+    ]
     out = mark_copyable(rows)
     assert [r["valid"] if isinstance(r, dict) else r for r in out] == [False, True, False, True, "a malformed row"]
     assert out[0]["reason"] == "copyable" and "is an argument" in out[0]["reason_detail"]
@@ -75,8 +88,9 @@ def test_reject_copyable_with_only_the_identity_seed_fails_before_any_work(tmp_p
     path.write_text(yaml.safe_dump({"propose": {"reject_copyable": True}, "buffer": {"seeds": "identity"}}))
     with pytest.raises(ParamsError, match="buffer.seeds: builtin"):
         load_params(path)
-    path.write_text(yaml.safe_dump({"propose": {"reject_copyable": True, "types": ["code_f"]},
-                                    "buffer": {"seeds": "identity"}}))
+    path.write_text(
+        yaml.safe_dump({"propose": {"reject_copyable": True, "types": ["code_f"]}, "buffer": {"seeds": "identity"}})
+    )
     assert load_params(path).propose.reject_copyable, "code_f only: nothing of the identity seed is dropped"
 
 
@@ -87,9 +101,20 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 def test_verify_stage_marks_copyable_tasks_only_when_asked(tmp_path):
     proposals = [
         {"task_id": "echo", "type": "code_o", "program": DISGUISED, "inputs": ["'hello'"], "message": None},
-        {"task_id": "inc", "type": "code_i", "program": "def f(a):\n    return a + 1", "inputs": ["1"], "message": None},
-        {"task_id": "first", "type": "code_i", "program": "def f(a, b):\n    return a", "inputs": ["[1], 2"],
-         "message": None},
+        {
+            "task_id": "inc",
+            "type": "code_i",
+            "program": "def f(a):\n    return a + 1",
+            "inputs": ["1"],
+            "message": None,
+        },
+        {
+            "task_id": "first",
+            "type": "code_i",
+            "program": "def f(a, b):\n    return a",
+            "inputs": ["[1], 2"],
+            "message": None,
+        },
     ]
     (tmp_path / "proposals.jsonl").write_text("".join(json.dumps(p) + "\n" for p in proposals))
     params = tmp_path / "params.yaml"
@@ -97,8 +122,17 @@ def test_verify_stage_marks_copyable_tasks_only_when_asked(tmp_path):
     for reject in (False, True):
         params.write_text(yaml.safe_dump({"propose": {"reject_copyable": reject}}))
         out = tmp_path / f"tasks-{reject}.jsonl"
-        result = _run("stages.verify", "--params", str(params), "--proposals", str(tmp_path / "proposals.jsonl"),
-                      "--out", str(out), "--timeout", "2")
+        result = _run(
+            "stages.verify",
+            "--params",
+            str(params),
+            "--proposals",
+            str(tmp_path / "proposals.jsonl"),
+            "--out",
+            str(out),
+            "--timeout",
+            "2",
+        )
         assert result.returncode == 0, result.stderr
         verdicts[reject] = [(r["valid"], r["reason"]) for r in map(json.loads, out.read_text().splitlines())]
     assert verdicts[False] == [(True, None)] * 3, "AZR keeps copyable tasks"
@@ -110,11 +144,23 @@ def test_init_leaves_the_identity_seed_out_when_rejecting_copyable(tiny_model_di
     buffers = {}
     for reject in (False, True):
         params = tmp_path / f"params-{reject}.yaml"
-        params.write_text(yaml.safe_dump({"propose": {"reject_copyable": reject}, "buffer": {"seeds": "builtin"},
-                                          "dag": {"arms": ["baseline"]}}))
+        params.write_text(
+            yaml.safe_dump(
+                {"propose": {"reject_copyable": reject}, "buffer": {"seeds": "builtin"}, "dag": {"arms": ["baseline"]}}
+            )
+        )
         checkpoint = tmp_path / f"init-{reject}"
-        result = _run("stages.init", "--params", str(params), "--arm", "baseline", "--base-model",
-                      str(tiny_model_dir), "--checkpoint", str(checkpoint))
+        result = _run(
+            "stages.init",
+            "--params",
+            str(params),
+            "--arm",
+            "baseline",
+            "--base-model",
+            str(tiny_model_dir),
+            "--checkpoint",
+            str(checkpoint),
+        )
         assert result.returncode == 0, result.stderr
         buffers[reject] = [json.loads(line) for line in (checkpoint / BUFFER).read_text().splitlines()]
     kept = {(t["type"], t["program"]) for t in buffers[True]}

@@ -34,9 +34,9 @@ def test_pass_at_k_is_one_minus_the_chance_that_k_draws_miss_every_right_answer(
 def test_pass_at_k_is_unbiased(p, n, k):
     """Over the binomial distribution of c, the estimate's expectation is exactly 1 - (1 - p)^k, the true
     chance that k independent answers include a right one (what the naive 1 - (1 - c/n)^k is not)."""
-    expected = sum(math.comb(n, c) * p ** c * (1 - p) ** (n - c) * pass_at_k(n, c, k) for c in range(n + 1))
+    expected = sum(math.comb(n, c) * p**c * (1 - p) ** (n - c) * pass_at_k(n, c, k) for c in range(n + 1))
     assert expected == pytest.approx(1 - (1 - p) ** k, abs=1e-9)
-    naive = sum(math.comb(n, c) * p ** c * (1 - p) ** (n - c) * (1 - (1 - c / n) ** k) for c in range(n + 1))
+    naive = sum(math.comb(n, c) * p**c * (1 - p) ** (n - c) * (1 - (1 - c / n) ** k) for c in range(n + 1))
     if 1 < k < n:
         assert naive < 1 - (1 - p) ** k - 1e-6  # the plug-in estimate is biased low: why the estimator is used
 
@@ -89,11 +89,17 @@ def test_matrix_cells_are_each_generations_students_on_each_generations_tasks():
     assert doc["student_gens"] == [0, 1] and doc["teacher_gens"] == [0, 1] and doc["n_tasks"] == [2, 2]
     assert doc["matrix"] == [[0.75, 0.0], [1.0, 0.75]]
     assert doc["base"] == [0.5, 0.0]
-    assert doc["by_type"]["code_o"] == [[1.0, 0.0], [1.0, 0.75]] and doc["by_type"]["code_i"] == [[0.5, None], [1.0, None]]
+    assert doc["by_type"]["code_o"] == [[1.0, 0.0], [1.0, 0.75]] and doc["by_type"]["code_i"] == [
+        [0.5, None],
+        [1.0, None],
+    ]
     assert doc["n_tasks_by_type"] == {"code_o": [1, 2], "code_i": [1, 0]}
     assert doc["per_student"]["g000-s1"] == [1.0, 0.0] and doc["per_student"]["g001-s0"] == [1.0, 0.5]
-    assert doc["triangles"] == {"diagonal": 0.75, "later_students_on_earlier_tasks": 1.0,
-                                "earlier_students_on_later_tasks": 0.0}
+    assert doc["triangles"] == {
+        "diagonal": 0.75,
+        "later_students_on_earlier_tasks": 1.0,
+        "earlier_students_on_later_tasks": 0.0,
+    }
     assert doc["row_means"] == [0.375, 0.875] and doc["column_means"] == [0.875, 0.375]
     assert "base" not in crossplay_matrix(verdicts, tasks, students, base=None)
     json.dumps(doc)  # JSON as it is (generation keys as text)
@@ -101,8 +107,18 @@ def test_matrix_cells_are_each_generations_students_on_each_generations_tasks():
 
 def test_task_sample_is_valid_capped_seeded_and_takes_the_types_in_turn():
     def row(i, t, valid=True, reason=None):
-        return {"task_id": f"t{i}", "type": t, "valid": valid, "parse_reason": reason, "program": "def f(a):\n    return a",
-                "inputs": ["1"], "outputs": ["1"], "message": None, "teacher": "teacher0", "gen": 0}
+        return {
+            "task_id": f"t{i}",
+            "type": t,
+            "valid": valid,
+            "parse_reason": reason,
+            "program": "def f(a):\n    return a",
+            "inputs": ["1"],
+            "outputs": ["1"],
+            "message": None,
+            "teacher": "teacher0",
+            "gen": 0,
+        }
 
     rows = [row(i, "code_o") for i in range(6)] + [row(10 + i, "code_i") for i in range(2)]
     rows += [row(20, "code_i", valid=False), row(21, "code_i", reason="duplicate"), row(22, "code_f")]
@@ -124,19 +140,51 @@ def _finished_run(tmp_path, tiny_model_dir, tiny_params_dict):
     params.write_text(yaml.safe_dump(raw))
     results = tmp_path / "results"
     first = results / "population" / "gen000" / "checkpoint"
-    assert init.main(["--params", str(params), "--arm", "population", "--base-model", str(tiny_model_dir),
-                      "--checkpoint", str(first)]) == 0
+    assert (
+        init.main(
+            [
+                "--params",
+                str(params),
+                "--arm",
+                "population",
+                "--base-model",
+                str(tiny_model_dir),
+                "--checkpoint",
+                str(first),
+            ]
+        )
+        == 0
+    )
     shutil.copytree(first, results / "population" / "gen001" / "checkpoint")
-    programs = ["def f(a):\n    return a * 3 + 1", "def f(s):\n    return s[::-1] + 'q'", "def f(a, b):\n    return a - b"]
+    programs = [
+        "def f(a):\n    return a * 3 + 1",
+        "def f(s):\n    return s[::-1] + 'q'",
+        "def f(a, b):\n    return a - b",
+    ]
     inputs = ["4", "'ab'", "7, 2"]
     for gen in (0, 1):
-        rows = [{"task_id": f"population-g{gen:03d}-teacher{k % 2}-{t}-{k}", "type": t, "program": programs[k],
-                 "inputs": [inputs[k]], "message": None, "teacher": f"teacher{k % 2}", "arm": "population", "gen": gen,
-                 "origin": "proposed", "parse_reason": None, "segments": [], "tokens": 0}
-                for k, t in enumerate(["code_o", "code_i", "code_o"])]
+        rows = [
+            {
+                "task_id": f"population-g{gen:03d}-teacher{k % 2}-{t}-{k}",
+                "type": t,
+                "program": programs[k],
+                "inputs": [inputs[k]],
+                "message": None,
+                "teacher": f"teacher{k % 2}",
+                "arm": "population",
+                "gen": gen,
+                "origin": "proposed",
+                "parse_reason": None,
+                "segments": [],
+                "tokens": 0,
+            }
+            for k, t in enumerate(["code_o", "code_i", "code_o"])
+        ]
         verified = verify_rows(rows)
         assert all(r["valid"] for r in verified)
-        (results / "population" / f"gen{gen:03d}" / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in verified))
+        (results / "population" / f"gen{gen:03d}" / "tasks.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in verified)
+        )
     return params, results
 
 
@@ -146,8 +194,25 @@ def test_crossplay_command_on_a_tiny_finished_run(tiny_model_dir, tiny_params_di
     params, results = _finished_run(tmp_path, tiny_model_dir, tiny_params_dict)
     assert sorted(generation_dirs(results, "population")) == [0, 1]
     out = tmp_path / "crossplay"
-    assert crossplay.main([str(results), "--params", str(params), "--base-model", str(tiny_model_dir), "--out", str(out),
-                           "--tasks-per-gen", "2", "--types", "code_o", "code_i"]) == 0
+    assert (
+        crossplay.main(
+            [
+                str(results),
+                "--params",
+                str(params),
+                "--base-model",
+                str(tiny_model_dir),
+                "--out",
+                str(out),
+                "--tasks-per-gen",
+                "2",
+                "--types",
+                "code_o",
+                "code_i",
+            ]
+        )
+        == 0
+    )
     doc = json.loads((out / "crossplay.json").read_text())
     assert doc["student_gens"] == [0, 1] and doc["teacher_gens"] == [0, 1] and doc["n_tasks"] == [2, 2]
     assert doc["students"] == {"0": ["g000-student0", "g000-student1"], "1": ["g001-student0", "g001-student1"]}
@@ -156,8 +221,12 @@ def test_crossplay_command_on_a_tiny_finished_run(tiny_model_dir, tiny_params_di
     # every student of every generation (and the base) answered every sampled task, of both types
     sampled = [t["task_id"] for g in ("0", "1") for t in doc["sampled_tasks"][g]]
     assert {t["type"] for g in ("0", "1") for t in doc["sampled_tasks"][g]} == {"code_o", "code_i"}
-    assert set(doc["verdicts"]) == {"base", *doc["members"]} and all(set(v) == set(sampled) for v in doc["verdicts"].values())
-    assert doc["members"]["g001-student1"]["slot"] == "student1" and doc["command"].startswith("python -m populora.study.crossplay")
+    assert set(doc["verdicts"]) == {"base", *doc["members"]} and all(
+        set(v) == set(sampled) for v in doc["verdicts"].values()
+    )
+    assert doc["members"]["g001-student1"]["slot"] == "student1" and doc["command"].startswith(
+        "python -m populora.study.crossplay"
+    )
     assert (out / "crossplay.png").stat().st_size > 0
     # a generation that is not there is refused, naming it
     assert crossplay.main([str(results), "--params", str(params), "--out", str(out), "--gens", "0", "7"]) == 1
@@ -171,17 +240,55 @@ def test_passk_command_on_the_tiny_model(tiny_model_dir, tiny_params_dict, tmp_p
 
     params, results = _finished_run(tmp_path, tiny_model_dir, tiny_params_dict)
     seeds = verify_rows(seed_proposals("builtin"))
-    rows = verify_rows([{"task_id": "a", "type": "code_o", "program": "def f(a):\n    return a * 7 - 2", "inputs": ["3"],
-                         "message": None},
-                        {"task_id": "b", "type": "code_i", "program": "def f(s):\n    return s[::-1] + 'z'",
-                         "inputs": ["'ab'"], "message": None}])
+    rows = verify_rows(
+        [
+            {
+                "task_id": "a",
+                "type": "code_o",
+                "program": "def f(a):\n    return a * 7 - 2",
+                "inputs": ["3"],
+                "message": None,
+            },
+            {
+                "task_id": "b",
+                "type": "code_i",
+                "program": "def f(s):\n    return s[::-1] + 'z'",
+                "inputs": ["'ab'"],
+                "message": None,
+            },
+        ]
+    )
     pool_path = tmp_path / "pool.jsonl"
-    pool_path.write_text("".join(json.dumps(t) + "\n" for t in attach_examples(accept_into_pool([], rows, seeds, per_type=2),
-                                                                                seeds, 1, seed=0)))
+    pool_path.write_text(
+        "".join(
+            json.dumps(t) + "\n"
+            for t in attach_examples(accept_into_pool([], rows, seeds, per_type=2), seeds, 1, seed=0)
+        )
+    )
     out = tmp_path / "passk"
-    assert passk.main(["--pool", str(pool_path), "--params", str(params), "--base-model", str(tiny_model_dir),
-                       "--run", f"tiny={results / 'population'}", "--samples", "4", "--ks", "1", "2", "8",
-                       "--out", str(out)]) == 0
+    assert (
+        passk.main(
+            [
+                "--pool",
+                str(pool_path),
+                "--params",
+                str(params),
+                "--base-model",
+                str(tiny_model_dir),
+                "--run",
+                f"tiny={results / 'population'}",
+                "--samples",
+                "4",
+                "--ks",
+                "1",
+                "2",
+                "8",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     doc = json.loads((out / "passk.json").read_text())
     assert doc["ks"] == [1, 2, 4] and doc["samples"] == 4 and doc["n_tasks"] == 2
     assert doc["runs"]["tiny"]["checkpoint"].endswith("gen001/checkpoint")  # the arm's last generation
@@ -191,8 +298,10 @@ def test_passk_command_on_the_tiny_model(tiny_model_dir, tiny_params_dict, tmp_p
         values = [curve["all"][str(k)] for k in doc["ks"]]
         assert values == sorted(values) and all(0 <= v <= 1 for v in values)
     assert set(doc["baselines"]) == {"code_o", "code_i"} and (out / "passk.png").stat().st_size > 0
-    assert passk.main(["--pool", str(pool_path), "--params", str(params), "--run", "no-equals-sign",
-                       "--out", str(out)]) == 1
+    assert (
+        passk.main(["--pool", str(pool_path), "--params", str(params), "--run", "no-equals-sign", "--out", str(out)])
+        == 1
+    )
 
 
 def test_the_study_reports_pass_at_k_per_control_across_seeds(tmp_path):
@@ -206,10 +315,19 @@ def test_the_study_reports_pass_at_k_per_control_across_seeds(tmp_path):
     for control, level in (("1t1s", 0.10), ("2t2s", 0.20)):
         for seed in range(3):
             _run(root, control, seed, 0.3)
-            curve = {str(k): round(min(1.0, (level + 0.01 * seed) * k ** 0.5), 6) for k in (1, 4, 16)}
-            doc = {"samples": 16, "ks": [1, 4, 16], "groups": {f"{control}-s{seed}": {"all": curve}},
-                   "members": {**({"base": {"all": {"1": 0.05, "4": 0.15, "16": 0.3}}} if (control, seed) == ("1t1s", 0) else {})},
-                   "baselines": {"code_o": {"n_tasks": 10, "best": {"correct": 0}}, "code_i": {"n_tasks": 10, "best": {"correct": 1}}}}
+            curve = {str(k): round(min(1.0, (level + 0.01 * seed) * k**0.5), 6) for k in (1, 4, 16)}
+            doc = {
+                "samples": 16,
+                "ks": [1, 4, 16],
+                "groups": {f"{control}-s{seed}": {"all": curve}},
+                "members": {
+                    **({"base": {"all": {"1": 0.05, "4": 0.15, "16": 0.3}}} if (control, seed) == ("1t1s", 0) else {})
+                },
+                "baselines": {
+                    "code_o": {"n_tasks": 10, "best": {"correct": 0}},
+                    "code_i": {"n_tasks": 10, "best": {"correct": 1}},
+                },
+            }
             (root / f"{control}-s{seed}" / "passk").mkdir()
             (root / f"{control}-s{seed}" / "passk" / "passk.json").write_text(json.dumps(doc))
     assert main([str(root), "--out", str(tmp_path / "out")]) == 0

@@ -23,8 +23,14 @@ def _env():
 
 @pytest.fixture(scope="module")
 def snakemake_dry_run() -> str:
-    result = subprocess.run([f"{BIN}/snakemake", "-n", "-p", "--forceall", "--cores", "1"], cwd=REPO, env=_env(),
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [f"{BIN}/snakemake", "-n", "-p", "--forceall", "--cores", "1"],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout + result.stderr
 
@@ -67,7 +73,8 @@ def test_snakemake_and_dvc_run_identical_commands(snakemake_dry_run):
     params = load_params(REPO / "params.yaml")
     dvc_commands = sorted(stage.cmd for stage in Repo(str(REPO)).index.stages if stage.name != render_dvc.GUARD)
     smk_commands = sorted(
-        line.removeprefix("Shell command: ") for line in snakemake_dry_run.splitlines()
+        line.removeprefix("Shell command: ")
+        for line in snakemake_dry_run.splitlines()
         if line.startswith("Shell command: python")
     )
     empty = [c for c in dvc_commands if _empty_update_job(c, params)]
@@ -114,8 +121,18 @@ def test_gpu_stages_declare_a_gpu(snakemake_dry_run):
     for stage in STAGES:
         block = next(b for b in blocks if b.startswith(stage.name + ":"))
         assert f"gpu={stage.gpus(params)}" in block
-    assert {s.name for s in STAGES if s.gpu} == {"heldout_pool", "propose", "solve", "update", "heldout", "bench_base", "bench",
-                                                 "bench_base_together", "bench_together", "warm_start"}
+    assert {s.name for s in STAGES if s.gpu} == {
+        "heldout_pool",
+        "propose",
+        "solve",
+        "update",
+        "heldout",
+        "bench_base",
+        "bench",
+        "bench_base_together",
+        "bench_together",
+        "warm_start",
+    }
 
 
 @pytest.mark.slow
@@ -128,8 +145,16 @@ def test_the_training_chain_runs_before_the_benchmarks(snakemake_dry_run):
         name = block.split(":", 1)[0]
         found = re.search(r"^    priority: (\d+)$", block, flags=re.M)
         by_rule.setdefault(name, set()).add(found.group(1) if found else "0")
-    assert by_rule["bench"] == by_rule["bench_base"] == by_rule["bench_together"] == by_rule["bench_base_together"] == {"0"}
-    assert all(by_rule[name] == {"1"} for name in ("propose", "solve", "update", "evolve", "checkpoint", "heldout", "export"))
+    assert (
+        by_rule["bench"]
+        == by_rule["bench_base"]
+        == by_rule["bench_together"]
+        == by_rule["bench_base_together"]
+        == {"0"}
+    )
+    assert all(
+        by_rule[name] == {"1"} for name in ("propose", "solve", "update", "evolve", "checkpoint", "heldout", "export")
+    )
 
 
 def test_stages_spell_no_paths():
@@ -142,12 +167,13 @@ def test_stages_spell_no_paths():
 
 
 # The verifier contract allows extra options with defaults: overrides of params (`verify`, two `propose` keys).
-OPTIONAL_FLAGS = {"verify": {"--timeout", "--memory-mb", "--max-output-chars", "--workers", "--code-f-inputs",
-                             "--reject-copyable"},
-                  "grade": {"--timeout", "--memory-mb", "--max-output-chars", "--workers"},
-                  "bench_base": {"--arm", "--models"},  # the same stage module benchmarks an arm's members
-                  "bench": {"--raw-base"},  # the base's job (bench_base) passes it, an arm's never
-                  "bench_base_together": {"--arm", "--models"}}
+OPTIONAL_FLAGS = {
+    "verify": {"--timeout", "--memory-mb", "--max-output-chars", "--workers", "--code-f-inputs", "--reject-copyable"},
+    "grade": {"--timeout", "--memory-mb", "--max-output-chars", "--workers"},
+    "bench_base": {"--arm", "--models"},  # the same stage module benchmarks an arm's members
+    "bench": {"--raw-base"},  # the base's job (bench_base) passes it, an arm's never
+    "bench_base_together": {"--arm", "--models"},
+}
 
 
 def _parser_of(module: str):
@@ -178,13 +204,21 @@ def _parser_of(module: str):
 @pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
 def test_stage_flags_equal_its_declared_inputs_and_outputs(stage):
     parser = _parser_of(stage.module)
-    flags = {opt: action.required for action in parser._actions for opt in action.option_strings
-             if opt.startswith("--") and opt != "--help"}
-    declared = {f"--{k.replace('_', '-')}" for k in (*stage.wildcards, *stage.inputs, *stage.untracked, *stage.outputs,
-                                                     *stage.side)}
+    flags = {
+        opt: action.required
+        for action in parser._actions
+        for opt in action.option_strings
+        if opt.startswith("--") and opt != "--help"
+    }
+    declared = {
+        f"--{k.replace('_', '-')}"
+        for k in (*stage.wildcards, *stage.inputs, *stage.untracked, *stage.outputs, *stage.side)
+    }
     declared |= {"--params", "--log", *(["--claim-gpu"] if stage.gpu else [])}
     extra = set(flags) - declared - {"--claim-gpu"}  # every stage_parser offers it; the DAG passes it to gpu stages
-    assert declared <= set(flags), f"{stage.name}: the DAG passes flags the stage lacks: {sorted(declared - set(flags))}"
+    assert declared <= set(flags), (
+        f"{stage.name}: the DAG passes flags the stage lacks: {sorted(declared - set(flags))}"
+    )
     assert extra <= OPTIONAL_FLAGS.get(stage.name, set()), f"{stage.name}: flags the DAG never passes: {sorted(extra)}"
     assert not any(flags[f] for f in extra)
 
@@ -223,7 +257,8 @@ def test_every_job_is_timed_beside_its_log():
         log, benchmark = stage.log_template(), stage.benchmark_template()
         assert benchmark.startswith(BENCHMARKS_DIR + "/") and benchmark.endswith(".tsv")
         assert Path(benchmark).relative_to(BENCHMARKS_DIR).with_suffix("") == Path(log).relative_to(
-            Path(log).parents[1]).with_suffix("")  # <stage>/<key>, the log's
+            Path(log).parents[1]
+        ).with_suffix("")  # <stage>/<key>, the log's
 
 
 def test_every_output_shown_in_the_snakemake_report_has_its_caption():
@@ -245,8 +280,11 @@ def test_the_report_runs_after_every_other_stage():
 
     def written(template: str) -> list[str]:  # the output templates an input template can name
         template = template.replace("gen{last}", "gen{gen}")
-        return [template.replace("{prev}", p) for p in ("init", "gen{gen}/checkpoint")] if "{prev}" in template \
+        return (
+            [template.replace("{prev}", p) for p in ("init", "gen{gen}/checkpoint")]
+            if "{prev}" in template
             else [template]
+        )
 
     writers = {template: stage.name for stage in STAGES for template in stage.outputs.values()}
     upstream, todo = set(), ["report"]
@@ -284,7 +322,7 @@ def test_generation_ids_reach_dvc_as_strings(tmp_path):
 def test_the_readme_stage_table_lists_every_stage():
     """README's "The pipeline" table is where a newcomer meets the stages: one row per declared stage."""
     readme = (REPO / "README.md").read_text()
-    table = readme[readme.index("## The pipeline"):readme.index("## Configuration")]
+    table = readme[readme.index("## The pipeline") : readme.index("## Configuration")]
     rows = set(re.findall(r"^\| `(\w+)` \|", table, flags=re.M))
     assert {stage.name for stage in STAGES} == rows
 
@@ -310,8 +348,10 @@ def test_the_pool_file_a_study_reuses_is_a_dependency_of_heldout_pool(tmp_path):
     deps = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["heldout_pool"]["deps"]
     assert pool in deps
     # null (the base model proposes the pool): nothing to track
-    assert render_dvc.main(["--params", str(_params_with(tmp_path, pool_file=None)), "--out",
-                            str(tmp_path / "dvc.yaml")]) == 0
+    assert (
+        render_dvc.main(["--params", str(_params_with(tmp_path, pool_file=None)), "--out", str(tmp_path / "dvc.yaml")])
+        == 0
+    )
     assert pool not in yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]["heldout_pool"]["deps"]
 
 
@@ -325,8 +365,7 @@ def test_the_dag_guard_lets_a_run_name_another_pool_file(tmp_path):
     # a stage's other deps are still compared
     stale = tmp_path / "stale.yaml"
     stale.write_text((REPO / "dvc.yaml").read_text().replace("- stages/heldout_pool.py\n", "", 1))
-    assert render_dvc.main(["--check", "--shape-only", "--params", str(REPO / "params.yaml"), "--out",
-                            str(stale)]) == 1
+    assert render_dvc.main(["--check", "--shape-only", "--params", str(REPO / "params.yaml"), "--out", str(stale)]) == 1
 
 
 @pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
@@ -346,12 +385,15 @@ TORCH_FREE_STAGES = ("pair", "verify", "grade", "reward", "update_gather", "benc
 
 def test_bookkeeping_stages_start_without_torch():
     # one process for all: none loads torch, so the first heavy module to appear names its importer
-    code = ("import importlib, sys\n"
-            f"for name in {TORCH_FREE_STAGES!r}:\n"
-            "    importlib.import_module('stages.' + name)\n"
-            "    heavy = [m for m in ('torch', 'transformers', 'peft', 'lm_eval') if m in sys.modules]\n"
-            "    if heavy:\n"
-            "        sys.exit(f'stages.{name} imports {heavy} at start')\n")
-    loaded = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(), capture_output=True, text=True,
-                            timeout=120)
+    code = (
+        "import importlib, sys\n"
+        f"for name in {TORCH_FREE_STAGES!r}:\n"
+        "    importlib.import_module('stages.' + name)\n"
+        "    heavy = [m for m in ('torch', 'transformers', 'peft', 'lm_eval') if m in sys.modules]\n"
+        "    if heavy:\n"
+        "        sys.exit(f'stages.{name} imports {heavy} at start')\n"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120
+    )
     assert loaded.returncode == 0, loaded.stderr[-2000:]

@@ -26,8 +26,13 @@ def test_every_interval_the_study_reports_covers_at_least_93_percent_at_six_seed
 def test_the_adjustments_are_what_keeps_the_promise(six_seeds):
     """The control that could fail: a base taken as fixed although it was sampled (pass rates) under-covers
     badly where a control barely varies between seeds, and the simulation sees it."""
-    [row] = [r for r in six_seeds if r["scenario"] == "effect, one never takes off" and r["endpoint"] == "pass rate"
-             and r["comparison"] == "b - base"]
+    [row] = [
+        r
+        for r in six_seeds
+        if r["scenario"] == "effect, one never takes off"
+        and r["endpoint"] == "pass rate"
+        and r["comparison"] == "b - base"
+    ]
     assert row["unadjusted"] < 0.80 <= dc.MIN_COVERAGE <= row["study"]
 
 
@@ -52,7 +57,9 @@ def test_the_simulations_intervals_are_seed_comparisons():
         # seed_comparison takes [seeds, tasks]: rows whose means are the simulated seed means
         left, right = np.repeat(a[s][:, None], 64, 1), np.repeat(b[s][:, None], 64, 1)
         between = seed_comparison(left, right, verdicts=False)
-        assert between["method"] == WELCH and (between["low"], between["high"]) == pytest.approx((low[s], high[s]), abs=1e-6)
+        assert between["method"] == WELCH and (between["low"], between["high"]) == pytest.approx(
+            (low[s], high[s]), abs=1e-6
+        )
         against = seed_comparison(left, base_rates[s], right_is_base=True, verdicts=False, base_variance=base_var[s])
         assert against["method"] == BASE_MEASURED
         assert (against["low"], against["high"]) == pytest.approx((low_b[s], high_b[s]), abs=1e-6)

@@ -36,8 +36,10 @@ no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has
 
 
 def paper_params() -> dict:
-    raw = merge(yaml.safe_load((REPO / "params.yaml").read_text()),
-                yaml.safe_load((REPO / "params" / "gpu-paper.yaml").read_text()))
+    raw = merge(
+        yaml.safe_load((REPO / "params.yaml").read_text()),
+        yaml.safe_load((REPO / "params" / "gpu-paper.yaml").read_text()),
+    )
     raw["bench"]["benchmarks"] = [b for b in raw["bench"]["benchmarks"] if b != "livecodebench"]
     return raw
 
@@ -91,15 +93,51 @@ def test_a_missing_vllm_on_a_gpu_run_is_refused(monkeypatch):
 def test_the_paper_overlay_on_a_machine_without_cuda_stops_before_loading(stage, tmp_path):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(paper_params()))
     missing = tmp_path / "no-base-model"  # loading it would fail with another message
-    flags = {"propose": ["--gen", "0", "--state", str(tmp_path / "state"), "--pairing", str(tmp_path / "p.json"),
-                         "--proposals", str(tmp_path / "proposals.jsonl")],
-             "update": ["--gen", "0", "--part", "0", "--state", str(tmp_path / "state"),
-                        "--rollouts", str(tmp_path / "r.jsonl"), "--trained", str(tmp_path / "trained")]}[stage]
+    flags = {
+        "propose": [
+            "--gen",
+            "0",
+            "--state",
+            str(tmp_path / "state"),
+            "--pairing",
+            str(tmp_path / "p.json"),
+            "--proposals",
+            str(tmp_path / "proposals.jsonl"),
+        ],
+        "update": [
+            "--gen",
+            "0",
+            "--part",
+            "0",
+            "--state",
+            str(tmp_path / "state"),
+            "--rollouts",
+            str(tmp_path / "r.jsonl"),
+            "--trained",
+            str(tmp_path / "trained"),
+        ],
+    }[stage]
     env = {**os.environ, "PYTHONPATH": str(REPO), "POPULORA_GPUS": ""}
-    result = subprocess.run([sys.executable, "-m", f"stages.{stage}", "--params", str(tmp_path / "params.yaml"),
-                             "--arm", "population", "--base-model", str(missing), *flags,
-                             "--claim-gpu"], cwd=tmp_path, env=env,  # as the DAG renders a GPU stage's command
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            f"stages.{stage}",
+            "--params",
+            str(tmp_path / "params.yaml"),
+            "--arm",
+            "population",
+            "--base-model",
+            str(missing),
+            *flags,
+            "--claim-gpu",
+        ],
+        cwd=tmp_path,
+        env=env,  # as the DAG renders a GPU stage's command
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     assert "model.device: cuda asks for a GPU" in result.stderr and "Fix: run on a GPU node" in result.stderr
     assert "Traceback" not in result.stderr and "not a Hugging Face model folder" not in result.stderr
@@ -115,8 +153,11 @@ WHEELS_LIST = REPO / "scripts" / "device_wheels.txt"
 def _listed(path: Path) -> set[str]:
     import re
 
-    return {re.sub(r"[-_.]+", "-", line.split("#")[0].strip()).lower() for line in path.read_text().splitlines()
-            if line.split("#")[0].strip()}
+    return {
+        re.sub(r"[-_.]+", "-", line.split("#")[0].strip()).lower()
+        for line in path.read_text().splitlines()
+        if line.split("#")[0].strip()
+    }
 
 
 def _image_env(**extra) -> dict:
@@ -133,8 +174,11 @@ def test_the_wheel_list_holds_what_it_needs_and_the_image_lacks():
     from packaging.requirements import Requirement
 
     image, wheels = _listed(REPO / "scripts" / "device_image.txt"), _listed(WHEELS_LIST)
-    lock = {re.sub(r"[-_.]+", "-", line.split("==")[0]).lower() for line in (REPO / "requirements.lock").read_text().splitlines()
-            if "==" in line}
+    lock = {
+        re.sub(r"[-_.]+", "-", line.split("==")[0]).lower()
+        for line in (REPO / "requirements.lock").read_text().splitlines()
+        if "==" in line
+    }
     assert wheels <= lock and not wheels & image
     device = {"python_version": "3.12", "python_full_version": "3.12.3", "extra": ""}  # the machine's python3
     for name in wheels:
@@ -147,17 +191,30 @@ def test_the_emulated_image_hides_what_the_device_lacks():
     probe = "import yaml, torch, transformers, peft, accelerate, pytest\ntry:\n import {0}\nexcept ImportError:\n print('hidden')"
     for name, wheels in (("pydantic", ""), ("dvc", ""), ("radon", ""), ("pydantic", str(WHEELS_LIST))):
         env = _image_env(**({"DEVICE_IMAGE_WHEELS": wheels} if wheels else {}))
-        out = subprocess.run([sys.executable, "-c", probe.format(name)], env=env, capture_output=True, text=True,
-                             timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-c", probe.format(name)], env=env, capture_output=True, text=True, timeout=300
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         assert (out.stdout.strip() == "hidden") == (not wheels), (name, wheels, out.stdout)
 
 
 def _device_check(tmp_path: Path, env: dict, wheels: Path | None) -> dict:
     out = tmp_path / "out"
-    result = subprocess.run(["bash", str(REPO / "scripts" / "device_check.sh"), "--cpu", "--out", str(out),
-                             "--wheels", str(wheels or tmp_path / "no-wheels")], env=env, capture_output=True,
-                            text=True, timeout=1800)
+    result = subprocess.run(
+        [
+            "bash",
+            str(REPO / "scripts" / "device_check.sh"),
+            "--cpu",
+            "--out",
+            str(out),
+            "--wheels",
+            str(wheels or tmp_path / "no-wheels"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     record = json.loads((out / "device_check.json").read_text())
     assert result.returncode == 0, (result.stdout[-3000:], (out / "device_check.log").read_text()[-6000:])
     assert record["passed"] and record["mode"] == "cpu"
@@ -184,9 +241,13 @@ def test_the_prepared_wheels_install_and_carry_the_check(tmp_path):
     wheels = tmp_path / "wheels"
     here = f"{sys.version_info.major}.{sys.version_info.minor}"
     for version in ("3.12", here):
-        made = subprocess.run(["bash", str(REPO / "scripts" / "prepare_device_wheels.sh"), str(wheels)],
-                              env={**os.environ, "PYTHON": sys.executable, "PYTHON_VERSION": version},
-                              capture_output=True, text=True, timeout=600)
+        made = subprocess.run(
+            ["bash", str(REPO / "scripts" / "prepare_device_wheels.sh"), str(wheels)],
+            env={**os.environ, "PYTHON": sys.executable, "PYTHON_VERSION": version},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if made.returncode and ("Could not find" in made.stderr or "connection" in made.stderr.lower()):
             pytest.skip(f"no package registry answered: {made.stderr[-500:]}")
         assert made.returncode == 0, made.stderr[-3000:]

@@ -17,6 +17,6 @@ def test_the_distribution_is_populora_pipeline_and_the_import_package_stays_popu
 
 def test_the_readme_warns_that_pip_install_populora_is_another_project():
     readme = (REPO / "README.md").read_text()
-    reading = readme[readme.index("## Further reading"):]
+    reading = readme[readme.index("## Further reading") :]
     assert "`pip install populora` installs an unrelated" in reading
     assert "`populora-pipeline`" in reading and "PYTHONPATH" in reading

@@ -45,15 +45,22 @@ def test_bfloat16_base_samples_and_trains_float32_lora(tiny_model_dir, tmp_path,
     assert base.dtype == torch.bfloat16
     sampler = attach_multilora(base, adapters)
     plan = prompts.scaffolded_plan("Write f.", prompts.proposer_steps("code_o", 10), _chat(tokenizer))
-    results = run_plans(sampler, tokenizer, [GenRow(plan, "a")] * 4, temperature=1.0, top_p=1.0, max_new_tokens=8,
-                        batch_size=4, seed=0)
+    results = run_plans(
+        sampler, tokenizer, [GenRow(plan, "a")] * 4, temperature=1.0, top_p=1.0, max_new_tokens=8, batch_size=4, seed=0
+    )
     rollouts = [{"segments": r.segments, "advantage": a} for r, a in zip(results, [1.0, -1.0, 0.5, -0.5])]
     tokenizer, model = load_base(tiny_model_dir, dtype="bfloat16")
     tokenizer.padding_side = "right"
     model = attach_adapters(model, adapters, trainable="a")
-    update = AdapterUpdate(Accelerator(cpu=True), model, tokenizer, "a",
-                           UpdateSection(steps=2, learning_rate=1e-2, micro_batch=2, max_seq_len=4096,
-                                         importance_sampling_mode="token_truncate"))
+    update = AdapterUpdate(
+        Accelerator(cpu=True),
+        model,
+        tokenizer,
+        "a",
+        UpdateSection(
+            steps=2, learning_rate=1e-2, micro_batch=2, max_seq_len=4096, importance_sampling_mode="token_truncate"
+        ),
+    )
     assert all(p.dtype == torch.float32 for p in update.params.values())  # master weights
     stats = update.train(rollouts)
     assert all(state["exp_avg"].dtype == torch.float32 for state in update.optimizer.state.values())

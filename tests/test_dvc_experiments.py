@@ -21,7 +21,6 @@ from tests.dvc_project import run as _run
 pytestmark = pytest.mark.slow
 
 
-
 @pytest.fixture(scope="module")
 def experiments(tmp_path_factory, tiny_params_dict) -> Path:
     root = tmp_path_factory.mktemp("dvc_project")
@@ -29,8 +28,13 @@ def experiments(tmp_path_factory, tiny_params_dict) -> Path:
     # one update job per arm (the default shape, one per adapter, is tested by the Snakemake smoke run and
     # SLURM): DVC runs a stage at a time, and each job loads the model again
     params["dag"] = {**params["dag"], "generations": 1, "update_jobs": 1}
-    params["bench"] = {**params["bench"], "benchmarks": ["gsm8k"], "limit": 1, "max_new_tokens": 16,
-                       "data_dir": str(REPO.parent / "shared" / "benchmarks")}
+    params["bench"] = {
+        **params["bench"],
+        "benchmarks": ["gsm8k"],
+        "limit": 1,
+        "max_new_tokens": 16,
+        "data_dir": str(REPO.parent / "shared" / "benchmarks"),
+    }
     new_dvc_project(root, params)
     _run(root, f"{BIN}/dvc", "exp", "run", "-n", "learnability")
     _run(root, f"{BIN}/dvc", "exp", "run", "-n", "zerosum", "-S", "reward.teacher_mode=zero_sum")
@@ -44,11 +48,23 @@ def test_both_experiments_are_recorded_with_their_params(experiments):
 
 
 def test_metrics_diff_lists_the_headline_under_stable_keys(experiments):
-    diff = json.loads(_run(experiments, f"{BIN}/dvc", "metrics", "diff", "learnability", "zerosum", "--all", "--json").stdout)
+    diff = json.loads(
+        _run(experiments, f"{BIN}/dvc", "metrics", "diff", "learnability", "zerosum", "--all", "--json").stdout
+    )
     assert set(diff) == {"results/headline.json", "results/progress.json"}, sorted(diff)  # nothing else is a metric
     summary = diff["results/headline.json"]
-    for key in ("math.mean", "math.best", "math.weakest", "math.baseline", "math.base", "math.mean_minus_baseline",
-                "overall.mean", "overall.baseline", "solve_rate.mean", "solve_rate.baseline"):
+    for key in (
+        "math.mean",
+        "math.best",
+        "math.weakest",
+        "math.baseline",
+        "math.base",
+        "math.mean_minus_baseline",
+        "overall.mean",
+        "overall.baseline",
+        "solve_rate.mean",
+        "solve_rate.baseline",
+    ):
         assert key in summary, f"{key} missing from dvc metrics diff: {sorted(summary)[:20]}"
         assert set(summary[key]) >= {"old", "new"}
     # the base model is untouched by the reward mode: same score in both experiments
@@ -61,11 +77,19 @@ def test_exp_show_has_a_readable_number_of_metric_columns(experiments):
     csv = _run(experiments, f"{BIN}/dvc", "exp", "show", "--csv", "--drop", ".*/.*").stdout  # the file-hash columns
     header = csv.splitlines()[0].split(",")
     shown = json.loads(_run(experiments, f"{BIN}/dvc", "exp", "show", "--json").stdout)
-    metric_files = {name for commit in shown for exp in commit.get("experiments") or [] for rev in exp["revs"]
-                    for name in ((rev.get("data") or {}).get("metrics") or {})}
+    metric_files = {
+        name
+        for commit in shown
+        for exp in commit.get("experiments") or []
+        for rev in exp["revs"]
+        for name in ((rev.get("data") or {}).get("metrics") or {})
+    }
     assert metric_files <= {"results/headline.json", "results/progress.json"}, metric_files
-    metric_columns = [c for c in header if c.split(".")[0] in {"math", "overall", "code", "cruxeval", "heldout",
-                                                               "solve_rate", "population", "baseline"}]
+    metric_columns = [
+        c
+        for c in header
+        if c.split(".")[0] in {"math", "overall", "code", "cruxeval", "heldout", "solve_rate", "population", "baseline"}
+    ]
     assert 10 <= len(metric_columns) <= 45, metric_columns
 
 
@@ -77,8 +101,14 @@ def test_params_diff_shows_the_changed_reward_mode(experiments):
 def test_every_dvc_plot_renders(experiments):
     shown = json.loads(_run(experiments, f"{BIN}/dvc", "plots", "show", "--json").stdout)
     assert not shown.get("errors"), shown.get("errors")
-    for plot_id in ("population_solve_rate", "population_ratings", "population_pairing", "baseline_validity",
-                    "arms_validity_rate", "arms_student_reward"):
+    for plot_id in (
+        "population_solve_rate",
+        "population_ratings",
+        "population_pairing",
+        "baseline_validity",
+        "arms_validity_rate",
+        "arms_student_reward",
+    ):
         assert shown["data"].get(plot_id), f"plot {plot_id} has no data"
 
 
@@ -100,14 +130,16 @@ def arm_experiments(experiments) -> Path:
 
 
 def test_arms_as_experiments_diff_under_arm_independent_keys(arm_experiments):
-    diff = json.loads(_run(arm_experiments, f"{BIN}/dvc", "metrics", "diff", "baseline", "population", "--all",
-                           "--json").stdout)
+    diff = json.loads(
+        _run(arm_experiments, f"{BIN}/dvc", "metrics", "diff", "baseline", "population", "--all", "--json").stdout
+    )
     summary = diff["results/headline.json"]
     for key in ("math.mean", "math.best", "math.weakest", "math.base", "math.mean_minus_base", "solve_rate.mean"):
         assert summary.get(key, {}).keys() >= {"old", "new"}, f"{key}: {summary.get(key)} ({sorted(summary)[:20]})"
     # each experiment ran one arm: no baseline-side keys in either
     assert "math.baseline" not in summary and "math.mean_minus_baseline" not in summary
-    params = json.loads(_run(arm_experiments, f"{BIN}/dvc", "params", "diff", "baseline", "population",
-                             "--json").stdout)
+    params = json.loads(
+        _run(arm_experiments, f"{BIN}/dvc", "params", "diff", "baseline", "population", "--json").stdout
+    )
     arms = params["params.yaml"]["dag.arms"]  # DVC shows list values as their string form
     assert (str(arms["old"]), str(arms["new"])) == ("['baseline']", "['population']")

@@ -20,8 +20,12 @@ from tests.params_flow import ParamsFlowError, params_read
 from workflow.dag import STAGES, code_deps
 
 BIN = str(Path(sys.executable).parent)
-GIT_ID = {"GIT_AUTHOR_NAME": "ci", "GIT_AUTHOR_EMAIL": "ci@example.org",
-          "GIT_COMMITTER_NAME": "ci", "GIT_COMMITTER_EMAIL": "ci@example.org"}
+GIT_ID = {
+    "GIT_AUTHOR_NAME": "ci",
+    "GIT_AUTHOR_EMAIL": "ci@example.org",
+    "GIT_COMMITTER_NAME": "ci",
+    "GIT_COMMITTER_EMAIL": "ci@example.org",
+}
 
 
 def _run(cwd: Path, *args: str, check: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -41,14 +45,22 @@ def test_code_deps_follow_imports_transitively(tmp_path):
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "sub" / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("import json\nfrom populora.b import thing\n\ndef f():\n    from populora.sub import lazy\n")
+    (pkg / "a.py").write_text(
+        "import json\nfrom populora.b import thing\n\ndef f():\n    from populora.sub import lazy\n"
+    )
     (pkg / "b.py").write_text("from . import c\nthing = 1\n")
     (pkg / "c.py").write_text("import torch\n")
     (pkg / "sub" / "lazy.py").write_text("from ..c import x\n")
     (pkg / "unused.py").write_text("")
     deps = code_deps("populora.a", tmp_path)
-    assert deps == ("populora/__init__.py", "populora/a.py", "populora/b.py", "populora/c.py",
-                    "populora/sub/__init__.py", "populora/sub/lazy.py")
+    assert deps == (
+        "populora/__init__.py",
+        "populora/a.py",
+        "populora/b.py",
+        "populora/c.py",
+        "populora/sub/__init__.py",
+        "populora/sub/lazy.py",
+    )
 
 
 def _stage_deps(name: str) -> list[str]:
@@ -68,14 +80,24 @@ def test_editing_report_code_does_not_touch_the_model_stages():
 @pytest.mark.parametrize("stage", ["base_model", "pair", "report", "evolve"])
 def test_declared_code_deps_cover_every_local_module_the_stage_imports(stage):
     module = next(s.module for s in STAGES if s.name == stage)
-    probe = ("import importlib, sys; importlib.import_module(sys.argv[1]); "
-             "print('\\n'.join(sorted(m.__file__ for n, m in sys.modules.items() "
-             "if n.split('.')[0] in ('populora', 'stages', 'workflow') and getattr(m, '__file__', None))))")
-    result = subprocess.run([sys.executable, "-c", probe, module], cwd=REPO, capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
+    probe = (
+        "import importlib, sys; importlib.import_module(sys.argv[1]); "
+        "print('\\n'.join(sorted(m.__file__ for n, m in sys.modules.items() "
+        "if n.split('.')[0] in ('populora', 'stages', 'workflow') and getattr(m, '__file__', None))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe, module],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     loaded = {Path(line).resolve().relative_to(REPO).as_posix() for line in result.stdout.split()}
-    assert loaded <= set(_stage_deps(stage)), f"imported but not a dependency: {sorted(loaded - set(_stage_deps(stage)))}"
+    assert loaded <= set(_stage_deps(stage)), (
+        f"imported but not a dependency: {sorted(loaded - set(_stage_deps(stage)))}"
+    )
 
 
 # ---------------------------------------------------------------- params a stage reads
@@ -83,11 +105,13 @@ def test_declared_code_deps_cover_every_local_module_the_stage_imports(stage):
 
 # keys a stage's code reads only on a path the stage never takes: bench_base has no members to select;
 # the update checks its device with check_device(samples=False), which never asks for the sampling engine
-UNUSED_PATHS = {"bench_base": {"bench.roles", "population.teachers", "population.students"},
-                "bench_base_together": {"bench.roles", "population.teachers", "population.students"},
-                "update": {"sampler", "lora.rank", "update.max_seq_len"},
-                # only the base's job (bench_base, given --raw-base) scores the raw base beside it
-                "bench": {"bench.raw_base", "warm_start.enabled"}}
+UNUSED_PATHS = {
+    "bench_base": {"bench.roles", "population.teachers", "population.students"},
+    "bench_base_together": {"bench.roles", "population.teachers", "population.students"},
+    "update": {"sampler", "lora.rank", "update.max_seq_len"},
+    # only the base's job (bench_base, given --raw-base) scores the raw base beside it
+    "bench": {"bench.raw_base", "warm_start.enabled"},
+}
 
 
 def _check_params(stage) -> None:
@@ -118,8 +142,11 @@ def test_the_check_fails_when_the_keys_a_helper_reads_are_untracked():
     engine_only = {"sampler", "lora.rank", "update.max_seq_len", "model.dtype", "model.device"}
     propose = next(s for s in STAGES if s.name == "propose")
     broken = dataclasses.replace(propose, params=tuple(k for k in propose.params if k not in engine_only))
-    with pytest.raises(AssertionError, match=r"propose reads params DVC does not track: \['lora.rank', "
-                                             r"'model.device', 'model.dtype', 'sampler', 'update.max_seq_len'\]"):
+    with pytest.raises(
+        AssertionError,
+        match=r"propose reads params DVC does not track: \['lora.rank', "
+        r"'model.device', 'model.dtype', 'sampler', 'update.max_seq_len'\]",
+    ):
         _check_params(broken)
 
 
@@ -127,10 +154,10 @@ def test_a_new_helper_is_followed_whatever_it_calls_params(tmp_path):
     files = {
         "stages/__init__.py": "",
         "stages/s.py": "from populora.helper import make\nfrom populora import other\n\n\ndef main():\n"
-                       "    params = setup()\n    make(1, params)\n    other.use(cfg=params)\n    return params.base.seed\n",
+        "    params = setup()\n    make(1, params)\n    other.use(cfg=params)\n    return params.base.seed\n",
         "populora/__init__.py": "",
         "populora/helper.py": "def make(n, config):\n    return config.reward.teacher_mode, deeper(config)\n\n\n"
-                              "def deeper(p):\n    return p.evolve\n",
+        "def deeper(p):\n    return p.evolve\n",
         "populora/other.py": "def use(*, cfg):\n    return cfg.bench.limit_of('x')\n",
         "stages/t.py": "def main(params):\n    return {'p': params}\n",
         "stages/u.py": "import json\n\n\ndef main(params):\n    return json.dumps(params)\n",
@@ -138,8 +165,13 @@ def test_a_new_helper_is_followed_whatever_it_calls_params(tmp_path):
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    assert params_read("stages.s", tmp_path) == {"base.seed", "reward.teacher_mode", "evolve", "bench.limit",
-                                                 "bench.limits"}
+    assert params_read("stages.s", tmp_path) == {
+        "base.seed",
+        "reward.teacher_mode",
+        "evolve",
+        "bench.limit",
+        "bench.limits",
+    }
     with pytest.raises(ParamsFlowError, match=r"stages/t.py:2: `params` goes where the params reader cannot follow"):
         params_read("stages.t", tmp_path)
     with pytest.raises(ParamsFlowError, match=r"stages/u.py:5: `params` is handed to json.dumps"):
@@ -185,8 +217,11 @@ def test_fresh_checkout_status_and_dry_run(project, tmp_path):
     assert not (clone / "results").exists()  # a dry run does no work
 
 
-@pytest.mark.xfail(strict=True, reason="DVC 3.67.1 bug iterative/dvc#9818: a dry run hashes missing deps for "
-                   "the run cache; docs/dvc.md documents `dvc repro --dry --force-downstream`")
+@pytest.mark.xfail(
+    strict=True,
+    reason="DVC 3.67.1 bug iterative/dvc#9818: a dry run hashes missing deps for "
+    "the run cache; docs/dvc.md documents `dvc repro --dry --force-downstream`",
+)
 @pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_plain_dry_run_on_a_fresh_checkout(project, tmp_path):
     clone = tmp_path / "clone"

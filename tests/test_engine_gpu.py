@@ -32,8 +32,11 @@ from populora.tasks import prompts
 
 REPO = Path(__file__).resolve().parents[1]
 MEASURED = REPO / "perf" / "measured"
-NO_CUDA = ("needs CUDA: " + (f"torch {torch.__version__} is a CPU build" if not torch.version.cuda else
-                             f"torch {torch.__version__} sees no CUDA device"))
+NO_CUDA = "needs CUDA: " + (
+    f"torch {torch.__version__} is a CPU build"
+    if not torch.version.cuda
+    else f"torch {torch.__version__} sees no CUDA device"
+)
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)]
 
 
@@ -62,17 +65,30 @@ def model_dir(tmp_path_factory):
 def adapters(model_dir, tmp_path_factory):
     _, cpu_model = load_base(model_dir, device="cpu")
     out = tmp_path_factory.mktemp("gpu-adapters")
-    create_adapters(cpu_model, ["a", "b"], out, lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"]),
-                    seeds={"a": 0, "b": 1}, init_std=0.5)
+    create_adapters(
+        cpu_model,
+        ["a", "b"],
+        out,
+        lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"]),
+        seeds={"a": 0, "b": 1},
+        init_std=0.5,
+    )
     return {"a": out / "a", "b": out / "b"}
 
 
 def _rows(tokenizer) -> list[GenRow]:
-    chat = lambda p: tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,  # noqa: E731
-                                                   add_generation_prompt=True)
-    plans = [prompts.scaffolded_plan("Write f.", prompts.proposer_steps("code_o", 10), chat),
-             prompts.scaffolded_plan("Give inputs.", prompts.proposer_steps("code_f", 4), chat),
-             prompts.Plan(prompt=chat("Answer."), steps=(prompts.Step("```output\n", max_tokens=12),))]
+    def chat(p):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+
+    plans = [
+        prompts.scaffolded_plan("Write f.", prompts.proposer_steps("code_o", 10), chat),
+        prompts.scaffolded_plan("Give inputs.", prompts.proposer_steps("code_f", 4), chat),
+        prompts.Plan(prompt=chat("Answer."), steps=(prompts.Step("```output\n", max_tokens=12),)),
+    ]
     return [GenRow(plan, adapter) for adapter in ("a", "b", None) for plan in plans]
 
 
@@ -108,10 +124,22 @@ def _record(name: str, test: str, payload: dict) -> Path:
 
     MEASURED.mkdir(parents=True, exist_ok=True)
     path = MEASURED / f"{name}.json"
-    path.write_text(json.dumps({
-        "date": date.today().isoformat(), "device": torch.cuda.get_device_name(0), "host": platform.node(),
-        "torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
-        "command": f"python -m pytest tests/test_engine_gpu.py -m gpu -k {test}", **payload}, indent=1) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "date": date.today().isoformat(),
+                "device": torch.cuda.get_device_name(0),
+                "host": platform.node(),
+                "torch": torch.__version__,
+                "cuda": torch.version.cuda,
+                "transformers": transformers.__version__,
+                "command": f"python -m pytest tests/test_engine_gpu.py -m gpu -k {test}",
+                **payload,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     return path
 
 
@@ -125,7 +153,9 @@ def test_hf_engine_in_bf16(model_dir, adapters):
     mixed = run_plans(model, tokenizer, rows, **greedy)
     for adapter in ("a", "b", None):
         alone = run_plans(model, tokenizer, [r for r in rows if r.adapter == adapter], **greedy)
-        assert [_generated(r) for r, row in zip(mixed, rows) if row.adapter == adapter] == [_generated(r) for r in alone]
+        assert [_generated(r) for r, row in zip(mixed, rows) if row.adapter == adapter] == [
+            _generated(r) for r in alone
+        ]
     sampled = run_plans(model, tokenizer, rows, temperature=0.8, top_p=0.95, max_new_tokens=16, batch_size=16, seed=0)
     assert all(r.tokens_generated > 0 for r in sampled)
     del model
@@ -155,12 +185,29 @@ def test_update_with_bf16_autocast_through_accelerate(model_dir, adapters, tmp_p
     assert all(p.dtype == torch.float32 for p in lora.values())  # PEFT keeps adapter weights fp32
     accelerator = Accelerator(mixed_precision="bf16")
     model = accelerator.prepare_model(model)
-    rollouts = [{"role": "solve", "segments": r.segments, "advantage": adv, "reward": None}
-                for r, adv in zip(results, [1.0, -1.0, 1.0])]
-    config = UpdateSection(steps=1, learning_rate=1e-2, micro_batch=2, max_seq_len=1024, max_tokens_per_micro_batch=1024,
-                           gradient_checkpointing=True, mixed_precision="bf16")
-    stats = reinforce_steps(accelerator, model, tokenizer, "a", rollouts, config, optimizer_file=None,
-                            optimizer_out=tmp_path / "opt.safetensors")
+    rollouts = [
+        {"role": "solve", "segments": r.segments, "advantage": adv, "reward": None}
+        for r, adv in zip(results, [1.0, -1.0, 1.0])
+    ]
+    config = UpdateSection(
+        steps=1,
+        learning_rate=1e-2,
+        micro_batch=2,
+        max_seq_len=1024,
+        max_tokens_per_micro_batch=1024,
+        gradient_checkpointing=True,
+        mixed_precision="bf16",
+    )
+    stats = reinforce_steps(
+        accelerator,
+        model,
+        tokenizer,
+        "a",
+        rollouts,
+        config,
+        optimizer_file=None,
+        optimizer_out=tmp_path / "opt.safetensors",
+    )
     assert stats["optimizer_steps"] == 1, stats
     after = dict(accelerator.unwrap_model(model).named_parameters())
     changed = {n for n, v in before.items() if not torch.equal(v, after[n].detach())}
@@ -174,8 +221,9 @@ def test_update_with_bf16_autocast_through_accelerate(model_dir, adapters, tmp_p
 def vllm_engine(model_dir, adapters):
     from populora.lm.vllm_engine import VllmEngine
 
-    return VllmEngine(model_dir, adapters, dtype="float32", lora_rank=4, memory_fraction=0.3, max_model_len=1024,
-                      enforce_eager=False)  # CUDA graphs, as the overlays
+    return VllmEngine(
+        model_dir, adapters, dtype="float32", lora_rank=4, memory_fraction=0.3, max_model_len=1024, enforce_eager=False
+    )  # CUDA graphs, as the overlays
 
 
 @needs_vllm
@@ -188,13 +236,22 @@ def test_vllm_on_cuda_matches_the_hf_engine_and_records_the_updates_scores(model
     same = sum(_generated(a) == _generated(b) for a, b in zip(ours, theirs))
     del model
     torch.cuda.empty_cache()
-    sampled = run_plans(vllm_engine, tokenizer, rows, temperature=0.8, top_p=0.9, max_new_tokens=16, batch_size=16,
-                        seed=3)
+    sampled = run_plans(
+        vllm_engine, tokenizer, rows, temperature=0.8, top_p=0.9, max_new_tokens=16, batch_size=16, seed=3
+    )
     gaps = _score_gaps(model_dir, adapters, rows, sampled, dtype="float32", mixed=False)
-    _record("vllm_cuda_logprob_gap", "test_vllm_on_cuda", {
-        "what": "tiny random Llama (hidden 64, head size 32), 2 rank-4 adapters, float32 both sides, CUDA graphs",
-        "greedy_rows_equal": same, "rows": len(rows), "sampled_tokens": len(gaps),
-        "gap_mean": sum(gaps) / len(gaps), "gap_max": max(gaps)})
+    _record(
+        "vllm_cuda_logprob_gap",
+        "test_vllm_on_cuda",
+        {
+            "what": "tiny random Llama (hidden 64, head size 32), 2 rank-4 adapters, float32 both sides, CUDA graphs",
+            "greedy_rows_equal": same,
+            "rows": len(rows),
+            "sampled_tokens": len(gaps),
+            "gap_mean": sum(gaps) / len(gaps),
+            "gap_max": max(gaps),
+        },
+    )
     assert same == len(rows)
     assert sum(gaps) / len(gaps) < 1e-3 and max(gaps) < 2e-2
 
@@ -210,17 +267,33 @@ def test_lmeval_vllm_model_with_an_adapter(model_dir, adapters, tmp_path):
 
     data = tmp_path / "data" / "math" / "gsm8k"
     data.mkdir(parents=True)
-    data.joinpath("test.jsonl").write_text("".join(json.dumps({"question": q, "answer": a, "idx": i}) + "\n" for i, (q, a) in
-                                                   enumerate([("What is 2 + 3?", "2 + 3 = 5\n#### 5"),
-                                                              ("What is 4 x 2?", "4 x 2 = 8\n#### 8")])))
+    data.joinpath("test.jsonl").write_text(
+        "".join(
+            json.dumps({"question": q, "answer": a, "idx": i}) + "\n"
+            for i, (q, a) in enumerate(
+                [("What is 2 + 3?", "2 + 3 = 5\n#### 5"), ("What is 4 x 2?", "4 x 2 = 8\n#### 8")]
+            )
+        )
+    )
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     raw["sampler"].update(engine="vllm", memory_fraction=0.3, enforce_eager=False)
     raw["lora"]["rank"], raw["update"]["max_seq_len"] = 4, 1024
     settings = pick_sampler(parse_params(raw)).lmeval_vllm_args()
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:  # as the bench stage
-        results = pool.submit(evaluate_jsonable, "gsm8k", base_model=model_dir, adapter=adapters["a"],
-                              data_dir=tmp_path / "data", limit=2, max_new_tokens=16, batch_size=64, dtype="float32",
-                              device="cuda", harness_dir=tmp_path / "harness", vllm=settings).result()
+        results = pool.submit(
+            evaluate_jsonable,
+            "gsm8k",
+            base_model=model_dir,
+            adapter=adapters["a"],
+            data_dir=tmp_path / "data",
+            limit=2,
+            max_new_tokens=16,
+            batch_size=64,
+            dtype="float32",
+            device="cuda",
+            harness_dir=tmp_path / "harness",
+            vllm=settings,
+        ).result()
     assert results["config"]["model"] == "vllm"
     assert results["config"]["model_args"]["lora_local_path"] == str(adapters["a"])
     assert len(results["samples"]["populora_gsm8k"]) == 2
@@ -242,4 +315,6 @@ def test_update_probe_at_7b_shape():
     print(path.read_text())
     runs = json.loads(path.read_text())["runs"]
     assert all(run["optimizer_steps"] == 1 for run in runs)
-    assert all(run["max_memory_allocated_bytes"] < 0.9 * torch.cuda.get_device_properties(0).total_memory for run in runs)
+    assert all(
+        run["max_memory_allocated_bytes"] < 0.9 * torch.cuda.get_device_properties(0).total_memory for run in runs
+    )

@@ -21,14 +21,28 @@ def test_hf_is_the_default_and_brings_no_vllm_settings():
 
 
 def test_vllm_carries_its_engine_settings_and_lm_evals():
-    params = parse_params({"bench": {"data_dir": None}, "lora": {"rank": 4},
-                           "sampler": {"engine": "vllm", "memory_fraction": 0.2, "max_num_seqs": 64}})
+    params = parse_params(
+        {
+            "bench": {"data_dir": None},
+            "lora": {"rank": 4},
+            "sampler": {"engine": "vllm", "memory_fraction": 0.2, "max_num_seqs": 64},
+        }
+    )
     sampler = pick_sampler(params)
     assert isinstance(sampler, VllmSampler) and sampler.name == "vllm"
-    assert (sampler.dtype, sampler.lora_rank, sampler.memory_fraction, sampler.max_num_seqs) == (resolve_dtype("auto", "cpu")[0], 4, 0.2, 64)
-    assert sampler.lmeval_vllm_args() == {"gpu_memory_utilization": 0.2, "enforce_eager": True, "max_num_seqs": 64,
-                                          "max_lora_rank": 8,  # vLLM's smallest compiled rank above 4
-                                          "max_model_len": params.update.max_seq_len}
+    assert (sampler.dtype, sampler.lora_rank, sampler.memory_fraction, sampler.max_num_seqs) == (
+        resolve_dtype("auto", "cpu")[0],
+        4,
+        0.2,
+        64,
+    )
+    assert sampler.lmeval_vllm_args() == {
+        "gpu_memory_utilization": 0.2,
+        "enforce_eager": True,
+        "max_num_seqs": 64,
+        "max_lora_rank": 8,  # vLLM's smallest compiled rank above 4
+        "max_model_len": params.update.max_seq_len,
+    }
 
 
 def test_bench_settings_carry_the_picked_sampler_not_the_params():

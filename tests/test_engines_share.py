@@ -28,8 +28,9 @@ NOTHING = "Nothing to be done"
 
 
 def _stage(name: str, outs: list[str], deps: list[str]) -> SimpleNamespace:
-    return SimpleNamespace(name=name, outs=[SimpleNamespace(def_path=p) for p in outs],
-                           deps=[SimpleNamespace(def_path=p) for p in deps])
+    return SimpleNamespace(
+        name=name, outs=[SimpleNamespace(def_path=p) for p in outs], deps=[SimpleNamespace(def_path=p) for p in deps]
+    )
 
 
 def _write(path: Path, when: float) -> None:
@@ -76,8 +77,13 @@ def snakemade(tmp_path_factory, tiny_params_dict) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("both_engines")
     params = dict(tiny_params_dict)
     params["dag"] = {**params["dag"], "generations": 1, "update_jobs": 1, "arms": ["baseline"]}
-    params["bench"] = {**params["bench"], "benchmarks": ["gsm8k"], "limit": 1, "max_new_tokens": 16,
-                       "data_dir": str(REPO.parent / "shared" / "benchmarks")}
+    params["bench"] = {
+        **params["bench"],
+        "benchmarks": ["gsm8k"],
+        "limit": 1,
+        "max_new_tokens": 16,
+        "data_dir": str(REPO.parent / "shared" / "benchmarks"),
+    }
     new_dvc_project(root, params, snakemake=True)
     result = _snakemake(root)
     return root, result.stdout + result.stderr
@@ -102,8 +108,10 @@ def test_dvc_experiments_start_from_the_snakemake_run_and_snakemake_adopts_them(
     # an experiment reruns only the stages its change reaches, the rest are the Snakemake run's
     exp = _run(root, f"{BIN}/dvc", "exp", "run", "-n", "longer", "-S", "bench.max_new_tokens=20").stdout
     ran = {line.split("'")[1].split("@")[0] for line in exp.splitlines() if line.startswith("Running stage")}
-    assert ran <= {"dag_shape", "bench_base", "bench", "bench_base_together", "bench_together", "bench_summary",
-                   "report"} and "bench" in ran, exp[-3000:]
+    assert (
+        ran <= {"dag_shape", "bench_base", "bench", "bench_base_together", "bench_together", "bench_summary", "report"}
+        and "bench" in ran
+    ), exp[-3000:]
     diff = json.loads(_run(root, f"{BIN}/dvc", "metrics", "diff", "HEAD", "longer", "--all", "--json").stdout)
     assert "math.base" in diff["results/headline.json"]
     # Snakemake recorded the old bench.max_new_tokens: it would rerun what DVC just ran, until it adopts it

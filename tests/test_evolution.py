@@ -66,14 +66,28 @@ def test_a_sub_population_of_two_crosses_its_survivor_with_the_member_it_replace
 def test_parents_from_survivors_only_falls_back_to_mutation_with_one_survivor():
     two = members(("a", 30.0, 1.0), ("b", 20.0, 1.0))
     for seed in range(20):
-        plan = plan_replacement(two, replace_k=1, operator_mix={"svd_split": 1.0}, seed=seed, generation=1,
-                                parents="survivors")
+        plan = plan_replacement(
+            two, replace_k=1, operator_mix={"svd_split": 1.0}, seed=seed, generation=1, parents="survivors"
+        )
         assert plan[0]["operator"] == "gaussian_all" and plan[0]["parents"] == ["a"]
-        plan = plan_replacement(two, replace_k=1, operator_mix={"svd_split": 5.0, "mask_components": 1.0},
-                                seed=seed, generation=1, parents="survivors")
+        plan = plan_replacement(
+            two,
+            replace_k=1,
+            operator_mix={"svd_split": 5.0, "mask_components": 1.0},
+            seed=seed,
+            generation=1,
+            parents="survivors",
+        )
         assert plan[0]["operator"] == "mask_components"
-    plan = plan_replacement(two, replace_k=1, operator_mix={"layerwise": 1.0}, seed=0, generation=1,
-                            fallback_mutation="svd_scale_rotate", parents="survivors")
+    plan = plan_replacement(
+        two,
+        replace_k=1,
+        operator_mix={"layerwise": 1.0},
+        seed=0,
+        generation=1,
+        fallback_mutation="svd_scale_rotate",
+        parents="survivors",
+    )
     assert plan[0]["operator"] == "svd_scale_rotate"
     with pytest.raises(ValueError, match="parent selection"):
         plan_replacement(two, replace_k=1, operator_mix={"layerwise": 1.0}, seed=0, generation=1, parents="elite")
@@ -92,7 +106,8 @@ def test_operator_mix_frequencies():
     pop = members(*[(f"m{i}", 25.0 + i, 1.0) for i in range(8)])
     mix = {"gaussian_all": 3.0, "svd_split": 1.0, "dare": 0.0}
     counts = Counter(
-        p["operator"] for g in range(400)
+        p["operator"]
+        for g in range(400)
         for p in plan_replacement(pop, replace_k=2, operator_mix=mix, seed=0, generation=g)
     )
     assert counts["dare"] == 0
@@ -102,8 +117,9 @@ def test_operator_mix_frequencies():
 def test_parent_pool_parameter():
     pop = members(*[(f"m{i}", 25.0 + i, 1.0) for i in range(6)])  # m5 strongest
     for g in range(30):
-        for p in plan_replacement(pop, replace_k=3, operator_mix={"gaussian_all": 1.0}, seed=0, generation=g,
-                                  parent_pool=1):
+        for p in plan_replacement(
+            pop, replace_k=3, operator_mix={"gaussian_all": 1.0}, seed=0, generation=g, parent_pool=1
+        ):
             assert p["parents"] == ["m5"]
 
 
@@ -132,8 +148,16 @@ def test_replace_zero_and_duplicates():
 def _swap_in(members, plan):
     """The member list after `plan`: each replaced member's place holds its child (as the evolve stage does)."""
     by_victim = {p["replaces"]: p for p in plan}
-    return [dict(m) if m["id"] not in by_victim else {"id": by_victim[m["id"]]["child_id"],
-            "mu": by_victim[m["id"]]["inherited_mu"], "sigma": by_victim[m["id"]]["sigma"]} for m in members]
+    return [
+        dict(m)
+        if m["id"] not in by_victim
+        else {
+            "id": by_victim[m["id"]]["child_id"],
+            "mu": by_victim[m["id"]]["inherited_mu"],
+            "sigma": by_victim[m["id"]]["sigma"],
+        }
+        for m in members
+    ]
 
 
 def test_plan_replaces_the_weakest_and_resets_sigma_on_request():
@@ -166,8 +190,19 @@ def test_lineage_events_and_lanes():
     for e in lineage[4:]:
         assert lanes[e["child_id"]] == lanes[e["replaces"]]
     with pytest.raises(ValueError, match="not in the lineage"):
-        append_lineage(founder_events(["a"]), [{"child_id": "c", "parents": ["ghost"], "operator": "gaussian_all",
-                                                "seed": 1, "generation": 1, "replaces": "a"}])
+        append_lineage(
+            founder_events(["a"]),
+            [
+                {
+                    "child_id": "c",
+                    "parents": ["ghost"],
+                    "operator": "gaussian_all",
+                    "seed": 1,
+                    "generation": 1,
+                    "replaces": "a",
+                }
+            ],
+        )
 
 
 def test_draw_family_tree_writes_png(tmp_path):
@@ -193,29 +228,54 @@ def test_teachers_rank_by_reward_under_learnability_students_by_trueskill():
     assert uses_reward_fitness("teachers", "learnability")
     assert not uses_reward_fitness("teachers", "zero_sum")
     assert not uses_reward_fitness("students", "learnability")
-    assert uses_reward_fitness("students", "learnability", "reward") and not uses_reward_fitness("teachers", "learnability", "trueskill")
+    assert uses_reward_fitness("students", "learnability", "reward") and not uses_reward_fitness(
+        "teachers", "learnability", "trueskill"
+    )
 
 
 def _state(teachers, students):
     from populora.core.state import State
 
     slots = list(dict.fromkeys(teachers + students))
-    return State(arm="population", generation=0, teachers=teachers, students=students,
-                 members={s: f"population/{s}@g000" for s in slots},
-                 ratings={s: {"mu": 25.0, "sigma": 8.0} for s in slots}, lineage=[])
+    return State(
+        arm="population",
+        generation=0,
+        teachers=teachers,
+        students=students,
+        members={s: f"population/{s}@g000" for s in slots},
+        ratings={s: {"mu": 25.0, "sigma": 8.0} for s in slots},
+        lineage=[],
+    )
 
 
 def test_generation_replacement_records_every_members_fitness_and_spares_a_sub_population_of_one():
     from populora.population.evolution import plan_generation_replacement
 
     state = _state(["t0", "t1", "t2"], ["s0"])
-    ratings = {"t0": {"mu": 30.0, "sigma": 2.0}, "t1": {"mu": 20.0, "sigma": 2.0}, "t2": {"mu": 25.0, "sigma": 2.0},
-               "s0": {"mu": 25.0, "sigma": 3.0}}
+    ratings = {
+        "t0": {"mu": 30.0, "sigma": 2.0},
+        "t1": {"mu": 20.0, "sigma": 2.0},
+        "t2": {"mu": 25.0, "sigma": 2.0},
+        "s0": {"mu": 25.0, "sigma": 3.0},
+    }
     # t1 wins the most games (unsolvable tasks) but learnability paid it nothing
-    records = {"t0/propose": {"sum": 1.0, "count": 4}, "t1/propose": {"sum": -2.0, "count": 4},
-               "t2/propose": {"sum": 2.0, "count": 4}, "s0/solve": {"sum": 0.0, "count": 4}}
-    result = plan_generation_replacement(state, ratings, records, generation=1, replace=1, operator_mix={"gaussian_all": 1.0},
-                                         teacher_mode="learnability", fitness_mode="auto", seed_of=lambda role: 3)
+    records = {
+        "t0/propose": {"sum": 1.0, "count": 4},
+        "t1/propose": {"sum": -2.0, "count": 4},
+        "t2/propose": {"sum": 2.0, "count": 4},
+        "s0/solve": {"sum": 0.0, "count": 4},
+    }
+    result = plan_generation_replacement(
+        state,
+        ratings,
+        records,
+        generation=1,
+        replace=1,
+        operator_mix={"gaussian_all": 1.0},
+        teacher_mode="learnability",
+        fitness_mode="auto",
+        seed_of=lambda role: 3,
+    )
     assert [e["slot"] for e in result["events"]] == ["t1"]  # the student sub-population of one is never replaced
     assert [r["slot"] for r in result["rankings"]["teachers"]] == ["t2", "t0", "t1"]
     assert [r["fitness"] for r in result["rankings"]["teachers"]] == [0.5, 0.25, -0.5]
@@ -248,12 +308,27 @@ def test_replacement_records_each_members_uncertainty_and_flags_a_call_within_no
     from populora.population.evolution import accumulate_rewards, plan_generation_replacement
 
     state = _state(["t0", "t1"], ["s0", "s1"])
-    close = {"t0": {"mu": 25.0, "sigma": 8.0}, "t1": {"mu": 25.0, "sigma": 8.0},
-             "s0": {"mu": 26.0, "sigma": 7.0}, "s1": {"mu": 24.0, "sigma": 7.0}}
-    records = accumulate_rewards({}, {"t0/propose": {"sum": 2.0, "sumsq": 2.0, "count": 4},
-                                      "t1/propose": {"sum": -4.0, "sumsq": 4.0, "count": 4}})
-    result = plan_generation_replacement(state, close, records, generation=1, replace=1, operator_mix={"layerwise": 1.0},
-                                         teacher_mode="learnability", fitness_mode="auto", seed_of=lambda role: 3)
+    close = {
+        "t0": {"mu": 25.0, "sigma": 8.0},
+        "t1": {"mu": 25.0, "sigma": 8.0},
+        "s0": {"mu": 26.0, "sigma": 7.0},
+        "s1": {"mu": 24.0, "sigma": 7.0},
+    }
+    records = accumulate_rewards(
+        {},
+        {"t0/propose": {"sum": 2.0, "sumsq": 2.0, "count": 4}, "t1/propose": {"sum": -4.0, "sumsq": 4.0, "count": 4}},
+    )
+    result = plan_generation_replacement(
+        state,
+        close,
+        records,
+        generation=1,
+        replace=1,
+        operator_mix={"layerwise": 1.0},
+        teacher_mode="learnability",
+        fitness_mode="auto",
+        seed_of=lambda role: 3,
+    )
     events = {e["role"]: e for e in result["events"]}
     assert events["students"]["replaces"] == "population/s1@g000" and events["students"]["within_noise"]
     assert 0.5 < events["students"]["confidence"] < 0.95  # two points of mu against sigmas of 7

@@ -33,8 +33,11 @@ def disk(tmp_path):
     """A DISK_KB tmpfs, mounted for the test and unmounted after it."""
     mount_point = tmp_path / "disk"
     mount_point.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_KB}k,mode=0755", "tmpfs", str(mount_point)],
-                             capture_output=True, text=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK_KB}k,mode=0755", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {mounted.stderr.strip()}")
     try:
@@ -57,8 +60,14 @@ def fill(disk: Path, leave: int = 0) -> Path:
 
 
 def stage(module: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
 
 
 def entries(folder: Path) -> list[str]:
@@ -95,8 +104,20 @@ def test_update_gather_on_a_full_disk_names_its_file_and_the_rerun_completes(dis
         (parts / str(part) / "update_stats.json").write_text(json.dumps({slot: {"steps": 1}}))
 
     def gather(out: Path, log: Path | None = None):
-        return stage("stages.update_gather", "--params", str(params), "--arm", "population", "--gen", "0",
-                     "--parts", str(parts), "--trained", str(out), *(("--log", str(log)) if log else ()))
+        return stage(
+            "stages.update_gather",
+            "--params",
+            str(params),
+            "--arm",
+            "population",
+            "--gen",
+            "0",
+            "--parts",
+            str(parts),
+            "--trained",
+            str(out),
+            *(("--log", str(log)) if log else ()),
+        )
 
     roomy = gather(tmp_path / "trained")
     assert roomy.returncode == 0, roomy.stderr[-2000:]
@@ -112,4 +133,7 @@ def test_update_gather_on_a_full_disk_names_its_file_and_the_rerun_completes(dis
     again = gather(out)
     assert again.returncode == 0, again.stderr[-2000:]
     files = lambda root: {p: (root / p).read_bytes() for p in entries(root) if (root / p).is_file()}  # noqa: E731
-    assert files(out) == files(tmp_path / "trained") and entries(disk) == ["trained", *(f"trained/{p}" for p in entries(out))]
+    assert files(out) == files(tmp_path / "trained") and entries(disk) == [
+        "trained",
+        *(f"trained/{p}" for p in entries(out)),
+    ]

@@ -34,8 +34,17 @@ def test_garbage_through_every_stage_idle_and_beside_cpu_hogs():
     """400 completions of every kind: nothing raises, every failed row has a known reason, nothing
     escapes the sandbox, and the verdicts beside two busy loops equal those on the idle machine."""
     samples = generate(400, seed=50)
-    assert {s.kind for s in samples} >= {"grammar", "mutated", "nested", "random_bytes", "not_python", "escape",
-                                         "program_answer", "parser_talk", "unterminated_fence"}
+    assert {s.kind for s in samples} >= {
+        "grammar",
+        "mutated",
+        "nested",
+        "random_bytes",
+        "not_python",
+        "escape",
+        "program_answer",
+        "parser_talk",
+        "unterminated_fence",
+    }
     report = fuzz(samples, hogs=2)
     assert report["failures"] == [] and report["escapes"] == []
     assert report["verdicts_differ"] == 0 and report["verdicts_compared"] == 2 * len(samples)
@@ -49,8 +58,12 @@ TEXT = st.lists(st.one_of(st.sampled_from(TOKENS), st.text(max_size=12)), max_si
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
-@given(text=TEXT, task_type=st.sampled_from(["code_o", "code_i", "code_f"]), mode=st.sampled_from(["scaffolded", "free_form"]),
-       truncated=st.booleans())
+@given(
+    text=TEXT,
+    task_type=st.sampled_from(["code_o", "code_i", "code_f"]),
+    mode=st.sampled_from(["scaffolded", "free_form"]),
+    truncated=st.booleans(),
+)
 def test_parsers_return_a_known_reason_and_never_raise(text, task_type, mode, truncated):
     row = parse_proposal(text, task_type, mode=mode, n_inputs=3, truncated=truncated)
     assert row["parse_reason"] is None or row["parse_reason"] in PARSE_REASONS
@@ -69,11 +82,49 @@ def _exhaustive_prefix(src: str):
     return None
 
 
-LINES = st.lists(st.sampled_from(["def f(a):", "    return a", "    x = (", "    )", "x = 1 +", "y = 2", "  z = 3",
-                                  "class C:", "    pass", "'''", "if a:", "else:", "print(f(1))", "return", "def g(:",
-                                  "    return [", "1]", "", "x = [1,", "     2", "     3]", "\"\"\"doc", "a = \\", "  b",
-                                  "    if a:", "        return 1", "    else:", "\tpass", "@dec", "def h():", "# note", "  ", "x = 1  # c", "\\", "match a:", "    case 1:"]),
-                 max_size=14).map("\n".join)
+LINES = st.lists(
+    st.sampled_from(
+        [
+            "def f(a):",
+            "    return a",
+            "    x = (",
+            "    )",
+            "x = 1 +",
+            "y = 2",
+            "  z = 3",
+            "class C:",
+            "    pass",
+            "'''",
+            "if a:",
+            "else:",
+            "print(f(1))",
+            "return",
+            "def g(:",
+            "    return [",
+            "1]",
+            "",
+            "x = [1,",
+            "     2",
+            "     3]",
+            '"""doc',
+            "a = \\",
+            "  b",
+            "    if a:",
+            "        return 1",
+            "    else:",
+            "\tpass",
+            "@dec",
+            "def h():",
+            "# note",
+            "  ",
+            "x = 1  # c",
+            "\\",
+            "match a:",
+            "    case 1:",
+        ]
+    ),
+    max_size=14,
+).map("\n".join)
 
 
 @settings(max_examples=400, deadline=None, derandomize=True)
@@ -88,10 +139,17 @@ def test_the_bounded_prefix_search_finds_what_the_exhaustive_one_found(src):
 
 def test_a_deeply_nested_expression_is_a_syntax_reason_not_a_crash():
     """ast.parse raises MemoryError (parser stack) or RecursionError on these; propose and solve crashed."""
-    for expression in ("-" * 200_000 + "1", "not " * 100_000 + "1", "+".join(["1"] * 4000), "a" + "()" * 5000,
-                       "lambda: " * 50_000 + "1"):
+    for expression in (
+        "-" * 200_000 + "1",
+        "not " * 100_000 + "1",
+        "+".join(["1"] * 4000),
+        "a" + "()" * 5000,
+        "lambda: " * 50_000 + "1",
+    ):
         program = f"def f(a):\n    return {expression}"
-        proposal = parse_proposal(f"```python\n{program}\n```\n```input\n1\n```", "code_o", mode="scaffolded", n_inputs=1)
+        proposal = parse_proposal(
+            f"```python\n{program}\n```\n```input\n1\n```", "code_o", mode="scaffolded", n_inputs=1
+        )
         assert proposal["parse_reason"] in ("syntax", "too_long")
         assert parse_answer(f"```python\n{program}\n```", "code_f", mode="scaffolded")[1] in ("syntax", "too_long")
 

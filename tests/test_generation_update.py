@@ -45,8 +45,9 @@ def _training_a(tiny_model_dir, adapters):
 
 
 def _chat(tokenizer):
-    return lambda p: tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                                   add_generation_prompt=True)
+    return lambda p: tokenizer.apply_chat_template(
+        [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
+    )
 
 
 def _sampled_rollouts(tiny_model_dir, adapters, *, temperature=0.8, top_p=0.9, max_new_tokens=16, seed=1):
@@ -54,11 +55,21 @@ def _sampled_rollouts(tiny_model_dir, adapters, *, temperature=0.8, top_p=0.9, m
     tokenizer, model = load_base(tiny_model_dir)
     model = attach_multilora(model, adapters)
     chat = _chat(tokenizer)
-    plans = [prompts.scaffolded_plan("Write f.", prompts.proposer_steps("code_o", 10), chat),
-             prompts.scaffolded_plan("Give inputs.", prompts.proposer_steps("code_f", 4), chat)]
+    plans = [
+        prompts.scaffolded_plan("Write f.", prompts.proposer_steps("code_o", 10), chat),
+        prompts.scaffolded_plan("Give inputs.", prompts.proposer_steps("code_f", 4), chat),
+    ]
     rows = [GenRow(plan, adapter) for adapter in ("a", "b", None) for plan in plans] * 2
-    results = run_plans(model, tokenizer, rows, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                        batch_size=8, seed=seed)
+    results = run_plans(
+        model,
+        tokenizer,
+        rows,
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
+        batch_size=8,
+        seed=seed,
+    )
     return rows, results
 
 
@@ -69,8 +80,9 @@ def test_mixed_batch_matches_adapter_by_adapter(tiny_model_dir, tmp_path):
     plan = prompts.scaffolded_plan("Write f.", prompts.proposer_steps("code_o", 10), _chat(tokenizer))
     kwargs = dict(temperature=0, top_p=1.0, max_new_tokens=8, batch_size=8, seed=0)
     mixed = run_plans(model, tokenizer, [GenRow(plan, "a"), GenRow(plan, "b"), GenRow(plan, None)], **kwargs)
-    alone = {name: run_plans(model, tokenizer, [GenRow(plan, name)], **kwargs)[0].completion
-             for name in ("a", "b", None)}
+    alone = {
+        name: run_plans(model, tokenizer, [GenRow(plan, name)], **kwargs)[0].completion for name in ("a", "b", None)
+    }
     assert [r.completion for r in mixed] == [alone["a"], alone["b"], alone[None]]
     assert mixed[0].completion != mixed[1].completion, "different adapters should generate differently"
     assert all(r.segments[0]["text"] == plan.prompt and not r.segments[0]["train"] for r in mixed)
@@ -104,15 +116,32 @@ def test_greedy_decode_loop_equals_generate_with_left_padding(tiny_model_dir, tm
     adapters = _adapters(tiny_model_dir, tmp_path)
     tokenizer, model = load_base(tiny_model_dir)
     model = attach_multilora(model, adapters)
-    contexts = [tokenizer("def f(a, b):\n    return", add_special_tokens=False)["input_ids"],
-                tokenizer("'Hello world'", add_special_tokens=False)["input_ids"]]
+    contexts = [
+        tokenizer("def f(a, b):\n    return", add_special_tokens=False)["input_ids"],
+        tokenizer("'Hello world'", add_special_tokens=False)["input_ids"],
+    ]
     for adapter in ("a", "b"):
-        ours = sample_batch(model, tokenizer, contexts, budget=10, stops=(), suppress_first=None, temperature=0,
-                            top_p=1.0, generator=torch.Generator().manual_seed(0), adapters=[adapter, adapter])
+        ours = sample_batch(
+            model,
+            tokenizer,
+            contexts,
+            budget=10,
+            stops=(),
+            suppress_first=None,
+            temperature=0,
+            top_p=1.0,
+            generator=torch.Generator().manual_seed(0),
+            adapters=[adapter, adapter],
+        )
         for context, sampled in zip(contexts, ours):
-            out = model.generate(input_ids=torch.tensor([context]), max_new_tokens=10, do_sample=False,
-                                 pad_token_id=tokenizer.pad_token_id, adapter_names=[adapter])
-            expected = out[0, len(context):].tolist()
+            out = model.generate(
+                input_ids=torch.tensor([context]),
+                max_new_tokens=10,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+                adapter_names=[adapter],
+            )
+            expected = out[0, len(context) :].tolist()
             assert sampled.ids == expected[: len(sampled.ids)]
 
 
@@ -154,17 +183,27 @@ def test_update_scores_equal_the_sampler_scores(tiny_model_dir, tmp_path):
 def test_update_reports_on_policy_scores_and_trains_only_its_adapter(tiny_model_dir, tmp_path):
     adapters = _adapters(tiny_model_dir, tmp_path)
     rows, results = _sampled_rollouts(tiny_model_dir, adapters)
-    rollouts = [{"segments": r.segments, "advantage": adv}
-                for row, r, adv in zip(rows, results, [1.0, -1.0, 0.5, 0.0, -0.5, 1.0] * 2) if row.adapter == "a"]
+    rollouts = [
+        {"segments": r.segments, "advantage": adv}
+        for row, r, adv in zip(rows, results, [1.0, -1.0, 0.5, 0.0, -0.5, 1.0] * 2)
+        if row.adapter == "a"
+    ]
     tokenizer, model = load_base(tiny_model_dir)
     tokenizer.padding_side = "right"
     base_before = {n: p.detach().clone() for n, p in model.named_parameters()}
     model = attach_adapters(model, adapters, trainable="a")
     lora_before = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
     accelerator = Accelerator(cpu=True)
-    stats = reinforce_steps(accelerator, model, tokenizer, "a", rollouts, UpdateSection(
-        steps=2, learning_rate=1e-2, micro_batch=2, max_seq_len=4096, max_tokens_per_micro_batch=256),
-        optimizer_file=None, optimizer_out=tmp_path / "opt.safetensors")
+    stats = reinforce_steps(
+        accelerator,
+        model,
+        tokenizer,
+        "a",
+        rollouts,
+        UpdateSection(steps=2, learning_rate=1e-2, micro_batch=2, max_seq_len=4096, max_tokens_per_micro_batch=256),
+        optimizer_file=None,
+        optimizer_out=tmp_path / "opt.safetensors",
+    )
     assert stats["optimizer_steps"] == 2
     assert stats["rollouts_with_signal"] == len([r for r in rollouts if r["advantage"]])
     assert stats["sampler_logprob_max_abs_diff"] < 1e-4, stats
@@ -184,9 +223,16 @@ def test_update_reports_on_policy_scores_and_trains_only_its_adapter(tiny_model_
     # as not trainable) must train too, and leave the first one as it now is.
     a_after = {n: p.detach().clone() for n, p in model.named_parameters() if ".a." in n and "lora_" in n}
     b_before = {n: p.detach().clone() for n, p in model.named_parameters() if ".b." in n and "lora_" in n}
-    stats = reinforce_steps(accelerator, model, tokenizer, "b", rollouts, UpdateSection(
-        steps=1, learning_rate=1e-2, micro_batch=2, max_seq_len=4096, max_tokens_per_micro_batch=None),
-        optimizer_file=None, optimizer_out=tmp_path / "opt_b.safetensors")
+    stats = reinforce_steps(
+        accelerator,
+        model,
+        tokenizer,
+        "b",
+        rollouts,
+        UpdateSection(steps=1, learning_rate=1e-2, micro_batch=2, max_seq_len=4096, max_tokens_per_micro_batch=None),
+        optimizer_file=None,
+        optimizer_out=tmp_path / "opt_b.safetensors",
+    )
     now = dict(model.named_parameters())
     assert stats["optimizer_steps"] == 1
     assert stats["sampler_logprob_max_abs_diff"] > 1e-3, "a's rollouts scored under b are off-policy"
@@ -199,15 +245,19 @@ def test_the_update_with_shared_prompts_trains_as_the_unshared_one(tiny_model_di
     the adapter's weights and the update's diagnostics equal the unshared update's up to float rounding."""
     adapters = _adapters(tiny_model_dir, tmp_path)
     rows, results = _sampled_rollouts(tiny_model_dir, adapters)
-    rollouts = [{"segments": r.segments, "advantage": adv}
-                for row, r, adv in zip(rows, results, [1.0, -1.0, 0.5, 0.0, -0.5, 1.0] * 2) if row.adapter == "a"]
+    rollouts = [
+        {"segments": r.segments, "advantage": adv}
+        for row, r, adv in zip(rows, results, [1.0, -1.0, 0.5, 0.0, -0.5, 1.0] * 2)
+        if row.adapter == "a"
+    ]
     trained, stats = {}, {}
     for share in (False, True):
         tokenizer, model = load_base(tiny_model_dir)
         model = attach_adapters(model, adapters, trainable="a")
         config = UpdateSection(steps=2, learning_rate=1e-2, micro_batch=4, max_seq_len=4096, share_prompts=share)
-        stats[share] = reinforce_steps(Accelerator(cpu=True), model, tokenizer, "a", rollouts, config,
-                                       optimizer_file=None, optimizer_out=None)
+        stats[share] = reinforce_steps(
+            Accelerator(cpu=True), model, tokenizer, "a", rollouts, config, optimizer_file=None, optimizer_out=None
+        )
         trained[share] = {n: p.detach().clone() for n, p in model.named_parameters() if ".a." in n and "lora_" in n}
     assert stats[True]["micro_batches"] == 2  # the two prompts' answers apart (together when unshared: 4 rows fit)
     for name, weight in trained[False].items():
@@ -222,15 +272,33 @@ def test_sequences_train_the_stop_token_in_its_own_context():
         {"text": "P", "train": False, "ids": [1, 2, 3]},
         {"text": "```python\n", "train": False, "ids": [4]},
         # sampled "x = 1" then "\nf(" (a stop the next prefill does not repeat): 2 of 4 ids stay in context
-        {"text": "x = 1\n", "train": True, "ids": [5, 6, 7, 8], "keep": 2, "logprobs": [-1, -2, -3, -4],
-         "sampling": {"temperature": 0.6, "top_p": 1.0, "suppress_first": None}},
+        {
+            "text": "x = 1\n",
+            "train": True,
+            "ids": [5, 6, 7, 8],
+            "keep": 2,
+            "logprobs": [-1, -2, -3, -4],
+            "sampling": {"temperature": 0.6, "top_p": 1.0, "suppress_first": None},
+        },
         {"text": "```\n```input\n", "train": False, "ids": [9, 10]},
         # sampled "3" then the closing fence, which the next prefill repeats: every id stays
-        {"text": "3", "train": True, "ids": [11, 12], "keep": 2, "logprobs": [-5, -6],
-         "sampling": {"temperature": 0.6, "top_p": 0.9, "suppress_first": [12, 13]}},
+        {
+            "text": "3",
+            "train": True,
+            "ids": [11, 12],
+            "keep": 2,
+            "logprobs": [-5, -6],
+            "sampling": {"temperature": 0.6, "top_p": 0.9, "suppress_first": [12, 13]},
+        },
         {"text": "\n", "train": False, "ids": [14]},
-        {"text": "4", "train": True, "ids": [15, 2], "keep": 1, "logprobs": [-7, -8],
-         "sampling": {"temperature": 0.6, "top_p": 1.0, "suppress_first": None}},
+        {
+            "text": "4",
+            "train": True,
+            "ids": [15, 2],
+            "keep": 1,
+            "logprobs": [-7, -8],
+            "sampling": {"temperature": 0.6, "top_p": 1.0, "suppress_first": None},
+        },
     ]
     sequences, truncated = rollout_sequences(segments, 0, 100)
     main, branch = sequences
@@ -265,8 +333,14 @@ def test_rollouts_without_token_ids_fail_clearly():
     with pytest.raises(RolloutFormatError, match="regenerate"):
         rollout_sequences([{"text": "prompt", "train": False}, {"text": "def", "train": True}], 0, 100)
     with pytest.raises(RolloutFormatError, match="sampling"):  # no silent temperature 1.0
-        rollout_sequences([{"text": "prompt", "train": False, "ids": [1]},
-                           {"text": "def", "train": True, "ids": [2], "sampling": {"top_p": 1.0}}], 0, 100)
+        rollout_sequences(
+            [
+                {"text": "prompt", "train": False, "ids": [1]},
+                {"text": "def", "train": True, "ids": [2], "sampling": {"top_p": 1.0}},
+            ],
+            0,
+            100,
+        )
 
 
 def test_micro_batches_respect_rows_and_token_budget():
@@ -286,7 +360,9 @@ def test_shared_micro_batches_keep_a_prompts_answers_together_within_the_budgets
     prompt_a, prompt_b = list(range(10, 40)), list(range(50, 60))  # 30 and 10 prompt tokens
 
     def answer(prompt, rollout, length):
-        return Sequence(ids=[*prompt, *range(length)], rollout=rollout, targets=list(range(len(prompt), len(prompt) + length)))
+        return Sequence(
+            ids=[*prompt, *range(length)], rollout=rollout, targets=list(range(len(prompt), len(prompt) + length))
+        )
 
     sequences = [answer(prompt_a, i, 5 + i) for i in range(5)] + [answer(prompt_b, 5 + i, 4) for i in range(2)]
     sequences.append(answer(list(range(70, 90)), 7, 6))  # a prompt of its own
@@ -396,12 +472,16 @@ def test_non_empty_step_never_opens_with_a_block_ender(tiny_model_dir):
     tokenizer, model = load_base(tiny_model_dir)
     enders = set(block_enders(tokenizer))
     assert tokenizer.eos_token_id in enders
-    assert all(tokenizer.decode([i]).strip(" \t") == "" or tokenizer.decode([i]).lstrip(" \t")[0] in "`\r\n"
-               for i in enders if i not in tokenizer.all_special_ids)
+    assert all(
+        tokenizer.decode([i]).strip(" \t") == "" or tokenizer.decode([i]).lstrip(" \t")[0] in "`\r\n"
+        for i in enders
+        if i not in tokenizer.all_special_ids
+    )
     step = prompts.Step("```input\n", stop=prompts.INPUT_STOPS, max_tokens=4, non_empty=True)
     plan = prompts.Plan("Give an input.", (step,))
-    results = run_plans(model, tokenizer, [GenRow(plan, None)] * 16, temperature=1.5, top_p=1.0, max_new_tokens=4,
-                        batch_size=16, seed=3)
+    results = run_plans(
+        model, tokenizer, [GenRow(plan, None)] * 16, temperature=1.5, top_p=1.0, max_new_tokens=4, batch_size=16, seed=3
+    )
     pieces = [r.segments[-1]["text"] for r in results]
     assert all(piece.strip(" \t") and piece.lstrip(" \t")[0] not in "`\r\n" for piece in pieces), pieces
     assert all(r.segments[-1]["sampling"]["suppress_first"] == sorted(enders) for r in results)
@@ -454,8 +534,10 @@ def test_carried_cache_gives_what_a_fresh_prefill_gives_and_feeds_less(tiny_mode
     # never truncate, so every row runs every step; prompts of different lengths (left padding)
     inner = tuple(prompts.Step(prefill, stop=("e", "a"), max_tokens=5, must_stop=False) for prefill in ("x", "", " y"))
     plans = [prompts.Plan(chat(text), inner) for text in ("Go.", "Write something long enough to pad the others.")]
-    plans += [prompts.scaffolded_plan("Write f.", prompts.proposer_steps("code_o", 10), chat),
-              prompts.scaffolded_plan("Give inputs.", prompts.proposer_steps("code_f", 6), chat)]
+    plans += [
+        prompts.scaffolded_plan("Write f.", prompts.proposer_steps("code_o", 10), chat),
+        prompts.scaffolded_plan("Give inputs.", prompts.proposer_steps("code_f", 6), chat),
+    ]
     rows = [GenRow(plan, adapter) for adapter in ("a", "b", None) for plan in plans]
     kwargs = dict(temperature=temperature, top_p=0.9, max_new_tokens=12, batch_size=4, seed=5)
     results, fed = {}, {}

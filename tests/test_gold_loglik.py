@@ -22,8 +22,11 @@ def _manual(model, tokenizer, context: str, gold: str) -> float:
 
 def test_gold_logprobs_equal_a_plain_forward_and_follow_the_adapter(tiny_model_dir, tmp_path):
     tokenizer, model = load_base(tiny_model_dir)
-    items = [GoldItem("```python\ndef f(a, b):\n    return a + b\n```\n```output\n", "3\n```"),
-             GoldItem("short", "'Hello world'"), GoldItem("x", "")]
+    items = [
+        GoldItem("```python\ndef f(a, b):\n    return a + b\n```\n```output\n", "3\n```"),
+        GoldItem("short", "'Hello world'"),
+        GoldItem("x", ""),
+    ]
     scored = gold_logprobs(model, tokenizer, items, batch_size=2)
     for item, (value, n) in zip(items[:2], scored[:2]):
         assert n == len(tokenizer(item.gold, add_special_tokens=False)["input_ids"])
@@ -52,18 +55,27 @@ def test_gold_scored_in_the_generation_prefill_equals_its_own_pass(tiny_model_di
 
     tokenizer, plain = load_base(tiny_model_dir)
     model = attach_multilora(plain, _adapters(tiny_model_dir, tmp_path))
-    chat = lambda p: tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,  # noqa: E731
-                                                   add_generation_prompt=True)
-    plans = [prompts.Plan(prompt=chat(text), steps=(prompts.Step("```output\n", stop="```"),))
-             for text in ("def f(x): return x + 1\nf(2)?", "What does f('ab') give for a much longer prompt here?")]
+
+    def chat(p):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+
+    plans = [
+        prompts.Plan(prompt=chat(text), steps=(prompts.Step("```output\n", stop="```"),))
+        for text in ("def f(x): return x + 1\nf(2)?", "What does f('ab') give for a much longer prompt here?")
+    ]
     golds = ["3\n```", "'abab'\n```", "[1, 2, 3, 4, 5, 6, 7, 8]\n```"]
     rows = [GenRow(plan, adapter, gold) for adapter in ("a", "b", None) for plan in plans for gold in golds]
     kwargs = dict(temperature=0, top_p=1.0, max_new_tokens=6, batch_size=4, seed=0)
     scored = run_plans(model, tokenizer, rows, **kwargs)
     plain_rows = [GenRow(row.plan, row.adapter) for row in rows]
     assert [r.completion for r in scored] == [r.completion for r in run_plans(model, tokenizer, plain_rows, **kwargs)]
-    alone = gold_logprobs(model, tokenizer, [GoldItem(r.plan.prompt + r.plan.steps[0].prefill, r.gold, r.adapter)
-                                             for r in rows])
+    alone = gold_logprobs(
+        model, tokenizer, [GoldItem(r.plan.prompt + r.plan.steps[0].prefill, r.gold, r.adapter) for r in rows]
+    )
     for result, (value, n) in zip(scored, alone):
         assert result.gold[1] == n
         assert result.gold[0] == pytest.approx(value, abs=1e-4)

@@ -29,10 +29,32 @@ GPU_SET = REPO / "requirements-gpu.txt"
 PLATFORM = ("--python-platform", "x86_64-manylinux_2_28", "--python-version", "3.11")
 # what the project imports at run time, apart from torch and vLLM: installed from the GPU set over this
 # environment where its version differs, to run the project's tests against them
-IMPORTED = ("transformers", "tokenizers", "huggingface-hub", "safetensors", "peft", "accelerate", "numpy", "pandas",
-            "lm-eval", "datasets", "evalplus", "pydantic", "pydantic-core", "pyyaml", "gguf")
-UNREACHABLE = ("failed to fetch", "error sending request", "dns error", "connection refused", "timed out",
-               "could not find a version that satisfies the requirement uv", "network is unreachable")
+IMPORTED = (
+    "transformers",
+    "tokenizers",
+    "huggingface-hub",
+    "safetensors",
+    "peft",
+    "accelerate",
+    "numpy",
+    "pandas",
+    "lm-eval",
+    "datasets",
+    "evalplus",
+    "pydantic",
+    "pydantic-core",
+    "pyyaml",
+    "gguf",
+)
+UNREACHABLE = (
+    "failed to fetch",
+    "error sending request",
+    "dns error",
+    "connection refused",
+    "timed out",
+    "could not find a version that satisfies the requirement uv",
+    "network is unreachable",
+)
 
 
 def _norm(name: str) -> str:
@@ -67,8 +89,12 @@ def _uv(tmp_path_factory) -> list[str]:
     if shutil.which("uv"):
         return [shutil.which("uv")]
     target = tmp_path_factory.mktemp("uv")
-    result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target), "uv"],
-                            capture_output=True, text=True, timeout=180)
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(target), "uv"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     if result.returncode != 0:
         pytest.skip(f"uv could not be installed from the registry (pip: {result.stderr.strip()[-300:]})")
     return [str(target / "bin" / "uv")]
@@ -85,14 +111,34 @@ def test_the_gpu_set_resolves_for_linux_x86_64_with_cuda_wheels(tmp_path_factory
     consistent there (torch and vLLM as wheels), and torch brings its CUDA 13 libraries."""
     uv = _uv(tmp_path_factory)
     out = tmp_path_factory.mktemp("resolved") / "resolved.txt"
-    result = subprocess.run([*uv, "pip", "compile", str(GPU_SET), *PLATFORM, "--only-binary", "torch",
-                             "--only-binary", "vllm", "--no-header", "--no-annotate", "--quiet", "-o", str(out)],
-                            capture_output=True, text=True, timeout=300, env={**os.environ, "UV_NO_PROGRESS": "1"})
+    result = subprocess.run(
+        [
+            *uv,
+            "pip",
+            "compile",
+            str(GPU_SET),
+            *PLATFORM,
+            "--only-binary",
+            "torch",
+            "--only-binary",
+            "vllm",
+            "--no-header",
+            "--no-annotate",
+            "--quiet",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "UV_NO_PROGRESS": "1"},
+    )
     _skip_if_offline(result, "uv pip compile")
     assert result.returncode == 0, result.stderr[-3000:]
     resolved, wanted = pins(out), pins(GPU_SET)
-    assert resolved == wanted, {n: (wanted.get(n), resolved.get(n)) for n in set(wanted) | set(resolved)
-                                if wanted.get(n) != resolved.get(n)}
+    assert resolved == wanted, {
+        n: (wanted.get(n), resolved.get(n)) for n in set(wanted) | set(resolved) if wanted.get(n) != resolved.get(n)
+    }
 
 
 @pytest.mark.network
@@ -113,15 +159,49 @@ def test_the_project_runs_with_the_gpu_sets_versions(tmp_path_factory):
     if not differ:
         pytest.skip("this environment already has the GPU set's versions of everything the project imports")
     target = tmp_path_factory.mktemp("gpu-set")
-    result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--only-binary", ":all:",
-                             "--target", str(target), *differ], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "--target",
+            str(target),
+            *differ,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     _skip_if_offline(result, "pip install " + " ".join(differ))
     assert result.returncode == 0, result.stderr[-3000:]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), str(REPO)])}
     check = "import transformers, numpy; print(transformers.__version__, numpy.__version__)"
     versions = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=120)
     assert versions.stdout.split() == [gpu["transformers"], gpu["numpy"]], versions.stderr[-2000:]
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-m", "not slow",
-                            "tests/test_generation_update.py", "tests/test_config.py", "tests/test_device_check.py"],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    tests = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not slow",
+            "tests/test_generation_update.py",
+            "tests/test_config.py",
+            "tests/test_device_check.py",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert tests.returncode == 0, (differ, tests.stdout[-4000:])

@@ -52,7 +52,9 @@ def _wait_for(paths, timeout=60):
 def test_the_dag_tells_its_gpu_stages_to_claim_a_device(tmp_path, monkeypatch):
     """The DAG's `gpu` stages, and only they, get --claim-gpu; a stage claims a device only with it."""
     for stage in STAGES:
-        command = stage.command({k: "X" for k in (*stage.inputs, *stage.outputs, *stage.side)}, dict.fromkeys(stage.wildcards, "0"), "L")
+        command = stage.command(
+            {k: "X" for k in (*stage.inputs, *stage.outputs, *stage.side)}, dict.fromkeys(stage.wildcards, "0"), "L"
+        )
         assert command.endswith(" --claim-gpu") == bool(stage.gpu), stage.name
     claims = []
     monkeypatch.setattr(_common, "claim_gpu", lambda log, **kwargs: claims.append(kwargs))
@@ -68,8 +70,9 @@ def test_the_dag_tells_its_gpu_stages_to_claim_a_device(tmp_path, monkeypatch):
 def test_concurrent_gpu_jobs_get_distinct_devices(tmp_path):
     stop = tmp_path / "stop"
     reports = [tmp_path / f"job{i}.txt" for i in range(3)]
-    jobs = [subprocess.Popen([sys.executable, "-c", JOB, str(REPO), str(r), str(stop)], env=_env(tmp_path))
-            for r in reports]
+    jobs = [
+        subprocess.Popen([sys.executable, "-c", JOB, str(REPO), str(r), str(stop)], env=_env(tmp_path)) for r in reports
+    ]
     try:
         _wait_for(reports)
         devices = [r.read_text().split()[:2] for r in reports]
@@ -84,11 +87,14 @@ def test_concurrent_gpu_jobs_get_distinct_devices(tmp_path):
 def test_a_job_waits_for_a_free_device_then_takes_the_released_one(tmp_path):
     stop_first = tmp_path / "stop_first"
     first, second = tmp_path / "first.txt", tmp_path / "second.txt"
-    holder = subprocess.Popen([sys.executable, "-c", JOB, str(REPO), str(first), str(stop_first)],
-                              env=_env(tmp_path, devices="5"))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", JOB, str(REPO), str(first), str(stop_first)], env=_env(tmp_path, devices="5")
+    )
     _wait_for([first])
-    waiter = subprocess.Popen([sys.executable, "-c", JOB, str(REPO), str(second), str(tmp_path / "stop_second")],
-                              env=_env(tmp_path, devices="5"))
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", JOB, str(REPO), str(second), str(tmp_path / "stop_second")],
+        env=_env(tmp_path, devices="5"),
+    )
     try:
         time.sleep(1.0)
         assert not second.exists()  # the only device is held
@@ -107,10 +113,13 @@ def test_a_job_waits_for_a_free_device_then_takes_the_released_one(tmp_path):
 
 def _claim(tmp_path, **env) -> list[str]:
     """What `claim_gpu` returns, and CUDA_VISIBLE_DEVICES after it, in a fresh process."""
-    code = ("import logging, os, sys; sys.path.insert(0, sys.argv[1]); from populora.lm.gpus import claim_gpu;"
-            "print(claim_gpu(logging.getLogger('x')), os.environ.get('CUDA_VISIBLE_DEVICES'))")
-    out = subprocess.run([sys.executable, "-c", code, str(REPO)], env=_env(tmp_path, **env),
-                         capture_output=True, text=True, timeout=60)
+    code = (
+        "import logging, os, sys; sys.path.insert(0, sys.argv[1]); from populora.lm.gpus import claim_gpu;"
+        "print(claim_gpu(logging.getLogger('x')), os.environ.get('CUDA_VISIBLE_DEVICES'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(REPO)], env=_env(tmp_path, **env), capture_output=True, text=True, timeout=60
+    )
     return out.stdout.split()
 
 
@@ -139,13 +148,15 @@ def test_an_allocation_of_several_gpus_is_shared_out(tmp_path):
 def test_a_multi_process_update_claims_its_devices_together(tmp_path):
     stop = tmp_path / "stop"
     pair, single = tmp_path / "pair.txt", tmp_path / "single.txt"
-    first = subprocess.Popen([sys.executable, "-c", JOB, str(REPO), str(pair), str(stop)],
-                             env=_env(tmp_path, devices="0,1,2", COUNT="2"))
+    first = subprocess.Popen(
+        [sys.executable, "-c", JOB, str(REPO), str(pair), str(stop)], env=_env(tmp_path, devices="0,1,2", COUNT="2")
+    )
     try:
         _wait_for([pair])
         assert pair.read_text().split()[:2] == ["0,1", "0,1"]
-        second = subprocess.Popen([sys.executable, "-c", JOB, str(REPO), str(single), str(stop)],
-                                  env=_env(tmp_path, devices="0,1,2"))
+        second = subprocess.Popen(
+            [sys.executable, "-c", JOB, str(REPO), str(single), str(stop)], env=_env(tmp_path, devices="0,1,2")
+        )
         _wait_for([single])
         assert single.read_text().split()[0] == "2"
     finally:
@@ -176,8 +187,9 @@ def _snakemake_dry(*args: str, device: str | None = None, tmp_path: Path | None 
         params["model"]["device"] = device
         (cwd / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHONPATH": str(cwd)}
-    result = subprocess.run([f"{BIN}/snakemake", "-n", "--forceall", *args], cwd=cwd, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [f"{BIN}/snakemake", "-n", "--forceall", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout + result.stderr
 
@@ -201,7 +213,9 @@ def test_gpu_rules_take_a_few_threads_not_every_core(device, tmp_path):
     params = load_params(REPO / "params.yaml")
     blocks = _blocks(_snakemake_dry("--cores", "16", device=device, tmp_path=tmp_path))
     for stage in STAGES:
-        threads = int(re.search(r"threads: (\d+)", blocks[stage.name]).group(1)) if "threads:" in blocks[stage.name] else 1
+        threads = (
+            int(re.search(r"threads: (\d+)", blocks[stage.name]).group(1)) if "threads:" in blocks[stage.name] else 1
+        )
         model_threads = GPU_THREADS if device == "cuda" else CPU_MODEL_THREADS
         if stage.alone and device == "cpu":  # the warm start takes every core (nothing runs beside it)
             model_threads = os.cpu_count() or 1
@@ -231,7 +245,9 @@ def test_model_stages_on_the_cpu_claim_no_gpu_and_one_thread_per_process():
         assert all(s.gpus(other) >= 1 and s.thread_count(other) == GPU_THREADS for s in model_stages), device
     assert all(s.gpus(params) == 0 for s in STAGES if not s.gpu)
     # the sandbox stages claim one thread on the CPU (a ready job needing two waited behind 1-thread jobs)
-    assert params.verify.workers == 2 and all(s.thread_count(params) == 1 for s in STAGES if s.threads == "verify.workers")
+    assert params.verify.workers == 2 and all(
+        s.thread_count(params) == 1 for s in STAGES if s.threads == "verify.workers"
+    )
     # update.processes on the CPU: no GPU claimed, but one thread per process (2 processes, 2 threads)
     two = params.model_copy(update={"update": params.update.model_copy(update={"processes": 2})})
     update = next(s for s in STAGES if s.name == "update")
@@ -241,10 +257,12 @@ def test_model_stages_on_the_cpu_claim_no_gpu_and_one_thread_per_process():
 
 def _resolved(*args: str) -> dict:
     """The settings a snakemake command line resolves to (its profiles and the workflow profile)."""
-    code = ("import json, sys; from snakemake.cli import parse_args; _, a = parse_args(sys.argv[1:]);"
-            "print(json.dumps({'cores': a.cores, 'resources': {k: v.value for k, v in (a.resources or {}).items()},"
-            "'set_resources': {r: {k: v.value for k, v in d.items()} for r, d in (a.set_resources or {}).items()},"
-            "'groups': a.groups}))")
+    code = (
+        "import json, sys; from snakemake.cli import parse_args; _, a = parse_args(sys.argv[1:]);"
+        "print(json.dumps({'cores': a.cores, 'resources': {k: v.value for k, v in (a.resources or {}).items()},"
+        "'set_resources': {r: {k: v.value for k, v in d.items()} for r, d in (a.set_resources or {}).items()},"
+        "'groups': a.groups}))"
+    )
     result = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.splitlines()[-1])
@@ -295,14 +313,22 @@ def test_slurm_profile_dry_run_requests_gpus_memory_and_runtime(tmp_path):
 
 @pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_small_cpu_rules_are_local_rules():
-    code = ("from pathlib import Path; from snakemake.api import SnakemakeApi;"
-            "from snakemake.settings.types import OutputSettings, ResourceSettings\n"
-            "with SnakemakeApi(OutputSettings()) as api:\n"
-            "    wf = api.workflow(resource_settings=ResourceSettings(cores=1), snakefile=Path('Snakefile'),"
-            " workdir=Path('.'))._workflow\n"
-            "    print(' '.join(sorted(wf._localrules)))")
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    code = (
+        "from pathlib import Path; from snakemake.api import SnakemakeApi;"
+        "from snakemake.settings.types import OutputSettings, ResourceSettings\n"
+        "with SnakemakeApi(OutputSettings()) as api:\n"
+        "    wf = api.workflow(resource_settings=ResourceSettings(cores=1), snakefile=Path('Snakefile'),"
+        " workdir=Path('.'))._workflow\n"
+        "    print(' '.join(sorted(wf._localrules)))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert set(result.stdout.split()) == {s.name for s in STAGES if s.local}
     assert {s.name for s in STAGES if s.local} >= {"pair", "reward", "bench_summary", "report"}

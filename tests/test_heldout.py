@@ -22,10 +22,10 @@ def _task(task_id, program, inputs, task_type="code_o"):
 def verified():
     rows = [
         _task("p0", "def f(a):\n    return a + 1", "3"),
-        _task("p1", "def f(b):\n    return b + 7", "5"),           # same program as p0 once names/constants are normalised
+        _task("p1", "def f(b):\n    return b + 7", "5"),  # same program as p0 once names/constants are normalised
         _task("p2", "def f(xs):\n    return sorted(xs)[0]", "[3, 1, 2]", "code_i"),
-        _task("p3", "def f(x):\n    return x", "'hi'"),            # copyable: echoing the input is right
-        _task("p4", "def f(x):\n    return 1 / 0", "1"),           # invalid: raises
+        _task("p3", "def f(x):\n    return x", "'hi'"),  # copyable: echoing the input is right
+        _task("p4", "def f(x):\n    return 1 / 0", "1"),  # invalid: raises
         _task("p5", "def f(s):\n    return s.upper()", "'ab'"),
         _task("p6", "def f(s):\n    return len(s) * 2", "'abc'"),
     ]
@@ -39,7 +39,10 @@ def seeds():
 def test_pool_takes_valid_new_uncopyable_programs_up_to_per_type(verified):
     pool = accept_into_pool([], verified, seeds(), per_type=2)
     assert [(t["task_id"], t["source"]) for t in pool] == [
-        ("heldout-code_o-000", "p0"), ("heldout-code_i-000", "p2"), ("heldout-code_o-001", "p5")]
+        ("heldout-code_o-000", "p0"),
+        ("heldout-code_i-000", "p2"),
+        ("heldout-code_o-001", "p5"),
+    ]
     assert all(t["outputs"] for t in pool)
     # a later round adds only what is new, and never past per_type
     more = accept_into_pool(pool, verified, seeds(), per_type=3)
@@ -66,7 +69,11 @@ def test_verify_refuses_pool_programs_so_training_never_sees_them(verified):
     pool = accept_into_pool([], verified, seeds(), per_type=2)
     marked = mark_heldout(verified, pool)
     assert {r["task_id"]: r["reason"] for r in marked if r["reason"] == "heldout"} == {
-        "p0": "heldout", "p1": "heldout", "p2": "heldout", "p5": "heldout"}  # p1: p0's program, renamed
+        "p0": "heldout",
+        "p1": "heldout",
+        "p2": "heldout",
+        "p5": "heldout",
+    }  # p1: p0's program, renamed
     assert [r["valid"] for r in marked if r["task_id"] in ("p3", "p6")] == [True, True]
     assert mark_heldout(verified, []) == verified
 
@@ -83,9 +90,17 @@ def test_every_member_sees_the_same_prompt(verified):
 
 
 def test_metrics_per_member_role_and_type():
-    pool = [{"task_id": "o1", "type": "code_o"}, {"task_id": "o2", "type": "code_o"}, {"task_id": "i1", "type": "code_i"}]
-    graded = [{"member": "s0", "task_id": "o1", "correct": True}, {"member": "s0", "task_id": "o2", "correct": False},
-              {"member": "s0", "task_id": "i1", "correct": True}, {"member": "s1", "task_id": "o1", "correct": False}]
+    pool = [
+        {"task_id": "o1", "type": "code_o"},
+        {"task_id": "o2", "type": "code_o"},
+        {"task_id": "i1", "type": "code_i"},
+    ]
+    graded = [
+        {"member": "s0", "task_id": "o1", "correct": True},
+        {"member": "s0", "task_id": "o2", "correct": False},
+        {"member": "s0", "task_id": "i1", "correct": True},
+        {"member": "s1", "task_id": "o1", "correct": False},
+    ]
     table = verdict_table(graded)
     metrics = heldout_metrics(table, pool, {"students": ["s0", "s1"]})
     assert metrics["heldout.s0.accuracy"] == pytest.approx(2 / 3)
@@ -99,8 +114,11 @@ def test_report_table_pairs_arms_and_base_per_generation():
 
     ids = [f"t{i}" for i in range(20)]
     base = {t: 0 for t in ids}
-    population = {"base": base, "roles": {"students": ["s0", "s1"]},
-                  "generations": [{"s0": {t: 1 for t in ids}, "s1": {t: 1 for t in ids}}]}
+    population = {
+        "base": base,
+        "roles": {"students": ["s0", "s1"]},
+        "generations": [{"s0": {t: 1 for t in ids}, "s1": {t: 1 for t in ids}}],
+    }
     baseline = {"base": base, "roles": {"students": ["solo"]}, "generations": [{"solo": {t: 0 for t in ids}}]}
     table = heldout_table({"population": population, "baseline": baseline})
     row = table.splitlines()[2].split(" | ")
@@ -113,9 +131,14 @@ def test_report_table_shows_the_raw_base_beside_and_the_pass_rates_with_their_ow
     from populora.report.heldout import heldout_table
 
     ids = [f"t{i}" for i in range(10)]
-    doc = {"base": {t: 0 for t in ids}, "raw_base": {t: int(t == "t0") for t in ids}, "roles": {"students": ["s0"]},
-           "generations": [{"s0": {t: 0 for t in ids}}, {"s0": {t: 1 for t in ids}}],
-           "base_pass_rates": {t: 0.25 for t in ids}, "pass_rates": [{}, {"s0": {t: 0.5 for t in ids}}]}
+    doc = {
+        "base": {t: 0 for t in ids},
+        "raw_base": {t: int(t == "t0") for t in ids},
+        "roles": {"students": ["s0"]},
+        "generations": [{"s0": {t: 0 for t in ids}}, {"s0": {t: 1 for t in ids}}],
+        "base_pass_rates": {t: 0.25 for t in ids},
+        "pass_rates": [{}, {"s0": {t: 0.5 for t in ids}}],
+    }
     greedy = heldout_table({"population": doc})
     assert "| raw base |" in greedy and greedy.splitlines()[2].split(" | ")[3] == "10.0"  # t0 of 10
     rates = heldout_table({"population": doc}, measure="pass_rate").splitlines()
@@ -127,9 +150,11 @@ def test_report_table_shows_the_raw_base_beside_and_the_pass_rates_with_their_ow
 def test_the_report_shows_the_copy_and_echo_baselines_beside_cruxeval():
     from populora.report.markdown import handed_back_line
 
-    results = [{"benchmark": "cruxeval_i", "baseline": {"kind": "echo", "correct": 62, "n": 200, "accuracy": 0.31}},
-               {"benchmark": "cruxeval_o", "baseline": {"kind": "copy", "correct": 37, "n": 200, "accuracy": 0.185}},
-               {"benchmark": "gsm8k"}]
+    results = [
+        {"benchmark": "cruxeval_i", "baseline": {"kind": "echo", "correct": 62, "n": 200, "accuracy": 0.31}},
+        {"benchmark": "cruxeval_o", "baseline": {"kind": "copy", "correct": 37, "n": 200, "accuracy": 0.185}},
+        {"benchmark": "gsm8k"},
+    ]
     line = handed_back_line(results)
     assert "cruxeval_i: the echo baseline (the output handed back as the input) solves 62/200 (31.0%)" in line
     assert "cruxeval_o: the copy baseline" in line and "gsm8k" not in line
@@ -139,9 +164,28 @@ def test_the_report_shows_the_copy_and_echo_baselines_beside_cruxeval():
 def test_the_report_prints_the_best_constant_and_the_copy_and_echo_baselines_beside_pool_scores():
     from populora.report.heldout import constant_line
 
-    doc = {"base": {"t0": 0}, "generations": [], "best_constant": {
-        "code_i": {"answer": "10", "correct": 2, "n": 64, "accuracy": 2 / 64, "echo_correct": 1, "echo_accuracy": 1 / 64},
-        "code_o": {"answer": "0", "correct": 3, "n": 64, "accuracy": 3 / 64, "copy_correct": 0, "copy_accuracy": 0.0}}}
+    doc = {
+        "base": {"t0": 0},
+        "generations": [],
+        "best_constant": {
+            "code_i": {
+                "answer": "10",
+                "correct": 2,
+                "n": 64,
+                "accuracy": 2 / 64,
+                "echo_correct": 1,
+                "echo_accuracy": 1 / 64,
+            },
+            "code_o": {
+                "answer": "0",
+                "correct": 3,
+                "n": 64,
+                "accuracy": 3 / 64,
+                "copy_correct": 0,
+                "copy_accuracy": 0.0,
+            },
+        },
+    }
     line = constant_line({"population": doc})
     assert "`10` 2/64 (3.1%)" in line and "echo baseline 1/64 (1.6%)" in line and "copy baseline 0/64 (0.0%)" in line
     assert constant_line({"population": {"base": {}}}) == ""  # a pool made before the record was kept
@@ -153,29 +197,85 @@ def test_stages_build_an_empty_pool_and_score_members_on_the_tiny_model(tiny_mod
     from stages import heldout, heldout_pool, init
 
     params = tmp_path / "params.yaml"
-    raw = {**tiny_params_dict, "heldout": {"per_type": 2, "seed": 0, "max_rounds": 1, "roles": ["students", "teachers"],
-                                             "pool_file": None}}
+    raw = {
+        **tiny_params_dict,
+        "heldout": {"per_type": 2, "seed": 0, "max_rounds": 1, "roles": ["students", "teachers"], "pool_file": None},
+    }
     params.write_text(yaml.safe_dump(raw))
     pool_path, base_path = tmp_path / "pool.jsonl", tmp_path / "base.json"
-    assert heldout_pool.main(["--params", str(params), "--base-model", str(tiny_model_dir), "--pool", str(pool_path),
-                              "--base", str(base_path)]) == 0
+    assert (
+        heldout_pool.main(
+            [
+                "--params",
+                str(params),
+                "--base-model",
+                str(tiny_model_dir),
+                "--pool",
+                str(pool_path),
+                "--base",
+                str(base_path),
+            ]
+        )
+        == 0
+    )
     record = json.loads(base_path.read_text())
     made = [json.loads(line) for line in pool_path.read_text().splitlines()]
     assert record["size"] == {t: sum(p["type"] == t for p in made) for t in ("code_o", "code_i")}
     assert record["per_type"] == 2 and set(record["verdicts"].get("base", {})) == {p["task_id"] for p in made}
     # score a real pool (verified tasks) with every member of a fresh checkpoint
     checkpoint = tmp_path / "init"
-    assert init.main(["--params", str(params), "--arm", "population", "--base-model", str(tiny_model_dir),
-                      "--checkpoint", str(checkpoint)]) == 0
-    rows = verify_rows([_task("a", "def f(a):\n    return a + 1", "3"), _task("b", "def f(s):\n    return s * 2", "'ab'", "code_i")])
+    assert (
+        init.main(
+            [
+                "--params",
+                str(params),
+                "--arm",
+                "population",
+                "--base-model",
+                str(tiny_model_dir),
+                "--checkpoint",
+                str(checkpoint),
+            ]
+        )
+        == 0
+    )
+    rows = verify_rows(
+        [_task("a", "def f(a):\n    return a + 1", "3"), _task("b", "def f(s):\n    return s * 2", "'ab'", "code_i")]
+    )
     pool = attach_examples(accept_into_pool([], rows, seeds(), per_type=2), seeds(), 1, seed=0)
     pool_path.write_text("".join(json.dumps(t) + "\n" for t in pool))
     scores = tmp_path / "heldout.json"
-    assert heldout.main(["--params", str(params), "--arm", "population", "--gen", "0", "--base-model", str(tiny_model_dir),
-                         "--pool", str(pool_path), "--heldout-base", str(base_path), "--state", str(checkpoint),
-                         "--scores", str(scores), "--history", str(tmp_path / "dynamics.json"),
-                         "--steps", str(tmp_path / "steps.json"), "--progress", str(tmp_path / "progress.json"),
-                         "--tracking", str(tmp_path / "tracking")]) == 0
+    assert (
+        heldout.main(
+            [
+                "--params",
+                str(params),
+                "--arm",
+                "population",
+                "--gen",
+                "0",
+                "--base-model",
+                str(tiny_model_dir),
+                "--pool",
+                str(pool_path),
+                "--heldout-base",
+                str(base_path),
+                "--state",
+                str(checkpoint),
+                "--scores",
+                str(scores),
+                "--history",
+                str(tmp_path / "dynamics.json"),
+                "--steps",
+                str(tmp_path / "steps.json"),
+                "--progress",
+                str(tmp_path / "progress.json"),
+                "--tracking",
+                str(tmp_path / "tracking"),
+            ]
+        )
+        == 0
+    )
     result = json.loads(scores.read_text())
     from populora.core.state import load_state
 
@@ -194,8 +294,13 @@ def test_a_pool_made_before_is_reused_verified_again(tiny_model_dir, tiny_params
     is left out), the first per_type of each type kept, the base scored on them."""
     from stages import heldout_pool
 
-    rows = verify_rows([_task("a", "def f(a):\n    return a * 7 - 2", "3"), _task("b", "def f(a):\n    return a * 3 + 11", "2"),
-                        _task("c", "def f(s):\n    return s[::-1] + 'z'", "'ab'", "code_i")])
+    rows = verify_rows(
+        [
+            _task("a", "def f(a):\n    return a * 7 - 2", "3"),
+            _task("b", "def f(a):\n    return a * 3 + 11", "2"),
+            _task("c", "def f(s):\n    return s[::-1] + 'z'", "'ab'", "code_i"),
+        ]
+    )
     made = attach_examples(accept_into_pool([], rows, seeds(), per_type=2), seeds(), 1, seed=0)
     tampered = {**made[1], "outputs": ["999"]}  # its program gives 6: not verified alike
     source = tmp_path / "committed_pool.jsonl"
@@ -203,8 +308,21 @@ def test_a_pool_made_before_is_reused_verified_again(tiny_model_dir, tiny_params
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump({**tiny_params_dict, "heldout": {"per_type": 1, "pool_file": str(source)}}))
     pool_path, base_path = tmp_path / "pool.jsonl", tmp_path / "base.json"
-    assert heldout_pool.main(["--params", str(params), "--base-model", str(tiny_model_dir), "--pool", str(pool_path),
-                              "--base", str(base_path)]) == 0
+    assert (
+        heldout_pool.main(
+            [
+                "--params",
+                str(params),
+                "--base-model",
+                str(tiny_model_dir),
+                "--pool",
+                str(pool_path),
+                "--base",
+                str(base_path),
+            ]
+        )
+        == 0
+    )
     kept = [json.loads(line) for line in pool_path.read_text().splitlines()]
     assert len(made) == 3
     assert [t["task_id"] for t in kept] == [made[0]["task_id"], made[2]["task_id"]] and kept[0] == made[0]
@@ -223,12 +341,21 @@ def test_pool_verdicts_grade_a_right_answer_right():
     `unknown_task` for every row, so every member and the base scored 0)."""
     from populora.heldout.scoring import pool_verdicts
 
-    rows = verify_rows([_task("a", "def f(a):\n    return a * 7 - 2", "3"), _task("c", "def f(s):\n    return s[::-1] + 'z'", "'ab'", "code_i")])
+    rows = verify_rows(
+        [
+            _task("a", "def f(a):\n    return a * 7 - 2", "3"),
+            _task("c", "def f(s):\n    return s[::-1] + 'z'", "'ab'", "code_i"),
+        ]
+    )
     pool = attach_examples(accept_into_pool([], rows, seeds(), per_type=2), seeds(), 1, seed=0)
     assert all("valid" not in task for task in pool)
     o, i = pool[0]["task_id"], pool[1]["task_id"]
-    answers = [{"task_id": o, "member": "m", "answer": "19"}, {"task_id": i, "member": "m", "answer": "'ab'"},
-               {"task_id": o, "member": "base", "answer": "20"}, {"task_id": i, "member": "base", "answer": "'ba'"}]
+    answers = [
+        {"task_id": o, "member": "m", "answer": "19"},
+        {"task_id": i, "member": "m", "answer": "'ab'"},
+        {"task_id": o, "member": "base", "answer": "20"},
+        {"task_id": i, "member": "base", "answer": "'ba'"},
+    ]
     assert pool_verdicts(pool, answers, None) == {"m": {o: 1, i: 1}, "base": {o: 0, i: 0}}
 
 
@@ -238,7 +365,8 @@ def test_the_report_says_whether_the_run_showed_learning_on_the_pool():
     ids = [f"t{i}" for i in range(20)]
     flat = {"base": {t: 0 for t in ids}, "roles": {"students": ["s0"]}, "generations": [{"s0": {t: 0 for t in ids}}]}
     up = {**flat, "generations": [{"s0": {t: int(i < 10) for i, t in enumerate(ids)}}]}
-    assert learning_note({"population": up}).startswith("Learning shown on the pool (greedy accuracy): the students "
-                                                         "of population")
+    assert learning_note({"population": up}).startswith(
+        "Learning shown on the pool (greedy accuracy): the students of population"
+    )
     assert "params/learning-demo.yaml" in learning_note({"baseline": flat})
     assert learning_note({"baseline": {"base": {}, "generations": []}}) == ""

@@ -13,7 +13,11 @@ def _doc():
     ids = [f"heldout-code_o-{i:03d}" for i in range(4)] + [f"heldout-code_i-{i:03d}" for i in range(4)]
     base = {t: 0 for t in ids} | {"heldout-code_i-000": 1}
     later = dict(base) | {"heldout-code_i-001": 1, "heldout-code_i-002": 1, "heldout-code_i-000": 0}
-    return {"base": base, "generations": [{"student0": dict(base)}, {"student0": later}], "roles": {"students": ["student0"]}}
+    return {
+        "base": base,
+        "generations": [{"student0": dict(base)}, {"student0": later}],
+        "roles": {"students": ["student0"]},
+    }
 
 
 def test_rows_pair_each_generation_with_the_base_task_by_task():
@@ -42,12 +46,22 @@ def test_a_child_is_its_own_point_beside_its_parents():
     from populora.report.heldout_curve import born_rows
 
     base = {"heldout-code_i-000": 0, "heldout-code_i-001": 1}
-    doc = {"base": base, "roles": {"students": ["s0", "s1"]},
-           "generations": [{"s0": {"heldout-code_i-000": 1, "heldout-code_i-001": 1}, "s1": {"heldout-code_i-001": 1}}],
-           "members": [{"s0": "population/s0@g000", "s1": "population/s1@g000"}],
-           "born": [{"s1": {"member": "population/s1@g002", "operator": "layerwise",
-                            "parents": ["population/s0@g000", "population/s1@g000"],
-                            "verdicts": {"heldout-code_i-000": 1}}}]}
+    doc = {
+        "base": base,
+        "roles": {"students": ["s0", "s1"]},
+        "generations": [{"s0": {"heldout-code_i-000": 1, "heldout-code_i-001": 1}, "s1": {"heldout-code_i-001": 1}}],
+        "members": [{"s0": "population/s0@g000", "s1": "population/s1@g000"}],
+        "born": [
+            {
+                "s1": {
+                    "member": "population/s1@g002",
+                    "operator": "layerwise",
+                    "parents": ["population/s0@g000", "population/s1@g000"],
+                    "verdicts": {"heldout-code_i-000": 1},
+                }
+            }
+        ],
+    }
     (row,) = born_rows(doc)
     assert row["slot"] == "s1" and row["accuracy"] == 0.5 and row["parents"] == {"s0": 1.0, "s1": 0.5}
     assert row["differs_from_first_parent"] == 1

@@ -59,8 +59,13 @@ def project(tmp_path_factory, tiny_params_dict) -> Path:
     params = dict(tiny_params_dict)
     params["dag"] = {**params["dag"], "generations": 1, "arms": ["population"], "update_jobs": 2}
     params["evolve"] = {**params["evolve"], "interval": 1, "replace": 1}
-    params["bench"] = {**params["bench"], "benchmarks": ["cruxeval_o"], "limits": {"cruxeval_o": 8}, "max_new_tokens": 16,
-                       "data_dir": str(REPO.parent / "shared" / "benchmarks")}
+    params["bench"] = {
+        **params["bench"],
+        "benchmarks": ["cruxeval_o"],
+        "limits": {"cruxeval_o": 8},
+        "max_new_tokens": 16,
+        "data_dir": str(REPO.parent / "shared" / "benchmarks"),
+    }
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return root
 
@@ -95,7 +100,9 @@ def _artifacts(results: Path) -> dict[str, bytes | None]:
         if rel.parts[0] in TIMED or path.name in BOOKKEEPING:
             continue
         data = path.read_bytes() if path.is_file() else None
-        if data is not None and (rel.parts[0] == "bench" and path.suffix == ".json" or rel.as_posix() == "warm_start.json"):
+        if data is not None and (
+            rel.parts[0] == "bench" and path.suffix == ".json" or rel.as_posix() == "warm_start.json"
+        ):
             data = json.dumps(_untimed(json.loads(data)), sort_keys=True).encode()
         out[rel.as_posix()] = data
     return out
@@ -128,7 +135,13 @@ def _points(writes: list[dict], stage: str, word: str | None) -> list[int | str]
     return list(dict.fromkeys([first[0]["n"], first[len(first) // 2]["n"], last]))
 
 
-KILLED = (("propose", None), ("update", "--part 0"), ("update_gather", None), ("checkpoint", None), ("bench", "--models"))
+KILLED = (
+    ("propose", None),
+    ("update", "--part 0"),
+    ("update_gather", None),
+    ("checkpoint", None),
+    ("bench", "--models"),
+)
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +166,12 @@ def test_snakemake_killed_at_several_points_of_five_stages_reruns_to_the_same_by
         spec = f"{stage}:{n}" + (f":{word}" if word else "")
         result = _snakemake(project, POPULORA_KILL_AT=spec, POPULORA_WRITE_LOG=str(log))
         killed = [w for w in _log(log) if w["kill"]]
-        assert result.returncode != 0 and killed and killed[-1]["stage"] == stage and n in (killed[-1]["n"], killed[-1]["point"]), (
-            f"{spec}: not killed there (exit {result.returncode})\n{result.stderr[-3000:]}")
+        assert (
+            result.returncode != 0
+            and killed
+            and killed[-1]["stage"] == stage
+            and n in (killed[-1]["n"], killed[-1]["point"])
+        ), f"{spec}: not killed there (exit {result.returncode})\n{result.stderr[-3000:]}"
         print(f"killed {spec}: {killed[-1]['point']} {Path(killed[-1]['path']).name}")
         log.unlink()
     result = _snakemake(project)
@@ -166,9 +183,13 @@ def test_snakemake_killed_at_several_points_of_five_stages_reruns_to_the_same_by
 def test_dvc_repro_killed_inside_an_update_job_reruns_to_the_same_bytes(project, reference, tmp_path):
     shutil.rmtree(project / "results", ignore_errors=True)
     shutil.rmtree(project / ".snakemake", ignore_errors=True)
-    for command in ([f"{BIN}/python", "-m", "workflow.render_dvc", "--params", "params.yaml", "--out", "dvc.yaml"],
-                    ["git", "init", "-q"], [f"{BIN}/dvc", "init", "-q"], ["git", "add", "-A"],
-                    ["git", "commit", "-qm", "setup"]):
+    for command in (
+        [f"{BIN}/python", "-m", "workflow.render_dvc", "--params", "params.yaml", "--out", "dvc.yaml"],
+        ["git", "init", "-q"],
+        [f"{BIN}/dvc", "init", "-q"],
+        ["git", "add", "-A"],
+        ["git", "commit", "-qm", "setup"],
+    ):
         done = _run(project, *command)
         assert done.returncode == 0, f"{command}: {done.stderr[-2000:]}"
     update = _points(reference["writes"], "update", "--part 0")
@@ -181,7 +202,13 @@ def test_dvc_repro_killed_inside_an_update_job_reruns_to_the_same_bytes(project,
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     # DVC's matrix also runs the jobs Snakemake never schedules (each writes a note: an empty together group);
     # their folders are the only files the reference cannot have
-    notes = {Path(path).relative_to("results").as_posix() for path in dvc_only_outputs(load_params(project / "params.yaml"))}
+    notes = {
+        Path(path).relative_to("results").as_posix() for path in dvc_only_outputs(load_params(project / "params.yaml"))
+    }
     assert notes, "this project has no DVC-only job: the line above no longer tests anything"
-    got = {k: v for k, v in _artifacts(project / "results").items() if not any(k == n or k.startswith(n + "/") for n in notes)}
+    got = {
+        k: v
+        for k, v in _artifacts(project / "results").items()
+        if not any(k == n or k.startswith(n + "/") for n in notes)
+    }
     assert _differences(got, reference["artifacts"]) == []

@@ -17,22 +17,35 @@ PACKAGE = REPO / "populora"
 # is the ground floor beside core/: torch-free, it imports nothing above core. verifier/ sits on it; rl/ (the training
 # step) beside verifier/, neither importing the other. The held-out pool (heldout/) sits above rl and verifier (it
 # proposes, verifies, grades): neither imports it back.
-ABOVE_TASKS = ("lm", "rl", "population", "bench", "report", "verifier", "sandbox", "control", "study", "heldout",
-               "warmstart")
-FORBIDDEN = {"core": ("tasks", *ABOVE_TASKS),
-             "tasks": ABOVE_TASKS,
-             "lm": ("rl", "population", "bench", "report", "verifier", "sandbox", "control", "study", "heldout", "warmstart"),
-             "population": ("rl", "bench", "report", "control", "study", "heldout", "warmstart"),
-             "bench": ("report", "control", "study", "warmstart"),
-             "report": ("control", "study"),
-             "control": ("report", "study"),
-             "rl": ("verifier", "heldout", "bench", "report", "control", "study", "warmstart"),
-             "verifier": ("rl", "heldout", "bench", "report", "population", "control", "study", "warmstart"),
-             "heldout": ("bench", "report", "population", "control", "study", "warmstart"),
-             "sandbox": ("lm", "rl", "population", "bench", "report", "verifier", "control", "study", "heldout", "warmstart"),
-             # the warm start sits beside the held-out pool (it verifies, prompts, trains; its study scores CRUXEval
-             # through bench/); only stages and the controls above it use it
-             "warmstart": ("report", "population", "control", "study")}
+ABOVE_TASKS = (
+    "lm",
+    "rl",
+    "population",
+    "bench",
+    "report",
+    "verifier",
+    "sandbox",
+    "control",
+    "study",
+    "heldout",
+    "warmstart",
+)
+FORBIDDEN = {
+    "core": ("tasks", *ABOVE_TASKS),
+    "tasks": ABOVE_TASKS,
+    "lm": ("rl", "population", "bench", "report", "verifier", "sandbox", "control", "study", "heldout", "warmstart"),
+    "population": ("rl", "bench", "report", "control", "study", "heldout", "warmstart"),
+    "bench": ("report", "control", "study", "warmstart"),
+    "report": ("control", "study"),
+    "control": ("report", "study"),
+    "rl": ("verifier", "heldout", "bench", "report", "control", "study", "warmstart"),
+    "verifier": ("rl", "heldout", "bench", "report", "population", "control", "study", "warmstart"),
+    "heldout": ("bench", "report", "population", "control", "study", "warmstart"),
+    "sandbox": ("lm", "rl", "population", "bench", "report", "verifier", "control", "study", "heldout", "warmstart"),
+    # the warm start sits beside the held-out pool (it verifies, prompts, trains; its study scores CRUXEval
+    # through bench/); only stages and the controls above it use it
+    "warmstart": ("report", "population", "control", "study"),
+}
 
 
 def test_the_task_floor_never_imports_torch():
@@ -53,9 +66,12 @@ def _imports(path) -> set[str]:
 
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))
 def test_a_layer_imports_only_below_it(layer):
-    offending = [f"{path.relative_to(REPO)} imports {name}" for path in sorted((PACKAGE / layer).glob("*.py"))
-                 for name in sorted(_imports(path))
-                 if any(name == f"populora.{other}" or name.startswith(f"populora.{other}.") for other in FORBIDDEN[layer])]
+    offending = [
+        f"{path.relative_to(REPO)} imports {name}"
+        for path in sorted((PACKAGE / layer).glob("*.py"))
+        for name in sorted(_imports(path))
+        if any(name == f"populora.{other}" or name.startswith(f"populora.{other}.") for other in FORBIDDEN[layer])
+    ]
     assert not offending
 
 
@@ -97,8 +113,12 @@ def test_no_import_loop_between_folders():
 
 def test_no_stage_imports_the_study_analysis():
     """The pipeline never needs the study (it reads finished runs): stages import neither it nor its CLI."""
-    offending = [f"{path.name} imports {name}" for path in sorted((REPO / "stages").glob("*.py"))
-                 for name in sorted(_imports(path)) if name == "populora.study" or name.startswith("populora.study.")]
+    offending = [
+        f"{path.name} imports {name}"
+        for path in sorted((REPO / "stages").glob("*.py"))
+        for name in sorted(_imports(path))
+        if name == "populora.study" or name.startswith("populora.study.")
+    ]
     assert not offending
 
 
@@ -110,7 +130,9 @@ def test_no_flat_modules_besides_config():
 def test_stages_neither_build_model_names_nor_import_each_other():
     for path in sorted((REPO / "stages").glob("*.py")):
         text = path.read_text()
-        assert not re.search(r'f"\{[^}]*arm[^}]*\}-\{[^}]*slot', text), f"{path.name} builds a model name (use ModelRef)"
+        assert not re.search(r'f"\{[^}]*arm[^}]*\}-\{[^}]*slot', text), (
+            f"{path.name} builds a model name (use ModelRef)"
+        )
         assert not re.search(r'\.split\("-"', text), f"{path.name} parses a name string"
         stages = {name for name in _imports(path) if name.startswith("stages.") and not name.startswith("stages._")}
         assert not stages, f"{path.name} imports {stages}"

@@ -36,33 +36,72 @@ def compressed(value) -> str:
     return base64.b64encode(zlib.compress(pickle.dumps(value))).decode("ascii")
 
 
-def row(question_id: str, date: str, public: list, private, *, fn_name: str | None = None, starter: str = "",
-        difficulty: str = "easy", platform: str = "atcoder") -> dict:
+def row(
+    question_id: str,
+    date: str,
+    public: list,
+    private,
+    *,
+    fn_name: str | None = None,
+    starter: str = "",
+    difficulty: str = "easy",
+    platform: str = "atcoder",
+) -> dict:
     testtype = "functional" if fn_name else "stdin"
     cases = lambda pairs: [{"input": i, "output": o, "testtype": testtype} for i, o in pairs]  # noqa: E731
-    return {"question_title": f"title of {question_id}", "question_content": f"Solve {question_id}.",
-            "platform": platform, "question_id": question_id, "contest_id": question_id.split("_")[0],
-            "contest_date": date, "starter_code": starter, "difficulty": difficulty,
-            "public_test_cases": json.dumps(cases(public)),
-            "private_test_cases": private if isinstance(private, str) else json.dumps(cases(private)),
-            "metadata": json.dumps({"func_name": fn_name} if fn_name else {})}
+    return {
+        "question_title": f"title of {question_id}",
+        "question_content": f"Solve {question_id}.",
+        "platform": platform,
+        "question_id": question_id,
+        "contest_id": question_id.split("_")[0],
+        "contest_date": date,
+        "starter_code": starter,
+        "difficulty": difficulty,
+        "public_test_cases": json.dumps(cases(public)),
+        "private_test_cases": private if isinstance(private, str) else json.dumps(cases(private)),
+        "metadata": json.dumps({"func_name": fn_name} if fn_name else {}),
+    }
 
 
 # abc300_a: a + b from stdin, private tests compressed; lc_add: LeetCode-style functional; cf_halve: a
 # float output, published before the window the stage test uses.
 ROWS = [
-    row("abc300_a", "2024-09-01T00:00:00", [("1 2\n", "3\n")],
-        compressed(json.dumps([{"input": i, "output": o, "testtype": "stdin"} for i, o in
-                               [("10 20\n", "30\n"), ("-5 5\n", "0\n")]]))),
-    row("lc_add", "2024-10-05T12:00:00", [("1\n2", "3")], [("[1, 2]\n[3]", "[1, 2, 3]")], fn_name="addTwo",
-        starter="class Solution:\n    def addTwo(self, a, b):\n        ", difficulty="medium", platform="leetcode"),
-    row("cf_halve", "2023-06-01T00:00:00", [("3\n", "1.5\n")], [("4\n", "2\n")], difficulty="hard",
-        platform="codeforces"),
+    row(
+        "abc300_a",
+        "2024-09-01T00:00:00",
+        [("1 2\n", "3\n")],
+        compressed(
+            json.dumps(
+                [{"input": i, "output": o, "testtype": "stdin"} for i, o in [("10 20\n", "30\n"), ("-5 5\n", "0\n")]]
+            )
+        ),
+    ),
+    row(
+        "lc_add",
+        "2024-10-05T12:00:00",
+        [("1\n2", "3")],
+        [("[1, 2]\n[3]", "[1, 2, 3]")],
+        fn_name="addTwo",
+        starter="class Solution:\n    def addTwo(self, a, b):\n        ",
+        difficulty="medium",
+        platform="leetcode",
+    ),
+    row(
+        "cf_halve",
+        "2023-06-01T00:00:00",
+        [("3\n", "1.5\n")],
+        [("4\n", "2\n")],
+        difficulty="hard",
+        platform="codeforces",
+    ),
 ]
-CORRECT = {"abc300_a": "a, b = map(int, input().split())\nprint(a + b)",
-           "lc_add": "class Solution:\n    def addTwo(self, a, b):\n        return a + b",
-           "cf_halve": "import sys\n\ndef main():\n    n = int(sys.stdin.read())\n    print(n / 2)\n\n"
-                       "if __name__ == '__main__':\n    main()"}
+CORRECT = {
+    "abc300_a": "a, b = map(int, input().split())\nprint(a + b)",
+    "lc_add": "class Solution:\n    def addTwo(self, a, b):\n        return a + b",
+    "cf_halve": "import sys\n\ndef main():\n    n = int(sys.stdin.read())\n    print(n / 2)\n\n"
+    "if __name__ == '__main__':\n    main()",
+}
 
 
 def write_release(data_dir: Path, rows: list[dict] = ROWS) -> Path:
@@ -97,7 +136,10 @@ def test_a_pickle_holding_anything_but_a_string_is_refused(tmp_path):
         def __reduce__(self):
             return os.system, (f"touch {tmp_path / 'pwned'}",)
 
-    for payload, what in ((compressed(Exploit()), "refused to load posix.system"), (compressed(["a list"]), "holds a list")):
+    for payload, what in (
+        (compressed(Exploit()), "refused to load posix.system"),
+        (compressed(["a list"]), "holds a list"),
+    ):
         rows = [row("abc999_z", "2024-09-01T00:00:00", [("1\n", "1\n")], payload)]
         with pytest.raises(BenchError, match="abc999_z") as error:
             lcb.load_problems(write_release(tmp_path, rows), LiveCodeBenchSection(release=RELEASE), None)
@@ -117,7 +159,10 @@ def test_release_files_and_the_hub_path_through_datasets(tmp_path, monkeypatch):
     read = lcb.read_hub(RELEASE, cache_dir=str(tmp_path / "cache"))  # (arrow may respell contest_date)
     assert [lcb.problem(r) for r in read] == [lcb.problem(r) for r in ROWS]
     monkeypatch.setattr(lcb, "read_hub", lambda release: [{"read": release}])
-    assert lcb.load_rows(tmp_path / "empty", RELEASE) == ([{"read": RELEASE}], f"hub:livecodebench/code_generation_lite@{RELEASE}")
+    assert lcb.load_rows(tmp_path / "empty", RELEASE) == (
+        [{"read": RELEASE}],
+        f"hub:livecodebench/code_generation_lite@{RELEASE}",
+    )
     assert lcb.load_rows(None, RELEASE)[0] == [{"read": RELEASE}]
 
 
@@ -129,11 +174,18 @@ def test_prompt_is_lcb_runners_generic_chat_prompt(tmp_path, tiny_model_dir):
 
     every = problems(tmp_path)
     stdin_prompt, functional_prompt = lcb.user_prompt(every["abc300_a"]), lcb.user_prompt(every["lc_add"])
-    assert stdin_prompt == ("### Question:\nSolve abc300_a.\n\n### Format: " + lcb.FORMAT_WITHOUT_STARTER_CODE
-                            + "\n```python\n# YOUR CODE HERE\n```\n\n### Answer: (use the provided format with backticks)\n\n")
-    assert f"### Format: {lcb.FORMAT_WITH_STARTER_CODE}\n```python\nclass Solution:\n    def addTwo" in functional_prompt
+    assert stdin_prompt == (
+        "### Question:\nSolve abc300_a.\n\n### Format: "
+        + lcb.FORMAT_WITHOUT_STARTER_CODE
+        + "\n```python\n# YOUR CODE HERE\n```\n\n### Answer: (use the provided format with backticks)\n\n"
+    )
+    assert (
+        f"### Format: {lcb.FORMAT_WITH_STARTER_CODE}\n```python\nclass Solution:\n    def addTwo" in functional_prompt
+    )
     text = lcb.chat_prompt(every["abc300_a"], AutoTokenizer.from_pretrained(tiny_model_dir))
-    assert text.startswith(f"<|im_start|>system\n{lcb.SYSTEM_MESSAGE}<|im_end|>") and text.endswith("<|im_start|>assistant\n")
+    assert text.startswith(f"<|im_start|>system\n{lcb.SYSTEM_MESSAGE}<|im_end|>") and text.endswith(
+        "<|im_start|>assistant\n"
+    )
 
 
 def test_extraction_takes_the_last_fenced_block():
@@ -146,10 +198,10 @@ def test_extraction_takes_the_last_fenced_block():
 
 
 def test_stdout_is_compared_as_lcb_runner_compares():
-    assert grading.stdio_matches("3  \n\n", "3\n")                 # whitespace around lines and the text
-    assert grading.stdio_matches("1.50\n2\n", "1.5\n2.0")          # lines equal as decimals
-    assert not grading.stdio_matches("1\n2\n", "1 2\n")            # line counts differ
-    assert not grading.stdio_matches("1.5000001\n", "1.5\n")       # decimals compare exactly
+    assert grading.stdio_matches("3  \n\n", "3\n")  # whitespace around lines and the text
+    assert grading.stdio_matches("1.50\n2\n", "1.5\n2.0")  # lines equal as decimals
+    assert not grading.stdio_matches("1\n2\n", "1 2\n")  # line counts differ
+    assert not grading.stdio_matches("1.5000001\n", "1.5\n")  # decimals compare exactly
     assert not grading.stdio_matches("yes\n", "Yes\n")
 
 
@@ -174,21 +226,36 @@ def test_correct_solutions_pass_wrong_ones_fail_and_hostile_ones_are_contained(t
     every = problems(tmp_path)
     outside = tmp_path / "outside.txt"
     pairs = [(every[k], code) for k, code in CORRECT.items()]
-    pairs += [(every["abc300_a"], "a, b = map(int, input().split())\nprint(a - b)"),    # wrong answer
-              (every["lc_add"], "class Solution:\n    def addTwo(self, a, b):\n        return (a, b)"),
-              (every["lc_add"], "class Solution:\n    def add(self, a, b):\n        return a + b"),  # wrong name
-              (every["abc300_a"], "print(1 / 0)"), (every["abc300_a"], "def f(:\n"), (every["abc300_a"], "")]
+    pairs += [
+        (every["abc300_a"], "a, b = map(int, input().split())\nprint(a - b)"),  # wrong answer
+        (every["lc_add"], "class Solution:\n    def addTwo(self, a, b):\n        return (a, b)"),
+        (every["lc_add"], "class Solution:\n    def add(self, a, b):\n        return a + b"),  # wrong name
+        (every["abc300_a"], "print(1 / 0)"),
+        (every["abc300_a"], "def f(:\n"),
+        (every["abc300_a"], ""),
+    ]
     pairs += [(every["abc300_a"], code.format(path=str(outside))) for code in HOSTILE.values()]
     verdicts = grading.grade(pairs, VerifySection(workers=2), timeout_s=2.0, memory_mb=512)
     assert [v["passed"] for v in verdicts[:3]] == [True, True, True]
     assert verdicts[0]["tests_passed"] == verdicts[0]["tests_total"] == 3  # public and compressed private tests
     reasons = [v["reason"] for v in verdicts[3:]]
-    assert reasons == ["wrong_answer", "wrong_answer", "no_entry", "runtime_error", "syntax", "no_code",
-                       "runtime_error", "runtime_error", "wrong_answer", "timeout", "memory"]
+    assert reasons == [
+        "wrong_answer",
+        "wrong_answer",
+        "no_entry",
+        "runtime_error",
+        "syntax",
+        "no_code",
+        "runtime_error",
+        "runtime_error",
+        "wrong_answer",
+        "timeout",
+        "memory",
+    ]
     assert verdicts[3]["tests_passed"] == 0 and "test 1 of 3" in verdicts[3]["detail"]
     write, fork, secret = verdicts[9:12]
     assert not outside.exists() and "Error" in write["detail"]  # the host's folders are not even visible
-    assert "BlockingIOError" in fork["detail"]                 # no process can be started
+    assert "BlockingIOError" in fork["detail"]  # no process can be started
     assert "hunter2" not in secret["detail"] and "None" in secret["detail"]  # an empty environment
 
 
@@ -205,7 +272,9 @@ def test_off_by_default_on_in_the_gpu_overlay_and_validated_before_any_work(tmp_
     with pytest.raises(ParamsError) as error:
         parse_params(raw)
     message = str(error.value)
-    assert "bench.data_dir" in message and "livecodebench/release_v5.jsonl" in message and "no network (test)" in message
+    assert (
+        "bench.data_dir" in message and "livecodebench/release_v5.jsonl" in message and "no network (test)" in message
+    )
     assert "Fix:" in message and "drop livecodebench from bench.benchmarks" in message
     with pytest.raises(ParamsError, match="no data folder"):
         parse_params({"bench": {"benchmarks": ["livecodebench"], "data_dir": None}})
@@ -214,7 +283,9 @@ def test_off_by_default_on_in_the_gpu_overlay_and_validated_before_any_work(tmp_
     monkeypatch.setattr(benchmark_data, "hub_unreachable", lambda: None)  # the hub answers: no copy needed
     assert parse_params({"bench": {"benchmarks": ["livecodebench"], "data_dir": None}})
     with pytest.raises(ParamsError, match="bench.livecodebench"):
-        parse_params({"bench": {"data_dir": None, "livecodebench": {"start_date": "2025-01-02", "end_date": "2025-01-01"}}})
+        parse_params(
+            {"bench": {"data_dir": None, "livecodebench": {"start_date": "2025-01-02", "end_date": "2025-01-01"}}}
+        )
     with pytest.raises(ParamsError, match="bench.livecodebench"):
         parse_params({"bench": {"data_dir": None, "livecodebench": {"release": "latest"}}})
 
@@ -224,11 +295,13 @@ def test_off_by_default_on_in_the_gpu_overlay_and_validated_before_any_work(tmp_
 
 def _stage_params(tmp_path: Path, data_dir: Path) -> Path:
     path = tmp_path / "params.yaml"
-    path.write_text("model:\n  device: cpu\nverify:\n  workers: 2\ndag:\n  arms: [population]\n"
-                    "population:\n  teachers: 1\n  students: 2\n"
-                    f"bench:\n  benchmarks: [livecodebench]\n  roles: [students]\n  data_dir: {data_dir}\n  limit: 2\n"
-                    "  max_new_tokens: 16\n  batch_size: 4\n"
-                    "  livecodebench: {release: release_v5, start_date: '2024-08-01', timeout_s: 2.0}\n")
+    path.write_text(
+        "model:\n  device: cpu\nverify:\n  workers: 2\ndag:\n  arms: [population]\n"
+        "population:\n  teachers: 1\n  students: 2\n"
+        f"bench:\n  benchmarks: [livecodebench]\n  roles: [students]\n  data_dir: {data_dir}\n  limit: 2\n"
+        "  max_new_tokens: 16\n  batch_size: 4\n"
+        "  livecodebench: {release: release_v5, start_date: '2024-08-01', timeout_s: 2.0}\n"
+    )
     return path
 
 
@@ -237,25 +310,65 @@ def test_bench_stage_and_summary_on_the_fixture(tmp_path, tiny_model_dir, monkey
     monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
     params = _stage_params(tmp_path, write_release(tmp_path / "data"))
     bench_dir = tmp_path / "results" / "bench"
-    common = ["--params", str(params), "--bench", "livecodebench", "--base-model", str(tiny_model_dir),
-              "--log", str(tmp_path / "bench.log")]
+    common = [
+        "--params",
+        str(params),
+        "--bench",
+        "livecodebench",
+        "--base-model",
+        str(tiny_model_dir),
+        "--log",
+        str(tmp_path / "bench.log"),
+    ]
     assert bench_stage.main([*common, "--results", str(bench_dir / "base" / "livecodebench")]) == 0
     members = export_members(tmp_path, tiny_model_dir, {"student0": 1, "student1": 2})
-    assert bench_stage.main([*common, "--arm", "population", "--models", str(members),
-                             "--results", str(bench_dir / "population" / "livecodebench")]) == 0
+    assert (
+        bench_stage.main(
+            [
+                *common,
+                "--arm",
+                "population",
+                "--models",
+                str(members),
+                "--results",
+                str(bench_dir / "population" / "livecodebench"),
+            ]
+        )
+        == 0
+    )
     result = json.loads((bench_dir / "population" / "livecodebench" / "population-student1.json").read_text())
     assert result["n"] == 2 and list(result["per_problem"]) == ["abc300_a", "lc_add"]  # window, then limit 2
     assert result["models_in_pass"] == 2 and result["release"] == RELEASE and result["start_date"] == "2024-08-01"
     assert result["metrics"]["pass@1"] == result["correct"] / 2 and result["interval"]["method"] == "wilson"
-    samples = [json.loads(line) for line in
-               (bench_dir / "population" / "livecodebench" / "population-student1" / "samples.jsonl").read_text().splitlines()]
+    samples = [
+        json.loads(line)
+        for line in (bench_dir / "population" / "livecodebench" / "population-student1" / "samples.jsonl")
+        .read_text()
+        .splitlines()
+    ]
     assert [s["task_id"] for s in samples] == ["abc300_a", "lc_add"]
     assert all(s["passed"] or s["reason"] in grading.REASONS for s in samples)  # a reason for every failure
     assert samples[0]["prompt"].startswith("<|im_start|>system\nYou are an expert Python programmer.")
     metrics_path = tmp_path / "results" / "metrics.json"
-    assert bench_summary.main(["--params", str(params), "--results", str(bench_dir), "--metrics", str(metrics_path),
-                               "--dynamics", str(tmp_path / "results" / "dynamics"), "--headline", str(tmp_path / "results" / "headline.json"),
-                               "--progress", str(tmp_path / "results" / "progress.json")]) == 0
+    assert (
+        bench_summary.main(
+            [
+                "--params",
+                str(params),
+                "--results",
+                str(bench_dir),
+                "--metrics",
+                str(metrics_path),
+                "--dynamics",
+                str(tmp_path / "results" / "dynamics"),
+                "--headline",
+                str(tmp_path / "results" / "headline.json"),
+                "--progress",
+                str(tmp_path / "results" / "progress.json"),
+            ]
+        )
+        == 0
+    )
     metrics = json.loads(metrics_path.read_text())
     assert metrics["bench.livecodebench.n"] == 2
     for model in ("base", "population-student0", "population-student1"):
@@ -268,8 +381,18 @@ def test_missing_release_fails_the_stage_before_any_work(tmp_path, tiny_model_di
     monkeypatch.delenv("POPULORA_BENCHMARKS", raising=False)
     monkeypatch.setattr(benchmark_data, "hub_unreachable", lambda: "no network (test)")
     (tmp_path / "data").mkdir()
-    argv = ["--params", str(_stage_params(tmp_path, tmp_path / "data")), "--bench", "livecodebench", "--base-model",
-            str(tiny_model_dir), "--results", str(tmp_path / "r"), "--log", str(tmp_path / "bench.log")]
+    argv = [
+        "--params",
+        str(_stage_params(tmp_path, tmp_path / "data")),
+        "--bench",
+        "livecodebench",
+        "--base-model",
+        str(tiny_model_dir),
+        "--results",
+        str(tmp_path / "r"),
+        "--log",
+        str(tmp_path / "bench.log"),
+    ]
     with pytest.raises(SystemExit) as exit_info:
         bench_stage.main(argv)
     assert exit_info.value.code == 2 and not (tmp_path / "r").exists()

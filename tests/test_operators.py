@@ -46,7 +46,10 @@ ALL_OPS = sorted(MUTATIONS) + sorted(CROSSOVERS)
 
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(
-    m=st.integers(1, 10), n=st.integers(1, 10), r=st.integers(1, 6), batch=st.integers(1, 3),
+    m=st.integers(1, 10),
+    n=st.integers(1, 10),
+    r=st.integers(1, 6),
+    batch=st.integers(1, 3),
     seed=st.integers(0, 10_000),
 )
 def test_factored_svd_matches_dense_svd(m, n, r, batch, seed):
@@ -91,8 +94,13 @@ def test_refactor_dead_components_stay_trainable(tiny):
 
 
 def test_lora_modules_pairs_keys_with_adapter_names():
-    sd = {"x.lora_A.default.weight": torch.zeros(2, 3), "x.lora_B.default.weight": torch.zeros(4, 2),
-          "y.lora_A.weight": torch.zeros(2, 3), "y.lora_B.weight": torch.zeros(4, 2), "y.bias": torch.ones(4)}
+    sd = {
+        "x.lora_A.default.weight": torch.zeros(2, 3),
+        "x.lora_B.default.weight": torch.zeros(4, 2),
+        "y.lora_A.weight": torch.zeros(2, 3),
+        "y.lora_B.weight": torch.zeros(4, 2),
+        "y.bias": torch.ones(4),
+    }
     assert [m.name for m in lora_modules(sd)] == ["x.default", "y"]
     with pytest.raises(ValueError, match="lacks"):
         lora_modules({"x.lora_A.weight": torch.zeros(2, 3)})
@@ -159,7 +167,9 @@ def test_dare_identical_parents_are_not_returned_but_near_unbiased():
     p = random_adapter(8, layers=1)
     dp = deltas(p)
     assert any(not torch.allclose(v, dp[k], atol=1e-4) for k, v in deltas(make_child([p, p], "dare", seed=0)).items())
-    assert all(torch.allclose(v, dp[k], atol=1e-5) for k, v in deltas(make_child([p, p], "dare", seed=0, p=0.0)).items())
+    assert all(
+        torch.allclose(v, dp[k], atol=1e-5) for k, v in deltas(make_child([p, p], "dare", seed=0, p=0.0)).items()
+    )
     children = [deltas(make_child([p, p], "dare", seed=s, p=0.3)) for s in range(200)]
     for key, parent in dp.items():
         mean = torch.stack([c[key] for c in children]).mean(0)
@@ -400,8 +410,10 @@ def test_operator_defaults_are_accepted():
     assert defaults["neftune"] == {"alpha": 0.5} and defaults["fitness_weighted"] == {"temperature": 1.0}
     p1, p2 = random_adapter(1, layers=1), random_adapter(2, layers=1)
     for op, hyper in defaults.items():  # passing the defaults explicitly changes nothing
-        assert all(torch.equal(a, b) for a, b in zip(child_for(op, [p1, p2], **hyper).values(),
-                                                      child_for(op, [p1, p2]).values()))
+        assert all(
+            torch.equal(a, b)
+            for a, b in zip(child_for(op, [p1, p2], **hyper).values(), child_for(op, [p1, p2]).values())
+        )
 
 
 def test_doctests():
@@ -417,8 +429,13 @@ def test_children_load_into_peft_llama_and_generate(tmp_path):
     peft = pytest.importorskip("peft")
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, vocab_size=64, max_position_embeddings=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=64,
+        max_position_embeddings=64,
     )
     base = transformers.LlamaForCausalLM(config).eval()
     base_weights = {k: v.clone() for k, v in base.state_dict().items()}

@@ -21,7 +21,10 @@ def chat(prompt: str) -> str:
     "text, expected",
     [
         # trailing call and print are dropped, helper kept
-        ("def f(x):\n    return g(x)\ndef g(y):\n    return y + 1\nprint(f(2))", "def f(x):\n    return g(x)\n\ndef g(y):\n    return y + 1"),
+        (
+            "def f(x):\n    return g(x)\ndef g(y):\n    return y + 1\nprint(f(2))",
+            "def f(x):\n    return g(x)\n\ndef g(y):\n    return y + 1",
+        ),
         # classes are allowed (AZR's one-def regex rejected these)
         ("class P:\n    def m(self):\n        return 1\ndef f(a):\n    return P().m() + a", None),
         # unused helper dropped
@@ -48,7 +51,12 @@ def test_clean_program_reasons():
 def test_scaffolded_proposal_code_o():
     text = "```python\ndef f(a, b):\n    return a + b\n```\n```input\n1, 2\n"
     parsed = parse_proposal(text, "code_o", mode="scaffolded", n_inputs=10)
-    assert parsed == {"program": "def f(a, b):\n    return a + b", "inputs": ["1, 2"], "message": None, "parse_reason": None}
+    assert parsed == {
+        "program": "def f(a, b):\n    return a + b",
+        "inputs": ["1, 2"],
+        "message": None,
+        "parse_reason": None,
+    }
 
 
 def test_input_block_first_is_not_taken_as_code():
@@ -69,7 +77,12 @@ def test_code_f_needs_all_inputs_and_a_message():
 def test_free_form_requires_think_answer_format():
     good = "<think>plan</think>\n<answer>```python\ndef f(a):\n    return a\n```\n```input\n5\n```</answer>"
     assert parse_proposal(good, "code_o", mode="free_form", n_inputs=10)["parse_reason"] is None
-    assert parse_proposal("```python\ndef f(a):\n    return a\n```", "code_o", mode="free_form", n_inputs=10)["parse_reason"] == "format"
+    assert (
+        parse_proposal("```python\ndef f(a):\n    return a\n```", "code_o", mode="free_form", n_inputs=10)[
+            "parse_reason"
+        ]
+        == "format"
+    )
     assert parse_answer("<think>x</think><answer>```output\n3\n```</answer>", "code_o", mode="free_form") == ("3", None)
 
 
@@ -84,7 +97,12 @@ def test_garbage_never_raises(garbage):
 
 
 def test_truncated_generations_are_malformed():
-    assert parse_proposal("```python\ndef f(a):\n    return a", "code_o", mode="scaffolded", n_inputs=10, truncated=True)["parse_reason"] == "truncated"
+    assert (
+        parse_proposal("```python\ndef f(a):\n    return a", "code_o", mode="scaffolded", n_inputs=10, truncated=True)[
+            "parse_reason"
+        ]
+        == "truncated"
+    )
     assert parse_answer("```output\n1", "code_o", mode="scaffolded", truncated=True) == (None, "truncated")
 
 
@@ -102,8 +120,18 @@ def _buffer():
 
 
 def test_proposer_jobs_cover_every_teacher_and_type():
-    jobs = proposer_jobs(["t0", "t1"], _buffer(), per_type=2, references=2, n_inputs=10, mode="scaffolded",
-                         chat=chat, rng=random.Random(0), arm="population", gen=3)
+    jobs = proposer_jobs(
+        ["t0", "t1"],
+        _buffer(),
+        per_type=2,
+        references=2,
+        n_inputs=10,
+        mode="scaffolded",
+        chat=chat,
+        rng=random.Random(0),
+        arm="population",
+        gen=3,
+    )
     assert len(jobs) == 2 * 3 * 2
     assert len({meta["task_id"] for meta, _ in jobs}) == len(jobs)
     code_f = [plan for meta, plan in jobs if meta["type"] == "code_f"]
@@ -114,14 +142,30 @@ def test_proposer_jobs_cover_every_teacher_and_type():
     assert code_o.steps[1].non_empty and code_o.steps[1].stops == prompts.INPUT_STOPS
     # scaffolded mode leaves out AZR's formatting example (a 135M model copies it verbatim) ...
     assert "'John'" not in code_o.prompt and "Example Format" not in code_o.prompt
-    free = proposer_jobs(["t0"], _buffer(), per_type=1, references=2, n_inputs=10, mode="free_form",
-                         chat=chat, rng=random.Random(0), arm="population", gen=3)
+    free = proposer_jobs(
+        ["t0"],
+        _buffer(),
+        per_type=1,
+        references=2,
+        n_inputs=10,
+        mode="free_form",
+        chat=chat,
+        rng=random.Random(0),
+        arm="population",
+        gen=3,
+    )
     # ... free-form mode is AZR's format and keeps it
-    assert all("'John', {'age': 20, 'city': 'New York'}" in plan.prompt for meta, plan in free if meta["type"] != "code_f")
+    assert all(
+        "'John', {'age': 20, 'city': 'New York'}" in plan.prompt for meta, plan in free if meta["type"] != "code_f"
+    )
 
 
 def test_assignment_prefers_the_paired_teachers_tasks_then_the_buffer():
-    pairing = {"teachers": ["t0", "t1"], "students": ["s0", "s1"], "counts": {"t0": {"s0": 2, "s1": 0}, "t1": {"s0": 0, "s1": 2}}}
+    pairing = {
+        "teachers": ["t0", "t1"],
+        "students": ["s0", "s1"],
+        "counts": {"t0": {"s0": 2, "s1": 0}, "t1": {"s0": 0, "s1": 2}},
+    }
     common = {"type": "code_o", "program": "def f(a):\n    return a", "inputs": ["1"], "outputs": ["1"]}
     tasks = [
         {**common, "task_id": "a", "teacher": "t0", "valid": True, "parse_reason": None},
@@ -135,7 +179,9 @@ def test_assignment_prefers_the_paired_teachers_tasks_then_the_buffer():
     assert s0[0] == "a" and len(s0) == 2 and s0[1] != "a"  # own teacher's task once, then a buffer top-up
     assert "b" not in s1 and "c" not in s1 and len(s1) == 2  # invalid or unparsed tasks never reach students
     assert all(len(assignment[s][t]) == 2 for s in ("s0", "s1") for t in ("code_o", "code_i", "code_f"))
-    jobs = solver_jobs(assignment, buffer, samples=3, worked_examples=1, mode="scaffolded", chat=chat, rng=random.Random(1))
+    jobs = solver_jobs(
+        assignment, buffer, samples=3, worked_examples=1, mode="scaffolded", chat=chat, rng=random.Random(1)
+    )
     assert len(jobs) == 2 * 3 * 2 * 3
     assert all(meta["task_id"] not in meta["examples"] for meta, _ in jobs)
     fill_ins = [t for t in assignment["s0"]["code_o"] if t["task_id"] != "a"]
@@ -149,9 +195,20 @@ def test_every_pfsp_slot_is_kept_so_every_teacher_gets_a_student():
 
     teachers, students = ["t0", "t1", "t2", "t3"], ["s0", "s1"]
     ratings = {m: new_rating() for m in teachers + students}
-    tasks = [{"task_id": f"{t}-o", "type": "code_o", "teacher": t, "program": f"def f(a):\n    return a + {i}",
-              "inputs": ["1"], "outputs": [str(1 + i)], "valid": True, "parse_reason": None, "origin": "proposed"}
-             for i, t in enumerate(teachers)]
+    tasks = [
+        {
+            "task_id": f"{t}-o",
+            "type": "code_o",
+            "teacher": t,
+            "program": f"def f(a):\n    return a + {i}",
+            "inputs": ["1"],
+            "outputs": [str(1 + i)],
+            "valid": True,
+            "parse_reason": None,
+            "origin": "proposed",
+        }
+        for i, t in enumerate(teachers)
+    ]
     for seed in range(5):
         pairing = pfsp_pairing(teachers, students, ratings, slots_per_student=1, seed=seed)
         assignment = assign_tasks(pairing, tasks, _buffer())
@@ -163,12 +220,21 @@ def test_no_worked_example_shares_the_tasks_program():
     buffer = _buffer()
     twin = dict(buffer[0])  # the same program (renamed variable) under another id: shows the answer
     task = {**twin, "task_id": "new", "origin": "proposed", "teacher": "t0"}
-    jobs = solver_jobs({"s0": {task["type"]: [task]}}, buffer, samples=20, worked_examples=3, mode="scaffolded",
-                       chat=chat, rng=random.Random(0))
+    jobs = solver_jobs(
+        {"s0": {task["type"]: [task]}},
+        buffer,
+        samples=20,
+        worked_examples=3,
+        mode="scaffolded",
+        chat=chat,
+        rng=random.Random(0),
+    )
     from populora.tasks.tasks import program_key
 
     shown = {e for meta, _ in jobs for e in meta["examples"]}
-    assert shown and all(program_key(b["program"]) != program_key(task["program"]) for b in buffer if b["task_id"] in shown)
+    assert shown and all(
+        program_key(b["program"]) != program_key(task["program"]) for b in buffer if b["task_id"] in shown
+    )
 
 
 def test_a_proposal_copying_a_buffer_program_is_a_duplicate():

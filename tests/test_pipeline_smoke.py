@@ -31,9 +31,15 @@ def project(tmp_path_factory, tiny_params_dict) -> Path:
     params = dict(tiny_params_dict)
     # one problem each, short answers: a math benchmark in the together job (bench.together), CRUXEval-O in a
     # job of its own; exercises export, both kinds of bench job, summary and report
-    params["bench"] = {**params["bench"], "benchmarks": ["gsm8k", "cruxeval_o"], "limit": 1, "max_new_tokens": 16,
-                       "limits": {"cruxeval_o": 1}, "cruxeval": {**params["bench"]["cruxeval"], "max_new_tokens": 16},
-                       "data_dir": str(REPO.parent / "shared" / "benchmarks")}
+    params["bench"] = {
+        **params["bench"],
+        "benchmarks": ["gsm8k", "cruxeval_o"],
+        "limit": 1,
+        "max_new_tokens": 16,
+        "limits": {"cruxeval_o": 1},
+        "cruxeval": {**params["bench"]["cruxeval"], "max_new_tokens": 16},
+        "data_dir": str(REPO.parent / "shared" / "benchmarks"),
+    }
     # a pool to score (the tiny model proposes none): 2 + 2 tasks of the committed one, 2 answers at T = 1 each
     params["heldout"] = {**params["heldout"], "pool_file": "data/pool-v3/pool.jsonl", "samples": 2}
     (root / "params.yaml").write_text(yaml.safe_dump(params))
@@ -43,8 +49,14 @@ def project(tmp_path_factory, tiny_params_dict) -> Path:
 def _snakemake(project: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHONPATH": str(REPO)}
     # targets first: `--resources` takes every following word as a resource
-    return subprocess.run([f"{BIN}/snakemake", *args, "--cores", "2", "--resources", "gpu=1"], cwd=project,
-                          env=env, capture_output=True, text=True, timeout=1200)
+    return subprocess.run(
+        [f"{BIN}/snakemake", *args, "--cores", "2", "--resources", "gpu=1"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +70,16 @@ def test_every_generation_leaves_its_artifacts(finished):
     for arm in ("population", "baseline"):
         for gen in ("000", "001"):
             folder = finished / arm / f"gen{gen}"
-            for name in ("pairing.json", "proposals.jsonl", "tasks.jsonl", "answers.jsonl", "graded.jsonl",
-                         "rollouts.jsonl", "ratings.json", "metrics.json"):
+            for name in (
+                "pairing.json",
+                "proposals.jsonl",
+                "tasks.jsonl",
+                "answers.jsonl",
+                "graded.jsonl",
+                "rollouts.jsonl",
+                "ratings.json",
+                "metrics.json",
+            ):
                 assert (folder / name).is_file(), f"{arm}/gen{gen}/{name} missing"
             checkpoint = folder / "checkpoint"
             assert (checkpoint / "state.json").is_file() and (checkpoint / "buffer.jsonl").is_file()
@@ -83,9 +103,18 @@ def test_every_generation_leaves_its_artifacts(finished):
 
 def test_metrics_report_what_the_issue_asks(finished):
     metrics = json.loads((finished / "population" / "gen000" / "metrics.json").read_text())
-    for key in ("code_o.proposals", "code_o.validity_rate", "code_f.solve_rate", "teacher_reward_mean",
-                "student_reward_mean", "tokens.teacher0/propose", "optimizer_steps.student0", "rating.teacher0.mu",
-                "validity_rate", "solve_rate"):
+    for key in (
+        "code_o.proposals",
+        "code_o.validity_rate",
+        "code_f.solve_rate",
+        "teacher_reward_mean",
+        "student_reward_mean",
+        "tokens.teacher0/propose",
+        "optimizer_steps.student0",
+        "rating.teacher0.mu",
+        "validity_rate",
+        "solve_rate",
+    ):
         assert key in metrics, key
     pairing = json.loads((finished / "population" / "gen000" / "pairing.json").read_text())
     for teacher, row in pairing["counts"].items():
@@ -123,7 +152,9 @@ def test_evolution_crosses_carries_moments_and_records_how_sure_it_was(finished)
     for event in evolution["events"]:
         assert 0.0 <= event["confidence"] <= 1.0 and isinstance(event["within_noise"], bool)
         assert len(event["distance_to_parents"]) == len(event["parents"])
-        parent = finished / "population" / "gen001" / "trained" / "optimizer" / f"{event['parent_slots'][0]}.safetensors"
+        parent = (
+            finished / "population" / "gen001" / "trained" / "optimizer" / f"{event['parent_slots'][0]}.safetensors"
+        )
         moments = finished / "population" / "gen001" / "checkpoint" / "optimizer" / f"{event['slot']}.safetensors"
         # the child's moments are its first parent's, under its own slot's names (a tiny run's parent may
         # have taken no step: then it has none, and the child starts fresh as the parent would)
@@ -148,8 +179,12 @@ def test_the_pool_and_the_benchmarks_score_the_same_members(finished):
     for slot, child in scores["born"].items():
         assert child["member"] == born[slot]["child_id"] != scores["members"][slot] and len(child["verdicts"]) == 4
     rows = json.loads((finished / "dynamics" / "population" / "dynamics.json").read_text())
-    for key in ("diversity.students.weight_distance", "diversity.teachers.weight_distance",
-                "diversity.students.verdict_agreement", "heldout.students.pass_rate"):
+    for key in (
+        "diversity.students.weight_distance",
+        "diversity.teachers.weight_distance",
+        "diversity.students.verdict_agreement",
+        "heldout.students.pass_rate",
+    ):
         assert rows[-1][key] is not None, key
 
 
@@ -160,8 +195,9 @@ def test_games_are_only_this_generations_paired_attempts(finished):
         tasks = {json.loads(line)["task_id"] for line in (folder / "tasks.jsonl").read_text().splitlines()}
         graded = [json.loads(line) for line in (folder / "graded.jsonl").read_text().splitlines()]
         pairing = json.loads((folder / "pairing.json").read_text())["counts"]
-        expected = sum(a["task_id"] in tasks and pairing[a["teacher"]][a["student"]] > 0
-                       for a in graded if a.get("teacher"))
+        expected = sum(
+            a["task_id"] in tasks and pairing[a["teacher"]][a["student"]] > 0 for a in graded if a.get("teacher")
+        )
         assert stats["games"] == expected == sum(stats["games_per_teacher"].values())
         assert all(a["teacher"] is None for a in graded if a.get("task_origin") == "buffer")
         assert stats["same_program_example_answers"] == 0
@@ -192,8 +228,12 @@ def test_jobs_are_timed_and_the_snakemake_report_holds_the_figures(finished, pro
     assert {p.parent.name for p in timed} == {stage.name for stage in STAGES}
     text = (finished / "report" / "report.md").read_text()
     table = text.split("## Per-job timings", 1)[1]
-    rows = {stage: (int(jobs), float(total), float(med)) for stage, jobs, total, med in
-            re.findall(r"^\| `(\w+)` \| (\d+) \| (\d+\.\d) \| (\d+\.\d) \| (?:\d+|-) \|$", table, flags=re.M)}
+    rows = {
+        stage: (int(jobs), float(total), float(med))
+        for stage, jobs, total, med in re.findall(
+            r"^\| `(\w+)` \| (\d+) \| (\d+\.\d) \| (\d+\.\d) \| (?:\d+|-) \|$", table, flags=re.M
+        )
+    }
     # the report is timed when it ends, after it wrote the table: every other stage is in it
     assert set(rows) == {stage.name for stage in STAGES} - {"report"}
     assert rows["propose"][0] == 4 and rows["update"][0] > 0  # 2 arms x 2 generations
@@ -204,8 +244,10 @@ def test_jobs_are_timed_and_the_snakemake_report_holds_the_figures(finished, pro
     result = _snakemake(project, "--report", "report.html")
     assert result.returncode == 0, result.stderr[-4000:]
     html = (project / "report.html").read_text()
-    shown = [f"results/report/{name}" for name in ("report.html", "report.md", "benchmarks.png", "dynamics.png",
-                                                   "complexity.png", "ratings.png")]
+    shown = [
+        f"results/report/{name}"
+        for name in ("report.html", "report.md", "benchmarks.png", "dynamics.png", "complexity.png", "ratings.png")
+    ]
     shown += [f"results/dynamics/{arm}/family_tree.png" for arm in ("population", "baseline")]
     for path in shown:
         assert f'"{path}": {{"name": ' in html, path  # a result entry, with its caption
@@ -217,8 +259,11 @@ def test_jobs_are_timed_and_the_snakemake_report_holds_the_figures(finished, pro
 def _digest(folder: Path) -> dict[str, str]:
     import hashlib
 
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file() and p.suffix != ".log"}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.suffix != ".log"
+    }
 
 
 def test_interrupted_run_resumes_to_the_same_artifacts(finished, project, tmp_path_factory):
@@ -244,8 +289,14 @@ def test_interrupted_run_resumes_to_the_same_artifacts(finished, project, tmp_pa
     steps = json.loads((other / "results/dynamics/population/update_steps.json").read_text())
     assert isinstance(steps, list) and {row["generation"] for row in steps} <= {0}
     env = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([f"{BIN}/snakemake", target, "--cores", "2", "--resources", "gpu=1"], cwd=other, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [f"{BIN}/snakemake", target, "--cores", "2", "--resources", "gpu=1"],
+        cwd=other,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + 300
     while not (other / "results/population/gen001/trained").exists() and time.time() < deadline:
         time.sleep(0.5)
@@ -261,7 +312,8 @@ def test_interrupted_run_resumes_to_the_same_artifacts(finished, project, tmp_pa
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     final = json.loads(history.read_text())  # the dynamics stage's tables, from every generation's files
     assert [{k: v for k, v in row.items() if v is not None} for row in final] == [
-        {k: v for k, v in row.items() if v is not None} for row in live]
+        {k: v for k, v in row.items() if v is not None} for row in live
+    ]
     for gen in ("000", "001"):
         for name in ("checkpoint", "metrics.json", "rollouts.jsonl", "tasks.jsonl", "answers.jsonl"):
             a, b = finished / "population" / f"gen{gen}" / name, other / "results/population" / f"gen{gen}" / name
@@ -279,8 +331,13 @@ def test_one_teacher_one_student_runs_end_to_end(tmp_path_factory, tiny_params_d
     params["population"] = {"teachers": 1, "students": 1}
     params["dag"] = {**params["dag"], "generations": 1, "arms": ["population"]}
     params["evolve"] = {**params["evolve"], "interval": 1, "replace": 1}
-    params["bench"] = {**params["bench"], "benchmarks": ["gsm8k"], "limit": 1, "max_new_tokens": 16,
-                       "data_dir": str(REPO.parent / "shared" / "benchmarks")}
+    params["bench"] = {
+        **params["bench"],
+        "benchmarks": ["gsm8k"],
+        "limit": 1,
+        "max_new_tokens": 16,
+        "data_dir": str(REPO.parent / "shared" / "benchmarks"),
+    }
     # a pool to score (the tiny model proposes none): 2 + 2 tasks of the committed one, 2 answers at T = 1 each
     params["heldout"] = {**params["heldout"], "pool_file": "data/pool-v3/pool.jsonl", "samples": 2}
     (root / "params.yaml").write_text(yaml.safe_dump(params))

@@ -34,8 +34,17 @@ def test_unknown_family_is_refused_naming_the_known_ones():
 
 
 def _answer(task_id, k, correct, student="s"):
-    return {"task_id": task_id, "type": "code_o", "student": student, "answer_id": f"{task_id}:{k}",
-            "correct": correct, "answer": "1", "parse_reason": None, "segments": [], "tokens": 1}
+    return {
+        "task_id": task_id,
+        "type": "code_o",
+        "student": student,
+        "answer_id": f"{task_id}:{k}",
+        "correct": correct,
+        "answer": "1",
+        "parse_reason": None,
+        "segments": [],
+        "tokens": 1,
+    }
 
 
 def test_per_task_baseline_compares_answers_with_their_siblings_only():
@@ -58,12 +67,29 @@ def test_control_runs_end_to_end_on_the_tiny_model(tiny_model_dir, tiny_params_d
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(tiny_params_dict))
     overlay = tmp_path / "overlay.yaml"
-    overlay.write_text(yaml.safe_dump({"control": {"family": "list_then_arith", "steps": 2, "tasks_per_step": 2, "samples": 2,
-                                                   "heldout": 10, "eval_every": 1},
-                                       "update": {"learning_rate": 0.01}, "reward": {"advantage_baseline": "per_task"}}))
+    overlay.write_text(
+        yaml.safe_dump(
+            {
+                "control": {
+                    "family": "list_then_arith",
+                    "steps": 2,
+                    "tasks_per_step": 2,
+                    "samples": 2,
+                    "heldout": 10,
+                    "eval_every": 1,
+                },
+                "update": {"learning_rate": 0.01},
+                "reward": {"advantage_baseline": "per_task"},
+            }
+        )
+    )
     out = tmp_path / "control"
-    assert main(["--params", str(params), "--overlay", str(overlay), "--base-model", str(tiny_model_dir),
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            ["--params", str(params), "--overlay", str(overlay), "--base-model", str(tiny_model_dir), "--out", str(out)]
+        )
+        == 0
+    )
     result = json.loads((out / "result.json").read_text())
     assert set(result["arms"]) == {"real", "shuffled"}
     for arm in result["arms"].values():
@@ -74,8 +100,12 @@ def test_control_runs_end_to_end_on_the_tiny_model(tiny_model_dir, tiny_params_d
     assert (out / "curves.png").stat().st_size > 0 and "Positive control" in (out / "control.md").read_text()
     # a finished arm is kept, not run again
     before = (out / "arms" / "real.json").read_bytes()
-    assert main(["--params", str(params), "--overlay", str(overlay), "--base-model", str(tiny_model_dir),
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            ["--params", str(params), "--overlay", str(overlay), "--base-model", str(tiny_model_dir), "--out", str(out)]
+        )
+        == 0
+    )
     assert (out / "arms" / "real.json").read_bytes() == before
 
 

@@ -17,16 +17,19 @@ from populora.lm.sampling import GenRow, run_plans, sample_batch
 from populora.tasks import prompts
 from tests.test_generation_update import _adapters, _chat, _count_fed_tokens
 
-INSTRUCTION = ("You are given a Python function and an input. Predict the output exactly. Worked example:\n"
-               "```python\ndef f(a, b):\n    return a + b\n```\n```input\n1, 2\n```\n```output\n3\n```\nNow:\n")
+INSTRUCTION = (
+    "You are given a Python function and an input. Predict the output exactly. Worked example:\n"
+    "```python\ndef f(a, b):\n    return a + b\n```\n```input\n1, 2\n```\n```output\n3\n```\nNow:\n"
+)
 
 
 def _model(tiny_model_dir, tmp_path):
     adapters = _adapters(tiny_model_dir, tmp_path, names=("a", "b"))
     _, model = load_base(tiny_model_dir)
     zero = tmp_path / "zero"
-    create_adapters(model, ["z"], zero, lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"]), seeds={"z": 9},
-                    init_std=0.0)  # PEFT's init, B = 0: the base model's numbers exactly
+    create_adapters(
+        model, ["z"], zero, lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"]), seeds={"z": 9}, init_std=0.0
+    )  # PEFT's init, B = 0: the base model's numbers exactly
     tokenizer, model = load_base(tiny_model_dir)
     return tokenizer, attach_multilora(model, {**adapters, "z": zero / "z"})
 
@@ -35,10 +38,15 @@ def _rows(tokenizer, samples: int = 3) -> list[GenRow]:
     """Solve-like rows: prompts sharing an instruction, several samples of each, adapters mixed
     (a zero adapter among them), two- and one-step plans."""
     chat = _chat(tokenizer)
-    tasks = ["def f(x):\n    return x * 2\n```input\n4", "def f(s):\n    return s.upper()\n```input\n'ab'",
-             "def f(n):\n    return [i for i in range(n)]\n```input\n3 and a longer tail to pad the others"]
-    two_steps = (prompts.Step("```output\n", stop="```", max_tokens=6),
-                 prompts.Step("\nWhy:\n", stop=("e", "a"), max_tokens=5, must_stop=False))
+    tasks = [
+        "def f(x):\n    return x * 2\n```input\n4",
+        "def f(s):\n    return s.upper()\n```input\n'ab'",
+        "def f(n):\n    return [i for i in range(n)]\n```input\n3 and a longer tail to pad the others",
+    ]
+    two_steps = (
+        prompts.Step("```output\n", stop="```", max_tokens=6),
+        prompts.Step("\nWhy:\n", stop=("e", "a"), max_tokens=5, must_stop=False),
+    )
     rows = []
     for adapter in ("a", "b", None, "z"):
         for k, task in enumerate(tasks):
@@ -88,9 +96,19 @@ def test_fresh_sample_batch_shares_and_matches(tiny_model_dir, tmp_path):
     adapters = ["a", "a", "b", "b", None, "z", "a", "b"]
     out = {}
     for share in (True, False):
-        out[share] = sample_batch(model, tokenizer, contexts, budget=10, stops=(), suppress_first=None,
-                                  temperature=0.9, top_p=1.0, generator=torch.Generator().manual_seed(1),
-                                  adapters=adapters, share_prefixes=share)
+        out[share] = sample_batch(
+            model,
+            tokenizer,
+            contexts,
+            budget=10,
+            stops=(),
+            suppress_first=None,
+            temperature=0.9,
+            top_p=1.0,
+            generator=torch.Generator().manual_seed(1),
+            adapters=adapters,
+            share_prefixes=share,
+        )
     for a, b in zip(out[True], out[False]):
         assert a.ids == b.ids and a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
 

@@ -1,6 +1,6 @@
 """Program complexity metrics and the normalised-AST coverage hash.
 
-    .venv/bin/python -m pytest tests/test_program_metrics.py -q
+.venv/bin/python -m pytest tests/test_program_metrics.py -q
 """
 
 from __future__ import annotations
@@ -30,12 +30,15 @@ NESTED = "def f(a):\n    def g(x):\n        if x:\n            return 1\n       
 CLASSY = "class A:\n    def m(self, x):\n        return x if x else 0\ndef f(a):\n    return A().m(a)"
 
 
-@pytest.mark.parametrize("src,expected", [
-    (IDENTITY, {"ast_depth": 3, "cyclomatic_complexity": 1, "loc": 2, "distinct_variables": 1}),
-    (BRANCHY, {"ast_depth": 6, "cyclomatic_complexity": 5, "loc": 8, "distinct_variables": 4}),
-    (NESTED, {"ast_depth": 5, "cyclomatic_complexity": 3, "loc": 6, "distinct_variables": 2}),
-    (CLASSY, {"ast_depth": 6, "cyclomatic_complexity": 3, "loc": 5, "distinct_variables": 3}),
-])
+@pytest.mark.parametrize(
+    "src,expected",
+    [
+        (IDENTITY, {"ast_depth": 3, "cyclomatic_complexity": 1, "loc": 2, "distinct_variables": 1}),
+        (BRANCHY, {"ast_depth": 6, "cyclomatic_complexity": 5, "loc": 8, "distinct_variables": 4}),
+        (NESTED, {"ast_depth": 5, "cyclomatic_complexity": 3, "loc": 6, "distinct_variables": 2}),
+        (CLASSY, {"ast_depth": 6, "cyclomatic_complexity": 3, "loc": 5, "distinct_variables": 3}),
+    ],
+)
 def test_program_metrics(src, expected):
     assert program_metrics(src) == expected
 
@@ -57,9 +60,18 @@ def test_hash_ignores_names_constants_and_docstrings():
 
 
 def test_hash_keeps_structure_builtins_and_attributes():
-    hashes = {normalized_ast_hash(src) for src in (
-        IDENTITY, "def f(a):\n    return len(a)", "def f(a):\n    return sorted(a)", "def f(a):\n    return a.upper()",
-        "def f(a):\n    return a.lower()", "def f(a):\n    return a + 'x'", "def f(a):\n    return a + 1.5")}
+    hashes = {
+        normalized_ast_hash(src)
+        for src in (
+            IDENTITY,
+            "def f(a):\n    return len(a)",
+            "def f(a):\n    return sorted(a)",
+            "def f(a):\n    return a.upper()",
+            "def f(a):\n    return a.lower()",
+            "def f(a):\n    return a + 'x'",
+            "def f(a):\n    return a + 1.5",
+        )
+    }
     assert len(hashes) == 7
 
 

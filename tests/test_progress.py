@@ -56,8 +56,10 @@ def test_a_final_line_always_appears(captured):
     assert stream.getvalue().splitlines() == ["grade: 0/5 rows (0%) in 0.0 s"]
     stream.truncate(0), stream.seek(0)
     clock = Clock()
-    with pytest.raises(RuntimeError), Progress(None, "update", unit="micro-batches", log=log, clock=clock,
-                                               mode="log") as progress:
+    with (
+        pytest.raises(RuntimeError),
+        Progress(None, "update", unit="micro-batches", log=log, clock=clock, mode="log") as progress,
+    ):
         progress.update(3, note="step 1/2")
         clock.now = 5
         raise RuntimeError("out of memory")
@@ -97,16 +99,41 @@ def test_a_stage_log_holds_plain_progress_lines(tmp_path):
     no carriage return, and no third-party bar."""
     tasks = tmp_path / "tasks.jsonl"
     answers = tmp_path / "answers.jsonl"
-    task = {"task_id": "t", "type": "code_o", "program": "def f(a):\n    return a + 1", "inputs": ["1"],
-            "outputs": ["2"], "message": None, "valid": True}
+    task = {
+        "task_id": "t",
+        "type": "code_o",
+        "program": "def f(a):\n    return a + 1",
+        "inputs": ["1"],
+        "outputs": ["2"],
+        "message": None,
+        "valid": True,
+    }
     import json
 
     tasks.write_text(json.dumps(task) + "\n")
     answers.write_text("".join(json.dumps({"task_id": "t", "answer": str(i)}) + "\n" for i in range(6)))
     log = tmp_path / "grade.log"
-    done = subprocess.run([sys.executable, "-m", "stages.grade", "--tasks", str(tasks), "--answers", str(answers),
-                           "--out", str(tmp_path / "graded.jsonl"), "--workers", "1", "--log", str(log)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "stages.grade",
+            "--tasks",
+            str(tasks),
+            "--answers",
+            str(answers),
+            "--out",
+            str(tmp_path / "graded.jsonl"),
+            "--workers",
+            "1",
+            "--log",
+            str(log),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     text = log.read_text()
     assert "\r" not in text and "\r" not in done.stderr

@@ -142,8 +142,12 @@ def test_balanced_pairs_are_preferred_statistically():
 
 def _pairs(pairing):
     """The pairing's (teacher, student) pairs with slots, in its teacher then student order."""
-    return [{"teacher": t, "student": s, "slots": n} for t in pairing["teachers"] for s in pairing["students"]
-            if (n := pairing["counts"][t][s]) > 0]
+    return [
+        {"teacher": t, "student": s, "slots": n}
+        for t in pairing["teachers"]
+        for s in pairing["students"]
+        if (n := pairing["counts"][t][s]) > 0
+    ]
 
 
 def test_balanced_preference_across_seeds_one_slot():

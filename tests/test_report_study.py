@@ -25,30 +25,55 @@ from tests.dvc_project import env as dvc_env
 from tests.dvc_project import run as _run
 
 
-def _exp(name: str, seed: int, arms: list[str], metrics: dict, mode: str = "learnability", rev: str | None = None) -> dict:
+def _exp(
+    name: str, seed: int, arms: list[str], metrics: dict, mode: str = "learnability", rev: str | None = None
+) -> dict:
     params = {"base": {"seed": seed}, "dag": {"arms": arms, "generations": 1}, "reward": {"teacher_mode": mode}}
-    state = {"rev": rev or f"{name:0<40}"[:40], "name": name, "error": None, "experiments": None,
-             "data": {"rev": "x", "params": {"params.yaml": {"data": params}},
-                      "metrics": {"results/headline.json": {"data": metrics}}}}
+    state = {
+        "rev": rev or f"{name:0<40}"[:40],
+        "name": name,
+        "error": None,
+        "experiments": None,
+        "data": {
+            "rev": "x",
+            "params": {"params.yaml": {"data": params}},
+            "metrics": {"results/headline.json": {"data": metrics}},
+        },
+    }
     return {"revs": [state], "executor": None, "name": name}
 
 
 def _shown(experiments: list[dict]) -> list[dict]:
-    queued = {"revs": [{"rev": "q" * 40, "name": "queued", "data": None, "error": None, "experiments": None}],
-              "executor": {"state": "queued"}, "name": "queued"}
-    return [{"rev": "workspace", "name": None, "data": {}, "error": None, "experiments": None},
-            {"rev": "c" * 40, "name": "main", "data": {}, "error": None, "experiments": [*experiments, queued]}]
+    queued = {
+        "revs": [{"rev": "q" * 40, "name": "queued", "data": None, "error": None, "experiments": None}],
+        "executor": {"state": "queued"},
+        "name": "queued",
+    }
+    return [
+        {"rev": "workspace", "name": None, "data": {}, "error": None, "experiments": None},
+        {"rev": "c" * 40, "name": "main", "data": {}, "error": None, "experiments": [*experiments, queued]},
+    ]
 
 
-SHOWN = _shown([
-    _exp("pop0", 0, ["population"], {"cruxeval.mean": 0.10, "cruxeval.best": 0.2, "overall.mean": 0.05,
-                                      "cruxeval.base": 0.04}),
-    _exp("pop1", 1, ["population"], {"cruxeval.mean": 0.14, "cruxeval.best": 0.2, "overall.mean": 0.07,
-                                      "cruxeval.base": 0.06}),
-    _exp("base0", 0, ["baseline"], {"cruxeval.mean": 0.08, "cruxeval.best": 0.08, "overall.mean": 0.04}),
-    _exp("base1", 1, ["baseline"], {"cruxeval.mean": 0.08, "cruxeval.best": 0.08, "overall.mean": 0.04}),
-    _exp("zs0", 0, ["population"], {"cruxeval.mean": 0.30, "overall.mean": 0.1}, mode="zero_sum"),
-])
+SHOWN = _shown(
+    [
+        _exp(
+            "pop0",
+            0,
+            ["population"],
+            {"cruxeval.mean": 0.10, "cruxeval.best": 0.2, "overall.mean": 0.05, "cruxeval.base": 0.04},
+        ),
+        _exp(
+            "pop1",
+            1,
+            ["population"],
+            {"cruxeval.mean": 0.14, "cruxeval.best": 0.2, "overall.mean": 0.07, "cruxeval.base": 0.06},
+        ),
+        _exp("base0", 0, ["baseline"], {"cruxeval.mean": 0.08, "cruxeval.best": 0.08, "overall.mean": 0.04}),
+        _exp("base1", 1, ["baseline"], {"cruxeval.mean": 0.08, "cruxeval.best": 0.08, "overall.mean": 0.04}),
+        _exp("zs0", 0, ["population"], {"cruxeval.mean": 0.30, "overall.mean": 0.1}, mode="zero_sum"),
+    ]
+)
 
 
 def test_experiments_skip_queued_and_flatten():
@@ -90,7 +115,10 @@ def _population_minus_baseline(result: dict) -> None:
     The interval covers 0: no detectable difference."""
     [row] = [c for c in result["comparisons"] if c["right"] != "base"]  # zero_sum has no baseline: no comparison
     assert (row["bench"], row["left"], row["right"]) == (
-        "cruxeval_o", "population (reward.teacher_mode=learnability)", "baseline (reward.teacher_mode=learnability)")
+        "cruxeval_o",
+        "population (reward.teacher_mode=learnability)",
+        "baseline (reward.teacher_mode=learnability)",
+    )
     assert row["method"] == "Welch t over seeds" and row["seeds"] == [2, 2] and row["df"] == 1
     assert (row["delta"], row["low"], row["high"]) == pytest.approx((0.175, -0.46031, 0.81031), abs=2e-6)
     assert row["verdict"] == "no detectable difference"
@@ -117,7 +145,8 @@ def test_the_comparison_test_fails_on_a_normal_quantile_for_two_seeds(monkeypatc
     monkeypatch.setattr(stats, "_t", lambda q, df: float(norm.ppf(q)))
     broken = _summary(VERDICTS)
     assert [c["verdict"] for c in broken["comparisons"] if c["right"] != "base"] == [
-        "population (reward.teacher_mode=learnability) higher"]
+        "population (reward.teacher_mode=learnability) higher"
+    ]
     with pytest.raises(AssertionError):
         _population_minus_baseline(broken)
 
@@ -135,7 +164,7 @@ def test_a_verdict_reads_the_interval():
 def test_groups_get_the_t_interval_of_the_study():
     rows = {(r["arms"], r["ablation"], r["key"]): r for r in _summary()["headline"]}
     centre, low, high = rows[("population", "reward.teacher_mode=learnability", "cruxeval.mean")]["interval"]
-    assert centre == pytest.approx(0.12) and low == pytest.approx(0.12 - 12.7062 * 0.028284 / 2 ** 0.5, abs=1e-4)
+    assert centre == pytest.approx(0.12) and low == pytest.approx(0.12 - 12.7062 * 0.028284 / 2**0.5, abs=1e-4)
     assert rows[("population", "reward.teacher_mode=zero_sum", "cruxeval.mean")]["interval"] is None
 
 
@@ -143,7 +172,9 @@ def test_study_command_writes_table_json_and_figure(tmp_path):
     shown = tmp_path / "shown.json"
     shown.write_text(json.dumps(SHOWN))
     # --repo: no DVC project, so no verdicts; the table of seeds stands, the comparison says why it is missing
-    assert study_main(["--dvc", "--out", str(tmp_path / "study"), "--exp-json", str(shown), "--repo", str(tmp_path)]) == 0
+    assert (
+        study_main(["--dvc", "--out", str(tmp_path / "study"), "--exp-json", str(shown), "--repo", str(tmp_path)]) == 0
+    )
     text = (tmp_path / "study" / "study.md").read_text()
     assert "| population (reward.teacher_mode=learnability) | cruxeval.mean | 2 | 0.120 |" in text
     assert "no per-problem verdicts to compare" in text
@@ -154,9 +185,6 @@ def test_study_command_writes_table_json_and_figure(tmp_path):
     assert study_main(["--dvc", "--out", str(tmp_path / "empty"), "--exp-json", str(shown)]) == 1
 
 
-
-
-
 def _drain_queue(root, log, timeout: float = 1500) -> None:
     """`dvc queue start -j 1`, wait until no experiment is queued or running, then `dvc queue stop`.
 
@@ -165,8 +193,14 @@ def _drain_queue(root, log, timeout: float = 1500) -> None:
     its monitor thread dies on a half-written broker message; seen here once, with both experiments done,
     after which `dvc queue start` never returned). `dvc queue stop` ends that worker too."""
     with open(log, "w") as out:
-        starter = subprocess.Popen([f"{BIN}/dvc", "queue", "start", "-j", "1"], cwd=root, env=dvc_env(), stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        starter = subprocess.Popen(
+            [f"{BIN}/dvc", "queue", "start", "-j", "1"],
+            cwd=root,
+            env=dvc_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -190,10 +224,15 @@ def test_study_of_a_queue_of_two_seeds(tmp_path, tiny_params_dict):
     root.mkdir()
     params = dict(tiny_params_dict)
     params["dag"] = {**params["dag"], "generations": 1, "arms": ["baseline"], "update_jobs": 1}  # no empty parts
-    params["bench"] = {**params["bench"], "benchmarks": ["cruxeval_o"], "limit": 1, "limits": {"cruxeval_o": 2},
-                       "max_new_tokens": 16,
-                       # relative, as in the default params: the queue runs in .dvc/tmp/exps/<tmp>/
-                       "data_dir": os.path.relpath(REPO.parent / "shared" / "benchmarks", root)}
+    params["bench"] = {
+        **params["bench"],
+        "benchmarks": ["cruxeval_o"],
+        "limit": 1,
+        "limits": {"cruxeval_o": 2},
+        "max_new_tokens": 16,
+        # relative, as in the default params: the queue runs in .dvc/tmp/exps/<tmp>/
+        "data_dir": os.path.relpath(REPO.parent / "shared" / "benchmarks", root),
+    }
     new_dvc_project(root, params)
     for seed in (0, 1):
         _run(root, f"{BIN}/dvc", "exp", "run", "--queue", "-n", f"seed{seed}", "-S", f"base.seed={seed}")
@@ -211,4 +250,7 @@ def test_study_of_a_queue_of_two_seeds(tmp_path, tiny_params_dict):
     found = study.experiments(json.loads(_run(root, f"{BIN}/dvc", "exp", "show", "--json").stdout))
     for experiment in found:
         verdicts = study.experiment_verdicts(root, experiment)
-        assert sorted(verdicts["cruxeval_o"]) == ["base", "baseline-solo"] and len(verdicts["cruxeval_o"]["baseline-solo"]) == 2
+        assert (
+            sorted(verdicts["cruxeval_o"]) == ["base", "baseline-solo"]
+            and len(verdicts["cruxeval_o"]["baseline-solo"]) == 2
+        )

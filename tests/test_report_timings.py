@@ -25,9 +25,11 @@ def test_parse_benchmark_reads_wall_seconds_and_max_rss():
 
 
 def test_stage_timings_sum_per_stage_longest_first_then_every_stage():
-    jobs = {"verify": [{"s": 2.0, "max_rss": 50.0}, {"s": 4.0, "max_rss": None}, {"s": 30.0, "max_rss": 60.0}],
-            "update": [{"s": 100.0, "max_rss": 900.0}],
-            "pair": [{"s": 0.5, "max_rss": None}]}
+    jobs = {
+        "verify": [{"s": 2.0, "max_rss": 50.0}, {"s": 4.0, "max_rss": None}, {"s": 30.0, "max_rss": 60.0}],
+        "update": [{"s": 100.0, "max_rss": 900.0}],
+        "pair": [{"s": 0.5, "max_rss": None}],
+    }
     rows = stage_timings(jobs)
     assert [r["stage"] for r in rows] == ["update", "verify", "pair", "all stages"]
     assert rows[1] == {"stage": "verify", "jobs": 3, "total_s": 36.0, "median_s": 4.0, "max_rss_mib": 60.0}
@@ -46,8 +48,11 @@ def test_no_benchmark_files_say_so(tmp_path):
 
 
 def test_read_timings_takes_stage_from_the_folder_and_skips_unreadable_files(tmp_path):
-    for stage, key, text in (("propose", "population-000", tsv(8, "200")), ("propose", "baseline-000", tsv(6, "150")),
-                             ("report", "all", HEADER)):  # a job killed mid-write
+    for stage, key, text in (
+        ("propose", "population-000", tsv(8, "200")),
+        ("propose", "baseline-000", tsv(6, "150")),
+        ("report", "all", HEADER),
+    ):  # a job killed mid-write
         (tmp_path / stage).mkdir(exist_ok=True)
         (tmp_path / stage / f"{key}.tsv").write_text(text)
     (tmp_path / "propose" / "notes.txt").write_text("not a benchmark")

@@ -12,22 +12,50 @@ from populora.rl.rollouts import (
 
 
 def _task(task_id, teacher, valid=True, parse_reason=None, task_type="code_o"):
-    return {"task_id": task_id, "type": task_type, "teacher": teacher, "valid": valid, "reason": None if valid else "exception",
-            "parse_reason": parse_reason, "segments": [], "tokens": 5}
+    return {
+        "task_id": task_id,
+        "type": task_type,
+        "teacher": teacher,
+        "valid": valid,
+        "reason": None if valid else "exception",
+        "parse_reason": parse_reason,
+        "segments": [],
+        "tokens": 5,
+    }
 
 
 def _answer(task_id, student, correct, parse_reason=None, sample=0):
-    return {"answer_id": f"{task_id}:{student}:{sample}", "task_id": task_id, "type": "code_o", "student": student,
-            "answer": None if parse_reason else "1", "parse_reason": parse_reason, "correct": correct,
-            "reason": None if correct else "wrong", "segments": [], "tokens": 3, "teacher": "t0", "task_origin": "proposed"}
+    return {
+        "answer_id": f"{task_id}:{student}:{sample}",
+        "task_id": task_id,
+        "type": "code_o",
+        "student": student,
+        "answer": None if parse_reason else "1",
+        "parse_reason": parse_reason,
+        "correct": correct,
+        "reason": None if correct else "wrong",
+        "segments": [],
+        "tokens": 3,
+        "teacher": "t0",
+        "task_origin": "proposed",
+    }
 
 
 def test_teacher_and_student_rewards():
-    tasks = [_task("a", "t0"), _task("b", "t0"), _task("c", "t0", valid=False), _task("d", "t0", parse_reason="no_input"),
-             _task("e", "t0")]
-    graded = [_answer("a", "s0", True), _answer("a", "s0", False, sample=1),   # p = 0.5 -> 0.5
-              _answer("b", "s0", True), _answer("b", "s0", True, sample=1),    # p = 1 -> 0
-              _answer("c", "s0", False, parse_reason="format")]                # malformed student answer
+    tasks = [
+        _task("a", "t0"),
+        _task("b", "t0"),
+        _task("c", "t0", valid=False),
+        _task("d", "t0", parse_reason="no_input"),
+        _task("e", "t0"),
+    ]
+    graded = [
+        _answer("a", "s0", True),
+        _answer("a", "s0", False, sample=1),  # p = 0.5 -> 0.5
+        _answer("b", "s0", True),
+        _answer("b", "s0", True, sample=1),  # p = 1 -> 0
+        _answer("c", "s0", False, parse_reason="format"),
+    ]  # malformed student answer
     rollouts = build_rollouts(tasks, graded, "learnability")
     teacher = {r["task_id"]: r["reward"] for r in rollouts if r["role"] == "propose"}
     assert teacher == {"a": 0.5, "b": 0.0, "c": -1.0, "d": -1.0, "e": None}  # e: nobody attempted it
@@ -51,23 +79,30 @@ def test_summary_counts_reasons():
     graded = [_answer("a", "s0", True)]
     rollouts = build_rollouts(tasks, graded, "learnability")
     stats = generation_stats(tasks, graded, rollouts, [])["by_type"]["code_o"]
-    assert stats["proposals"] == 3 and stats["valid"] == 1 and stats["reasons"] == {"valid": 1, "exception": 1, "no_input": 1}
+    assert (
+        stats["proposals"] == 3
+        and stats["valid"] == 1
+        and stats["reasons"] == {"valid": 1, "exception": 1, "no_input": 1}
+    )
     assert stats["solve_rate"] == 1.0
     assert failure_reason(tasks[2]) == "no_input"
 
 
-PAIRING = {"teachers": ["t0", "t1"], "students": ["s0", "s1"],
-           "counts": {"t0": {"s0": 2, "s1": 0}, "t1": {"s0": 0, "s1": 2}}}
+PAIRING = {
+    "teachers": ["t0", "t1"],
+    "students": ["s0", "s1"],
+    "counts": {"t0": {"s0": 2, "s1": 0}, "t1": {"s0": 0, "s1": 2}},
+}
 
 
 def test_only_attempts_on_this_generations_paired_proposals_are_games():
     tasks = [_task("a", "t0"), _task("b", "t1")]  # this generation's proposals
     graded = [
-        _answer("a", "s0", True),                                       # paired (t0, s0): a game
-        {**_answer("b", "s1", False), "teacher": "t1"},                  # paired (t1, s1): a game
+        _answer("a", "s0", True),  # paired (t0, s0): a game
+        {**_answer("b", "s1", False), "teacher": "t1"},  # paired (t1, s1): a game
         {**_answer("old", "s0", False), "teacher": None, "task_origin": "buffer"},  # fill-in: no game
-        {**_answer("old2", "s1", False), "teacher": "t0"},              # an old task still tagged with its author
-        {**_answer("a", "s1", False, sample=1)},                        # t0's task, but t0 was not paired with s1
+        {**_answer("old2", "s1", False), "teacher": "t0"},  # an old task still tagged with its author
+        {**_answer("a", "s1", False, sample=1)},  # t0's task, but t0 was not paired with s1
     ]
     assert played_games(graded, tasks, PAIRING) == [("s0", "t0", True), ("s1", "t1", False)]
 
@@ -90,8 +125,15 @@ def test_reward_totals_per_adapter_role():
 
 
 def test_same_program_worked_examples_are_counted():
-    programs = {"task": "def f(x):\n    return x + 1", "same": "def f(y):\n    return y + 2", "other": "def f(x):\n    return x"}
-    graded = [{**_answer("task", "s0", True), "examples": ["same"]}, {**_answer("task", "s0", False, sample=1), "examples": ["other"]}]
+    programs = {
+        "task": "def f(x):\n    return x + 1",
+        "same": "def f(y):\n    return y + 2",
+        "other": "def f(x):\n    return x",
+    }
+    graded = [
+        {**_answer("task", "s0", True), "examples": ["same"]},
+        {**_answer("task", "s0", False, sample=1), "examples": ["other"]},
+    ]
     assert same_program_examples(graded, programs) == (1, 1)
 
 
@@ -120,9 +162,15 @@ def test_signal_accounting_separates_format_from_correctness():
     from populora.rl.rollouts import signal_accounting
 
     tasks = [_task("a", "t0"), _task("b", "t0"), _task("c", "t0")]
-    graded = [_answer("a", "s0", True), _answer("a", "s0", False, sample=1), _answer("a", "s0", False, sample=2),
-              _answer("b", "s0", False, parse_reason="format"), _answer("b", "s0", False, sample=1),
-              _answer("c", "s0", False), _answer("c", "s0", False, sample=1)]
+    graded = [
+        _answer("a", "s0", True),
+        _answer("a", "s0", False, sample=1),
+        _answer("a", "s0", False, sample=2),
+        _answer("b", "s0", False, parse_reason="format"),
+        _answer("b", "s0", False, sample=1),
+        _answer("c", "s0", False),
+        _answer("c", "s0", False, sample=1),
+    ]
     per_task = build_rollouts(tasks, graded, "learnability", baseline="per_task")
     assert signal_accounting(per_task, "per_task") == {"solve_with_signal": 5, "format_only": 2, "correctness": 3}
     trr = build_rollouts(tasks, graded, "learnability")
@@ -135,25 +183,44 @@ def test_signal_accounting_separates_format_from_correctness():
     wrong = [a for a in graded if not a["correct"]]
     rollouts = build_rollouts(tasks, wrong, "learnability", baseline="per_task")
     assert signal_accounting(rollouts, "per_task") == {"solve_with_signal": 2, "format_only": 2, "correctness": 0}
-    assert signal_metrics({"solve_with_signal": 0, "format_only": 0, "correctness": 0})["signal.format_only_share"] is None
+    assert (
+        signal_metrics({"solve_with_signal": 0, "format_only": 0, "correctness": 0})["signal.format_only_share"] is None
+    )
 
 
 def test_signal_accounting_reaches_the_report_and_the_study_tables():
     from populora.report.dynamics import signal_table
     from populora.study.readings import signal_generation
 
-    rows = [{"generation": 0, "signal.solve_with_signal": 40, "signal.format_only_share": 0.75,
-             "signal.correctness_share": 0.25, "signal.format_only": 30, "signal.correctness": 10}, {"generation": 1}]
+    rows = [
+        {
+            "generation": 0,
+            "signal.solve_with_signal": 40,
+            "signal.format_only_share": 0.75,
+            "signal.correctness_share": 0.25,
+            "signal.format_only": 30,
+            "signal.correctness": 10,
+        },
+        {"generation": 1},
+    ]
     table = signal_table({"population": rows})
     assert "| population | 40: 75% / 25% | - |" in table and signal_table({"population": [{"generation": 0}]}) == ""
-    assert signal_generation(rows[0], ["student0"], {}) == {"with_signal": 40, "format_only": 30, "correctness": 10,
-                                                           "exact": True}
+    assert signal_generation(rows[0], ["student0"], {}) == {
+        "with_signal": 40,
+        "format_only": 30,
+        "correctness": 10,
+        "exact": True,
+    }
     # a run from before the accounting, with per-task advantages: 8 samples a task, 2 answers right, 40 rollouts
     # with signal: at most 16 differ in correctness, so at least 24 differ in format only
     old = {"rollouts_with_signal.student0": 40, "code_o.solved": 1, "code_i.solved": 1}
     params = {"reward.advantage_baseline": "per_task", "solve.samples": 8}
-    assert signal_generation(old, ["student0"], params) == {"with_signal": 40, "format_only": 24, "correctness": 16,
-                                                           "exact": False}
+    assert signal_generation(old, ["student0"], params) == {
+        "with_signal": 40,
+        "format_only": 24,
+        "correctness": 16,
+        "exact": False,
+    }
     # the baseline's adapter proposes too: its proposals come off the count; TRR++: no bound
     solo = {"rollouts_with_signal.solo": 50, "samples.solo/propose": 16, "code_o.solved": 0, "code_i.solved": 1}
     assert signal_generation(solo, ["solo"], params)["with_signal"] == 34

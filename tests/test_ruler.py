@@ -100,8 +100,9 @@ def test_candidates_that_could_not_enter_the_pool_are_not_measured():
     assert not useful({**_task(9, family="digits"), "outputs": ["1"]})  # output 1 already 3 times in the window
     assert useful({**_task(9, family="digits"), "outputs": ["2"]})
     assert useful({**_task(9, family="digits", task_type="code_i"), "outputs": ["1"]})  # the output cap is code_o's
-    assert not still_useful(inside, per_family=3, per_value=9)({**_task(9, family="branch", task_type="code_i"),
-                                                                  "outputs": ["8"]})  # its family is full
+    assert not still_useful(inside, per_family=3, per_value=9)(
+        {**_task(9, family="branch", task_type="code_i"), "outputs": ["8"]}
+    )  # its family is full
 
     tasks = [{**_task(i), "outputs": [str(i % 2)]} for i in range(12)]
     measured = []
@@ -224,8 +225,14 @@ def test_calibration_goes_on_until_the_pool_is_full_after_the_constants_swaps(mo
         return {t["task_id"]: 4 for t in batch}
 
     def pick(calibrated, args, config, sandbox, cache=None):  # every third task is the constant's: swapped out
-        pool = select([t for t in calibrated if int(t["task_id"].rsplit("-", 1)[1]) % 3], samples=16, low=0.05,
-                      high=0.6, per_type=args.per_type, per_family=args.per_family)
+        pool = select(
+            [t for t in calibrated if int(t["task_id"].rsplit("-", 1)[1]) % 3],
+            samples=16,
+            low=0.05,
+            high=0.6,
+            per_type=args.per_type,
+            per_family=args.per_family,
+        )
         return pool, set()
 
     monkeypatch.setattr(ruler, "pick_pool", pick)
@@ -239,9 +246,11 @@ def test_a_resumed_calibration_keeps_only_the_rows_of_the_same_tasks(tmp_path):
     from populora.heldout.ruler import resumed
 
     tasks = {t["task_id"]: {**t, "inputs": ["1"]} for t in (_task(0), _task(1), _task(2))}
-    rows = [{**tasks["branch-code_o-0"], "calibration_correct": 3, "samples": 16},
-            {**tasks["branch-code_o-1"], "program": "def f(x):\n    return 0", "calibration_correct": 5, "samples": 16},
-            {**tasks["branch-code_o-2"], "calibration_correct": 7, "samples": 8}]
+    rows = [
+        {**tasks["branch-code_o-0"], "calibration_correct": 3, "samples": 16},
+        {**tasks["branch-code_o-1"], "program": "def f(x):\n    return 0", "calibration_correct": 5, "samples": 16},
+        {**tasks["branch-code_o-2"], "calibration_correct": 7, "samples": 8},
+    ]
     write_jsonl(tmp_path / "calibration.jsonl", rows)
     assert resumed(tmp_path / "calibration.jsonl", tasks, 16) == {"branch-code_o-0": 3}
     assert resumed(tmp_path / "none.jsonl", tasks, 16) == {}
@@ -270,7 +279,10 @@ def test_a_code_i_task_whose_output_many_inputs_give_is_guessable(sandbox):
         return {"task_id": tid, "type": "code_i", "program": program, "inputs": [given], "message": None}
 
     rows = verify_rows(
-        [task("parity", "def f(s):\n    return len(s) % 2", "'ab'"), task("affine", "def f(x):\n    return x * 7 + 3", "37")]
+        [
+            task("parity", "def f(s):\n    return len(s) % 2", "'ab'"),
+            task("affine", "def f(x):\n    return x * 7 + 3", "37"),
+        ]
         + [task(f"pad{k}", f"def f(x):\n    return x + {k}", str(k)) for k in range(20)],
         VerifySection(),
         sandbox=sandbox,
@@ -287,13 +299,33 @@ def test_the_ruler_and_the_studys_baselines_try_the_same_constants(sandbox):
     from populora.study.baselines import pool_baselines
 
     shown = "[11, 10, 4, 2]"
-    pool = [{"task_id": "o", "type": "code_o", "program": "def f(xs):\n    return len(xs)", "inputs": [shown],
-             "outputs": ["4"], "message": None}]
-    pool += [{"task_id": f"i{k}", "type": "code_i", "program": program, "inputs": [given], "outputs": [output],
-              "message": None}
-             for k, (program, given, output) in enumerate([("def f(xs):\n    return max(xs)", "[3, 11]", "11"),
-                                                           ("def f(xs):\n    return min(xs)", "[2, 8]", "2"),
-                                                           ("def f(xs):\n    return len(xs)", "[5, 5, 5, 5]", "4")])]
+    pool = [
+        {
+            "task_id": "o",
+            "type": "code_o",
+            "program": "def f(xs):\n    return len(xs)",
+            "inputs": [shown],
+            "outputs": ["4"],
+            "message": None,
+        }
+    ]
+    pool += [
+        {
+            "task_id": f"i{k}",
+            "type": "code_i",
+            "program": program,
+            "inputs": [given],
+            "outputs": [output],
+            "message": None,
+        }
+        for k, (program, given, output) in enumerate(
+            [
+                ("def f(xs):\n    return max(xs)", "[3, 11]", "11"),
+                ("def f(xs):\n    return min(xs)", "[2, 8]", "2"),
+                ("def f(xs):\n    return len(xs)", "[5, 5, 5, 5]", "4"),
+            ]
+        )
+    ]
     # each code_i task's own input solves one of them; the list the code_o task shows solves all three
     ruler_best = best_constant(pool, VerifySection(), sandbox)["code_i"]
     study_best = pool_baselines(pool, VerifySection())["code_i"]["best"]

@@ -30,8 +30,14 @@ def _wait_for(path: Path) -> str:
     return f'for _ in $(seq 100); do [ -e "{path}" ] && break; sleep 0.1; done'
 
 
-def _fake_checkout(tmp_path: Path, *, pytest_rc: int = 0, lane_rc: int = 0, install_body: str = "exit 0",
-                   suite_waits_for: Path | None = None) -> Path:
+def _fake_checkout(
+    tmp_path: Path,
+    *,
+    pytest_rc: int = 0,
+    lane_rc: int = 0,
+    install_body: str = "exit 0",
+    suite_waits_for: Path | None = None,
+) -> Path:
     """A copy of the two real scripts (run_tests.sh and the lane's run_vllm_tests.sh), with everything they
     call faked: the installs, the linters, and both environments' python (which record their arguments)."""
     root = tmp_path / "checkout"
@@ -43,18 +49,23 @@ def _fake_checkout(tmp_path: Path, *, pytest_rc: int = 0, lane_rc: int = 0, inst
     for linter in ("ruff", "snakefmt", "snakemake"):
         _script(root / ".venv" / "bin" / linter, "exit 0")
     wait = _wait_for(suite_waits_for) if suite_waits_for else ""
-    _script(root / ".venv" / "bin" / "python",
-            f'printf "%s\\n" "$@" > "{root}/pytest-args.txt"; {wait}\n'
-            f'[ -e "{root}/lane.txt" ] && echo seen > "{root}/lane-seen-by-suite.txt"; exit {pytest_rc}')
-    _script(root / ".venv-vllm" / "bin" / "python",
-            f'printf "%s\\n" "$@" > "{root}/lane.txt"; echo "lane output"; exit {lane_rc}')
+    _script(
+        root / ".venv" / "bin" / "python",
+        f'printf "%s\\n" "$@" > "{root}/pytest-args.txt"; {wait}\n'
+        f'[ -e "{root}/lane.txt" ] && echo seen > "{root}/lane-seen-by-suite.txt"; exit {pytest_rc}',
+    )
+    _script(
+        root / ".venv-vllm" / "bin" / "python",
+        f'printf "%s\\n" "$@" > "{root}/lane.txt"; echo "lane output"; exit {lane_rc}',
+    )
     return root
 
 
 def _run(root: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("POPULORA_")}
-    return subprocess.run(["bash", str(root / "scripts" / "run_tests.sh"), "-q"], env=env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["bash", str(root / "scripts" / "run_tests.sh"), "-q"], env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_a_passing_run_exits_zero_with_the_vllm_lane_run_beside_the_suite(tmp_path):
@@ -72,8 +83,9 @@ def test_a_passing_run_exits_zero_with_the_vllm_lane_run_beside_the_suite(tmp_pa
 def test_a_failing_suite_exits_with_its_code_and_stops_the_lane(tmp_path):
     pidfile = tmp_path / "sleeper.pid"
     # the install stands for pip: a grandchild of the lane that would run on after the command has failed
-    root = _fake_checkout(tmp_path, pytest_rc=3, install_body=f'sleep 120 & echo $! > "{pidfile}"; wait',
-                          suite_waits_for=pidfile)
+    root = _fake_checkout(
+        tmp_path, pytest_rc=3, install_body=f'sleep 120 & echo $! > "{pidfile}"; wait', suite_waits_for=pidfile
+    )
     done = _run(root)
     assert done.returncode == 3
     assert not (root / "lane.txt").exists()

@@ -50,10 +50,9 @@ def box():
 
 def limits(**overrides) -> Limits:
     # a short wall-clock backstop: the suite's sleepers would otherwise wait for the default (5 x 1.5 s)
-    return Limits(**{"timeout_s": 1.5, "memory_mb": 256, "max_output_chars": 10_000, "wall_timeout_s": 3.0,
-                     **overrides})
-
-
+    return Limits(
+        **{"timeout_s": 1.5, "memory_mb": 256, "max_output_chars": 10_000, "wall_timeout_s": 3.0, **overrides}
+    )
 
 
 def run_f(box: Sandbox, program: str, arguments: str = "0", **kwargs) -> RunResult:
@@ -93,7 +92,8 @@ def test_hostile_suite_is_large_and_covers_every_class():
     assert len(HOSTILE_CASES) >= 30
     assert len({c.name for c in HOSTILE_CASES}) == len(HOSTILE_CASES)
     assert {"time", "memory", "output", "files", "processes", "network", "environment", "crash"} <= {
-        c.contains for c in HOSTILE_CASES}
+        c.contains for c in HOSTILE_CASES
+    }
 
 
 # The cases the suite lets end in `ok:1`: the program returned, and the harness around it must have lived on
@@ -184,6 +184,7 @@ def test_config_names_the_same_layers():
     import typing
 
     from populora.config import VerifySection
+
     annotation = VerifySection.model_fields["required_layers"].annotation
     assert typing.get_args(typing.get_args(annotation)[0]) == LAYERS
     assert VerifySection(required_layers="all").required_layers == LAYERS
@@ -227,12 +228,17 @@ def venv_elsewhere(request):
     """A venv (of the interpreter behind this one) created under the temp or the home directory."""
     import shutil
     import tempfile
+
     parent = tempfile.gettempdir() if request.param == "tempdir" else str(Path.home())
     where = Path(tempfile.mkdtemp(prefix=".populora-sbx-venv-", dir=parent))
     try:
         base = getattr(sys, "_base_executable", sys.executable)
-        subprocess.run([base, "-m", "venv", "--without-pip", "--system-site-packages", str(where / "venv")],
-                       check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [base, "-m", "venv", "--without-pip", "--system-site-packages", str(where / "venv")],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
         yield where / "venv"
     finally:
         shutil.rmtree(where, ignore_errors=True)
@@ -242,19 +248,29 @@ def venv_elsewhere(request):
 @needs_root
 def test_every_layer_from_a_venv_under_tmp_or_home(venv_elsewhere):
     repo = Path(__file__).resolve().parents[1]
-    result = subprocess.run([str(venv_elsewhere / "bin" / "python"), "-c", JAIL_PROBE, "x", str(repo / "tests")],
-                            capture_output=True, text=True, timeout=300, cwd="/",
-                            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(repo)})
+    result = subprocess.run(
+        [str(venv_elsewhere / "bin" / "python"), "-c", JAIL_PROBE, "x", str(repo / "tests")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(repo)},
+    )
     assert result.returncode == 0, result.stderr
     report = __import__("json").loads(result.stdout)
     assert report["prefix"].startswith(str(venv_elsewhere.parent)), report["prefix"]
     assert report["layers"] == dict.fromkeys(sorted(LAYERS), True), report["capabilities"]
     assert report["benign"] == "P(x=1)"
     from hostile_cases import HOSTILE_CASES as cases
+
     for case in cases:
-        run = RunResult(status=report["outcomes"][case.name],
-                        calls=[__import__("populora.sandbox", fromlist=["CallResult"]).CallResult(**c)
-                               for c in report["calls"][case.name]])
+        run = RunResult(
+            status=report["outcomes"][case.name],
+            calls=[
+                __import__("populora.sandbox", fromlist=["CallResult"]).CallResult(**c)
+                for c in report["calls"][case.name]
+            ],
+        )
         assert outcome(run) in case.expect, (case.name, run)
 
 
@@ -263,6 +279,7 @@ def test_secrets_beside_the_checkout_are_invisible(tmp_path):
     """Files in the home directory, the temp directory and the checkout (beside its .venv) are out
     of reach, whatever the listing of those directories happens to be on this machine."""
     import tempfile
+
     repo = Path(__file__).resolve().parents[1]
     secrets = []
     for parent in (Path.home(), Path(tempfile.gettempdir()), repo):
@@ -287,6 +304,7 @@ def test_secrets_beside_the_checkout_are_invisible(tmp_path):
         assert run.ok and run.calls[0].repr == "[]", run
     finally:
         import shutil
+
         for folder in secrets:
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -337,8 +355,10 @@ def test_timeout_is_cpu_time_and_the_wall_clock_a_backstop():
     waits for a core; one that sleeps uses none and is ended by the wall-clock backstop."""
     assert wall_backstop(2.0) == 10.0 and wall_backstop(0.25) == 3.25
     assert Limits(timeout_s=2.0, memory_mb=256, max_output_chars=10).wall_limit_s == 10.0
-    spin = ("import time\ndef f(seconds):\n    start = time.process_time()\n"
-            "    while time.process_time() - start < seconds:\n        pass\n    return seconds")
+    spin = (
+        "import time\ndef f(seconds):\n    start = time.process_time()\n"
+        "    while time.process_time() - start < seconds:\n        pass\n    return seconds"
+    )
     with Sandbox(workers=2, limits=limits(timeout_s=1.0, wall_timeout_s=2.0)) as sandbox:
         assert outcome(run_f(sandbox, spin, "0.6")) == "ok:0.6"
         spun = run_f(sandbox, spin, "5")
@@ -366,8 +386,10 @@ def test_no_connection_reaches_a_local_listener(box):
         listener.listen(1)
         listener.settimeout(1.0)
         port = listener.getsockname()[1]
-        program = ("import socket\ndef f(port):\n    s = socket.socket()\n    s.settimeout(1)\n"
-                   "    s.connect(('127.0.0.1', port))\n    return 'connected'")
+        program = (
+            "import socket\ndef f(port):\n    s = socket.socket()\n    s.settimeout(1)\n"
+            "    s.connect(('127.0.0.1', port))\n    return 'connected'"
+        )
         call = run_f(box, program, str(port)).calls[0]
         assert call.status == "exception", call
         with pytest.raises(TimeoutError):
@@ -402,8 +424,10 @@ def test_files_outside_the_private_dir_are_untouched(box, tmp_path):
 @needs_root
 def test_forked_daemon_never_writes(box, tmp_path):
     target = tmp_path / "daemon_was_here"
-    program = ("import os, time\ndef f(path):\n    if os.fork() == 0:\n        os.setsid()\n        time.sleep(1.5)\n"
-               "        open(path, 'w').write('x')\n        os._exit(0)\n    return 'forked'")
+    program = (
+        "import os, time\ndef f(path):\n    if os.fork() == 0:\n        os.setsid()\n        time.sleep(1.5)\n"
+        "        open(path, 'w').write('x')\n        os._exit(0)\n    return 'forked'"
+    )
     run = run_f(box, program, repr(str(target)))
     assert outcome(run) == "exception:BlockingIOError"
     time.sleep(2.0)
@@ -413,8 +437,11 @@ def test_forked_daemon_never_writes(box, tmp_path):
 
 @needs_root
 def test_no_sandbox_process_outlives_its_check(box):
-    programs = ("import os\ndef f(a):\n    os.fork()", "def f(a):\n    while True:\n        pass",
-                "import os, signal\ndef f(a):\n    os.kill(os.getpid(), signal.SIGSTOP)")
+    programs = (
+        "import os\ndef f(a):\n    os.fork()",
+        "def f(a):\n    while True:\n        pass",
+        "import os, signal\ndef f(a):\n    os.kill(os.getpid(), signal.SIGSTOP)",
+    )
     box.map([Job(program, (Call("f(0)"),)) for program in programs])
     assert sandbox_processes(box) == []
 
@@ -441,18 +468,26 @@ def test_environment_secret_is_not_readable(monkeypatch):
 
 
 def test_monkey_patches_do_not_leak_to_the_next_check(box):
-    patch = ("import builtins, json, os\ndef f(a):\n    builtins.len = lambda x: 42\n    json.MARK = 1\n"
-             "    os.environ['LEAK'] = '1'\n    open('leak', 'w').write('x')\n    return len([])")
+    patch = (
+        "import builtins, json, os\ndef f(a):\n    builtins.len = lambda x: 42\n    json.MARK = 1\n"
+        "    os.environ['LEAK'] = '1'\n    open('leak', 'w').write('x')\n    return len([])"
+    )
     assert run_f(box, patch, group=0).calls[0].repr == "42"
-    probe = ("import json, os\ndef f(a):\n    return len([1, 2, 3]), hasattr(json, 'MARK'), 'LEAK' in os.environ, "
-             "os.path.exists('leak')")
+    probe = (
+        "import json, os\ndef f(a):\n    return len([1, 2, 3]), hasattr(json, 'MARK'), 'LEAK' in os.environ, "
+        "os.path.exists('leak')"
+    )
     assert run_f(box, probe, group=0).calls[0].repr == "(3, False, False, False)"
 
 
 def test_program_that_kills_its_parent_hurts_nobody(box):
     zygotes = [z.proc.pid for z in box._zygotes]
-    for body in ("os.kill(os.getppid(), 9)", "os.killpg(os.getpgid(os.getppid()), 9)", "os.kill(-1, 9)",
-                 "os.kill(0, 9)"):
+    for body in (
+        "os.kill(os.getppid(), 9)",
+        "os.killpg(os.getpgid(os.getppid()), 9)",
+        "os.kill(-1, 9)",
+        "os.kill(0, 9)",
+    ):
         run_f(box, f"import os\ndef f(a):\n    {body}\n    return 1")
     assert [z.proc.pid for z in box._zygotes] == zygotes
     assert all(z.proc.poll() is None for z in box._zygotes)

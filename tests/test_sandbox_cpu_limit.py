@@ -23,8 +23,10 @@ import pytest
 
 from populora.sandbox import Call, Job, Limits, RunResult, Sandbox
 
-SPIN = ("import time\ndef f(seconds):\n    start = time.process_time()\n"
-        "    while time.process_time() - start < seconds:\n        pass\n    return seconds")
+SPIN = (
+    "import time\ndef f(seconds):\n    start = time.process_time()\n"
+    "    while time.process_time() - start < seconds:\n        pass\n    return seconds"
+)
 PROGRAMS = {  # name: (program, argument, verdict)
     "add": ("def f(a):\n    return a + 1", "1", "ok:2"),
     "sort": ("def f(a):\n    return sorted(a, reverse=True)[:3]", "list(range(1000))", "ok:[999, 998, 997]"),
@@ -58,8 +60,10 @@ def test_verdicts_do_not_change_under_cpu_load():
         quiet = run_all(box)
         # each in a session of its own, like independent jobs (with autogroup scheduling, busy loops
         # sharing one session would share one slice of the CPU)
-        hogs = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass"], start_new_session=True)
-                for _ in range(hogs_per_core * (os.cpu_count() or 1))]
+        hogs = [
+            subprocess.Popen([sys.executable, "-c", "while True:\n    pass"], start_new_session=True)
+            for _ in range(hogs_per_core * (os.cpu_count() or 1))
+        ]
         try:
             time.sleep(0.3)  # let them take the cores
             loaded = run_all(box)
@@ -70,8 +74,10 @@ def test_verdicts_do_not_change_under_cpu_load():
     expected = {name: spec[2] for name, spec in PROGRAMS.items()}
     print("\nverdict, wall s quiet -> under load:")
     for name in PROGRAMS:
-        print(f"  {name:14s} {verdict(loaded[name]):22s} {quiet[name].wall_s:6.2f} -> {loaded[name].wall_s:6.2f}"
-              f"   ({loaded[name].detail or ''})")
+        print(
+            f"  {name:14s} {verdict(loaded[name]):22s} {quiet[name].wall_s:6.2f} -> {loaded[name].wall_s:6.2f}"
+            f"   ({loaded[name].detail or ''})"
+        )
     assert {name: verdict(run) for name, run in quiet.items()} == expected
     assert {name: verdict(run) for name, run in loaded.items()} == expected
     # the load was real: a wall-clock limit of 2 s would have turned this "ok" into "timeout"

@@ -34,8 +34,11 @@ RACY = {"alarm_storm_in_harness"}  # a 10 us interval timer against the harness:
 SPIN = "import time\ndef f(s):\n    t = time.process_time()\n    while time.process_time() - t < s:\n        pass\n"
 SENTINELS = {  # name: (program, call, verdict)
     "cpu_0.4s": (SPIN + "    return s", "f(0.4)", "ok:0.4"),
-    "memory_after_0.3s": (SPIN + "    chunks = []\n    while True:\n        chunks.append(bytes(10**7))", "f(0.3)",
-                          "memory"),
+    "memory_after_0.3s": (
+        SPIN + "    chunks = []\n    while True:\n        chunks.append(bytes(10**7))",
+        "f(0.3)",
+        "memory",
+    ),
 }
 HOGS_PER_CORE = 4
 
@@ -52,8 +55,10 @@ def test_hostile_verdicts_are_the_same_under_cpu_hogs_and_idle():
         idle = run_suite(box)
         # each hog in a session of its own, like independent jobs (with autogroup scheduling, busy loops
         # sharing one session would share one slice of the CPU)
-        hogs = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass"], start_new_session=True)
-                for _ in range(HOGS_PER_CORE * (os.cpu_count() or 1))]
+        hogs = [
+            subprocess.Popen([sys.executable, "-c", "while True:\n    pass"], start_new_session=True)
+            for _ in range(HOGS_PER_CORE * (os.cpu_count() or 1))
+        ]
         try:
             time.sleep(0.3)  # let them take the cores
             loaded = run_suite(box)
@@ -69,8 +74,13 @@ def test_hostile_verdicts_are_the_same_under_cpu_hogs_and_idle():
             problems.append(f"{name}: idle {a!r}, loaded {b!r}, expected {sorted(allowed)} ({loaded[name].detail})")
         elif a != b and name not in RACY:
             problems.append(f"{name}: idle {a!r} != loaded {b!r} ({loaded[name].detail})")
-    print(f"\nwall s idle -> under {len(hogs)} hogs: " + ", ".join(
-        f"{n} {idle[n].wall_s:.2f} -> {loaded[n].wall_s:.2f}" for n in (*SENTINELS, "infinite_loop", "sleep_forever")))
+    print(
+        f"\nwall s idle -> under {len(hogs)} hogs: "
+        + ", ".join(
+            f"{n} {idle[n].wall_s:.2f} -> {loaded[n].wall_s:.2f}"
+            for n in (*SENTINELS, "infinite_loop", "sleep_forever")
+        )
+    )
     assert not problems, "\n".join(problems)
     # the load was real: counting wall time, the backstop would have ended this one as `timeout`
     assert loaded["cpu_0.4s"].wall_s > LIMITS.wall_limit_s, loaded["cpu_0.4s"].wall_s

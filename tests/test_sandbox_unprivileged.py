@@ -46,8 +46,9 @@ TOOLS = ("useradd", "userdel", "runuser")
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="creating a user and switching to it needs root"),
-    pytest.mark.skipif(not all(shutil.which(tool) for tool in TOOLS),
-                       reason=f"needs {', '.join(TOOLS)} (Debian: passwd, util-linux)"),
+    pytest.mark.skipif(
+        not all(shutil.which(tool) for tool in TOOLS), reason=f"needs {', '.join(TOOLS)} (Debian: passwd, util-linux)"
+    ),
 ]
 
 PROBE = textwrap.dedent("""\
@@ -90,8 +91,21 @@ def run_as(user: str | None, command: list[str], env: dict, cwd: Path, timeout: 
 def user():
     """A system user of its own (created here, removed at the end)."""
     name = f"populora-sbx-{os.getpid() % 100_000}"
-    created = subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent",
-                              "--shell", "/usr/sbin/nologin", "--user-group", name], capture_output=True, text=True)
+    created = subprocess.run(
+        [
+            "useradd",
+            "--system",
+            "--no-create-home",
+            "--home-dir",
+            "/nonexistent",
+            "--shell",
+            "/usr/sbin/nologin",
+            "--user-group",
+            name,
+        ],
+        capture_output=True,
+        text=True,
+    )
     if created.returncode != 0:
         pytest.skip(f"useradd failed: {created.stderr.strip()}")
     try:
@@ -127,23 +141,38 @@ def find_python(user: str, folder: Path) -> tuple[str, dict]:
     site = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
     base = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(folder), "PYTHONDONTWRITEBYTECODE": "1"}
     tried = []
-    for python, extra in ((sys.executable, []), (shutil.which(f"python{version}") or "", site),
-                          (f"/usr/bin/python{version}", site)):
+    for python, extra in (
+        (sys.executable, []),
+        (shutil.which(f"python{version}") or "", site),
+        (f"/usr/bin/python{version}", site),
+    ):
         if not python or python in tried:
             continue
         tried.append(python)
         env = {**base, "PYTHONPATH": os.pathsep.join([str(folder), *extra])}
-        check = run_as(user, [python, "-c", "import sys, pydantic, yaml, tqdm; print('%d.%d' % sys.version_info[:2])"],
-                       env, folder, timeout=60)
+        check = run_as(
+            user,
+            [python, "-c", "import sys, pydantic, yaml, tqdm; print('%d.%d' % sys.version_info[:2])"],
+            env,
+            folder,
+            timeout=60,
+        )
         if check.returncode == 0 and check.stdout.strip() == version:
             return python, env
-    pytest.skip(f"no Python {version} that {user} can run with this environment's packages (tried {tried}; a venv "
-                "whose base interpreter lies under /root is out of an ordinary user's reach)")
+    pytest.skip(
+        f"no Python {version} that {user} can run with this environment's packages (tried {tried}; a venv "
+        "whose base interpreter lies under /root is out of an ordinary user's reach)"
+    )
 
 
 def userns_allowed(user: str, folder: Path) -> bool:
-    probe = run_as(user, ["unshare", "--user", "--map-root-user", "--net", "--mount", "true"],
-                   {"PATH": "/usr/bin:/bin"}, folder, timeout=30)
+    probe = run_as(
+        user,
+        ["unshare", "--user", "--map-root-user", "--net", "--mount", "true"],
+        {"PATH": "/usr/bin:/bin"},
+        folder,
+        timeout=30,
+    )
     return probe.returncode == 0
 
 
@@ -151,9 +180,16 @@ def userns_allowed(user: str, folder: Path) -> bool:
 def runs(user, setup):
     """The probe as the user and, for reference, as root (same interpreter, folder, environment)."""
     folder, python, env = setup
-    procs = {("user" if who else "root"): subprocess.Popen(
-        as_user(who, [python, "probe.py"], env), cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for who in (user, None)}  # side by side: most of the suite's time is waiting for limits
+    procs = {
+        ("user" if who else "root"): subprocess.Popen(
+            as_user(who, [python, "probe.py"], env),
+            cwd=folder,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for who in (user, None)
+    }  # side by side: most of the suite's time is waiting for limits
     outputs = {key: proc.communicate(timeout=180) for key, proc in procs.items()}
     return {key: (procs[key].returncode, *outputs[key]) for key in procs}
 
@@ -169,8 +205,11 @@ def test_ordinary_user_gets_every_layer_but_uid_drop(user, setup, runs):
         pytest.skip("unprivileged user namespaces are not allowed here (see test_refused_without_user_namespaces)")
     report = parse(runs["user"])
     assert "refused" not in report, report["refused"]
-    assert report["report"] == {"layers": {**dict.fromkeys(LAYERS, True), "uid_drop": False},
-                                "required": list(DEFAULT_LAYERS), "mode": "user_namespace"}, report["capabilities"]
+    assert report["report"] == {
+        "layers": {**dict.fromkeys(LAYERS, True), "uid_drop": False},
+        "required": list(DEFAULT_LAYERS),
+        "mode": "user_namespace",
+    }, report["capabilities"]
     assert report["capabilities"]["root"] is False and report["capabilities"]["user_namespace"] is True
     # uid_drop for an ordinary user: the child keeps the user's own uid and gid (not root, even inside)
     assert report["child_ids"] == repr(tuple(report["ids"])) and report["ids"][0] != 0
@@ -208,16 +247,28 @@ def test_verify_stage_as_ordinary_user(user, setup):
     if not userns_allowed(user, folder):
         pytest.skip("unprivileged user namespaces are not allowed here")
     from tests.seed_tasks import seed_rows
+
     proposals = folder / "proposals.jsonl"
     proposals.write_text("".join(json.dumps(row) + "\n" for row in seed_rows()))
     entry = pwd.getpwnam(user)
     os.chown(proposals, entry.pw_uid, entry.pw_gid)
-    command = [python, "-m", "stages.verify", "--proposals", "proposals.jsonl", "--out", "tasks.jsonl",
-               "--isolation", "isolation.json"]
+    command = [
+        python,
+        "-m",
+        "stages.verify",
+        "--proposals",
+        "proposals.jsonl",
+        "--out",
+        "tasks.jsonl",
+        "--isolation",
+        "isolation.json",
+    ]
     result = run_as(user, command, env, folder)
     assert result.returncode == 0, result.stderr
-    assert "sandbox layers: fs_jail=on, ipc_namespace=on, mount_namespace=on, net_namespace=on, seccomp=on, " \
-           "uid_drop=OFF (user_namespace; required: fs_jail, ipc_namespace" in result.stderr, result.stderr
+    assert (
+        "sandbox layers: fs_jail=on, ipc_namespace=on, mount_namespace=on, net_namespace=on, seccomp=on, "
+        "uid_drop=OFF (user_namespace; required: fs_jail, ipc_namespace" in result.stderr
+    ), result.stderr
     report = json.loads((folder / "isolation.json").read_text())
     assert report["required"] == list(DEFAULT_LAYERS) and report["mode"] == "user_namespace"
     rows = [json.loads(line) for line in (folder / "tasks.jsonl").read_text().splitlines()]

@@ -54,13 +54,17 @@ def _project(root: Path, params: dict) -> Path:
 
 def _snakemake(project: Path, *args: str, env: dict | None = None, timeout: int = 2400) -> subprocess.CompletedProcess:
     env = {**(env or os.environ), "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHONPATH": str(REPO)}
-    return subprocess.run([f"{BIN}/snakemake", *args], cwd=project, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [f"{BIN}/snakemake", *args], cwd=project, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_tiny_training_through_the_slurm_profile_equals_a_local_run(cluster, tmp_path_factory, tiny_params_dict):
@@ -75,10 +79,17 @@ def test_tiny_training_through_the_slurm_profile_equals_a_local_run(cluster, tmp
     # database), short waits between status checks (a minute-long job needs no 40 s first wait)
     override = remote / "site"
     override.mkdir()
-    (override / "config.yaml").write_text(yaml.safe_dump({
-        "default-resources": ["slurm_partition=main", "mem_mb=8000", "runtime=60"],
-        "slurm-status-command": "squeue", "slurm-init-seconds-before-status-checks": 2, "latency-wait": 5,
-        "slurm-keep-successful-logs": True}))
+    (override / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "default-resources": ["slurm_partition=main", "mem_mb=8000", "runtime=60"],
+                "slurm-status-command": "squeue",
+                "slurm-init-seconds-before-status-checks": 2,
+                "latency-wait": 5,
+                "slurm-keep-successful-logs": True,
+            }
+        )
+    )
     # the local run goes on while SLURM's jobs are submitted and polled (most of that run's time is waiting)
     with ThreadPoolExecutor(max_workers=1) as pool:
         local_run = pool.submit(_snakemake, local, *TARGETS, "--cores", "2", "--resources", "gpu=1")
@@ -98,13 +109,20 @@ def test_tiny_training_through_the_slurm_profile_equals_a_local_run(cluster, tmp
     generate = [text for top, text in logs if top.startswith("group_generate")]
     train = [text for top, text in logs if top.startswith("group_train")]
     assert len(generate) == len(train) == 2 * len(GENERATIONS), kinds
-    assert sorted(top for top in kinds if not top.startswith("group_")) == ["rule_base_model", "rule_heldout_pool",
-                                                                              "rule_init", "rule_init", "rule_warm_start"]
+    assert sorted(top for top in kinds if not top.startswith("group_")) == [
+        "rule_base_model",
+        "rule_heldout_pool",
+        "rule_init",
+        "rule_init",
+        "rule_warm_start",
+    ]
     submissions = re.findall(r"submitted with SLURM jobid (\d+)", log)
     assert len(set(submissions)) == len(logs) == 1 + 1 + 1 + 2 + 4 * len(GENERATIONS), log[-3000:]
     for text in generate:
         assert all(f"localrule {rule}:" in text for rule in ("propose", "verify", "solve", "grade")), text[-3000:]
-    assert sum(text.count("localrule update:") for text in train) == len(GENERATIONS) * (4 + 1)  # population 4, baseline 1
+    assert sum(text.count("localrule update:") for text in train) == len(GENERATIONS) * (
+        4 + 1
+    )  # population 4, baseline 1
     assert all("localrule update_gather:" in text for text in train)
 
     for arm in ("population", "baseline"):
@@ -115,4 +133,6 @@ def test_tiny_training_through_the_slurm_profile_equals_a_local_run(cluster, tmp
                     assert _digest(a) == _digest(b), f"{arm}/gen{gen}/{name} differs between local and SLURM"
                 else:
                     assert a.read_bytes() == b.read_bytes(), f"{arm}/gen{gen}/{name} differs between local and SLURM"
-    assert (remote / f"results/population/gen{GENERATIONS[-1]}/checkpoint/adapters/student1/adapter_model.safetensors").is_file()
+    assert (
+        remote / f"results/population/gen{GENERATIONS[-1]}/checkpoint/adapters/student1/adapter_model.safetensors"
+    ).is_file()

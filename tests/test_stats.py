@@ -96,7 +96,9 @@ def test_an_mde_is_never_zero_where_no_verdict_differs():
     (3 / problems), never 0, and the verdict beside it is an honest "no detectable difference"."""
     assert minimum_detectable_effect(0.0, 0.0) == 0.0  # the bare formula: what the report printed before
     assert minimum_detectable_effect(0.0, 0.0, n_problems=200) == rule_of_three(200) == 0.015
-    assert minimum_detectable_effect(-0.1, 0.1, n_problems=200) == pytest.approx(0.142941)  # a wide interval keeps its own
+    assert minimum_detectable_effect(-0.1, 0.1, n_problems=200) == pytest.approx(
+        0.142941
+    )  # a wide interval keeps its own
     same = np.tile((np.arange(128) < 9).astype(float), (3, 1))
     for right, is_base in ((same.copy(), False), (same[0], True)):
         # seeds that score alike are believed to differ by a task's worth (`resolution`): no interval of width 0
@@ -142,7 +144,10 @@ def test_the_two_level_bootstrap_widens_with_seed_drift():
 
 def test_the_drift_test_fails_on_a_bootstrap_without_its_seed_level():
     """The broken copy: every draw keeps all seeds (problems resampled only), so drift cannot widen it."""
-    one_level = broken_copy(two_level_bootstrap, ("np.take_along_axis(means_a, rows_a, 1)", "means_a"),
-                            ("np.take_along_axis(means_b, rows_b, 1)", "means_b"))
+    one_level = broken_copy(
+        two_level_bootstrap,
+        ("np.take_along_axis(means_a, rows_a, 1)", "means_a"),
+        ("np.take_along_axis(means_b, rows_b, 1)", "means_b"),
+    )
     with pytest.raises(AssertionError):
         _widens_with_seed_drift(one_level)

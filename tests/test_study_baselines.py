@@ -12,15 +12,24 @@ from populora.study.tables import baselines_lines
 
 
 def _task(task_id: str, task_type: str, program: str, inputs: str, outputs: str) -> dict:
-    return {"task_id": task_id, "type": task_type, "program": program, "inputs": [inputs], "outputs": [outputs],
-            "message": None, "examples": []}
+    return {
+        "task_id": task_id,
+        "type": task_type,
+        "program": program,
+        "inputs": [inputs],
+        "outputs": [outputs],
+        "message": None,
+        "examples": [],
+    }
 
 
-POOL = [_task("heldout-code_i-000", "code_i", "def f(x):\n    return x > 3", "10", "True"),
-        _task("heldout-code_i-001", "code_i", "def f(x):\n    return x * 2", "10", "20"),
-        _task("heldout-code_i-002", "code_i", "def f(x):\n    return x", "7", "7"),  # echoing the output solves it
-        _task("heldout-code_o-000", "code_o", "def f(x):\n    return [0, 2, 4]", "1", "[0, 2, 4]"),
-        _task("heldout-code_o-001", "code_o", "def f(x):\n    return len(x)", "'abc'", "3")]
+POOL = [
+    _task("heldout-code_i-000", "code_i", "def f(x):\n    return x > 3", "10", "True"),
+    _task("heldout-code_i-001", "code_i", "def f(x):\n    return x * 2", "10", "20"),
+    _task("heldout-code_i-002", "code_i", "def f(x):\n    return x", "7", "7"),  # echoing the output solves it
+    _task("heldout-code_o-000", "code_o", "def f(x):\n    return [0, 2, 4]", "1", "[0, 2, 4]"),
+    _task("heldout-code_o-001", "code_o", "def f(x):\n    return len(x)", "'abc'", "3"),
+]
 
 
 def test_the_best_constant_and_the_copy_baseline_are_graded_per_type():

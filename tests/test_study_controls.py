@@ -24,9 +24,17 @@ def _rollouts(n_per_group: int = 5, seed: int = 0) -> list[dict]:
         for role in ("propose", "solve"):
             for task_type in ("code_o", "code_i", "code_f"):
                 for k in range(n_per_group):
-                    rows.append({"adapter": adapter, "role": role, "type": task_type, "task_id": f"{adapter}-{task_type}-{k}",
-                                 "reward": rng.choice([1.0, -0.5, -1.0]), "segments": [{"ids": [k]}],
-                                 "advantage": None if k == 0 else round(rng.uniform(-2, 2), 3)})
+                    rows.append(
+                        {
+                            "adapter": adapter,
+                            "role": role,
+                            "type": task_type,
+                            "task_id": f"{adapter}-{task_type}-{k}",
+                            "reward": rng.choice([1.0, -0.5, -1.0]),
+                            "segments": [{"ids": [k]}],
+                            "advantage": None if k == 0 else round(rng.uniform(-2, 2), 3),
+                        }
+                    )
     return rows
 
 
@@ -35,14 +43,18 @@ def test_null_shuffles_only_within_groups_and_keeps_every_other_field():
     shuffled = shuffle_within_groups(rows, seed=3)
     assert len(shuffled) == len(rows)
     for before, after in zip(rows, shuffled):  # same order, same fields, same values but the advantage
-        assert {k: v for k, v in before.items() if k != "advantage"} == {k: v for k, v in after.items() if k != "advantage"}
+        assert {k: v for k, v in before.items() if k != "advantage"} == {
+            k: v for k, v in after.items() if k != "advantage"
+        }
         if before["advantage"] is None:
             assert after["advantage"] is None
+
     def by_group(items):
         groups: dict = {}
         for r in items:
             groups.setdefault((r["adapter"], group_key(r["role"], r["type"])), []).append(r["advantage"])
         return groups
+
     original, permuted = by_group(rows), by_group(shuffled)
     assert original.keys() == permuted.keys()
     for key in original:  # each group keeps its multiset of advantages
@@ -54,12 +66,15 @@ def test_null_shuffles_only_within_groups_and_keeps_every_other_field():
     assert shuffle_within_groups(rows, seed=4) != shuffled
 
 
-@pytest.mark.parametrize("replace,interval,arm,expected", [
-    (0, 1, "population", [False] * 6),  # evolution off: never, whatever the schedule
-    (0, 2, "population", [False] * 6),
-    (1, 2, "population", [False, True, False, True, False, True]),
-    (1, 1, "baseline", [False] * 6),  # the baseline never evolves
-])
+@pytest.mark.parametrize(
+    "replace,interval,arm,expected",
+    [
+        (0, 1, "population", [False] * 6),  # evolution off: never, whatever the schedule
+        (0, 2, "population", [False] * 6),
+        (1, 2, "population", [False, True, False, True, False, True]),
+        (1, 1, "baseline", [False] * 6),  # the baseline never evolves
+    ],
+)
 def test_evolution_schedule_and_evolution_off(replace, interval, arm, expected):
     section = EvolveSection(replace=replace, interval=interval)
     assert [evolves(arm, gen, section) for gen in range(6)] == expected
@@ -137,16 +152,27 @@ def test_delta_norm_is_the_frobenius_norm_of_b_a_and_ignores_how_it_is_factored(
     refactored = {k: (v @ scale if "lora_B" in k else torch.linalg.inv(scale) @ v) for k, v in state.items()}
     assert delta_norm(refactored) == pytest.approx(expected, rel=1e-7)
     assert max(v.abs().max() for k, v in refactored.items() if "lora_B" in k) != max(
-        v.abs().max() for k, v in state.items() if "lora_B" in k)
+        v.abs().max() for k, v in state.items() if "lora_B" in k
+    )
     zero_b = {k: (torch.zeros_like(v) if "lora_B" in k else v) for k, v in state.items()}
     assert delta_norm(zero_b) == 0.0
 
 
 def test_accounting_keys_exist_and_add_up():
-    rows = [{"generation": g, "optimizer_steps.teacher0": 2, "optimizer_steps.student0": g % 2 * 2,
-             "trained_tokens.teacher0": 100 + g, "trained_tokens.student0": 50,
-             "rollouts_with_signal.teacher0": 3, "rollouts_with_signal.student0": g,
-             "delta_norm.teacher0": 0.1 * (g + 1), "delta_norm.student0": 0.05} for g in range(4)]
+    rows = [
+        {
+            "generation": g,
+            "optimizer_steps.teacher0": 2,
+            "optimizer_steps.student0": g % 2 * 2,
+            "trained_tokens.teacher0": 100 + g,
+            "trained_tokens.student0": 50,
+            "rollouts_with_signal.teacher0": 3,
+            "rollouts_with_signal.student0": g,
+            "delta_norm.teacher0": 0.1 * (g + 1),
+            "delta_norm.student0": 0.05,
+        }
+        for g in range(4)
+    ]
     roles = {"teachers": ["teacher0"], "students": ["student0"]}
     out = accounting(rows, roles)
     assert out["total.optimizer_steps.teacher0"] == 8
@@ -159,8 +185,17 @@ def test_accounting_keys_exist_and_add_up():
     summary = arm_summary(rows, roles)
     assert summary["total.optimizer_steps.teacher0"] == 8 and summary["generations"] == 4
     # the baseline's one slot is both roles: its per-adapter figures are its own in both
-    solo = accounting([{"optimizer_steps.solo": 4, "trained_tokens.solo": 10, "rollouts_with_signal.solo": 5,
-                        "delta_norm.solo": 1.5}], {"teachers": ["solo"], "students": ["solo"]})
+    solo = accounting(
+        [
+            {
+                "optimizer_steps.solo": 4,
+                "trained_tokens.solo": 10,
+                "rollouts_with_signal.solo": 5,
+                "delta_norm.solo": 1.5,
+            }
+        ],
+        {"teachers": ["solo"], "students": ["solo"]},
+    )
     assert solo["per_adapter.teachers.optimizer_steps"] == solo["per_adapter.students.optimizer_steps"] == 4
 
 
@@ -174,18 +209,27 @@ def test_per_role_update_takes_steps_per_role(tiny_model_dir, tmp_path):
 
     adapters = _adapters(tiny_model_dir, tmp_path)
     rows, results = _sampled_rollouts(tiny_model_dir, adapters)
-    rollouts = [{"segments": r.segments, "advantage": adv, "role": role}
-                for row, r, adv, role in zip(rows, results, [1.0, -1.0, 0.5, -0.5, 1.0, -1.0] * 2,
-                                             ["propose", "solve"] * 6) if row.adapter == "a"]
+    rollouts = [
+        {"segments": r.segments, "advantage": adv, "role": role}
+        for row, r, adv, role in zip(rows, results, [1.0, -1.0, 0.5, -0.5, 1.0, -1.0] * 2, ["propose", "solve"] * 6)
+        if row.adapter == "a"
+    ]
     assert {r["role"] for r in rollouts} == {"propose", "solve"}
     taken = {}
     for mode in ("joint", "per_role"):
         tokenizer, model = load_base(tiny_model_dir)
         tokenizer.padding_side = "right"
         model = attach_adapters(model, adapters, trainable="a")
-        stats = reinforce_steps(Accelerator(cpu=True), model, tokenizer, "a", rollouts, UpdateSection(
-            steps=2, learning_rate=1e-2, micro_batch=2, max_seq_len=4096, role_steps=mode),
-            optimizer_file=None, optimizer_out=tmp_path / f"opt-{mode}.safetensors")
+        stats = reinforce_steps(
+            Accelerator(cpu=True),
+            model,
+            tokenizer,
+            "a",
+            rollouts,
+            UpdateSection(steps=2, learning_rate=1e-2, micro_batch=2, max_seq_len=4096, role_steps=mode),
+            optimizer_file=None,
+            optimizer_out=tmp_path / f"opt-{mode}.safetensors",
+        )
         taken[mode] = stats
     assert taken["joint"]["optimizer_steps"] == 2
     assert taken["per_role"]["optimizer_steps"] == 4
@@ -194,21 +238,35 @@ def test_per_role_update_takes_steps_per_role(tiny_model_dir, tmp_path):
     tokenizer, model = load_base(tiny_model_dir)
     tokenizer.padding_side = "right"
     model = attach_adapters(model, adapters, trainable="a")
-    stats = reinforce_steps(Accelerator(cpu=True), model, tokenizer, "a", only_solve, UpdateSection(
-        steps=2, micro_batch=2, role_steps="per_role"), optimizer_file=None, optimizer_out=tmp_path / "o.safetensors")
+    stats = reinforce_steps(
+        Accelerator(cpu=True),
+        model,
+        tokenizer,
+        "a",
+        only_solve,
+        UpdateSection(steps=2, micro_batch=2, role_steps="per_role"),
+        optimizer_file=None,
+        optimizer_out=tmp_path / "o.safetensors",
+    )
     assert stats["optimizer_steps"] == 2, "a student (one role) takes `steps` either way"
 
 
 def test_uniform_fill_in_draws_from_the_whole_buffer():
     from populora.tasks.roles import assign_tasks, fill_in_order
 
-    buffer = [{"task_id": f"t{g}", "type": "code_o", "gen": g, "program": f"def f(x):\n    return x + {g}"}
-              for g in range(-1, 9)]
+    buffer = [
+        {"task_id": f"t{g}", "type": "code_o", "gen": g, "program": f"def f(x):\n    return x + {g}"}
+        for g in range(-1, 9)
+    ]
     pairing = {"teachers": ["teacher0"], "students": ["student0"], "counts": {"teacher0": {"student0": 1}}}
     newest = assign_tasks(pairing, [], buffer)["student0"]["code_o"]
     assert [t["task_id"] for t in newest] == ["t8"] and newest[0]["origin"] == "buffer"
-    picked = Counter(assign_tasks(pairing, [], buffer, fill_in="uniform", rng=random.Random(seed))["student0"]["code_o"][0]["task_id"]
-                     for seed in range(200))
+    picked = Counter(
+        assign_tasks(pairing, [], buffer, fill_in="uniform", rng=random.Random(seed))["student0"]["code_o"][0][
+            "task_id"
+        ]
+        for seed in range(200)
+    )
     assert set(picked) == {t["task_id"] for t in buffer}, "every buffer task can be a fill-in"
     assert max(picked.values()) < 50
     order = fill_in_order(buffer, "code_o", "uniform", random.Random(1))
@@ -222,12 +280,33 @@ def test_task_types_limit_what_is_proposed_and_solved():
     from populora.tasks.tasks import seed_proposals
 
     buffer = [{**row, "outputs": ["0"] * len(row["inputs"]), "valid": True} for row in seed_proposals("builtin")]
-    jobs = proposer_jobs(["teacher0"], buffer, per_type=2, references=1, n_inputs=10, mode="scaffolded",
-                         chat=lambda p: p, rng=random.Random(0), arm="population", gen=0, types=("code_o", "code_i"))
+    jobs = proposer_jobs(
+        ["teacher0"],
+        buffer,
+        per_type=2,
+        references=1,
+        n_inputs=10,
+        mode="scaffolded",
+        chat=lambda p: p,
+        rng=random.Random(0),
+        arm="population",
+        gen=0,
+        types=("code_o", "code_i"),
+    )
     assert Counter(meta["type"] for meta, _ in jobs) == {"code_o": 2, "code_i": 2}
     pairing = {"teachers": ["teacher0"], "students": ["student0"], "counts": {"teacher0": {"student0": 1}}}
     assignment = assign_tasks(pairing, [], buffer, types=("code_o",))
     assert list(assignment["student0"]) == ["code_o"]
-    everything = proposer_jobs(["teacher0"], buffer, per_type=1, references=1, n_inputs=10, mode="scaffolded",
-                               chat=lambda p: p, rng=random.Random(0), arm="population", gen=0)
+    everything = proposer_jobs(
+        ["teacher0"],
+        buffer,
+        per_type=1,
+        references=1,
+        n_inputs=10,
+        mode="scaffolded",
+        chat=lambda p: p,
+        rng=random.Random(0),
+        arm="population",
+        gen=0,
+    )
     assert [meta["type"] for meta, _ in everything] == ["code_o", "code_i", "code_f"]

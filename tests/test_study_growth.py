@@ -7,8 +7,9 @@ from populora.study.growth import main, read_run, step_growth, summarize
 
 def rows(norms: dict[str, list[float]]) -> list[dict]:
     gens = len(next(iter(norms.values())))
-    return [{"generation": g, **{f"delta_norm.{slot}": values[g] for slot, values in norms.items()}}
-            for g in range(gens)]
+    return [
+        {"generation": g, **{f"delta_norm.{slot}": values[g] for slot, values in norms.items()}} for g in range(gens)
+    ]
 
 
 def test_a_child_first_step_is_told_apart_from_a_replacement_and_a_plain_step():
@@ -16,8 +17,14 @@ def test_a_child_first_step_is_told_apart_from_a_replacement_and_a_plain_step():
     dyn = rows({"student0": [1.0, 2.0, 3.5, 4.0], "student1": [1.0, 2.1, 2.6, 0.9]})
     steps = step_growth(list(reversed(dyn)), {1: {"student1"}, 3: {"student1"}})
     by = {(s["generation"], s["slot"]): s for s in steps}
-    assert by[(2, "student1")] == {"generation": 2, "slot": "student1", "norm": 2.6, "growth": 0.5,
-                                   "after_birth": True, "replaced": False}
+    assert by[(2, "student1")] == {
+        "generation": 2,
+        "slot": "student1",
+        "norm": 2.6,
+        "growth": 0.5,
+        "after_birth": True,
+        "replaced": False,
+    }
     assert by[(1, "student1")]["replaced"] and not by[(1, "student1")]["after_birth"]
     assert by[(3, "student1")]["replaced"]
     assert by[(2, "student0")]["growth"] == 1.5 and by[(2, "student0")]["after_birth"] is False
@@ -39,7 +46,8 @@ def test_the_command_reads_a_committed_run(tmp_path, capsys):
     (run / "dynamics" / "population").mkdir(parents=True)
     (run / "evolution").mkdir()
     (run / "dynamics" / "population" / "dynamics.json").write_text(
-        json.dumps(rows({"student0": [1.0, 0.5, 2.0], "student1": [1.0, 2.0, 3.0]})))
+        json.dumps(rows({"student0": [1.0, 0.5, 2.0], "student1": [1.0, 2.0, 3.0]}))
+    )
     (run / "evolution" / "gen001.json").write_text(json.dumps({"events": [{"slot": "student0"}]}))
     assert read_run(run)[1] == {1: {"student0"}}
     assert main([str(run), "--json", str(tmp_path / "g.json")]) == 0

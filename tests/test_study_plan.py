@@ -17,17 +17,30 @@ from populora.study.runs import load_runs
 from tests.conftest import REPO
 from tests.test_study_runs import _heldout, _run, _write
 
-PLAN = {"written": "before the runs", "pool": None, "params": {"dag": {"generations": 6}},
-        "controls": {"baseline": {"dag": {"arms": ["baseline"]}}, "1t1s": {"dag": {"arms": ["population"]}},
-                     "2t2s": {"dag": {"arms": ["population"]}}},
-        "seeds": [1, 2], "tuning_seeds": [0], "primary": {"endpoint": "heldout", "left": "2t2s", "right": "1t1s"}}
+PLAN = {
+    "written": "before the runs",
+    "pool": None,
+    "params": {"dag": {"generations": 6}},
+    "controls": {
+        "baseline": {"dag": {"arms": ["baseline"]}},
+        "1t1s": {"dag": {"arms": ["population"]}},
+        "2t2s": {"dag": {"arms": ["population"]}},
+    },
+    "seeds": [1, 2],
+    "tuning_seeds": [0],
+    "primary": {"endpoint": "heldout", "left": "2t2s", "right": "1t1s"},
+}
 
 
 @pytest.fixture
 def grid(tmp_path):
     root = tmp_path / "runs"
     for seed in range(3):
-        for control, rate, arm in (("2t2s", 0.45, "population"), ("1t1s", 0.10, "population"), ("baseline", 0.05, "baseline")):
+        for control, rate, arm in (
+            ("2t2s", 0.45, "population"),
+            ("1t1s", 0.10, "population"),
+            ("baseline", 0.05, "baseline"),
+        ):
             _run(root, control, seed, rate, arm=arm)
             _heldout(root, control, seed, [0.2, 0.3 + (0.4 if seed == 0 else 0.0)], arm=arm)  # seed 0 "takes off"
     plan = tmp_path / "plan.yaml"
@@ -49,7 +62,12 @@ def test_tuning_runs_are_marked_and_left_out_of_the_answer(grid, tmp_path):
     findings = " ".join(study["plan"])
     assert "2t2s mixes tuning seed(s) [0] with declared seed(s) [1, 2]" in findings and "differ" not in findings
     primary = study["primary"]
-    assert (primary["left"], primary["right"], primary["endpoint"], primary["seeds"]) == ("2t2s", "1t1s", "heldout", [2, 2])
+    assert (primary["left"], primary["right"], primary["endpoint"], primary["seeds"]) == (
+        "2t2s",
+        "1t1s",
+        "heldout",
+        [2, 2],
+    )
     assert primary["method"] == "Welch t over seeds" and primary["mde"] > 0
     assert main([str(root), "--plan", str(plan_file), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "study.md").read_text()
@@ -101,8 +119,13 @@ def test_the_learning_studys_runs_are_as_its_retroactive_plan_declares():
 
 def test_a_plan_that_names_a_file_its_commit_lacks_stops_the_run(tmp_path, monkeypatch, capsys):
     """The first population plan named params/population-study.yaml, which no commit ever had."""
-    plan = {"controls": {"1t1s": {}}, "seeds": [3], "params": {}, "primary": {"endpoint": "heldout", "left": "1t1s",
-            "right": "base"}, "overlay": ["params/learning-study.yaml", "params/no-such-overlay.yaml"]}
+    plan = {
+        "controls": {"1t1s": {}},
+        "seeds": [3],
+        "params": {},
+        "primary": {"endpoint": "heldout", "left": "1t1s", "right": "base"},
+        "overlay": ["params/learning-study.yaml", "params/no-such-overlay.yaml"],
+    }
     (tmp_path / "params").mkdir()
     (tmp_path / "params" / "learning-study.yaml").write_text("{}\n")
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))

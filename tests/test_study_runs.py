@@ -28,38 +28,74 @@ def _write(path: Path, obj) -> None:
     path.write_text(json.dumps(obj) if not path.suffix == ".yaml" else yaml.safe_dump(obj))
 
 
-def _run(root: Path, control: str, seed: int, rate: float, *, arm: str = "population", copies: list[str] | None = None) -> None:
+def _run(
+    root: Path, control: str, seed: int, rate: float, *, arm: str = "population", copies: list[str] | None = None
+) -> None:
     """One run folder; with `copies`, every model's answers.json says those problems' answers copy the input."""
     folder = root / f"{control}-s{seed}"
     rng = random.Random(f"{control}{seed}")
     machine = {"cpu": "Intel(R) Xeon(R) Processor", "cpus": 2, "features": "avx2 avx512f"} if seed == 2 else None
-    _write(folder / "run.json", {"control": control, "seed": seed, "wall_s": 1800 + seed + (600 if seed == 1 else 0),
-                                 **({"machine": machine} if machine else {}),
-                                 # stopped 10 min (not run time), in 3 attempts (stopped with sessions, resumed)
-                                 **({"paused_s": 600, "attempts": 3} if seed == 1 else {})})
-    _write(folder / "params.yaml", {"dag": {"arms": [arm], "generations": 6}, "population": {"teachers": 1, "students": 2}})
+    _write(
+        folder / "run.json",
+        {
+            "control": control,
+            "seed": seed,
+            "wall_s": 1800 + seed + (600 if seed == 1 else 0),
+            **({"machine": machine} if machine else {}),
+            # stopped 10 min (not run time), in 3 attempts (stopped with sessions, resumed)
+            **({"paused_s": 600, "attempts": 3} if seed == 1 else {}),
+        },
+    )
+    _write(
+        folder / "params.yaml", {"dag": {"arms": [arm], "generations": 6}, "population": {"teachers": 1, "students": 2}}
+    )
     slots = ["solo"] if arm == "baseline" else ["student0", "student1"]
-    _write(folder / "dynamics" / arm / "summary.json", {
-        "per_adapter.students.optimizer_steps": 12, "per_adapter.students.trained_tokens": 1000 * (seed + 1),
-        "per_adapter.students.rollouts_with_signal": 40, "per_adapter.students.delta_norm": 0.5,
-        "per_adapter.teachers.optimizer_steps": 12, "per_adapter.teachers.trained_tokens": 10,
-        "per_adapter.teachers.rollouts_with_signal": 4, "per_adapter.teachers.delta_norm": 0.1})
+    _write(
+        folder / "dynamics" / arm / "summary.json",
+        {
+            "per_adapter.students.optimizer_steps": 12,
+            "per_adapter.students.trained_tokens": 1000 * (seed + 1),
+            "per_adapter.students.rollouts_with_signal": 40,
+            "per_adapter.students.delta_norm": 0.5,
+            "per_adapter.teachers.optimizer_steps": 12,
+            "per_adapter.teachers.trained_tokens": 10,
+            "per_adapter.teachers.rollouts_with_signal": 4,
+            "per_adapter.teachers.delta_norm": 0.1,
+        },
+    )
     for bench in ("cruxeval_o", "cruxeval_i"):
         ids = [f"sample_{i}" for i in range(N)]
-        _write(folder / "bench" / "base" / bench / "base.json",
-               {"model": "base", "per_problem": {i: int(k < 6) for k, i in enumerate(ids)}})
+        _write(
+            folder / "bench" / "base" / bench / "base.json",
+            {"model": "base", "per_problem": {i: int(k < 6) for k, i in enumerate(ids)}},
+        )
         if copies is not None:
-            _write(folder / "bench" / "base" / bench / "base" / "answers.json", {"copies_input": ids[:2] if copies else []})
+            _write(
+                folder / "bench" / "base" / bench / "base" / "answers.json", {"copies_input": ids[:2] if copies else []}
+            )
         for slot in [*slots, *(["teacher0"] if arm == "population" else [])]:
             per_problem = {i: int(rng.random() < rate) for i in ids}
             if copies is not None:
                 per_problem.update({i: 1 for i in copies})  # the copier is right on these
-                _write(folder / "bench" / arm / bench / f"{arm}-{slot}" / "answers.json",
-                       {"copies_input": copies, "copies_argument": copies[:1], "correct": sorted(per_problem)})
-            _write(folder / "bench" / arm / bench / f"{arm}-{slot}.json", {
-                "model": f"{arm}-{slot}", "per_problem": per_problem,
-                "diagnostics": {"n": N, "truncated": 3, "no_answer": 6, "copies_input": 0, "copies_argument": 9,
-                                "mean_answer_tokens": 7.5}})
+                _write(
+                    folder / "bench" / arm / bench / f"{arm}-{slot}" / "answers.json",
+                    {"copies_input": copies, "copies_argument": copies[:1], "correct": sorted(per_problem)},
+                )
+            _write(
+                folder / "bench" / arm / bench / f"{arm}-{slot}.json",
+                {
+                    "model": f"{arm}-{slot}",
+                    "per_problem": per_problem,
+                    "diagnostics": {
+                        "n": N,
+                        "truncated": 3,
+                        "no_answer": 6,
+                        "copies_input": 0,
+                        "copies_argument": 9,
+                        "mean_answer_tokens": 7.5,
+                    },
+                },
+            )
 
 
 @pytest.fixture
@@ -77,7 +113,10 @@ def test_table_has_intervals_accounting_and_diagnostics(runs, tmp_path):
     rows = {row["control"]: row for row in study["controls"]}
     assert list(rows) == ["baseline", "1t1s", "2t2s"]
     population = rows["2t2s"]["bench"]["cruxeval_o"]
-    assert population["students"]["n"] == 3 and population["students"]["low"] <= population["students"]["mean"] <= population["students"]["high"]
+    assert (
+        population["students"]["n"] == 3
+        and population["students"]["low"] <= population["students"]["mean"] <= population["students"]["high"]
+    )
     assert population["base"] == pytest.approx(0.1)
     assert population["students_minus_base"]["mean"] == pytest.approx(population["students"]["mean"] - 0.1)
     # "all members" averages the teacher in too: recompute seed 0 from its files
@@ -85,7 +124,9 @@ def test_table_has_intervals_accounting_and_diagnostics(runs, tmp_path):
     verdicts = [json.loads(f.read_text())["per_problem"] for f in sorted(folder.glob("*.json"))]
     assert len(verdicts) == 3
     assert population["members"]["values"][0] == pytest.approx(np.mean([list(v.values()) for v in verdicts]), abs=1e-6)
-    assert population["students"]["values"][0] == pytest.approx(np.mean([list(v.values()) for v in verdicts[:2]]), abs=1e-6)
+    assert population["students"]["values"][0] == pytest.approx(
+        np.mean([list(v.values()) for v in verdicts[:2]]), abs=1e-6
+    )
     assert rows["baseline"]["accounting"]["students.trained_tokens"] == pytest.approx(2000)
     assert rows["2t2s"]["diagnostics"]["cruxeval_i"]["copies_argument"] == pytest.approx(9 / N)
     verdicts = {(c["left"], c["right"], c["bench"]): c for c in study["comparisons"]}
@@ -93,13 +134,22 @@ def test_table_has_intervals_accounting_and_diagnostics(runs, tmp_path):
     assert verdicts[("2t2s", "1t1s", "cruxeval_o")]["low"] > 0
     # per run: the base first, then each run's students' mean, accounting and wall, as its files say
     per_run = {row["run"]: row for row in study["per_run"]}
-    assert study["per_run"][0]["run"] == "base" and per_run["base"]["bench"]["cruxeval_o"]["pass@1"] == pytest.approx(0.1)
+    assert study["per_run"][0]["run"] == "base" and per_run["base"]["bench"]["cruxeval_o"]["pass@1"] == pytest.approx(
+        0.1
+    )
     assert per_run["2t2s-s0"]["bench"]["cruxeval_o"]["pass@1"] == pytest.approx(population["students"]["values"][0])
     assert per_run["2t2s-s0"]["bench"]["cruxeval_i"]["copies_argument"] == pytest.approx(9 / N)
-    assert per_run["baseline-s2"]["accounting"]["students"]["trained_tokens"] == 3000 and per_run["baseline-s2"]["wall_s"] == 1802
+    assert (
+        per_run["baseline-s2"]["accounting"]["students"]["trained_tokens"] == 3000
+        and per_run["baseline-s2"]["wall_s"] == 1802
+    )
     assert main([str(runs), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "study.md").read_text()
-    assert "2t2s - baseline" in text and "Accounting per adapter" in text and (tmp_path / "out" / "study.png").stat().st_size > 0
+    assert (
+        "2t2s - baseline" in text
+        and "Accounting per adapter" in text
+        and (tmp_path / "out" / "study.png").stat().st_size > 0
+    )
     assert "| baseline-s2 | " in text and "| 12 / 3,000 / 40 / 0.5 | 12 / 10 / 4 / 0.1 | 30 | avx2 avx512f |" in text
     # a run that recorded no machine (runs before run.json had it) leaves the cell blank
     assert per_run["2t2s-s0"]["machine"] is None and per_run["baseline-s2"]["machine"]["cpus"] == 2
@@ -108,20 +158,36 @@ def test_table_has_intervals_accounting_and_diagnostics(runs, tmp_path):
 
 
 def test_nocopy_controls_are_compared_among_themselves_never_with_the_grid(runs):
-    assert nocopy("1t1s") == "1t1s-nocopy" and nocopy("1t1s-null") == "1t1s-nocopy-null"  # as scripts/study.sh names them
+    assert (
+        nocopy("1t1s") == "1t1s-nocopy" and nocopy("1t1s-null") == "1t1s-nocopy-null"
+    )  # as scripts/study.sh names them
     _run(runs, "1t1s-nocopy", 0, 0.30)
     _run(runs, "baseline-nocopy", 0, 0.05, arm="baseline")
     _run(runs, "1t1s-nocopy-null", 0, 0.05)
     study = summarize(load_runs(runs))
-    assert [row["control"] for row in study["controls"]] == ["baseline", "1t1s", "2t2s", "baseline-nocopy", "1t1s-nocopy", "1t1s-nocopy-null"]
+    assert [row["control"] for row in study["controls"]] == [
+        "baseline",
+        "1t1s",
+        "2t2s",
+        "baseline-nocopy",
+        "1t1s-nocopy",
+        "1t1s-nocopy-null",
+    ]
     pairs = {(c["left"], c["right"]) for c in study["comparisons"]}
     assert {("1t1s-nocopy", "baseline-nocopy"), ("1t1s-nocopy", "1t1s-nocopy-null"), ("1t1s", "baseline")} <= pairs
     # a -nocopy control runs at another commit: never set against a control of the grid (against the base
     # model, yes: with the base's verdicts its own runs recorded)
-    assert all(left.endswith(("-nocopy", "-nocopy-null")) == right.endswith(("-nocopy", "-nocopy-null"))
-               for left, right in pairs if right != "base")
+    assert all(
+        left.endswith(("-nocopy", "-nocopy-null")) == right.endswith(("-nocopy", "-nocopy-null"))
+        for left, right in pairs
+        if right != "base"
+    )
     assert ("1t1s-nocopy", "base") in pairs
-    one_v_one = next(c for c in study["comparisons"] if (c["left"], c["right"], c["bench"]) == ("1t1s-nocopy", "baseline-nocopy", "cruxeval_o"))
+    one_v_one = next(
+        c
+        for c in study["comparisons"]
+        if (c["left"], c["right"], c["bench"]) == ("1t1s-nocopy", "baseline-nocopy", "cruxeval_o")
+    )
     assert one_v_one["seeds"] == [1, 1] and one_v_one["verdict"] == "1t1s-nocopy higher"
 
 
@@ -151,7 +217,9 @@ def test_copy_free_reading_separates_a_copier_from_a_solver(tmp_path):
     free = rows["1t1s"]["bench"]["cruxeval_o"]["copy_free"]
     assert rows["1t1s"]["bench"]["cruxeval_o"]["students"]["mean"] > 0.3
     assert free["students"]["mean"] < 0.15 and free["base"] == pytest.approx(4 / N, abs=1e-6)
-    by_score = {(c["bench"], c["score"]): c for c in study["comparisons"] if (c["left"], c["right"]) == ("1t1s", "baseline")}
+    by_score = {
+        (c["bench"], c["score"]): c for c in study["comparisons"] if (c["left"], c["right"]) == ("1t1s", "baseline")
+    }
     assert by_score[("cruxeval_o", "pass@1")]["verdict"] == "1t1s higher"
     assert by_score[("cruxeval_o", "copies wrong")]["verdict"] == "no detectable difference"
 
@@ -169,8 +237,13 @@ def test_points_never_print_a_negative_zero():
 
 
 def test_training_copies_by_generation_per_run(runs, tmp_path):
-    gens = {f"gen{g:03d}": {"code_o": {"n": 16, "correct": 2, "copies": g * 3, "copies_correct": g % 2},
-                            "code_i": {"n": 16, "correct": 4, "copies": 1, "copies_correct": 1}} for g in range(3)}
+    gens = {
+        f"gen{g:03d}": {
+            "code_o": {"n": 16, "correct": 2, "copies": g * 3, "copies_correct": g % 2},
+            "code_i": {"n": 16, "correct": 4, "copies": 1, "copies_correct": 1},
+        }
+        for g in range(3)
+    }
     _write(runs / "1t1s-s0" / "training_answers.json", gens)
     study = summarize(load_runs(runs))
     rows = {(r["run"], r["type"]): r for r in study["training_copies"]}
@@ -187,9 +260,14 @@ def _heldout(root: Path, control: str, seed: int, rates: list[float], *, arm: st
     rng = random.Random(f"heldout{control}{seed}")
     ids = [f"heldout-code_o-{i:03d}" for i in range(100)]
     slots = ["solo"] if arm == "baseline" else ["student0", "student1"]
-    _write(root / f"{control}-s{seed}" / "dynamics" / arm / "heldout_verdicts.json", {
-        "base": {t: int(k < 20) for k, t in enumerate(ids)}, "roles": {"students": slots},
-        "generations": [{slot: {t: int(rng.random() < rate) for t in ids} for slot in slots} for rate in rates]})
+    _write(
+        root / f"{control}-s{seed}" / "dynamics" / arm / "heldout_verdicts.json",
+        {
+            "base": {t: int(k < 20) for k, t in enumerate(ids)},
+            "roles": {"students": slots},
+            "generations": [{slot: {t: int(rng.random() < rate) for t in ids} for slot in slots} for rate in rates],
+        },
+    )
 
 
 def test_heldout_pool_is_read_as_a_benchmark_with_learning_curves(runs, tmp_path):
@@ -227,7 +305,9 @@ def test_every_control_is_compared_with_the_base_model_problem_by_problem(runs, 
     assert {control for control, _, _ in against_base} == {"baseline", "1t1s", "2t2s"}
     population = against_base[("2t2s", "cruxeval_o", "pass@1")]
     rows = {row["control"]: row for row in study["controls"]}
-    assert population["delta"] == pytest.approx(rows["2t2s"]["bench"]["cruxeval_o"]["students_minus_base"]["mean"], abs=1e-6)
+    assert population["delta"] == pytest.approx(
+        rows["2t2s"]["bench"]["cruxeval_o"]["students_minus_base"]["mean"], abs=1e-6
+    )
     assert population["seeds"] == [3, 3] and population["low"] > 0 and population["verdict"] == "2t2s higher"
     # one seed: the base's verdicts are paired with the students' problem by problem, so a control that
     # equals the base everywhere differs by exactly 0, with an interval of width 0 and the bound as its MDE
@@ -236,7 +316,11 @@ def test_every_control_is_compared_with_the_base_model_problem_by_problem(runs, 
     assert (equal["delta"], equal["low"], equal["high"]) == (0, 0, 0) and equal["mde"] == pytest.approx(3 / N)
     assert equal["method"] == "one seed: tasks only" and equal["verdict"] == "no detectable difference"
     # per generation on the held-out pool: level with the base at generation 0, above it at the end
-    by_gen = {c["generation"]: c for c in study["heldout_curves"]["comparisons"] if (c["left"], c["right"]) == ("2t2s", "base")}
+    by_gen = {
+        c["generation"]: c
+        for c in study["heldout_curves"]["comparisons"]
+        if (c["left"], c["right"]) == ("2t2s", "base")
+    }
     assert sorted(by_gen) == [0, 1, 2] and by_gen[0]["low"] <= 0 <= by_gen[0]["high"] and by_gen[2]["low"] > 0.4
     assert main([str(runs), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "study.md").read_text()
@@ -263,8 +347,9 @@ def _add_gold(root: Path, shift: dict[str, float]) -> None:
         doc = json.loads(result.read_text())
         control = result.parts[-5].rsplit("-s", 1)[0]
         up = 0.0 if doc["model"] == "base" else shift[control]
-        doc["per_problem_gold_logprob"] = {i: -12.0 + 0.1 * (k % 7) + up + rng.gauss(0, 0.3)
-                                           for k, i in enumerate(doc["per_problem"])}
+        doc["per_problem_gold_logprob"] = {
+            i: -12.0 + 0.1 * (k % 7) + up + rng.gauss(0, 0.3) for k, i in enumerate(doc["per_problem"])
+        }
         result.write_text(json.dumps(doc))
 
 
@@ -276,14 +361,19 @@ def test_gold_log_likelihood_is_compared_in_nats(runs, tmp_path):
     rows = {row["control"]: row for row in study["controls"]}
     gold = rows["2t2s"]["bench"]["cruxeval_o"]["gold"]
     assert gold["students_minus_base"]["mean"] == pytest.approx(1.0, abs=0.1)
-    found = {(c["left"], c["right"]): c for c in study["comparisons"]
-             if c["score"] == "gold log-likelihood" and c["bench"] == "cruxeval_o"}
+    found = {
+        (c["left"], c["right"]): c
+        for c in study["comparisons"]
+        if c["score"] == "gold log-likelihood" and c["bench"] == "cruxeval_o"
+    }
     assert found[("2t2s", "1t1s")]["verdict"] == "2t2s higher" and found[("2t2s", "1t1s")]["low"] > 0.8
     assert found[("1t1s", "base")]["low"] <= 0 <= found[("1t1s", "base")]["high"]
     assert main([str(runs), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "study.md").read_text()
     assert "## The gold answer's log-likelihood" in text
-    assert f"| 2t2s - 1t1s | cruxeval_o | gold log-likelihood | 3 vs 3 | {found[('2t2s', '1t1s')]['delta']:.2f} |" in text
+    assert (
+        f"| 2t2s - 1t1s | cruxeval_o | gold log-likelihood | 3 vs 3 | {found[('2t2s', '1t1s')]['delta']:.2f} |" in text
+    )
     # one run scored without it (vLLM's engine skips it): that control's gold reading is left out, not guessed
     for result in (runs / "1t1s-s1" / "bench" / "population" / "cruxeval_o").glob("*.json"):
         doc = json.loads(result.read_text())
@@ -291,8 +381,11 @@ def test_gold_log_likelihood_is_compared_in_nats(runs, tmp_path):
         result.write_text(json.dumps(doc))
     study = summarize(load_runs(runs))
     assert "gold" not in {row["control"]: row for row in study["controls"]}["1t1s"]["bench"]["cruxeval_o"]
-    assert not [c for c in study["comparisons"] if c["score"] == "gold log-likelihood" and c["bench"] == "cruxeval_o"
-                and "1t1s" in (c["left"], c["right"])]
+    assert not [
+        c
+        for c in study["comparisons"]
+        if c["score"] == "gold log-likelihood" and c["bench"] == "cruxeval_o" and "1t1s" in (c["left"], c["right"])
+    ]
 
 
 def test_curve_table_puts_the_mde_beside_each_null_never_zero():
@@ -300,12 +393,48 @@ def test_curve_table_puts_the_mde_beside_each_null_never_zero():
 
     point = {"mean": 0.1, "low": 0.05, "high": 0.15, "n": 3}
     comparisons = [  # generation 0: every seed scored the base; 1: a null with spread; 2: an effect; 3: one seed
-        {"left": "1T-1S", "right": "base", "generation": 0, "delta": 0.0, "low": 0.0, "high": 0.0, "mde": 0.023438, "df": 2},
-        {"left": "1T-1S", "right": "base", "generation": 1, "delta": 0.01, "low": -0.02, "high": 0.04, "mde": 0.05, "df": 2},
-        {"left": "1T-1S", "right": "base", "generation": 2, "delta": 0.05, "low": 0.02, "high": 0.08, "mde": 0.05, "df": 2},
-        {"left": "1T-1S", "right": "base", "generation": 3, "delta": 0.0, "low": -0.01, "high": 0.01, "mde": 0.03, "df": None}]
-    lines = curve_table({"controls": {"1T-1S": [point] * 4}, "n_tasks": 128, "base": 0.07,
-                         "comparisons": comparisons})
+        {
+            "left": "1T-1S",
+            "right": "base",
+            "generation": 0,
+            "delta": 0.0,
+            "low": 0.0,
+            "high": 0.0,
+            "mde": 0.023438,
+            "df": 2,
+        },
+        {
+            "left": "1T-1S",
+            "right": "base",
+            "generation": 1,
+            "delta": 0.01,
+            "low": -0.02,
+            "high": 0.04,
+            "mde": 0.05,
+            "df": 2,
+        },
+        {
+            "left": "1T-1S",
+            "right": "base",
+            "generation": 2,
+            "delta": 0.05,
+            "low": 0.02,
+            "high": 0.08,
+            "mde": 0.05,
+            "df": 2,
+        },
+        {
+            "left": "1T-1S",
+            "right": "base",
+            "generation": 3,
+            "delta": 0.0,
+            "low": -0.01,
+            "high": 0.01,
+            "mde": 0.03,
+            "df": None,
+        },
+    ]
+    lines = curve_table({"controls": {"1T-1S": [point] * 4}, "n_tasks": 128, "base": 0.07, "comparisons": comparisons})
     row = next(line for line in lines if line.startswith("| 1T-1S - base |")).split(" | ")
     assert row[1] == "0.0 [0.0, 0.0] (MDE 2.3)"  # no verdict moved: the rule-of-three bound, not an MDE of 0
     assert row[2] == "1.0 [-2.0, 4.0] (MDE 5.0)"
@@ -319,9 +448,17 @@ def test_heldout_curves_split_by_task_type_show_a_type_at_the_floor(runs, tmp_pa
     ids = [f"heldout-code_o-{i:03d}" for i in range(50)] + [f"heldout-code_i-{i:03d}" for i in range(50)]
     for seed in range(3):
         rng = random.Random(f"typed{seed}")
-        doc = {"base": {t: int("code_i" in t and k % 50 < 10) for k, t in enumerate(ids)}, "roles": {"students": ["student0", "student1"]},
-               "generations": [{slot: {t: int("code_i" in t and rng.random() < rate) for t in ids} for slot in ("student0", "student1")}
-                               for rate in (0.2, 0.6)]}
+        doc = {
+            "base": {t: int("code_i" in t and k % 50 < 10) for k, t in enumerate(ids)},
+            "roles": {"students": ["student0", "student1"]},
+            "generations": [
+                {
+                    slot: {t: int("code_i" in t and rng.random() < rate) for t in ids}
+                    for slot in ("student0", "student1")
+                }
+                for rate in (0.2, 0.6)
+            ],
+        }
         _write(runs / f"2t2s-s{seed}" / "dynamics" / "population" / "heldout_verdicts.json", doc)
     curves = summarize(load_runs(runs))["heldout_curves"]
     by_type = curves["by_type"]
@@ -354,8 +491,10 @@ def test_wall_time_is_averaged_per_kind_of_machine_and_the_title_is_the_studys(r
     # seed 2 recorded its machine, seeds 0-1 did not: a mean across the two kinds would mean nothing
     study = summarize(load_runs(runs))
     row = next(r for r in study["controls"] if r["control"] == "baseline")
-    assert row["wall_by_machine"] == [{"features": None, "n": 2, "mean_s": 1800.5},
-                                      {"features": "avx2 avx512f", "n": 1, "mean_s": 1802.0}]
+    assert row["wall_by_machine"] == [
+        {"features": None, "n": 2, "mean_s": 1800.5},
+        {"features": "avx2 avx512f", "n": 1, "mean_s": 1802.0},
+    ]
     assert main([str(runs), "--out", str(tmp_path / "out"), "--title", "Second study: where the students learn"]) == 0
     text = (tmp_path / "out" / "study.md").read_text()
     assert text.startswith("# Second study: where the students learn\n")
@@ -369,7 +508,7 @@ def test_the_pass_rate_endpoint_carries_the_sampled_bases_noise(runs, tmp_path):
     """The primary endpoint (issue 57): the pass rate over heldout.samples answers at temperature 1. The base
     was sampled too, so its variance (`sampled_mean_variance`) widens the interval against it; the same seeds
     against a fixed base row would give a narrower one."""
-    from populora.core.stats import ONE_SAMPLE, BASE_MEASURED, sampled_mean_variance, seed_comparison
+    from populora.core.stats import BASE_MEASURED, ONE_SAMPLE, sampled_mean_variance, seed_comparison
     from populora.study.analysis import base_row, score_matrix
 
     for seed in range(3):
@@ -378,15 +517,21 @@ def test_the_pass_rate_endpoint_carries_the_sampled_bases_noise(runs, tmp_path):
         doc = json.loads(path.read_text())
         rng = random.Random(f"rates{seed}")
         doc["base_pass_rates"] = {t: 0.25 for t in doc["base"]}
-        doc["pass_rates"] = [{}, {slot: {t: rng.choice([0.25, 0.5, 0.75]) for t in doc["base"]} for slot in ("student0", "student1")}]
+        doc["pass_rates"] = [
+            {},
+            {slot: {t: rng.choice([0.25, 0.5, 0.75]) for t in doc["base"]} for slot in ("student0", "student1")},
+        ]
         _write(path, doc)
         params = yaml.safe_load((runs / f"2t2s-s{seed}" / "params.yaml").read_text())
         _write(runs / f"2t2s-s{seed}" / "params.yaml", {**params, "heldout": {"samples": 4}})
     loaded = [r for r in load_runs(runs) if r["control"] == "2t2s"]
     assert set(loaded[0]["pass_rate"]["heldout"]) == {"base", "population-student0", "population-student1"}
     study = summarize(load_runs(runs))
-    [row] = [c for c in study["comparisons"] if (c["left"], c["right"], c["bench"], c["score"]) ==
-             ("2t2s", "base", "heldout", "pass rate at temperature 1")]
+    [row] = [
+        c
+        for c in study["comparisons"]
+        if (c["left"], c["right"], c["bench"], c["score"]) == ("2t2s", "base", "heldout", "pass rate at temperature 1")
+    ]
     a, b = score_matrix(loaded, "heldout", score="pass_rate"), base_row(loaded, "heldout", "pass_rate")
     fixed = seed_comparison(a, b, right_is_base=True, verdicts=False)
     assert row["method"] == BASE_MEASURED and fixed["method"] == ONE_SAMPLE

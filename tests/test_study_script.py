@@ -24,16 +24,22 @@ CONTROLS = ("baseline", "baseline-roles", "1t1s", "2t2s", "2t2s-noevo", "ensembl
 
 
 def control_flags(control: str) -> list[str]:
-    out = subprocess.run(["bash", "-c", 'source scripts/study.sh && control_flags "$1"', "-", control],
-                         cwd=ROOT, capture_output=True, text=True, check=True).stdout.split("\n")
+    out = subprocess.run(
+        ["bash", "-c", 'source scripts/study.sh && control_flags "$1"', "-", control],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
     flags = [line for line in out if line]
     assert flags[::2] == ["-S"] * (len(flags) // 2), flags
     return flags[1::2]
 
 
 def study_params(tmp_path: Path, *, older: bool) -> Path:
-    params = merge(yaml.safe_load((ROOT / "params.yaml").read_text()),
-                   yaml.safe_load((ROOT / "params/cpu-study.yaml").read_text()))
+    params = merge(
+        yaml.safe_load((ROOT / "params.yaml").read_text()), yaml.safe_load((ROOT / "params/cpu-study.yaml").read_text())
+    )
     if older:  # keys later code added to params.yaml (the config's defaults stand in for them)
         for key in ("shuffle_advantages", "role_steps"):
             params["update"].pop(key, None)
@@ -44,8 +50,9 @@ def study_params(tmp_path: Path, *, older: bool) -> Path:
 
 
 @pytest.mark.parametrize("older", [False, True], ids=["current", "older-params"])
-@pytest.mark.parametrize("control", [*CONTROLS, *(f"{c}-null" for c in CONTROLS), "1t1s-nocopy", "baseline-nocopy",
-                                     "2t2s-nocopy-null"])
+@pytest.mark.parametrize(
+    "control", [*CONTROLS, *(f"{c}-null" for c in CONTROLS), "1t1s-nocopy", "baseline-nocopy", "2t2s-nocopy-null"]
+)
 def test_every_control_applies_and_validates(control, older, tmp_path):
     from dvc.utils.hydra import apply_overrides
 
@@ -67,20 +74,24 @@ def test_every_control_applies_and_validates(control, older, tmp_path):
 
 
 def test_an_unknown_control_is_refused():
-    result = subprocess.run(["bash", "-c", 'source scripts/study.sh && control_flags 3t3s'], cwd=ROOT,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["bash", "-c", "source scripts/study.sh && control_flags 3t3s"], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode != 0 and "unknown control 3t3s" in result.stderr
 
 
 def test_machine_json_names_this_machine():
     """run.json records the machine each wall time was taken on (machines drawn for a study differ)."""
-    out = subprocess.run(["bash", "-c", "source scripts/study.sh && machine_json"], cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["bash", "-c", "source scripts/study.sh && machine_json"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     machine = json.loads(out)
     assert machine["cpus"] == len(os.sched_getaffinity(0)) and machine["cpu"]
     flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").is_file() else set()
     assert set(machine["features"].split()) == {f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags}
-    assert machine["threads"] == int(os.environ.get("OMP_NUM_THREADS") or 1) and machine["beside"] == ""  # params.yaml's
+    assert (
+        machine["threads"] == int(os.environ.get("OMP_NUM_THREADS") or 1) and machine["beside"] == ""
+    )  # params.yaml's
 
 
 def test_machine_json_reads_the_chain_threads_from_the_runs_params(tmp_path):
@@ -88,46 +99,86 @@ def test_machine_json_reads_the_chain_threads_from_the_runs_params(tmp_path):
     params = tmp_path / "params.yaml"
     params.write_text("model:\n  cpu_threads: 2\n")
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    out = subprocess.run(["bash", "-c", f"source scripts/study.sh && machine_json {params}"], cwd=ROOT,
-                         capture_output=True, text=True, check=True, env=env).stdout
+    out = subprocess.run(
+        ["bash", "-c", f"source scripts/study.sh && machine_json {params}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
     assert json.loads(out)["threads"] == 2
     params.write_text("model:\n  dtype: float32\n")  # a clone of a commit before the key: one thread
-    out = subprocess.run(["bash", "-c", f"source scripts/study.sh && machine_json {params}"], cwd=ROOT,
-                         capture_output=True, text=True, check=True, env=env).stdout
+    out = subprocess.run(
+        ["bash", "-c", f"source scripts/study.sh && machine_json {params}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
     assert json.loads(out)["threads"] == 1
 
 
 def test_machine_json_records_threads_and_what_ran_beside():
     """Two study runs side by side on one thread each: their wall times must say so."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "STUDY_BESIDE": "another study run on 1 thread"}
-    out = subprocess.run(["bash", "-c", "source scripts/study.sh && machine_json"], cwd=ROOT,
-                         capture_output=True, text=True, check=True, env=env).stdout
+    out = subprocess.run(
+        ["bash", "-c", "source scripts/study.sh && machine_json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
     machine = json.loads(out)
     assert machine["threads"] == 1 and machine["beside"] == "another study run on 1 thread"
     # nproc alone would say 1 here: the machine's CPUs do not change with the threads a stage uses
     assert machine["cpus"] == len(os.sched_getaffinity(0))
 
 
-@pytest.mark.parametrize("text, kept", [("", False), ("schema: '2.0'\nstages:\n  a: {cmd: x", False),
-                                        ("- not\n- a mapping\n", False), ("schema: '2.0'\nstages: {}\n", True)])
+@pytest.mark.parametrize(
+    "text, kept",
+    [
+        ("", False),
+        ("schema: '2.0'\nstages:\n  a: {cmd: x", False),
+        ("- not\n- a mapping\n", False),
+        ("schema: '2.0'\nstages: {}\n", True),
+    ],
+)
 def test_a_torn_dvc_lock_is_removed_and_a_whole_one_kept(text, kept, tmp_path):
     """A run killed as it began left an empty dvc.lock, which failed the next four runs in DVC's schema check."""
     lock = tmp_path / "dvc.lock"
     lock.write_text(text)
-    out = subprocess.run(["bash", "-c", 'source scripts/study.sh && drop_torn_lock "$1" run-s0', "-", str(lock)],
-                         cwd=ROOT, capture_output=True, text=True, check=True, env=VENV_ENV).stdout
+    out = subprocess.run(
+        ["bash", "-c", 'source scripts/study.sh && drop_torn_lock "$1" run-s0', "-", str(lock)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=VENV_ENV,
+    ).stdout
     assert lock.exists() == kept and (("empty or unreadable" in out) != kept)
 
 
 def test_no_dvc_lock_is_left_alone(tmp_path):
-    subprocess.run(["bash", "-c", 'source scripts/study.sh && drop_torn_lock "$1" run-s0', "-", str(tmp_path / "dvc.lock")],
-                   cwd=ROOT, check=True, env=VENV_ENV)
+    subprocess.run(
+        ["bash", "-c", 'source scripts/study.sh && drop_torn_lock "$1" run-s0', "-", str(tmp_path / "dvc.lock")],
+        cwd=ROOT,
+        check=True,
+        env=VENV_ENV,
+    )
     assert not (tmp_path / "dvc.lock").exists()
 
 
 def _study_fn(call: str, *args: str) -> str:
-    return subprocess.run(["bash", "-c", f'source scripts/study.sh && {call}', "-", *args], cwd=ROOT,
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["bash", "-c", f"source scripts/study.sh && {call}", "-", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 def test_a_resumed_run_counts_every_attempt(tmp_path):
@@ -163,16 +214,31 @@ def test_final_measurements_run_only_when_asked_and_measure_the_base_once(tmp_pa
 
     def measure(arm: str, **env) -> list[str]:
         (tmp_path / "calls").unlink(missing_ok=True)
-        subprocess.run(["bash", "-c", f'source scripts/study.sh && here="$1" runs=study/runs && '
-                        f'PATH="{stub}:$PATH" measure_final "$2" run-s3 {arm} "$3"', "-", str(here), str(clone), str(tmp)],
-                       cwd=ROOT, check=True, env={**os.environ, **env})
+        subprocess.run(
+            [
+                "bash",
+                "-c",
+                f'source scripts/study.sh && here="$1" runs=study/runs && '
+                f'PATH="{stub}:$PATH" measure_final "$2" run-s3 {arm} "$3"',
+                "-",
+                str(here),
+                str(clone),
+                str(tmp),
+            ],
+            cwd=ROOT,
+            check=True,
+            env={**os.environ, **env},
+        )
         return (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
 
     assert measure("population") == []  # asked for nothing
     passk, crossplay = measure("population", STUDY_PASSK="64", STUDY_CROSSPLAY="8")
     assert passk.startswith("-m populora.study.passk --pool results/heldout/pool.jsonl") and "--no-base" not in passk
     assert "--run run-s3=results/population --samples 64" in passk and passk.endswith(f"--out {tmp}/passk")
-    assert crossplay == f"-m populora.study.crossplay results --arm population --params params.yaml --tasks-per-gen 8 --out {tmp}/crossplay"
+    assert (
+        crossplay
+        == f"-m populora.study.crossplay results --arm population --params params.yaml --tasks-per-gen 8 --out {tmp}/crossplay"
+    )
     committed = here / "study" / "runs" / "run-s1" / "passk"  # an earlier run measured the base
     committed.mkdir(parents=True)
     (committed / "passk.json").write_text('{"members": {"base": {}}}')
@@ -184,10 +250,24 @@ def test_the_total_budget_control_doubles_what_one_pair_spends(tmp_path):
     """1T-1S at the 2T-2S population's total budget: its proposals, answers and optimizer steps, from the run's params."""
     params = tmp_path / "params.yaml"
     params.write_text("propose: {per_type: 8}\nsolve: {tasks_per_type: 4}\nupdate: {steps: 1}\n")
-    out = subprocess.run(["bash", "-c", 'source scripts/study.sh && control_flags 1t1s-total "$1"', "-", str(params)],
-                         cwd=ROOT, capture_output=True, text=True, check=True).stdout.split("\n")
-    assert {"population.teachers=1", "population.students=1", "propose.per_type=16", "solve.tasks_per_type=8",
-            "update.steps=2"} <= set(out)
-    missing = subprocess.run(["bash", "-c", 'source scripts/study.sh && control_flags 1t1s-total /no/such/file'],
-                             cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        ["bash", "-c", 'source scripts/study.sh && control_flags 1t1s-total "$1"', "-", str(params)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    assert {
+        "population.teachers=1",
+        "population.students=1",
+        "propose.per_type=16",
+        "solve.tasks_per_type=8",
+        "update.steps=2",
+    } <= set(out)
+    missing = subprocess.run(
+        ["bash", "-c", "source scripts/study.sh && control_flags 1t1s-total /no/such/file"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert missing.returncode != 0 and "needs the run's params file" in missing.stderr

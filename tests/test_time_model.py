@@ -27,8 +27,10 @@ BIN = str(Path(sys.executable).parent)
 
 
 def overlay(name: str, **changes) -> dict:
-    raw = merge(yaml.safe_load((REPO / "params.yaml").read_text()),
-                yaml.safe_load((REPO / "params" / f"{name}.yaml").read_text()))
+    raw = merge(
+        yaml.safe_load((REPO / "params.yaml").read_text()),
+        yaml.safe_load((REPO / "params" / f"{name}.yaml").read_text()),
+    )
     if name == "gpu-paper":  # LiveCodeBench needs the hub (or a local copy) to validate
         raw["bench"]["benchmarks"] = [b for b in raw["bench"]["benchmarks"] if b != "livecodebench"]
     return merge(raw, changes)
@@ -71,8 +73,9 @@ def test_estimates_grow_with_the_work():
     assert solve > job_seconds("solve", paper, {"arm": "baseline", "gen": "000"})  # 4 students, not 1
     more = parse_params(overlay("gpu-paper", solve={"samples": 16}))
     assert job_seconds("solve", more, item) > 1.8 * (solve - 120)
-    assert job_seconds("bench", paper, {"arm": "population", "bench": "gsm8k"}) > \
-        job_seconds("bench_base", paper, {"bench": "gsm8k"})
+    assert job_seconds("bench", paper, {"arm": "population", "bench": "gsm8k"}) > job_seconds(
+        "bench_base", paper, {"bench": "gsm8k"}
+    )
     eager = parse_params(overlay("gpu-paper", sampler={"enforce_eager": True}))
     assert job_seconds("propose", eager, item) < job_seconds("propose", paper, item)  # no compile, no capture
 
@@ -89,14 +92,18 @@ def test_snakemake_dry_run_shows_the_time_models_runtimes(name, tmp_path):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     params = parse_params(raw)
     env = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHONPATH": str(tmp_path)}
-    result = subprocess.run([f"{BIN}/snakemake", "-n", "--cores", "16"], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        [f"{BIN}/snakemake", "-n", "--cores", "16"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     for block in re.split(r"\n(?=[ \t]*(?:local)?rule \w+:)", result.stdout)[1:]:
         stage = re.match(r"[ \t]*(?:local)?rule (\w+):", block).group(1)
         if stage == "all" or next(s for s in STAGES if s.name == stage).local:
             continue
-        wildcards = dict(re.findall(r"(\w+)=([\w.]+)", re.search(r"wildcards: (.*)", block).group(1))) \
-            if "wildcards:" in block else {}
+        wildcards = (
+            dict(re.findall(r"(\w+)=([\w.]+)", re.search(r"wildcards: (.*)", block).group(1)))
+            if "wildcards:" in block
+            else {}
+        )
         shown = int(re.search(r"\bruntime=(\d+)", block).group(1))
         assert shown == runtime_minutes(stage, params, wildcards), (stage, wildcards, shown)

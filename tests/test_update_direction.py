@@ -35,8 +35,13 @@ def _one_step(tiny_model_dir, tmp_path, **knobs) -> tuple[dict, list[float], lis
     model = attach_adapters(model, adapters, trainable="a")
     model.set_adapter("a")
     before = _mean_logprobs(model, tokenizer, rollouts)
-    update = AdapterUpdate(Accelerator(cpu=True), model, tokenizer, "a",
-                           UpdateSection(steps=1, learning_rate=1e-3, micro_batch=2, max_seq_len=4096, **knobs))
+    update = AdapterUpdate(
+        Accelerator(cpu=True),
+        model,
+        tokenizer,
+        "a",
+        UpdateSection(steps=1, learning_rate=1e-3, micro_batch=2, max_seq_len=4096, **knobs),
+    )
     stats = update.train(rollouts)
     after = _mean_logprobs(model, tokenizer, rollouts)
     change = [b - a for a, b in zip(before, after)]
@@ -56,9 +61,15 @@ def test_one_step_raises_answers_with_positive_advantage_and_lowers_the_others(t
     assert step["grad_norm"] > 0 and step["entropy"] > 0
 
 
-@pytest.mark.parametrize("knobs", [{"loss_type": "token"}, {"loss_type": "constant"},
-                                   {"importance_sampling_mode": "sequence_mask"},
-                                   {"importance_sampling_mode": "token_truncate", "importance_sampling_cap": 1.0}])
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        {"loss_type": "token"},
+        {"loss_type": "constant"},
+        {"importance_sampling_mode": "sequence_mask"},
+        {"importance_sampling_mode": "token_truncate", "importance_sampling_cap": 1.0},
+    ],
+)
 def test_every_loss_type_and_importance_correction_moves_the_right_way(tiny_model_dir, tmp_path, knobs):
     """The update's knobs (issue 49: TRL's loss_type, its importance sampling modes) change the weights, not
     the direction: on-policy in float32 every importance ratio is 1 up to rounding."""
@@ -87,8 +98,13 @@ def test_chained_diagnostics_equal_a_rescoring_after_every_step(tiny_model_dir, 
         tokenizer, model = load_base(tiny_model_dir)
         tokenizer.padding_side = "right"
         model = attach_adapters(model, adapters, trainable="a")
-        update = AdapterUpdate(Accelerator(cpu=True), model, tokenizer, "a",
-                               UpdateSection(steps=3, learning_rate=1e-3, micro_batch=2, max_seq_len=4096))
+        update = AdapterUpdate(
+            Accelerator(cpu=True),
+            model,
+            tokenizer,
+            "a",
+            UpdateSection(steps=3, learning_rate=1e-3, micro_batch=2, max_seq_len=4096),
+        )
         runs[chained] = update.train(rollouts)
         rescores[chained] = sum(t["rescore_s"] > 0 for t in update.timings)
     assert rescores == {True: 1, False: 3}

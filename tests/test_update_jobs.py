@@ -23,8 +23,11 @@ SLOTS = ["teacher0", "teacher1", "student0", "student1"]
 
 
 def _digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +50,14 @@ def build_inputs(root: Path, tiny_model_dir: Path, tiny_params_dict: dict) -> di
     state = root / "state"
     (state / ADAPTERS).mkdir(parents=True)
     _, model = load_base(tiny_model_dir)
-    create_adapters(model, SLOTS, state / ADAPTERS, lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"]),
-                    seeds={s: i for i, s in enumerate(SLOTS)}, init_std=0.5)
+    create_adapters(
+        model,
+        SLOTS,
+        state / ADAPTERS,
+        lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"]),
+        seeds={s: i for i, s in enumerate(SLOTS)},
+        init_std=0.5,
+    )
     # moments from an earlier generation for two adapters (the others start fresh, as children do)
     _, base = load_base(tiny_model_dir)
     peft = attach_adapters(base, {s: state / ADAPTERS / s for s in SLOTS})
@@ -57,32 +66,66 @@ def build_inputs(root: Path, tiny_model_dir: Path, tiny_params_dict: dict) -> di
         params = trainable_state(peft, slot)
         optimizer, names = make_optimizer(params, lr=1e-3, weight_decay=0.0, state_file=None)
         for name in names:
-            optimizer.state[params[name]] = {"step": torch.tensor(3.0),
-                                              "exp_avg": torch.randn(params[name].shape, generator=generator) * 1e-3,
-                                              "exp_avg_sq": torch.rand(params[name].shape, generator=generator) * 1e-6}
+            optimizer.state[params[name]] = {
+                "step": torch.tensor(3.0),
+                "exp_avg": torch.randn(params[name].shape, generator=generator) * 1e-3,
+                "exp_avg_sq": torch.rand(params[name].shape, generator=generator) * 1e-6,
+            }
         save_optimizer(optimizer, params, names, state / OPTIMIZER / f"{slot}.safetensors")
 
     tokenizer, plain = load_base(tiny_model_dir)
     stacked = attach_multilora(plain, {s: state / ADAPTERS / s for s in SLOTS})
-    chat = lambda p: tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,  # noqa: E731
-                                                   add_generation_prompt=True)
-    plans = {"propose": prompts.scaffolded_plan("Write f.", prompts.proposer_steps("code_o", 10), chat),
-             "solve": prompts.scaffolded_plan("What is f(1)?", prompts.proposer_steps("code_o", 4), chat)}
-    rows = [GenRow(plans["propose" if slot.startswith("teacher") else "solve"], slot) for slot in SLOTS for _ in range(4)]
+
+    def chat(p):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+
+    plans = {
+        "propose": prompts.scaffolded_plan("Write f.", prompts.proposer_steps("code_o", 10), chat),
+        "solve": prompts.scaffolded_plan("What is f(1)?", prompts.proposer_steps("code_o", 4), chat),
+    }
+    rows = [
+        GenRow(plans["propose" if slot.startswith("teacher") else "solve"], slot) for slot in SLOTS for _ in range(4)
+    ]
     results = run_plans(stacked, tokenizer, rows, temperature=0.8, top_p=0.95, max_new_tokens=16, batch_size=8, seed=3)
     advantages = [1.0, -0.5, 0.25, -1.0]
-    write_rows(root / "rollouts.jsonl", [  # as stages/reward.py writes them (populora.core.rows.Rollout)
-        {"adapter": row.adapter, "role": "propose" if row.adapter.startswith("teacher") else "solve",
-         "type": "code_o", "task_id": f"t{i}", "tokens": result.tokens_generated, "reward": advantages[i % 4],
-         "segments": result.segments, "advantage": advantages[i % 4]}
-        for i, (row, result) in enumerate(zip(rows, results))], Rollout)
+    write_rows(
+        root / "rollouts.jsonl",
+        [  # as stages/reward.py writes them (populora.core.rows.Rollout)
+            {
+                "adapter": row.adapter,
+                "role": "propose" if row.adapter.startswith("teacher") else "solve",
+                "type": "code_o",
+                "task_id": f"t{i}",
+                "tokens": result.tokens_generated,
+                "reward": advantages[i % 4],
+                "segments": result.segments,
+                "advantage": advantages[i % 4],
+            }
+            for i, (row, result) in enumerate(zip(rows, results))
+        ],
+        Rollout,
+    )
 
     params = json.loads(json.dumps(tiny_params_dict))
     params["model"]["base_model"] = str(tiny_model_dir)
-    params["update"] = {**params["update"], "steps": 2, "learning_rate": 0.01, "micro_batch": 2,
-                        "max_tokens_per_micro_batch": 96}
-    return {"root": root, "state": state, "rollouts": root / "rollouts.jsonl", "params": params,
-            "base_model": tiny_model_dir}
+    params["update"] = {
+        **params["update"],
+        "steps": 2,
+        "learning_rate": 0.01,
+        "micro_batch": 2,
+        "max_tokens_per_micro_batch": 96,
+    }
+    return {
+        "root": root,
+        "state": state,
+        "rollouts": root / "rollouts.jsonl",
+        "params": params,
+        "base_model": tiny_model_dir,
+    }
 
 
 def _params_file(inputs: dict, name: str, **update) -> Path:
@@ -95,15 +138,44 @@ def _params_file(inputs: dict, name: str, **update) -> Path:
 
 
 def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": str(REPO), "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"],
+    }
 
 
 def _update_job(inputs: dict, params: Path, part: int, out: Path, arm: str = "population") -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "stages.update", "--params", str(params), "--arm", arm, "--gen", "1", "--part", str(part),
-         "--base-model", str(inputs["base_model"]), "--state", str(inputs["state"]), "--rollouts", str(inputs["rollouts"]),
-         "--trained", str(out / str(part)), "--log", str(out.parent / f"{out.name}-{part}.log")],
-        cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "stages.update",
+            "--params",
+            str(params),
+            "--arm",
+            arm,
+            "--gen",
+            "1",
+            "--part",
+            str(part),
+            "--base-model",
+            str(inputs["base_model"]),
+            "--state",
+            str(inputs["state"]),
+            "--rollouts",
+            str(inputs["rollouts"]),
+            "--trained",
+            str(out / str(part)),
+            "--log",
+            str(out.parent / f"{out.name}-{part}.log"),
+        ],
+        cwd=REPO,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _run_jobs(inputs: dict, params: Path, name: str, jobs: int, arm: str = "population") -> Path:
@@ -119,8 +191,12 @@ def _run_jobs(inputs: dict, params: Path, name: str, jobs: int, arm: str = "popu
     from stages import update_gather
 
     trained = inputs["root"] / name / "trained"
-    assert update_gather.main(["--params", str(params), "--arm", arm, "--gen", "1", "--parts", str(parts),
-                               "--trained", str(trained)]) == 0
+    assert (
+        update_gather.main(
+            ["--params", str(params), "--arm", arm, "--gen", "1", "--parts", str(parts), "--trained", str(trained)]
+        )
+        == 0
+    )
     return trained
 
 
@@ -132,7 +208,9 @@ def test_one_job_per_adapter_writes_the_bytes_of_one_job_for_all(inputs):
     expected = _digest(single)
     assert sorted(expected) == sorted(
         [f"adapters/{s}/{f}" for s in SLOTS for f in ("adapter_config.json", "adapter_model.safetensors")]
-        + [f"optimizer/{s}.safetensors" for s in SLOTS] + ["update_stats.json"])
+        + [f"optimizer/{s}.safetensors" for s in SLOTS]
+        + ["update_stats.json"]
+    )
     assert _digest(split) == expected
     assert _digest(pairs) == expected
     stats = json.loads((single / "update_stats.json").read_text())
@@ -141,7 +219,10 @@ def test_one_job_per_adapter_writes_the_bytes_of_one_job_for_all(inputs):
     from populora.lm.adapters import read_state_dict
 
     for slot in SLOTS:
-        before, after = read_state_dict(inputs["state"] / "adapters" / slot), read_state_dict(single / "adapters" / slot)
+        before, after = (
+            read_state_dict(inputs["state"] / "adapters" / slot),
+            read_state_dict(single / "adapters" / slot),
+        )
         assert any(not torch.equal(before[k], after[k]) for k in before), slot
 
 
@@ -163,8 +244,9 @@ def test_the_update_draws_no_random_number(inputs):
     config = UpdateSection(**{**inputs["params"]["update"], "gradient_checkpointing": True})
     torch.manual_seed(1234)
     before = torch.get_rng_state()
-    stats = reinforce_steps(Accelerator(cpu=True), model, tokenizer, "teacher0", rollouts, config,
-                            optimizer_file=None, optimizer_out=None)
+    stats = reinforce_steps(
+        Accelerator(cpu=True), model, tokenizer, "teacher0", rollouts, config, optimizer_file=None, optimizer_out=None
+    )
     assert stats["optimizer_steps"] == 2 and stats["micro_batches"] >= 2
     assert torch.equal(torch.get_rng_state(), before)
 
@@ -186,8 +268,22 @@ def test_gather_names_the_job_to_rerun(inputs, tmp_path):
     params = _params_file(inputs, "gather", jobs=4)
     parts = tmp_path / "update"
     (parts / "0").mkdir(parents=True)  # job 0 never ran: teacher0 is missing
-    code = update_gather.main(["--params", str(params), "--arm", "population", "--gen", "1", "--parts", str(parts),
-                               "--trained", str(tmp_path / "trained"), "--log", str(tmp_path / "gather.log")])
+    code = update_gather.main(
+        [
+            "--params",
+            str(params),
+            "--arm",
+            "population",
+            "--gen",
+            "1",
+            "--parts",
+            str(parts),
+            "--trained",
+            str(tmp_path / "trained"),
+            "--log",
+            str(tmp_path / "gather.log"),
+        ]
+    )
     assert code == 1
     assert "rerun update job 0 of population generation 1" in (tmp_path / "gather.log").read_text()
     assert not (tmp_path / "trained").exists()
@@ -209,8 +305,13 @@ def test_two_processes_per_adapter_take_the_same_step(inputs):
     stats = json.loads((parts / "0" / "update_stats.json").read_text())["teacher0"]
     assert stats["micro_batches"] >= 2 and stats["optimizer_steps"] == single_stats["optimizer_steps"] == 2
     assert stats["losses"] == pytest.approx(single_stats["losses"], rel=1e-5, abs=1e-7)
-    assert stats["sampler_logprob_max_abs_diff"] == pytest.approx(single_stats["sampler_logprob_max_abs_diff"], abs=1e-6)
-    expected, got = read_state_dict(one / "adapters" / "teacher0"), read_state_dict(parts / "0" / "adapters" / "teacher0")
+    assert stats["sampler_logprob_max_abs_diff"] == pytest.approx(
+        single_stats["sampler_logprob_max_abs_diff"], abs=1e-6
+    )
+    expected, got = (
+        read_state_dict(one / "adapters" / "teacher0"),
+        read_state_dict(parts / "0" / "adapters" / "teacher0"),
+    )
     for key in expected:
         torch.testing.assert_close(got[key], expected[key], rtol=1e-5, atol=1e-6)
     before = read_state_dict(inputs["state"] / "adapters" / "teacher0")
@@ -225,14 +326,17 @@ def test_bf16_mixed_precision_trains_float32_adapters(inputs):
     from safetensors import safe_open
 
     parts = inputs["root"] / "bf16" / "update"
-    proc = _update_job(inputs, _params_file(inputs, "bf16", jobs=4, mixed_precision="bf16", gradient_checkpointing=True),
-                       0, parts)
+    proc = _update_job(
+        inputs, _params_file(inputs, "bf16", jobs=4, mixed_precision="bf16", gradient_checkpointing=True), 0, parts
+    )
     output = proc.communicate(timeout=600)[0]
     assert proc.returncode == 0, output[-3000:]
     assert "mixed precision bf16" in output
     stats = json.loads((parts / "0" / "update_stats.json").read_text())["teacher0"]
     assert stats["optimizer_steps"] == 2 and stats["sampler_logprob_max_abs_diff"] < 2e-2  # bf16 scores vs fp32 sampler
-    for path in (parts / "0" / "adapters" / "teacher0" / "adapter_model.safetensors",
-                 parts / "0" / "optimizer" / "teacher0.safetensors"):
+    for path in (
+        parts / "0" / "adapters" / "teacher0" / "adapter_model.safetensors",
+        parts / "0" / "optimizer" / "teacher0.safetensors",
+    ):
         with safe_open(str(path), "pt") as handle:
             assert {str(handle.get_tensor(k).dtype) for k in handle.keys()} == {"torch.float32"}, path

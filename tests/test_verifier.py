@@ -1,6 +1,6 @@
 """Verifier semantics: validity of proposals, grading of answers, and the two CLIs end to end.
 
-    .venv/bin/python -m pytest tests/test_verifier.py -q
+.venv/bin/python -m pytest tests/test_verifier.py -q
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from tests.seed_tasks import seed_rows
 REPO = Path(__file__).resolve().parents[1]
 ROOT = os.geteuid() == 0  # every sandbox layer is on only as root (tests/test_sandbox.py checks them)
 DEFAULT_LAYERS = VerifySection().required_layers  # all but uid_drop: what an ordinary user gets
-CONFIG = VerifySection(timeout_s=1.0, memory_mb=256, max_output_chars=10_000,
-                       required_layers=LAYERS if ROOT else DEFAULT_LAYERS)
+CONFIG = VerifySection(
+    timeout_s=1.0, memory_mb=256, max_output_chars=10_000, required_layers=LAYERS if ROOT else DEFAULT_LAYERS
+)
 
 CLASSY = """class Acc:
     def __init__(self):
@@ -81,8 +82,14 @@ VALIDITY = [
     ("param_named_input", "code_i", "def f(input):\n    return input[::-1]", ["'abc'"], None, ["'cba'"]),
     ("set_of_strings", "code_o", "def f(a):\n    return {'b', 'a', 'c', 'd', 'e'}", ["1"], None, None),
     ("dataclass_output", "code_o", DATACLASS, ["1"], None, ["P(x=1, y=2)"]),
-    ("counter_output", "code_o", "from collections import Counter\ndef f(s):\n    return Counter(s)", ["'aab'"],
-     None, ["Counter({'a': 2, 'b': 1})"]),
+    (
+        "counter_output",
+        "code_o",
+        "from collections import Counter\ndef f(s):\n    return Counter(s)",
+        ["'aab'"],
+        None,
+        ["Counter({'a': 2, 'b': 1})"],
+    ),
     ("comment_in_input", "code_o", "def f(a, b):\n    return a + b", ["1, 2  # a comment"], None, ["3"]),
     ("code_f_squares", "code_f", "def f(a):\n    return a * a", TEN, None, [str(i * i) for i in range(10)]),
     ("syntax", "code_o", "def f(:\n    pass", ["1"], "syntax", None),
@@ -91,19 +98,36 @@ VALIDITY = [
     ("import_dotted", "code_o", "import os.path as p\ndef f(a):\n    return a", ["1"], "forbidden_module", None),
     ("import_list", "code_o", "import collections, sys\ndef f(a):\n    return a", ["1"], "forbidden_module", None),
     ("nested_import", "code_o", "def f(a):\n    import random\n    return a", ["1"], "forbidden_module", None),
-    ("importlib", "code_o", "import importlib\ndef f(a):\n    return importlib.import_module('os')", ["1"],
-     "forbidden_module", None),
-    ("from_importlib", "code_o", "from importlib import import_module\ndef f(a):\n    return a", ["1"],
-     "forbidden_module", None),
+    (
+        "importlib",
+        "code_o",
+        "import importlib\ndef f(a):\n    return importlib.import_module('os')",
+        ["1"],
+        "forbidden_module",
+        None,
+    ),
+    (
+        "from_importlib",
+        "code_o",
+        "from importlib import import_module\ndef f(a):\n    return a",
+        ["1"],
+        "forbidden_module",
+        None,
+    ),
     ("relative_import", "code_o", "from . import x\ndef f(a):\n    return a", ["1"], "forbidden_module", None),
     ("dunder_import", "code_o", "def f(a):\n    return __import__('os').getcwd()", ["1"], "forbidden_name", None),
-    ("builtins_getattr", "code_o", "def f(a):\n    return getattr(__builtins__, '__imp' + 'ort__')('os')", ["1"],
-     "forbidden_name", None),
+    (
+        "builtins_getattr",
+        "code_o",
+        "def f(a):\n    return getattr(__builtins__, '__imp' + 'ort__')('os')",
+        ["1"],
+        "forbidden_name",
+        None,
+    ),
     ("open_builtin", "code_o", "def f(a):\n    return open('/etc/passwd').read()", ["1"], "forbidden_name", None),
     ("eval_builtin", "code_o", "def f(a):\n    return eval('1 + 1')", ["1"], "forbidden_name", None),
     ("subclasses_attr", "code_o", "def f(a):\n    return a.__class__.__subclasses__()", ["1"], "forbidden_name", None),
-    ("forbidden_in_input", "code_o", "def f(a):\n    return a", ["open('/etc/passwd').read()"], "forbidden_name",
-     None),
+    ("forbidden_in_input", "code_o", "def f(a):\n    return a", ["open('/etc/passwd').read()"], "forbidden_name", None),
     ("no_f", "code_o", "def g(a):\n    return a", ["1"], "no_entry_function", None),
     ("lambda_f", "code_o", "f = lambda a: a", ["1"], "no_entry_function", None),
     ("class_f", "code_o", "class f:\n    pass", ["1"], "no_entry_function", None),
@@ -116,8 +140,14 @@ VALIDITY = [
     ("identity_compared", "code_o", "class A:\n    pass\ndef f(a):\n    return A()", ["1"], "unrepresentable", None),
     ("function_value", "code_o", "def f(a):\n    return f", ["1"], "unrepresentable", None),
     ("repr_calls_helper", "code_o", HELPER_REPR, ["1"], "unrepresentable", None),
-    ("set_order_leaks", "code_o", "def f(a):\n    return list({'b', 'a', 'c', 'd', 'e'})", ["1"], "nondeterministic",
-     None),
+    (
+        "set_order_leaks",
+        "code_o",
+        "def f(a):\n    return list({'b', 'a', 'c', 'd', 'e'})",
+        ["1"],
+        "nondeterministic",
+        None,
+    ),
     ("string_hash", "code_o", "def f(a):\n    return hash(a)", ["'abc'"], "nondeterministic", None),
     ("call_order", "code_f", ORDER_DEPENDENT, TEN, "nondeterministic", None),
     ("one_bad_input", "code_f", "def f(a):\n    return 10 // a", TEN[1:] + ["0"], "exception", None),
@@ -147,13 +177,14 @@ def box():
 
 @pytest.fixture(scope="module")
 def verified(box):
-    rows = [{"task_id": t, "type": k, "program": p, "inputs": i, "message": None, "extra": t}
-            for t, k, p, i, _, _ in VALIDITY]
+    rows = [
+        {"task_id": t, "type": k, "program": p, "inputs": i, "message": None, "extra": t}
+        for t, k, p, i, _, _ in VALIDITY
+    ]
     return {row["task_id"]: row for row in verify_rows(rows, CONFIG, sandbox=box)}
 
 
-@pytest.mark.parametrize("task_id,reason,outputs", [(v[0], v[4], v[5]) for v in VALIDITY],
-                         ids=[v[0] for v in VALIDITY])
+@pytest.mark.parametrize("task_id,reason,outputs", [(v[0], v[4], v[5]) for v in VALIDITY], ids=[v[0] for v in VALIDITY])
 def test_validity(verified, task_id, reason, outputs):
     row = verified[task_id]
     assert (row["valid"], row["reason"]) == (reason is None, reason), row["reason_detail"]
@@ -174,9 +205,13 @@ def test_malformed_rows_get_a_row_each_in_order(box):
 
 def test_a_verifier_bug_on_one_row_spares_the_others(box, monkeypatch):
     import populora.verifier.validity as verifier
+
     real = verifier.static_check
-    monkeypatch.setattr(verifier, "static_check",
-                        lambda row, n: (_ for _ in ()).throw(RuntimeError("bug")) if row["task_id"] == "x" else real(row, n))
+    monkeypatch.setattr(
+        verifier,
+        "static_check",
+        lambda row, n: (_ for _ in ()).throw(RuntimeError("bug")) if row["task_id"] == "x" else real(row, n),
+    )
     rows = [dict(r, task_id=t) for t, r in (("x", seed_rows()[0]), ("y", seed_rows()[0]))]
     out = verify_rows(rows, CONFIG, sandbox=box)
     assert [(r["valid"], r["reason"]) for r in out] == [(False, "sandbox_error"), (True, None)]
@@ -205,9 +240,11 @@ TASKS = [
     ("f_imports", "code_f", "import math\ndef f(a):\n    return math.floor(a / 2)", TEN),
     ("bad", "code_o", "def f(a):\n    return 1 / 0", ["1"]),
 ]
-ALWAYS_EQUAL = ("class X:\n    def __eq__(self, other):\n        return True\n    def __repr__(self):\n"
-                "        return '25'\ndef f(a):\n    return X()")
-FORGER = "import os\ndef f(a):\n    os.write(3, b'{\"status\": \"ok\", \"calls\": []}')\n    os._exit(0)"
+ALWAYS_EQUAL = (
+    "class X:\n    def __eq__(self, other):\n        return True\n    def __repr__(self):\n"
+    "        return '25'\ndef f(a):\n    return X()"
+)
+FORGER = 'import os\ndef f(a):\n    os.write(3, b\'{"status": "ok", "calls": []}\')\n    os._exit(0)'
 # (task_id, answer, correct, reason)
 GRADING = [
     ("o_num", "6", True, None),
@@ -273,11 +310,15 @@ def test_grading(graded, n):
 
 def test_grading_keeps_order_and_odd_rows(box, tasks):
     out = grade_rows(tasks, ["junk", {"answer": "6"}, {"task_id": "o_num", "answer": "6"}], CONFIG, sandbox=box)
-    assert [(r["correct"], r["reason"]) for r in out] == [(False, "malformed_row"), (False, "malformed_row"),
-                                                         (True, None)]
+    assert [(r["correct"], r["reason"]) for r in out] == [
+        (False, "malformed_row"),
+        (False, "malformed_row"),
+        (True, None),
+    ]
 
 
 # ----------------------------------------------------------------------------- command lines
+
 
 def write_lines(path: Path, rows: list) -> None:
     path.write_text("".join((json.dumps(r) if not isinstance(r, str) else r) + "\n" for r in rows))
@@ -294,18 +335,36 @@ def run_stage(*args: str) -> None:
 
 def test_verify_and_grade_command_lines(tmp_path):
     proposals = [
-        {"task_id": "a", "type": "code_o", "program": "def f(a):\n    return a + 1", "inputs": ["1"],
-         "message": None, "teacher": "t0"},
-        {"task_id": "b", "type": "code_i", "program": "import os\ndef f(a):\n    return a", "inputs": ["1"],
-         "message": None},
+        {
+            "task_id": "a",
+            "type": "code_o",
+            "program": "def f(a):\n    return a + 1",
+            "inputs": ["1"],
+            "message": None,
+            "teacher": "t0",
+        },
+        {
+            "task_id": "b",
+            "type": "code_i",
+            "program": "import os\ndef f(a):\n    return a",
+            "inputs": ["1"],
+            "message": None,
+        },
         "this line is not JSON",
         {"task_id": "c", "type": "code_o", "program": SUBCLASS_WALK, "inputs": ["1"], "message": None},
         [1, 2],
         {"task_id": "d", "type": "code_f", "program": "def f(a):\n    return -a", "inputs": TEN, "message": "negate"},
     ]
     write_lines(tmp_path / "proposals.jsonl", proposals)
-    run_stage("stages.verify", "--proposals", str(tmp_path / "proposals.jsonl"), "--out",
-              str(tmp_path / "tasks.jsonl"), "--timeout", "2")
+    run_stage(
+        "stages.verify",
+        "--proposals",
+        str(tmp_path / "proposals.jsonl"),
+        "--out",
+        str(tmp_path / "tasks.jsonl"),
+        "--timeout",
+        "2",
+    )
     out = read_lines(tmp_path / "tasks.jsonl")
     assert len(out) == len(proposals)
     assert [r.get("task_id") for r in out] == ["a", "b", None, "c", None, "d"]
@@ -314,14 +373,29 @@ def test_verify_and_grade_command_lines(tmp_path):
     assert all({"valid", "reason", "outputs"} <= set(r) for r in out)
     assert out[0]["outputs"] == ["2"] and out[0]["teacher"] == "t0"
 
-    answers = [{"task_id": "a", "answer": "2"}, {"task_id": "d", "answer": "def f(x):\n    return -x"},
-               {"task_id": "b", "answer": "1"}, {"task_id": "a", "answer": None}]
+    answers = [
+        {"task_id": "a", "answer": "2"},
+        {"task_id": "d", "answer": "def f(x):\n    return -x"},
+        {"task_id": "b", "answer": "1"},
+        {"task_id": "a", "answer": None},
+    ]
     write_lines(tmp_path / "answers.jsonl", answers)
-    run_stage("stages.grade", "--tasks", str(tmp_path / "tasks.jsonl"), "--answers", str(tmp_path / "answers.jsonl"),
-              "--out", str(tmp_path / "graded.jsonl"))
+    run_stage(
+        "stages.grade",
+        "--tasks",
+        str(tmp_path / "tasks.jsonl"),
+        "--answers",
+        str(tmp_path / "answers.jsonl"),
+        "--out",
+        str(tmp_path / "graded.jsonl"),
+    )
     graded = read_lines(tmp_path / "graded.jsonl")
-    assert [(g["correct"], g["reason"]) for g in graded] == [(True, None), (True, None), (False, "unknown_task"),
-                                                             (False, "malformed")]
+    assert [(g["correct"], g["reason"]) for g in graded] == [
+        (True, None),
+        (True, None),
+        (False, "unknown_task"),
+        (False, "malformed"),
+    ]
 
 
 def test_graders_cover_every_task_type():
@@ -329,6 +403,7 @@ def test_graders_cover_every_task_type():
 
 
 # ----------------------------------------------------------------------------- one source of limits
+
 
 def test_limit_defaults_have_one_source():
     """The config model's defaults are params.yaml's; the library takes them from the model."""
@@ -341,8 +416,12 @@ def test_limit_defaults_have_one_source():
     import dataclasses
 
     from populora.sandbox import Limits
+
     assert [f.name for f in dataclasses.fields(Limits) if f.default is dataclasses.MISSING] == [
-        "timeout_s", "memory_mb", "max_output_chars"]
+        "timeout_s",
+        "memory_mb",
+        "max_output_chars",
+    ]
 
 
 def test_model_dump_call_still_works(box):
@@ -352,6 +431,7 @@ def test_model_dump_call_still_works(box):
 
 
 # ----------------------------------------------------------------------------- isolation requirement
+
 
 def test_missing_layer_refuses_to_run_code(monkeypatch):
     monkeypatch.setenv(SKIP_ENV, "seccomp")
@@ -373,11 +453,17 @@ def test_missing_layer_runs_with_a_loud_warning_when_allowed(monkeypatch, caplog
 
 
 def test_required_layers_config():
-    assert VerifySection().required_layers == ("fs_jail", "ipc_namespace", "mount_namespace", "net_namespace",
-                                               "seccomp")
+    assert VerifySection().required_layers == (
+        "fs_jail",
+        "ipc_namespace",
+        "mount_namespace",
+        "net_namespace",
+        "seccomp",
+    )
     assert VerifySection(required_layers="all").required_layers == LAYERS
     assert VerifySection(required_layers=["seccomp", "fs_jail", "seccomp"]).required_layers == ("fs_jail", "seccomp")
     from populora.config import ParamsError, parse_params
+
     with pytest.raises(ParamsError, match=r"verify.required_layers: unknown sandbox layers \['teleport'\].*Fix:"):
         parse_params({"verify": {"required_layers": ["teleport"]}})
     with pytest.raises(ParamsError, match="verify.require_isolation: unknown key.*required_layers"):
@@ -387,20 +473,43 @@ def test_required_layers_config():
 
 
 def run_stage_raw(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.mark.skipif(not ROOT, reason="every layer is on only as root")
 def test_stage_logs_layers_and_writes_isolation(tmp_path):
     write_lines(tmp_path / "proposals.jsonl", seed_rows())
-    result = run_stage_raw("stages.verify", "--proposals", str(tmp_path / "proposals.jsonl"), "--out",
-                           str(tmp_path / "tasks.jsonl"), "--isolation", str(tmp_path / "isolation.json"),
-                           "--log", str(tmp_path / "verify.log"))
+    result = run_stage_raw(
+        "stages.verify",
+        "--proposals",
+        str(tmp_path / "proposals.jsonl"),
+        "--out",
+        str(tmp_path / "tasks.jsonl"),
+        "--isolation",
+        str(tmp_path / "isolation.json"),
+        "--log",
+        str(tmp_path / "verify.log"),
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "isolation.json").read_text()) == {
-        "layers": {"fs_jail": True, "ipc_namespace": True, "mount_namespace": True, "net_namespace": True,
-                   "seccomp": True, "uid_drop": True}, "required": list(DEFAULT_LAYERS), "mode": "root"}
+        "layers": {
+            "fs_jail": True,
+            "ipc_namespace": True,
+            "mount_namespace": True,
+            "net_namespace": True,
+            "seccomp": True,
+            "uid_drop": True,
+        },
+        "required": list(DEFAULT_LAYERS),
+        "mode": "root",
+    }
     log = (tmp_path / "verify.log").read_text()
     assert "sandbox layers: fs_jail=on, ipc_namespace=on" in log and "(root; required: fs_jail, ipc_namespace" in log
     assert "CPU limit 2 s, wall backstop 10 s" in log
@@ -410,22 +519,42 @@ def test_stages_refuse_with_a_missing_layer(tmp_path):
     """A node without a file-system jail or a network namespace is refused under the default."""
     write_lines(tmp_path / "proposals.jsonl", seed_rows())
     env = {SKIP_ENV: "fs_jail,net_namespace"}
-    verify = run_stage_raw("stages.verify", "--proposals", str(tmp_path / "proposals.jsonl"), "--out",
-                           str(tmp_path / "tasks.jsonl"), "--isolation", str(tmp_path / "isolation.json"), env=env)
+    verify = run_stage_raw(
+        "stages.verify",
+        "--proposals",
+        str(tmp_path / "proposals.jsonl"),
+        "--out",
+        str(tmp_path / "tasks.jsonl"),
+        "--isolation",
+        str(tmp_path / "isolation.json"),
+        env=env,
+    )
     assert verify.returncode == 3, verify.stderr
     assert "refusing to run model code" in verify.stderr and "(fs_jail, net_namespace;" in verify.stderr
-    assert "fs_jail: off. Fix:" in verify.stderr and "net_namespace: off. Fix: run where unprivileged user" in verify.stderr
+    assert (
+        "fs_jail: off. Fix:" in verify.stderr
+        and "net_namespace: off. Fix: run where unprivileged user" in verify.stderr
+    )
     assert "net_namespace=OFF" in verify.stderr
     assert not (tmp_path / "tasks.jsonl").exists() and not (tmp_path / "isolation.json").exists()
     write_lines(tmp_path / "answers.jsonl", [{"task_id": "a", "answer": "1"}])
-    grade = run_stage_raw("stages.grade", "--tasks", str(tmp_path / "proposals.jsonl"), "--answers",
-                          str(tmp_path / "answers.jsonl"), "--out", str(tmp_path / "graded.jsonl"), env=env)
+    grade = run_stage_raw(
+        "stages.grade",
+        "--tasks",
+        str(tmp_path / "proposals.jsonl"),
+        "--answers",
+        str(tmp_path / "answers.jsonl"),
+        "--out",
+        str(tmp_path / "graded.jsonl"),
+        env=env,
+    )
     assert grade.returncode == 3 and "net_namespace: off" in grade.stderr
     assert not (tmp_path / "graded.jsonl").exists()
 
 
 def write_params(tmp_path: Path, **verify) -> Path:
     import yaml
+
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     raw["verify"] = {k: v for k, v in raw["verify"].items() if k != "required_layers"} | verify
     raw["bench"]["data_dir"] = str((REPO / raw["bench"]["data_dir"]).resolve())  # the copy lives elsewhere
@@ -437,8 +566,15 @@ def test_stages_run_without_uid_drop_by_default(tmp_path):
     """What an ordinary user gets (every layer but uid_drop) meets the default: the stage runs and
     says so; `all` refuses it."""
     write_lines(tmp_path / "proposals.jsonl", seed_rows())
-    args = ("stages.verify", "--proposals", str(tmp_path / "proposals.jsonl"), "--out", str(tmp_path / "tasks.jsonl"),
-            "--isolation", str(tmp_path / "isolation.json"))
+    args = (
+        "stages.verify",
+        "--proposals",
+        str(tmp_path / "proposals.jsonl"),
+        "--out",
+        str(tmp_path / "tasks.jsonl"),
+        "--isolation",
+        str(tmp_path / "isolation.json"),
+    )
     result = run_stage_raw(*args, "--params", str(REPO / "params.yaml"), env={SKIP_ENV: "uid_drop"})
     assert result.returncode == 0, result.stderr
     assert "sandbox layers off (not in verify.required_layers): uid_drop: off" in result.stderr
@@ -446,17 +582,27 @@ def test_stages_run_without_uid_drop_by_default(tmp_path):
     report = json.loads((tmp_path / "isolation.json").read_text())
     assert report["required"] == list(DEFAULT_LAYERS) and report["layers"]["uid_drop"] is False
     assert all(row["valid"] for row in read_lines(tmp_path / "tasks.jsonl"))
-    refused = run_stage_raw(*args[:-2], "--params", str(write_params(tmp_path, required_layers="all")),
-                            env={SKIP_ENV: "uid_drop"})
+    refused = run_stage_raw(
+        *args[:-2], "--params", str(write_params(tmp_path, required_layers="all")), env={SKIP_ENV: "uid_drop"}
+    )
     assert refused.returncode == 3 and "uid_drop: off. Fix: run as root" in refused.stderr, refused.stderr
 
 
 def test_stages_warn_and_run_when_isolation_is_not_required(tmp_path):
     params = write_params(tmp_path, required_layers=[])  # no layer required
     write_lines(tmp_path / "proposals.jsonl", seed_rows())
-    result = run_stage_raw("stages.verify", "--params", str(params), "--proposals",
-                           str(tmp_path / "proposals.jsonl"), "--out", str(tmp_path / "tasks.jsonl"),
-                           "--isolation", str(tmp_path / "isolation.json"), env={SKIP_ENV: "uid_drop,seccomp"})
+    result = run_stage_raw(
+        "stages.verify",
+        "--params",
+        str(params),
+        "--proposals",
+        str(tmp_path / "proposals.jsonl"),
+        "--out",
+        str(tmp_path / "tasks.jsonl"),
+        "--isolation",
+        str(tmp_path / "isolation.json"),
+        env={SKIP_ENV: "uid_drop,seccomp"},
+    )
     assert result.returncode == 0, result.stderr
     assert "SANDBOX DEGRADED" in result.stderr and "seccomp" in result.stderr
     report = json.loads((tmp_path / "isolation.json").read_text())
@@ -481,7 +627,11 @@ def test_the_code_f_shape_is_one_definition(box):
     prompt = solver_prompt(task, [])
     assert all(f"```input_{i}\n" in prompt for i in range(3)) and "input_3" not in prompt
     right = "def f(a, b):\n    return a * b"
-    wrong_on_hidden = ("def f(a, b):\n    if (a, b) in [(2, 3), (0, 5), (-1, 4)]:\n        return a * b\n    return 0")
-    graded = grade_rows([task], [{"task_id": task["task_id"], "answer": right},
-                                 {"task_id": task["task_id"], "answer": wrong_on_hidden}], CONFIG, sandbox=box)
+    wrong_on_hidden = "def f(a, b):\n    if (a, b) in [(2, 3), (0, 5), (-1, 4)]:\n        return a * b\n    return 0"
+    graded = grade_rows(
+        [task],
+        [{"task_id": task["task_id"], "answer": right}, {"task_id": task["task_id"], "answer": wrong_on_hidden}],
+        CONFIG,
+        sandbox=box,
+    )
     assert [row["correct"] for row in graded] == [True, False]

@@ -44,8 +44,14 @@ def test_batched_verdicts_equal_the_grader_one_answer_at_a_time(sandbox):
 
 def test_a_batch_that_times_out_is_graded_again_one_answer_at_a_time(sandbox):
     config = VerifySection(timeout_s=0.5)
-    task = {"task_id": "loop", "type": "code_i", "program": "def f(x):\n    while x == 5:\n        pass\n    return x",
-            "inputs": ["3"], "outputs": ["3"], "message": None}
+    task = {
+        "task_id": "loop",
+        "type": "code_i",
+        "program": "def f(x):\n    while x == 5:\n        pass\n    return x",
+        "inputs": ["3"],
+        "outputs": ["3"],
+        "message": None,
+    }
     answers = {"loop": ["5", "3", "4", "3.0"]}
     assert accepted_answers([task], answers, config, sandbox) == {"loop": ["3", "3.0"]}
 
@@ -81,8 +87,14 @@ def test_a_batch_gets_the_time_of_a_few_jobs_not_one_per_answer(sandbox):
             return getattr(sandbox, name)
 
     config = VerifySection(timeout_s=0.5)
-    task = {"task_id": "loop", "type": "code_i", "program": "def f(x):\n    while x == 5:\n        pass\n    return x",
-            "inputs": ["3"], "outputs": ["3"], "message": None}
+    task = {
+        "task_id": "loop",
+        "type": "code_i",
+        "program": "def f(x):\n    while x == 5:\n        pass\n    return x",
+        "inputs": ["3"],
+        "outputs": ["3"],
+        "message": None,
+    }
     answers = {"loop": ["5", *(str(k) for k in range(6, 206)), "3"]}
     assert accepted_answers([task], answers, config, Recording()) == {"loop": ["3"]}
     batched = [job for job in submitted if len(job.calls) > 1]

@@ -40,8 +40,14 @@ def adapters(vllm_model, tmp_path_factory):
     _, model = load_base(vllm_model)
     out = tmp_path_factory.mktemp("vllm-adapters")
     names = ("a", "b")
-    create_adapters(model, list(names), out, lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"]),
-                    seeds={n: i for i, n in enumerate(names)}, init_std=0.5)
+    create_adapters(
+        model,
+        list(names),
+        out,
+        lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"]),
+        seeds={n: i for i, n in enumerate(names)},
+        init_std=0.5,
+    )
     return {n: out / n for n in names}
 
 
@@ -59,16 +65,19 @@ def engine(vllm_model, adapters):
 
 
 def _chat(tokenizer):
-    return lambda p: tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
-                                                   add_generation_prompt=True)
+    return lambda p: tokenizer.apply_chat_template(
+        [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
+    )
 
 
 def _plans(tokenizer):
     """A proposer plan (program, then non-empty input blocks with stops) and a solver-like one."""
     chat = _chat(tokenizer)
-    return [prompts.scaffolded_plan("Write f.", prompts.proposer_steps("code_o", 10), chat),
-            prompts.scaffolded_plan("Give inputs.", prompts.proposer_steps("code_f", 4), chat),
-            prompts.Plan(prompt=chat("Answer."), steps=(prompts.Step("```output\n", max_tokens=12),))]
+    return [
+        prompts.scaffolded_plan("Write f.", prompts.proposer_steps("code_o", 10), chat),
+        prompts.scaffolded_plan("Give inputs.", prompts.proposer_steps("code_f", 4), chat),
+        prompts.Plan(prompt=chat("Answer."), steps=(prompts.Step("```output\n", max_tokens=12),)),
+    ]
 
 
 def _rows(tokenizer):
@@ -103,7 +112,9 @@ def test_every_row_goes_through_its_own_adapter(hf, engine):
     mixed = run_plans(engine, tokenizer, rows, **kwargs)
     for adapter in ("a", "b", None):
         alone = run_plans(engine, tokenizer, [r for r in rows if r.adapter == adapter], **kwargs)
-        assert [_generated(r) for r, row in zip(mixed, rows) if row.adapter == adapter] == [_generated(r) for r in alone]
+        assert [_generated(r) for r, row in zip(mixed, rows) if row.adapter == adapter] == [
+            _generated(r) for r in alone
+        ]
     # the adapters change the answers (else the routing above would prove nothing)
     per_adapter = {a: [_generated(r) for r, row in zip(mixed, rows) if row.adapter == a] for a in ("a", "b", None)}
     assert per_adapter["a"] != per_adapter["b"] and per_adapter["a"] != per_adapter[None]
@@ -125,7 +136,7 @@ def test_sampled_tokens_carry_the_updates_logprobs(hf, engine):
             if segment["train"] and segment["ids"]:
                 ids = torch.tensor([context + segment["ids"]])
                 with model.select([row.adapter]), torch.no_grad():
-                    logits = model(input_ids=ids).logits[0, len(context) - 1:-1]
+                    logits = model(input_ids=ids).logits[0, len(context) - 1 : -1]
                 suppress = None
                 if segment["sampling"]["suppress_first"]:
                     suppress = torch.zeros_like(logits, dtype=torch.bool)
@@ -141,8 +152,16 @@ def test_stops_budgets_and_first_token_suppression(hf, engine):
     tokenizer, _ = hf
     banned = block_enders(tokenizer)
     context = tokenizer(_chat(tokenizer)("Give inputs."), add_special_tokens=False)["input_ids"]
-    rows = engine.sample_contexts([context] * 6, budget=10, stops=("\n```",), suppress_first=banned,
-                                  temperature=1.0, top_p=1.0, seed=5, adapters=["a", "b", None] * 2)
+    rows = engine.sample_contexts(
+        [context] * 6,
+        budget=10,
+        stops=("\n```",),
+        suppress_first=banned,
+        temperature=1.0,
+        top_p=1.0,
+        seed=5,
+        adapters=["a", "b", None] * 2,
+    )
     eos = set(engine.eos)
     for row in rows:
         assert 1 <= len(row.ids) <= 10 and len(row.logprobs) == len(row.ids)

@@ -40,12 +40,23 @@ def finished(tmp_path_factory, tiny_params_dict) -> Path:
     params["sampler"] = {**params["sampler"], "engine": "vllm", "memory_fraction": 0.2}
     params["dag"] = {**params["dag"], "generations": 1, "arms": ["population"]}
     params["update"] = {**params["update"], "max_seq_len": 2048}  # vLLM's window (max_model_len): the tiny model's
-    params["bench"] = {**params["bench"], "benchmarks": ["cruxeval_o", "humaneval_plus", "gsm8k"], "limit": 2,
-                       "max_new_tokens": 16, "data_dir": str(REPO.parent / "shared" / "benchmarks")}
+    params["bench"] = {
+        **params["bench"],
+        "benchmarks": ["cruxeval_o", "humaneval_plus", "gsm8k"],
+        "limit": 2,
+        "max_new_tokens": 16,
+        "data_dir": str(REPO.parent / "shared" / "benchmarks"),
+    }
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     env = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHONPATH": str(REPO)}
-    result = subprocess.run([f"{BIN}/snakemake", "--cores", "2", "--resources", "gpu=1"], cwd=root, env=env,
-                            capture_output=True, text=True, timeout=3000)
+    result = subprocess.run(
+        [f"{BIN}/snakemake", "--cores", "2", "--resources", "gpu=1"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
     assert result.returncode == 0, result.stderr[-6000:]
     return root / "results"
 
@@ -74,8 +85,9 @@ def test_rollouts_come_from_vllm_and_score_as_the_update_scores(finished):
         for student in sorted({row["student"] for row in answers}):
             # the stages' frozen base: the warm start's output (the raw base when the warm start is off)
             tokenizer, base = load_base(finished / "warm_base", device="cpu")
-            model = attach_adapters(base, {student: adapter_dirs(finished / arm / "init", [student])[student]},
-                                    trainable=student)
+            model = attach_adapters(
+                base, {student: adapter_dirs(finished / arm / "init", [student])[student]}, trainable=student
+            )
             for index, row in enumerate(r for r in answers if r["student"] == student):
                 sequences, _ = rollout_sequences(row["segments"], index, max_len=1024)
                 with torch.no_grad():

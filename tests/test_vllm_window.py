@@ -49,17 +49,23 @@ def engine(monkeypatch):
 
     def generate(contexts, params, adapters):
         engine.requests += [(len(c), p) for c, p in zip(contexts, params)]
-        return [types.SimpleNamespace(token_ids=[7] * p.max_tokens, text="x" * p.max_tokens,
-                                      logprobs=[{7: types.SimpleNamespace(logprob=-0.5)}] * p.max_tokens)
-                for p in params]
+        return [
+            types.SimpleNamespace(
+                token_ids=[7] * p.max_tokens,
+                text="x" * p.max_tokens,
+                logprobs=[{7: types.SimpleNamespace(logprob=-0.5)}] * p.max_tokens,
+            )
+            for p in params
+        ]
 
     engine._generate = generate
     return engine
 
 
 def sample(engine, contexts, **kwargs):
-    args = dict(budget=6, stops=(), suppress_first=None, temperature=1.0, top_p=1.0, seed=0,
-                adapters=[None] * len(contexts))
+    args = dict(
+        budget=6, stops=(), suppress_first=None, temperature=1.0, top_p=1.0, seed=0, adapters=[None] * len(contexts)
+    )
     return engine.sample_contexts(contexts, **{**args, **kwargs})
 
 
@@ -101,9 +107,20 @@ def test_lmeval_vllm_model_gets_the_window_and_every_request_at_once(monkeypatch
     args = pick_sampler(_params(update={"max_seq_len": 8192}, sampler={"engine": "vllm"})).lmeval_vllm_args()
     assert args["max_model_len"] == 8192
     seen = {}
-    monkeypatch.setattr(lm_eval, "simple_evaluate", lambda **kwargs: seen.update(kwargs) or {"results": {}, "config": {}})
-    common = dict(base_model="base", adapter=None, data_dir=None, limit=2, max_new_tokens=16, batch_size=64,
-                  dtype="float32", device="cpu", harness_dir=tmp_path)
+    monkeypatch.setattr(
+        lm_eval, "simple_evaluate", lambda **kwargs: seen.update(kwargs) or {"results": {}, "config": {}}
+    )
+    common = dict(
+        base_model="base",
+        adapter=None,
+        data_dir=None,
+        limit=2,
+        max_new_tokens=16,
+        batch_size=64,
+        dtype="float32",
+        device="cpu",
+        harness_dir=tmp_path,
+    )
     lmeval_runner.evaluate("gsm8k", vllm=args, **common)
     assert seen["model"] == "vllm" and seen["batch_size"] == "auto" and seen["model_args"]["max_model_len"] == 8192
     built = {}

@@ -35,14 +35,20 @@ def tiny_model_dir(out_dir: str | Path, *, seed: int = 0, hidden_size: int = 32,
         "A conversation between User and Assistant. <think> </think> <answer> </answer>",
         "'Hello world', [1, 2, 3], {'age': 20}, (1.1, 1.2), True, None, for x in range(10): if x % 2 == 0",
     ] * 20
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     bpe.train_from_iterator(corpus, trainer=trainer)
     chat_template = (
         "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
         "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
     )
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token="<|im_start|>", unk_token="<|endoftext|>"
+        tokenizer_object=bpe,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token="<|im_start|>",
+        unk_token="<|endoftext|>",
     )
     tokenizer.chat_template = chat_template
     config = LlamaConfig(
@@ -75,9 +81,16 @@ def export_members(tmp_path: Path, tiny_model_dir: Path, seeds: dict[str, int]) 
     models = tmp_path / "models" / "population"
     _, base = load_base(tiny_model_dir, device="cpu")
     for slot, seed in seeds.items():
-        create_adapters(base, ["adapter"], models / slot, lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"]),
-                        seeds={"adapter": seed}, init_std=0.5)  # noise: the adapter changes the answers
+        create_adapters(
+            base,
+            ["adapter"],
+            models / slot,
+            lora_cfg=lora_config(4, 8.0, 0.0, ["q_proj", "v_proj"]),
+            seeds={"adapter": seed},
+            init_std=0.5,
+        )  # noise: the adapter changes the answers
         ref = ModelRef("population", slot, STUDENT if slot.startswith(STUDENT) else TEACHER)
-        (models / slot / "model.json").write_text(json.dumps({**ref.fields(), "adapter": "adapter",
-                                                              "member": f"population/{slot}@g000"}))
+        (models / slot / "model.json").write_text(
+            json.dumps({**ref.fields(), "adapter": "adapter", "member": f"population/{slot}@g000"})
+        )
     return models

@@ -81,8 +81,10 @@ def why_not(stage, made: set[str] | None) -> str | None:
         if oldest_out is not None and when > oldest_out:
             if dep.def_path.startswith(f"{RESULTS}/"):
                 return f"its input {dep.def_path} is newer than its outputs"
-            return (f"{dep.def_path} changed after it ran (Snakemake does not rerun a job when the code it imports "
-                    f"changes; `dvc repro` does)")
+            return (
+                f"{dep.def_path} changed after it ran (Snakemake does not rerun a job when the code it imports "
+                f"changes; `dvc repro` does)"
+            )
     return None
 
 
@@ -102,8 +104,11 @@ def into_dvc(made: set[str] | None = None, params: str = "params.yaml") -> int:
 
         return _commit_stages(made, dvc_only_outputs(load_params(params)))
     except Exception as error:  # noqa: BLE001 -- DVC missing or busy (another dvc command holds its lock)
-        print(f"adopt: DVC could not adopt the run ({type(error).__name__}: {error}). Fix: run `python -m "
-              f"workflow.adopt --into dvc` once no dvc command runs here", file=sys.stderr)
+        print(
+            f"adopt: DVC could not adopt the run ({type(error).__name__}: {error}). Fix: run `python -m "
+            f"workflow.adopt --into dvc` once no dvc command runs here",
+            file=sys.stderr,
+        )
         return 1
 
 
@@ -142,8 +147,10 @@ def _commit_stages(made: set[str] | None, dvc_only: set[str] = frozenset()) -> i
             for stage in done:  # refused above (a folder newer than its outputs), rerun and committed since
                 left.pop(stage.addressing, None)
             left |= failed
-    print(f"adopt: DVC adopted {len(adopted)} stage(s) made by Snakemake (dvc.lock, the DVC cache)"
-          + ("; `dvc status` is clean" if not left else ""))
+    print(
+        f"adopt: DVC adopted {len(adopted)} stage(s) made by Snakemake (dvc.lock, the DVC cache)"
+        + ("; `dvc status` is clean" if not left else "")
+    )
     for name, reason in left.items():
         print(f"adopt: left {name}: {reason}", file=sys.stderr)
     return 1 if left else 0
@@ -170,8 +177,14 @@ def _run_notes(notes: list, stages: list) -> tuple[list, dict[str, str]]:
         return any(path.startswith(dep.def_path.rstrip("/") + "/") for dep in stage.deps for path in written)
 
     noted = {stage.addressing for stage in notes}
-    rerun = sorted((stage for stage in stages if stage.addressing not in noted and stage.addressing.split("@")[0] in cheap
-                    and holds_note(stage)), key=lambda stage: order.index(stage.addressing.split("@")[0]))
+    rerun = sorted(
+        (
+            stage
+            for stage in stages
+            if stage.addressing not in noted and stage.addressing.split("@")[0] in cheap and holds_note(stage)
+        ),
+        key=lambda stage: order.index(stage.addressing.split("@")[0]),
+    )
     done, left = [], {}
     for stage in [*notes, *rerun]:
         blind = stage.addressing.split("@")[0] in NOTE_BLIND
@@ -187,8 +200,10 @@ def _run_notes(notes: list, stages: list) -> tuple[list, dict[str, str]]:
             left[stage.addressing] = f"{type(error).__name__}: {error}"
     if done:
         done[0].dvcfile.dump_stages(done, update_pipeline=False)
-    print(f"adopt: ran {len(notes)} job(s) only DVC's matrix has (each writes a note); {len(rerun)} stage(s) whose "
-          f"folder now holds one rerun or, never reading notes, committed: {', '.join(s.addressing for s in [*notes, *rerun])}")
+    print(
+        f"adopt: ran {len(notes)} job(s) only DVC's matrix has (each writes a note); {len(rerun)} stage(s) whose "
+        f"folder now holds one rerun or, never reading notes, committed: {', '.join(s.addressing for s in [*notes, *rerun])}"
+    )
     return done, left
 
 
@@ -203,9 +218,12 @@ def into_snakemake(extra: list[str]) -> int:
     """`snakemake --touch --forceall` when DVC says every stage is up to date (module docstring)."""
     status = dvc_is_clean()
     if status:
-        print(f"adopt: `dvc status` lists {len(status)} stage(s) to reproduce ({', '.join(sorted(status)[:5])}"
-              f"{', ...' if len(status) > 5 else ''}); Snakemake takes only a finished DVC run. Fix: dvc repro, "
-              "then run this again", file=sys.stderr)
+        print(
+            f"adopt: `dvc status` lists {len(status)} stage(s) to reproduce ({', '.join(sorted(status)[:5])}"
+            f"{', ...' if len(status) > 5 else ''}); Snakemake takes only a finished DVC run. Fix: dvc repro, "
+            "then run this again",
+            file=sys.stderr,
+        )
         return 1
     env = {**os.environ, "POPULORA_ADOPT": "0"}  # DVC is the source here: no adoption back
     return subprocess.run(["snakemake", "--touch", "--forceall", *extra, *SNAKEMAKE_ARGS], env=env).returncode
@@ -225,8 +243,10 @@ def after_snakemake(workflow) -> None:
     listing.parent.mkdir(exist_ok=True)
     listing.write_text("".join(f"{path}\n" for path in made))
     path = os.pathsep.join(filter(None, (str(workflow.basedir), os.environ.get("PYTHONPATH"))))  # this workflow/
-    result = subprocess.run([sys.executable, "-m", "workflow.adopt", "--into", "dvc", "--made", str(listing)],
-                            env={**os.environ, "PYTHONPATH": path})
+    result = subprocess.run(
+        [sys.executable, "-m", "workflow.adopt", "--into", "dvc", "--made", str(listing)],
+        env={**os.environ, "PYTHONPATH": path},
+    )
     if result.returncode:
         print("adopt: some stages stay DVC-changed (above); `dvc repro` reruns exactly those", file=sys.stderr)
 
@@ -234,9 +254,12 @@ def after_snakemake(workflow) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--into", choices=("dvc", "snakemake"), required=True)
-    parser.add_argument("--made", help="with --into dvc: a file listing the outputs of the Snakemake run's DAG "
-                                       "(the onsuccess hook writes it); without it, `snakemake -n` must have "
-                                       "nothing to do and every stage counts")
+    parser.add_argument(
+        "--made",
+        help="with --into dvc: a file listing the outputs of the Snakemake run's DAG "
+        "(the onsuccess hook writes it); without it, `snakemake -n` must have "
+        "nothing to do and every stage counts",
+    )
     parser.add_argument("--params", default="params.yaml")
     args, extra = parser.parse_known_args(argv)
     if args.into == "snakemake":
@@ -248,8 +271,11 @@ def main(argv: list[str] | None = None) -> int:
         return into_dvc(made, args.params)
     dry = subprocess.run(["snakemake", "-n", *SNAKEMAKE_ARGS], capture_output=True, text=True)
     if dry.returncode or "Nothing to be done" not in dry.stdout + dry.stderr:
-        print("adopt: `snakemake -n` has jobs to run: DVC adopts only a finished Snakemake run. Fix: run Snakemake "
-              "(its onsuccess hook adopts), or pass --made", file=sys.stderr)
+        print(
+            "adopt: `snakemake -n` has jobs to run: DVC adopts only a finished Snakemake run. Fix: run Snakemake "
+            "(its onsuccess hook adopts), or pass --made",
+            file=sys.stderr,
+        )
         return 1
     return into_dvc(None, args.params)
 

@@ -45,8 +45,12 @@ PREV = f"{ARM_DIR}/{{prev}}"
 GPU_THREADS = 4  # Snakemake threads of a GPU stage (at most the cores given): the GPU does the work
 HELDOUT_POOL = f"{RESULTS}/heldout/pool.jsonl"  # the held-out pool, made once (populora/heldout/)
 HELDOUT_BASE = f"{RESULTS}/heldout/base.json"  # the base model's verdicts on it
-DYNAMICS_DIR = f"{RESULTS}/dynamics"  # one folder per arm: dynamics.json, update_steps.json, summary.json, family_tree.png
-HISTORY = f"{DYNAMICS_DIR}/{{arm}}/{DYNAMICS_TABLE}"  # the live history (populora/report/live.py), one row per generation
+DYNAMICS_DIR = (
+    f"{RESULTS}/dynamics"  # one folder per arm: dynamics.json, update_steps.json, summary.json, family_tree.png
+)
+HISTORY = (
+    f"{DYNAMICS_DIR}/{{arm}}/{DYNAMICS_TABLE}"  # the live history (populora/report/live.py), one row per generation
+)
 UPDATE_STEPS = f"{DYNAMICS_DIR}/{{arm}}/update_steps.json"  # one row per optimizer step
 # the last finished generation per arm: kept by the generation stages while the run goes on, written whole by
 # bench_summary at the end (its declared output and a DVC metric, so `dvc exp show` has it during and after a run)
@@ -187,6 +191,7 @@ class Stage:
         """The stage's shell command, the same string in both engines: `paths` maps every input and
         output key to its path (or list of paths, for fan-in inputs), `wildcards` every wildcard of
         the scope to its value, each in the engine's own syntax."""
+
         def flag(key: str) -> str:
             value = paths[key]
             return f"--{key.replace('_', '-')} {value if isinstance(value, str) else ' '.join(value)}"
@@ -212,101 +217,259 @@ class Stage:
 
 STAGES: tuple[Stage, ...] = (
     Stage(
-        "base_model", "stages.base_model", "global",
-        outputs={"base_model": BASE_MODEL}, directories=("base_model",), params=("model.base_model",),
+        "base_model",
+        "stages.base_model",
+        "global",
+        outputs={"base_model": BASE_MODEL},
+        directories=("base_model",),
+        params=("model.base_model",),
     ),
     Stage(  # a supervised fine-tune on verified family tasks, merged: the base every later stage uses
-        "warm_start", "stages.warm_start", "global",
-        inputs={"base_model": BASE_MODEL}, outputs={"warm_base": WARM_BASE, "record": WARM_START},
+        "warm_start",
+        "stages.warm_start",
+        "global",
+        inputs={"base_model": BASE_MODEL},
+        outputs={"warm_base": WARM_BASE, "record": WARM_START},
         directories=("warm_base",),
-        params=("warm_start", "solve.mode", "solve.worked_examples", "solve.max_new_tokens", "verify", "buffer.seeds",
-                "propose.code_f_inputs", "propose.reject_copyable", "model.device"),
-        gpu="warm_start.enabled", alone=True,  # a GPU only when it trains (true counts 1); disabled it links files
+        params=(
+            "warm_start",
+            "solve.mode",
+            "solve.worked_examples",
+            "solve.max_new_tokens",
+            "verify",
+            "buffer.seeds",
+            "propose.code_f_inputs",
+            "propose.reject_copyable",
+            "model.device",
+        ),
+        gpu="warm_start.enabled",
+        alone=True,  # a GPU only when it trains (true counts 1); disabled it links files
     ),
     Stage(  # the held-out pool: the base model proposes, the sandbox verifies; then the base answers it
-        "heldout_pool", "stages.heldout_pool", "global",
-        inputs={"base_model": WARM_BASE, "raw_base": BASE_MODEL}, outputs={"pool": HELDOUT_POOL, "base": HELDOUT_BASE},
-        params=("heldout", "propose", "solve", "buffer.seeds", "verify", "model.dtype", "model.device", "model.cpu_threads", "sampler",
-                "lora.rank", "update.max_seq_len", "warm_start.enabled"), gpu=1, file_params=("heldout.pool_file",), chain=True,
+        "heldout_pool",
+        "stages.heldout_pool",
+        "global",
+        inputs={"base_model": WARM_BASE, "raw_base": BASE_MODEL},
+        outputs={"pool": HELDOUT_POOL, "base": HELDOUT_BASE},
+        params=(
+            "heldout",
+            "propose",
+            "solve",
+            "buffer.seeds",
+            "verify",
+            "model.dtype",
+            "model.device",
+            "model.cpu_threads",
+            "sampler",
+            "lora.rank",
+            "update.max_seq_len",
+            "warm_start.enabled",
+        ),
+        gpu=1,
+        file_params=("heldout.pool_file",),
+        chain=True,
     ),
     Stage(
-        "init", "stages.init", "arm",
-        inputs={"base_model": WARM_BASE}, outputs={"checkpoint": INIT_DIR}, directories=("checkpoint",),
-        params=("base.seed", "model.dtype", "lora", "population", "ratings", "verify", "buffer.seeds", "propose.code_f_inputs",
-                "propose.reject_copyable"),
+        "init",
+        "stages.init",
+        "arm",
+        inputs={"base_model": WARM_BASE},
+        outputs={"checkpoint": INIT_DIR},
+        directories=("checkpoint",),
+        params=(
+            "base.seed",
+            "model.dtype",
+            "lora",
+            "population",
+            "ratings",
+            "verify",
+            "buffer.seeds",
+            "propose.code_f_inputs",
+            "propose.reject_copyable",
+        ),
         threads="verify.workers",  # verifies the seed tasks in the sandbox
     ),
     Stage(
-        "pair", "stages.pair", "gen", local=True,
-        inputs={"state": PREV}, outputs={"pairing": f"{GEN_DIR}/pairing.json"},
+        "pair",
+        "stages.pair",
+        "gen",
+        local=True,
+        inputs={"state": PREV},
+        outputs={"pairing": f"{GEN_DIR}/pairing.json"},
         params=("base.seed", "pairing", "ratings.beta", "solve.tasks_per_type"),
     ),
     Stage(
-        "propose", "stages.propose", "gen",
+        "propose",
+        "stages.propose",
+        "gen",
         inputs={"base_model": WARM_BASE, "state": PREV, "pairing": f"{GEN_DIR}/pairing.json"},
         outputs={"proposals": f"{GEN_DIR}/proposals.jsonl"},
-        params=("base.seed", "model.dtype", "model.device", "model.cpu_threads", "sampler", "lora.rank", "propose", "update.max_seq_len"), gpu=1, chain=True,
+        params=(
+            "base.seed",
+            "model.dtype",
+            "model.device",
+            "model.cpu_threads",
+            "sampler",
+            "lora.rank",
+            "propose",
+            "update.max_seq_len",
+        ),
+        gpu=1,
+        chain=True,
     ),
     Stage(
-        "verify", "stages.verify", "gen",
+        "verify",
+        "stages.verify",
+        "gen",
         inputs={"proposals": f"{GEN_DIR}/proposals.jsonl", "heldout": HELDOUT_POOL},  # pool programs are refused
         outputs={"out": f"{GEN_DIR}/tasks.jsonl", "isolation": f"{GEN_DIR}/isolation.json"},
-        params=("verify", "propose.code_f_inputs", "propose.reject_copyable"), threads="verify.workers",
+        params=("verify", "propose.code_f_inputs", "propose.reject_copyable"),
+        threads="verify.workers",
     ),
     Stage(
-        "solve", "stages.solve", "gen",
-        inputs={"base_model": WARM_BASE, "state": PREV, "pairing": f"{GEN_DIR}/pairing.json", "tasks": f"{GEN_DIR}/tasks.jsonl"},
+        "solve",
+        "stages.solve",
+        "gen",
+        inputs={
+            "base_model": WARM_BASE,
+            "state": PREV,
+            "pairing": f"{GEN_DIR}/pairing.json",
+            "tasks": f"{GEN_DIR}/tasks.jsonl",
+        },
         outputs={"answers": f"{GEN_DIR}/answers.jsonl", "solve_tasks": f"{GEN_DIR}/solve_tasks.jsonl"},
-        params=("base.seed", "model.dtype", "model.device", "model.cpu_threads", "sampler", "lora.rank", "solve", "propose.types",
-                "update.max_seq_len"),
-        gpu=1, chain=True,
+        params=(
+            "base.seed",
+            "model.dtype",
+            "model.device",
+            "model.cpu_threads",
+            "sampler",
+            "lora.rank",
+            "solve",
+            "propose.types",
+            "update.max_seq_len",
+        ),
+        gpu=1,
+        chain=True,
     ),
     Stage(
-        "grade", "stages.grade", "gen",
+        "grade",
+        "stages.grade",
+        "gen",
         inputs={"tasks": f"{GEN_DIR}/solve_tasks.jsonl", "answers": f"{GEN_DIR}/answers.jsonl"},
-        outputs={"out": f"{GEN_DIR}/graded.jsonl"}, params=("verify",), threads="verify.workers",
+        outputs={"out": f"{GEN_DIR}/graded.jsonl"},
+        params=("verify",),
+        threads="verify.workers",
     ),
     Stage(
-        "reward", "stages.reward", "gen", local=True,
-        inputs={"state": PREV, "tasks": f"{GEN_DIR}/tasks.jsonl", "graded": f"{GEN_DIR}/graded.jsonl", "pairing": f"{GEN_DIR}/pairing.json"},
-        outputs={"rollouts": f"{GEN_DIR}/rollouts.jsonl", "ratings": f"{GEN_DIR}/ratings.json", "stats": f"{GEN_DIR}/reward_stats.json"},
+        "reward",
+        "stages.reward",
+        "gen",
+        local=True,
+        inputs={
+            "state": PREV,
+            "tasks": f"{GEN_DIR}/tasks.jsonl",
+            "graded": f"{GEN_DIR}/graded.jsonl",
+            "pairing": f"{GEN_DIR}/pairing.json",
+        },
+        outputs={
+            "rollouts": f"{GEN_DIR}/rollouts.jsonl",
+            "ratings": f"{GEN_DIR}/ratings.json",
+            "stats": f"{GEN_DIR}/reward_stats.json",
+        },
         params=("reward", "ratings"),
     ),
     Stage(
-        "update", "stages.update", "gen_part",
+        "update",
+        "stages.update",
+        "gen_part",
         inputs={"base_model": WARM_BASE, "state": PREV, "rollouts": f"{GEN_DIR}/rollouts.jsonl"},
-        outputs={"trained": UPDATE_DIR}, directories=("trained",),
-        params=("base.seed", "model.dtype", "model.device", "model.cpu_threads", "population", "dag.update_jobs", "update"),
-        gpu="update.processes", chain=True,
+        outputs={"trained": UPDATE_DIR},
+        directories=("trained",),
+        params=(
+            "base.seed",
+            "model.dtype",
+            "model.device",
+            "model.cpu_threads",
+            "population",
+            "dag.update_jobs",
+            "update",
+        ),
+        gpu="update.processes",
+        chain=True,
     ),
     Stage(  # seconds (hard links); not a local rule, so a cluster profile can group it with the update jobs
-        "update_gather", "stages.update_gather", "gen",
-        inputs={"parts": f"{GEN_DIR}/update"}, collects={"parts": ("update",)},
-        outputs={"trained": f"{GEN_DIR}/trained"}, directories=("trained",), params=("population", "dag.update_jobs"),
+        "update_gather",
+        "stages.update_gather",
+        "gen",
+        inputs={"parts": f"{GEN_DIR}/update"},
+        collects={"parts": ("update",)},
+        outputs={"trained": f"{GEN_DIR}/trained"},
+        directories=("trained",),
+        params=("population", "dag.update_jobs"),
     ),
     Stage(
-        "evolve", "stages.evolve", "gen", local=True,
-        inputs={"state": PREV, "trained": f"{GEN_DIR}/trained", "ratings": f"{GEN_DIR}/ratings.json",
-                "stats": f"{GEN_DIR}/reward_stats.json"},
-        outputs={"evolved": f"{GEN_DIR}/evolved"}, directories=("evolved",),
+        "evolve",
+        "stages.evolve",
+        "gen",
+        local=True,
+        inputs={
+            "state": PREV,
+            "trained": f"{GEN_DIR}/trained",
+            "ratings": f"{GEN_DIR}/ratings.json",
+            "stats": f"{GEN_DIR}/reward_stats.json",
+        },
+        outputs={"evolved": f"{GEN_DIR}/evolved"},
+        directories=("evolved",),
         params=("base.seed", "evolve", "reward.teacher_mode"),
     ),
     Stage(
-        "checkpoint", "stages.checkpoint", "gen", local=True,
-        inputs={"state": PREV, "trained": f"{GEN_DIR}/trained", "evolved": f"{GEN_DIR}/evolved",
-                "ratings": f"{GEN_DIR}/ratings.json", "tasks": f"{GEN_DIR}/tasks.jsonl",
-                "stats": f"{GEN_DIR}/reward_stats.json", "pairing": f"{GEN_DIR}/pairing.json",
-                "isolation": f"{GEN_DIR}/isolation.json"},
+        "checkpoint",
+        "stages.checkpoint",
+        "gen",
+        local=True,
+        inputs={
+            "state": PREV,
+            "trained": f"{GEN_DIR}/trained",
+            "evolved": f"{GEN_DIR}/evolved",
+            "ratings": f"{GEN_DIR}/ratings.json",
+            "tasks": f"{GEN_DIR}/tasks.jsonl",
+            "stats": f"{GEN_DIR}/reward_stats.json",
+            "pairing": f"{GEN_DIR}/pairing.json",
+            "isolation": f"{GEN_DIR}/isolation.json",
+        },
         outputs={"checkpoint": f"{GEN_DIR}/checkpoint", "metrics": f"{GEN_DIR}/metrics.json"},
-        directories=("checkpoint",), params=("base.seed", "buffer.max_size", "propose.per_type", "tracking"),
+        directories=("checkpoint",),
+        params=("base.seed", "buffer.max_size", "propose.per_type", "tracking"),
         side=LIVE,
     ),
     Stage(  # every member of the checkpoint answers the held-out pool, greedy (the learning curves)
-        "heldout", "stages.heldout", "gen",
-        inputs={"base_model": WARM_BASE, "pool": HELDOUT_POOL, "heldout_base": HELDOUT_BASE, "state": f"{GEN_DIR}/checkpoint"},
+        "heldout",
+        "stages.heldout",
+        "gen",
+        inputs={
+            "base_model": WARM_BASE,
+            "pool": HELDOUT_POOL,
+            "heldout_base": HELDOUT_BASE,
+            "state": f"{GEN_DIR}/checkpoint",
+        },
         outputs={"scores": f"{GEN_DIR}/heldout.json"},
-        params=("heldout.roles", "heldout.samples", "heldout.sample_every", "solve", "verify", "model.dtype", "model.device", "model.cpu_threads", "sampler", "lora.rank",
-                "update.max_seq_len", "tracking"), gpu=1, side=LIVE, chain=True,
+        params=(
+            "heldout.roles",
+            "heldout.samples",
+            "heldout.sample_every",
+            "solve",
+            "verify",
+            "model.dtype",
+            "model.device",
+            "model.cpu_threads",
+            "sampler",
+            "lora.rank",
+            "update.max_seq_len",
+            "tracking",
+        ),
+        gpu=1,
+        side=LIVE,
+        chain=True,
     ),
 )
 
@@ -316,58 +479,110 @@ BENCH_DIR = f"{RESULTS}/bench"  # <base|arm>/<benchmark>/: <model>.json and <mod
 LM_EVAL_TASKS = "workflow/lm_eval_tasks"
 # listed one by one: adding a benchmark to bench.benchmarks must not rerun the others; then CRUXEval's
 # (subset, prompt, grading) and LiveCodeBench's (release, contest window, test limits)
-BENCH_PARAMS = ("bench.data_dir", "bench.limit", "bench.max_new_tokens", "bench.batch_size", "sampler", "lora.rank",
-                "update.max_seq_len",
-                "model.dtype", "model.device", "bench.limits", "bench.cruxeval", "solve.mode", "verify", "bench.livecodebench",
-                "bench.together")  # whether the benchmark runs in a job of its own (else: writes a note, DVC only)
+BENCH_PARAMS = (
+    "bench.data_dir",
+    "bench.limit",
+    "bench.max_new_tokens",
+    "bench.batch_size",
+    "sampler",
+    "lora.rank",
+    "update.max_seq_len",
+    "model.dtype",
+    "model.device",
+    "bench.limits",
+    "bench.cruxeval",
+    "solve.mode",
+    "verify",
+    "bench.livecodebench",
+    "bench.together",
+)  # whether the benchmark runs in a job of its own (else: writes a note, DVC only)
 # the together jobs: every benchmark of the group (a change to bench.benchmarks reruns the group, not the others)
 TOGETHER_PARAMS = (*BENCH_PARAMS, "bench.benchmarks")
 BENCH_WRITERS = ("bench_base", "bench", "bench_base_together", "bench_together")  # the stages writing results/bench
 
 STAGES += (
     Stage(
-        "dynamics", "stages.dynamics", "arm", local=True,
-        inputs={"metrics": f"{GEN_DIR}/metrics.json", "heldout": f"{GEN_DIR}/heldout.json", "heldout_base": HELDOUT_BASE,
-                "state": LAST_CHECKPOINT},
-        outputs={"dynamics": HISTORY, "update_steps": UPDATE_STEPS, "summary": f"{DYNAMICS_DIR}/{{arm}}/{DYNAMICS_SUMMARY}",
-                 "family_tree": f"{DYNAMICS_DIR}/{{arm}}/family_tree.png",
-                 "heldout_verdicts": f"{DYNAMICS_DIR}/{{arm}}/{HELDOUT_VERDICTS}"},
-        fan_in={"metrics": "gen", "heldout": "gen"}, side={"progress": PROGRESS},
+        "dynamics",
+        "stages.dynamics",
+        "arm",
+        local=True,
+        inputs={
+            "metrics": f"{GEN_DIR}/metrics.json",
+            "heldout": f"{GEN_DIR}/heldout.json",
+            "heldout_base": HELDOUT_BASE,
+            "state": LAST_CHECKPOINT,
+        },
+        outputs={
+            "dynamics": HISTORY,
+            "update_steps": UPDATE_STEPS,
+            "summary": f"{DYNAMICS_DIR}/{{arm}}/{DYNAMICS_SUMMARY}",
+            "family_tree": f"{DYNAMICS_DIR}/{{arm}}/family_tree.png",
+            "heldout_verdicts": f"{DYNAMICS_DIR}/{{arm}}/{HELDOUT_VERDICTS}",
+        },
+        fan_in={"metrics": "gen", "heldout": "gen"},
+        side={"progress": PROGRESS},
         shown={"family_tree": Shown("Training dynamics", "{arm}")},
     ),
     Stage(
-        "export", "stages.export", "arm", local=True,
-        inputs={"base_model": WARM_BASE, "checkpoint": LAST_CHECKPOINT}, outputs={"models": f"{MODELS_DIR}/{{arm}}"},
+        "export",
+        "stages.export",
+        "arm",
+        local=True,
+        inputs={"base_model": WARM_BASE, "checkpoint": LAST_CHECKPOINT},
+        outputs={"models": f"{MODELS_DIR}/{{arm}}"},
         directories=("models",),
     ),
     Stage(
-        "bench_base", "stages.bench", "benchmark",
+        "bench_base",
+        "stages.bench",
+        "benchmark",
         inputs={"base_model": WARM_BASE, "raw_base": BASE_MODEL, "tasks": LM_EVAL_TASKS},
         outputs={"results": f"{BENCH_DIR}/base/{{bench}}"},
-        directories=("results",), gpu=1, params=(*BENCH_PARAMS, "bench.raw_base", "warm_start.enabled"), priority=0,
+        directories=("results",),
+        gpu=1,
+        params=(*BENCH_PARAMS, "bench.raw_base", "warm_start.enabled"),
+        priority=0,
     ),
     Stage(
-        "bench", "stages.bench", "arm_bench",
+        "bench",
+        "stages.bench",
+        "arm_bench",
         inputs={"base_model": WARM_BASE, "models": f"{MODELS_DIR}/{{arm}}", "tasks": LM_EVAL_TASKS},
-        outputs={"results": f"{BENCH_DIR}/{{arm}}/{{bench}}"}, directories=("results",), gpu=1,
+        outputs={"results": f"{BENCH_DIR}/{{arm}}/{{bench}}"},
+        directories=("results",),
+        gpu=1,
         params=(*BENCH_PARAMS, "bench.roles", "population"),  # which members: their roles and slots
         priority=0,
     ),
     # the benchmarks of bench.together, one after another in one job (the model loaded once): one job for the base
     # and one per arm, each writing <together>/<benchmark>/ as the jobs above write <benchmark>/
     Stage(
-        "bench_base_together", "stages.bench_together", "together",
-        inputs={"base_model": WARM_BASE, "tasks": LM_EVAL_TASKS}, outputs={"results": f"{BENCH_DIR}/base/{TOGETHER}"},
-        directories=("results",), gpu=1, params=TOGETHER_PARAMS, priority=0,
+        "bench_base_together",
+        "stages.bench_together",
+        "together",
+        inputs={"base_model": WARM_BASE, "tasks": LM_EVAL_TASKS},
+        outputs={"results": f"{BENCH_DIR}/base/{TOGETHER}"},
+        directories=("results",),
+        gpu=1,
+        params=TOGETHER_PARAMS,
+        priority=0,
     ),
     Stage(
-        "bench_together", "stages.bench_together", "arm_together",
+        "bench_together",
+        "stages.bench_together",
+        "arm_together",
         inputs={"base_model": WARM_BASE, "models": f"{MODELS_DIR}/{{arm}}", "tasks": LM_EVAL_TASKS},
-        outputs={"results": f"{BENCH_DIR}/{{arm}}/{TOGETHER}"}, directories=("results",), gpu=1,
-        params=(*TOGETHER_PARAMS, "bench.roles", "population"), priority=0,
+        outputs={"results": f"{BENCH_DIR}/{{arm}}/{TOGETHER}"},
+        directories=("results",),
+        gpu=1,
+        params=(*TOGETHER_PARAMS, "bench.roles", "population"),
+        priority=0,
     ),
     Stage(
-        "bench_summary", "stages.bench_summary", "global", local=True,
+        "bench_summary",
+        "stages.bench_summary",
+        "global",
+        local=True,
         inputs={"results": BENCH_DIR, "dynamics": DYNAMICS_DIR},
         collects={"results": BENCH_WRITERS, "dynamics": ("dynamics",)},
         outputs={"metrics": f"{RESULTS}/metrics.json", "headline": HEADLINE, "progress": PROGRESS},
@@ -375,12 +590,20 @@ STAGES += (
         params=("dag.arms", "bench.benchmarks", "bench.together", "sampler.engine", "bench.roles", "population"),
     ),
     Stage(
-        "report", "stages.report", "global", local=True,
-        inputs={"results": BENCH_DIR, "metrics": f"{RESULTS}/metrics.json", "dynamics": DYNAMICS_DIR,
-                "warm_start": WARM_START},
+        "report",
+        "stages.report",
+        "global",
+        local=True,
+        inputs={
+            "results": BENCH_DIR,
+            "metrics": f"{RESULTS}/metrics.json",
+            "dynamics": DYNAMICS_DIR,
+            "warm_start": WARM_START,
+        },
         collects={"results": BENCH_WRITERS, "dynamics": ("dynamics",)},
         untracked={"timings": BENCHMARKS_DIR},  # the other jobs' timings: they all ran before the report
-        outputs={"report": f"{RESULTS}/report"}, directories=("report",),
+        outputs={"report": f"{RESULTS}/report"},
+        directories=("report",),
         params=("dag.arms", "bench.benchmarks", "bench.together", "sampler.engine", "bench.roles", "population"),
         shown={"report": Shown("Report", patterns=("{name}.html", "{name}.png", "{name}.md"))},
     ),
@@ -391,8 +614,11 @@ def final_targets(params) -> list[str]:
     """What a whole run produces (Snakemake's `rule all`): each arm's summary, the benchmark
     metrics and the report."""
     outputs = {stage.name: stage.outputs for stage in STAGES}
-    return [*(outputs["dynamics"]["summary"].format(arm=arm) for arm in params.dag.arms),
-            outputs["bench_summary"]["metrics"], outputs["report"]["report"]]
+    return [
+        *(outputs["dynamics"]["summary"].format(arm=arm) for arm in params.dag.arms),
+        outputs["bench_summary"]["metrics"],
+        outputs["report"]["report"],
+    ]
 
 
 def gen_label(gen: int) -> str:
@@ -430,15 +656,27 @@ def scope_items(scope: str, params, *, every: bool = False) -> dict[str, dict[st
     if scope == "arm":
         return {arm: {"arm": arm, "last": last} for arm in arms}
     if scope == "gen":
-        return {f"{arm}-{gen_label(g)}": {"arm": arm, "gen": gen_label(g), "prev": prev_dir(g), "last": last}
-                for arm in arms for g in range(generations)}
+        return {
+            f"{arm}-{gen_label(g)}": {"arm": arm, "gen": gen_label(g), "prev": prev_dir(g), "last": last}
+            for arm in arms
+            for g in range(generations)
+        }
     if scope == "gen_part":
         from populora.core.topology import update_part_slots
 
-        return {f"{arm}-{gen_label(g)}-{part}": {"arm": arm, "gen": gen_label(g), "part": str(part), "prev": prev_dir(g),
-                                                 "last": last}
-                for arm in arms for g in range(generations) for part in range(params.dag.update_jobs)
-                if every or update_part_slots(params, arm, part)}
+        return {
+            f"{arm}-{gen_label(g)}-{part}": {
+                "arm": arm,
+                "gen": gen_label(g),
+                "part": str(part),
+                "prev": prev_dir(g),
+                "last": last,
+            }
+            for arm in arms
+            for g in range(generations)
+            for part in range(params.dag.update_jobs)
+            if every or update_part_slots(params, arm, part)
+        }
     if scope in ("benchmark", "arm_bench", "together", "arm_together"):
         from populora.core.topology import own_job_benchmarks, together_benchmarks
 
@@ -483,8 +721,11 @@ def collected_paths(stage: Stage, key: str, params, item: dict[str, str] | None 
         for other in scope_items(writer.scope, params).values():
             if item and any(other[w] != item[w] for w in set(stage.wildcards) & set(writer.wildcards)):
                 continue
-            paths += [template.format(**other) for template in writer.outputs.values()
-                      if template.startswith(stage.inputs[key] + "/")]
+            paths += [
+                template.format(**other)
+                for template in writer.outputs.values()
+                if template.startswith(stage.inputs[key] + "/")
+            ]
     return paths
 
 

@@ -16,7 +16,10 @@ from workflow.dag import stage_named
 
 DYNAMICS = stage_named("dynamics").outputs["dynamics"]  # the per-arm plots table, spelled once in workflow/dag.py
 UPDATE_STEPS = stage_named("dynamics").outputs["update_steps"]  # one row per optimizer step (populora/report/live.py)
-STEP_FIGURES = (("loss", "REINFORCE loss per optimizer step"), ("grad_norm", "Gradient norm before clipping per optimizer step"))
+STEP_FIGURES = (
+    ("loss", "REINFORCE loss per optimizer step"),
+    ("grad_norm", "Gradient norm before clipping per optimizer step"),
+)
 
 # The panels are shared with the report's PNG figure (populora/report/panels.py): one list.
 SERIES = [(panel.id, list(panel.fields), panel.title) for panel in PANELS]
@@ -35,16 +38,41 @@ def PLOTS(params) -> list:
             plots.append({f"{arm}_{plot_id}": _linear(f"{title} ({arm})", {DYNAMICS.format(arm=arm): fields})})
     for arm in arms:
         roles = members_of_arm(params, arm)
-        plots.append({f"{arm}_ratings": _linear(f"TrueSkill mu per member ({arm})", {DYNAMICS.format(arm=arm): [
-            f"rating.{slot}.mu" for slot in slots_of_arm(params, arm)]})})
+        plots.append(
+            {
+                f"{arm}_ratings": _linear(
+                    f"TrueSkill mu per member ({arm})",
+                    {DYNAMICS.format(arm=arm): [f"rating.{slot}.mu" for slot in slots_of_arm(params, arm)]},
+                )
+            }
+        )
         pairs = [f"pairing.{t}.{s}" for t in roles["teachers"] for s in roles["students"]]
-        plots.append({f"{arm}_pairing": _linear(f"PFSP pairing: task slots per teacher.student ({arm})",
-                                                {DYNAMICS.format(arm=arm): pairs})})
+        plots.append(
+            {
+                f"{arm}_pairing": _linear(
+                    f"PFSP pairing: task slots per teacher.student ({arm})", {DYNAMICS.format(arm=arm): pairs}
+                )
+            }
+        )
         for figure, title in STEP_FIGURES:
-            plots.append({f"{arm}_update_{figure}": {**_linear(f"{title} ({arm})", {UPDATE_STEPS.format(arm=arm): [
-                f"{slot}.{figure}" for slot in slots_of_arm(params, arm)]}), "x": "step"}})
+            plots.append(
+                {
+                    f"{arm}_update_{figure}": {
+                        **_linear(
+                            f"{title} ({arm})",
+                            {UPDATE_STEPS.format(arm=arm): [f"{slot}.{figure}" for slot in slots_of_arm(params, arm)]},
+                        ),
+                        "x": "step",
+                    }
+                }
+            )
     if len(arms) > 1:
         for plot_id, field, title in COMPARISONS:
-            plots.append({f"arms_{plot_id}": _linear(f"{title}: {' vs '.join(arms)}",
-                                                     {DYNAMICS.format(arm=arm): [field] for arm in arms})})
+            plots.append(
+                {
+                    f"arms_{plot_id}": _linear(
+                        f"{title}: {' vs '.join(arms)}", {DYNAMICS.format(arm=arm): [field] for arm in arms}
+                    )
+                }
+            )
     return plots

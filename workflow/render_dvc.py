@@ -65,36 +65,53 @@ from workflow.dag import (
 HEADER = "# GENERATED from workflow/dag.py by `python -m workflow.render_dvc`; do not edit by hand.\n"
 GUARD = "dag_shape"
 GUARD_STAMP = f"{RESULTS}/.dag_shape.ok"  # constant content: base_model depends on it only for the order
-GUARD_CMD = (f"python -m workflow.render_dvc --check --shape-only --params params.yaml --out dvc.yaml "
-             f"--stamp {GUARD_STAMP}")
+GUARD_CMD = (
+    f"python -m workflow.render_dvc --check --shape-only --params params.yaml --out dvc.yaml --stamp {GUARD_STAMP}"
+)
 # what the rendered stages are made of: the params (`dvc exp run -S` edits params.yaml) and the code (each
 # stage's deps are its imports). dvc.yaml itself cannot be a DVC dependency; a stage whose entry changes
 # reruns anyway, and `render_dvc --check` (scripts/run_pipeline.sh, the tests) catches hand edits.
 GUARD_DEPS = ["params.yaml", "populora", "stages", "workflow"]
 
 # DVC interpolation of each path field; `last` (the final generation) is rendered
-ITEM = {"arm": "${item.arm}", "gen": "${item.gen.id}", "prev": "${item.gen.prev}", "bench": "${item.bench}",
-        "part": "${item.part}"}
+ITEM = {
+    "arm": "${item.arm}",
+    "gen": "${item.gen.id}",
+    "prev": "${item.gen.prev}",
+    "bench": "${item.bench}",
+    "part": "${item.part}",
+}
 
 
 def matrix(scope: str, params) -> dict:
     """The DVC matrix of a scope: arms and benchmarks come from params.yaml when DVC runs."""
     generations = [{"id": gen_label(g), "prev": prev_dir(g)} for g in range(params.dag.generations)]
-    axes = {"arm": "${dag.arms}", "gen": generations, "bench": "${bench.benchmarks}",
-            "part": list(range(params.dag.update_jobs))}
+    axes = {
+        "arm": "${dag.arms}",
+        "gen": generations,
+        "bench": "${bench.benchmarks}",
+        "part": list(range(params.dag.update_jobs)),
+    }
     return {name: axes[name] for name in SCOPES[scope]}
 
 
 def render_stage(stage: Stage, params) -> dict:
     item = {**ITEM, "last": gen_label(params.dag.generations - 1)}
-    paths = {key: resolve_input(stage, key, item, params) if key in stage.fan_in else template.format(**item)
-             for key, template in {**stage.inputs, **stage.outputs, **stage.side}.items()}
+    paths = {
+        key: resolve_input(stage, key, item, params) if key in stage.fan_in else template.format(**item)
+        for key, template in {**stage.inputs, **stage.outputs, **stage.side}.items()
+    }
     deps = [path for key in stage.inputs for path in ([paths[key]] if isinstance(paths[key], str) else paths[key])]
     outs = [paths[key] for key in stage.outputs if key not in stage.metrics]
     metrics = [paths[key] for key in stage.outputs if key in stage.metrics]
     body = {
         "cmd": stage.command(paths, {w: item[w] for w in stage.wildcards}, log=stage.log_template().format(**item)),
-        "deps": [*code_deps(stage.module), *deps, *stage.param_files(params), *([GUARD_STAMP] if stage.outputs.get("base_model") == BASE_MODEL else [])],
+        "deps": [
+            *code_deps(stage.module),
+            *deps,
+            *stage.param_files(params),
+            *([GUARD_STAMP] if stage.outputs.get("base_model") == BASE_MODEL else []),
+        ],
     }
     if stage.params:
         body["params"] = list(stage.params)
@@ -171,17 +188,22 @@ def update_jobs_of(stages: dict) -> list:
 
 def stale_message(path: Path, current: str, wanted: str) -> str:
     old, new = stages_of(current), stages_of(wanted)
-    shape = [f"\n  {what} in {path}: {len(of(old))}; the params ask for {len(of(new))}"
-             for what, of in (("generations", generations_of), ("update jobs", update_jobs_of)) if of(old) != of(new)]
+    shape = [
+        f"\n  {what} in {path}: {len(of(old))}; the params ask for {len(of(new))}"
+        for what, of in (("generations", generations_of), ("update jobs", update_jobs_of))
+        if of(old) != of(new)
+    ]
     if shape:
         what, detail = "has the DAG shape of other params", "".join(shape)
     else:
         changed = sorted(name for name in set(old) | set(new) if old.get(name) != new.get(name))
         what, detail = "is out of date with workflow/dag.py", f"\n  stages that differ: {', '.join(changed)}"
-    return (f"{path} {what} (dag.generations and dag.update_jobs are rendered into it; dvc exp run -S cannot "
-            f"re-render it)."
-            f"{detail}\nFix: python -m workflow.render_dvc (params.yaml already holds any -S values), then run "
-            f"the same dvc command again without -S for those keys; commit dvc.yaml first for --queue/--temp runs.")
+    return (
+        f"{path} {what} (dag.generations and dag.update_jobs are rendered into it; dvc exp run -S cannot "
+        f"re-render it)."
+        f"{detail}\nFix: python -m workflow.render_dvc (params.yaml already holds any -S values), then run "
+        f"the same dvc command again without -S for those keys; commit dvc.yaml first for --queue/--temp runs."
+    )
 
 
 def write_stamp(path: str = GUARD_STAMP) -> None:

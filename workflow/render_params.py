@@ -59,8 +59,9 @@ def help_of(path: tuple[str, ...]) -> str | None:
 
 def _comment(text: str, indent: int) -> list[str]:
     prefix = " " * indent + "# "
-    return textwrap.wrap(text, WIDTH, initial_indent=prefix, subsequent_indent=prefix,
-                         break_long_words=False, break_on_hyphens=False)
+    return textwrap.wrap(
+        text, WIDTH, initial_indent=prefix, subsequent_indent=prefix, break_long_words=False, break_on_hyphens=False
+    )
 
 
 def render(text: str) -> str:
@@ -106,8 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     rendered = render(text)
     if args.check:
         if rendered != text:
-            print(f"{path}: the help comments differ from the fields' descriptions. Fix: python -m "
-                  "workflow.render_params (then review the diff)", file=sys.stderr)
+            print(
+                f"{path}: the help comments differ from the fields' descriptions. Fix: python -m "
+                "workflow.render_params (then review the diff)",
+                file=sys.stderr,
+            )
             return 1
         return 0
     path.write_text(rendered)

@@ -22,25 +22,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # ---- ASSUMED rates: one H100 80 GB SXM (not measured: no GPU was lent to the builds of this project) ----
-GPU_BYTES = 80e9         # the card's memory (of which sampler.memory_fraction goes to vLLM)
-HBM_BYTES_S = 2.0e12     # decode reads the weights and the batch's KV cache every step: 60% of 3.35 TB/s
-FLOP_S = 4.0e14          # prefill and the update: bf16 FLOP/s, 40% of the 989 TFLOP/s dense peak
-LORA_SLOWDOWN = 1.3      # a decode step with LoRA slots over the base model's
-OVERHEAD = (0.65, 2e9)   # vLLM's memory beside weights and KV cache (activations, LoRA slots, CUDA graphs):
-                         # bytes per parameter (~5 GB at 7B), at least 2 GB
-READ_BYTES_S = 1.0e9     # weights from disk (a shared file system) to the device
-HUB_BYTES_S = 1.0e8      # base_model: the download from the hub
-PROCESS_S = 15           # a stage process: Python, torch, transformers and the project imported
-LOCAL_S = 10             # a local rule (pair, reward, evolve, checkpoint, ...): no model, light imports
-VLLM_IMPORT_S = 10       # + vLLM's imports, in a process that starts an engine
-ENGINE_S = 10            # a vLLM engine: memory profiling, KV cache allocation, LoRA slots
-GRAPHS_S = 45            # torch.compile + CUDA-graph capture (enforce_eager: false), compile cache cold
-GRAPHS_CACHED_S = 10     # the same with vLLM's compile cache warm (a later engine of the same model, same node)
+GPU_BYTES = 80e9  # the card's memory (of which sampler.memory_fraction goes to vLLM)
+HBM_BYTES_S = 2.0e12  # decode reads the weights and the batch's KV cache every step: 60% of 3.35 TB/s
+FLOP_S = 4.0e14  # prefill and the update: bf16 FLOP/s, 40% of the 989 TFLOP/s dense peak
+LORA_SLOWDOWN = 1.3  # a decode step with LoRA slots over the base model's
+OVERHEAD = (0.65, 2e9)  # vLLM's memory beside weights and KV cache (activations, LoRA slots, CUDA graphs):
+# bytes per parameter (~5 GB at 7B), at least 2 GB
+READ_BYTES_S = 1.0e9  # weights from disk (a shared file system) to the device
+HUB_BYTES_S = 1.0e8  # base_model: the download from the hub
+PROCESS_S = 15  # a stage process: Python, torch, transformers and the project imported
+LOCAL_S = 10  # a local rule (pair, reward, evolve, checkpoint, ...): no model, light imports
+VLLM_IMPORT_S = 10  # + vLLM's imports, in a process that starts an engine
+ENGINE_S = 10  # a vLLM engine: memory profiling, KV cache allocation, LoRA slots
+GRAPHS_S = 45  # torch.compile + CUDA-graph capture (enforce_eager: false), compile cache cold
+GRAPHS_CACHED_S = 10  # the same with vLLM's compile cache warm (a later engine of the same model, same node)
 GRADE_S = {"code": 2.0, "cruxeval": 0.5, "livecodebench": 20.0, "math": 0.0}  # CPU s per answer, typical
 PROMPT = {"propose": 500, "per_reference": 250, "solve": 800, "per_example": 400, "bench": 1000}  # tokens
-SCAFFOLD_STEPS = 3       # scaffolded plans: generated segments per row (free_form: 1)
+SCAFFOLD_STEPS = 3  # scaffolded plans: generated segments per row (free_form: 1)
 MARGIN, SLACK_MIN = 1.5, 10
-POOL_ACCEPTED = 0.25     # share of a heldout_pool round's proposals that enter the pool (8 of 32 on the CPU)
+POOL_ACCEPTED = 0.25  # share of a heldout_pool round's proposals that enter the pool (8 of 32 on the CPU)
+
 
 # ---- model shapes: parameters, layers, KV heads, head size (the hub's config.json of each) ----
 @dataclass(frozen=True)
@@ -51,14 +52,33 @@ class Shape:
     head_dim: int
 
 
-SHAPES = {"qwen/qwen2.5-7b": Shape(7.62e9, 28, 4, 128), "qwen/qwen2.5-0.5b": Shape(0.494e9, 24, 2, 64),
-          "smollm2": Shape(0.135e9, 30, 3, 64)}
+SHAPES = {
+    "qwen/qwen2.5-7b": Shape(7.62e9, 28, 4, 128),
+    "qwen/qwen2.5-0.5b": Shape(0.494e9, 24, 2, 64),
+    "smollm2": Shape(0.135e9, 30, 3, 64),
+}
 # problems per benchmark: the records of ../shared/benchmarks' files; LiveCodeBench release_v5: 880
-SIZES = {"humaneval_plus": 164, "mbpp_plus": 378, "gsm8k": 1319, "math500": 500, "minerva_math": 272,
-         "olympiadbench": 675, "aime24": 30, "aime25": 30, "amc23": 40, "cruxeval_o": 800, "cruxeval_i": 800,
-         "livecodebench": 880}
-KIND = {"humaneval_plus": "code", "mbpp_plus": "code", "cruxeval_o": "cruxeval", "cruxeval_i": "cruxeval",
-        "livecodebench": "livecodebench"}  # the others: math (lm-eval)
+SIZES = {
+    "humaneval_plus": 164,
+    "mbpp_plus": 378,
+    "gsm8k": 1319,
+    "math500": 500,
+    "minerva_math": 272,
+    "olympiadbench": 675,
+    "aime24": 30,
+    "aime25": 30,
+    "amc23": 40,
+    "cruxeval_o": 800,
+    "cruxeval_i": 800,
+    "livecodebench": 880,
+}
+KIND = {
+    "humaneval_plus": "code",
+    "mbpp_plus": "code",
+    "cruxeval_o": "cruxeval",
+    "cruxeval_i": "cruxeval",
+    "livecodebench": "livecodebench",
+}  # the others: math (lm-eval)
 
 
 def shape_of(base_model: str) -> Shape:
@@ -100,8 +120,11 @@ class Model:
         """Rows decoded at once: vLLM's KV cache (memory_fraction) over `max_num_seqs`; hf's batch."""
         if self.p.sampler.engine != "vllm":
             return batch_size
-        kv_bytes = (self.p.sampler.memory_fraction * GPU_BYTES - self.weights
-                    - max(OVERHEAD[0] * self.shape.params, OVERHEAD[1]))
+        kv_bytes = (
+            self.p.sampler.memory_fraction * GPU_BYTES
+            - self.weights
+            - max(OVERHEAD[0] * self.shape.params, OVERHEAD[1])
+        )
         return max(1, min(self.p.sampler.max_num_seqs, int(kv_bytes // (context * self.kv))))
 
     def generate_s(self, rows: int, prompt: int, new: int, batch_size: int, adapters: bool = True) -> float:
@@ -155,8 +178,12 @@ def job_seconds(stage: str, params, item: dict) -> float | None:
         if not ws.enabled:
             return PROCESS_S
         tokens = ws.examples * (PROMPT["solve"] + PROMPT["per_example"] * solve.worked_examples)
-        return (PROCESS_S + 3 * m.weights / READ_BYTES_S + m.train_s(tokens)
-                + ws.examples * 2 * params.verify.timeout_s / params.verify.workers)
+        return (
+            PROCESS_S
+            + 3 * m.weights / READ_BYTES_S
+            + m.train_s(tokens)
+            + ws.examples * 2 * params.verify.timeout_s / params.verify.workers
+        )
     if stage == "propose":
         return m.start_s() + m.generate_s(proposals, p_prompt, p_new, prop.batch_size)
     if stage == "solve":
@@ -170,9 +197,15 @@ def job_seconds(stage: str, params, item: dict) -> float | None:
 
         slots = update_part_slots(params, arm, int(item["part"]))
         window = params.update.max_seq_len
-        tokens = sum(prop.per_type * len(prop.types) * min(p_prompt + p_new, window) * (s in roles["teachers"])
-                     + solve.tasks_per_type * len(prop.types) * solve.samples * min(s_prompt + s_new, window)
-                     * (s in roles["students"]) for s in slots)
+        tokens = sum(
+            prop.per_type * len(prop.types) * min(p_prompt + p_new, window) * (s in roles["teachers"])
+            + solve.tasks_per_type
+            * len(prop.types)
+            * solve.samples
+            * min(s_prompt + s_new, window)
+            * (s in roles["students"])
+            for s in slots
+        )
         return PROCESS_S + m.weights / READ_BYTES_S + m.train_s(tokens)
     if stage in ("bench", "bench_base"):
         return bench_seconds(params, m, item["bench"], arm)
@@ -180,20 +213,30 @@ def job_seconds(stage: str, params, item: dict) -> float | None:
         from populora.core.topology import together_benchmarks
 
         grouped = together_benchmarks(params)
-        return m.start_s() + sum(bench_seconds(params, m, b, arm) - m.start_s() for b in grouped) if grouped \
-            else PROCESS_S
+        return (
+            m.start_s() + sum(bench_seconds(params, m, b, arm) - m.start_s() for b in grouped) if grouped else PROCESS_S
+        )
     pool_types = [t for t in prop.types if t in ("code_o", "code_i")]
     pool = params.heldout.per_type * len(pool_types)
     if stage == "heldout_pool" and pool:  # rounds of one proposal batch, about a quarter of them valid
         rounds = min(params.heldout.max_rounds, math.ceil(pool / (POOL_ACCEPTED * prop.batch_size)))
-        return (m.start_s() + rounds * (m.generate_s(prop.batch_size, p_prompt, p_new, prop.batch_size, adapters=False)
-                                        + prop.batch_size * 2 * params.verify.timeout_s / params.verify.workers)
-                + m.generate_s(pool, s_prompt, s_new, solve.batch_size, adapters=False)
-                + pool * params.verify.timeout_s / params.verify.workers)
+        return (
+            m.start_s()
+            + rounds
+            * (
+                m.generate_s(prop.batch_size, p_prompt, p_new, prop.batch_size, adapters=False)
+                + prop.batch_size * 2 * params.verify.timeout_s / params.verify.workers
+            )
+            + m.generate_s(pool, s_prompt, s_new, solve.batch_size, adapters=False)
+            + pool * params.verify.timeout_s / params.verify.workers
+        )
     if stage == "heldout" and pool:  # every member of heldout.roles answers the pool, greedy
         members = len({m_ for role in params.heldout.roles for m_ in roles[role]})
-        return (m.start_s() + m.generate_s(members * pool, s_prompt, s_new, solve.batch_size)
-                + members * pool * params.verify.timeout_s / params.verify.workers)
+        return (
+            m.start_s()
+            + m.generate_s(members * pool, s_prompt, s_new, solve.batch_size)
+            + members * pool * params.verify.timeout_s / params.verify.workers
+        )
     if stage in ("heldout_pool", "heldout"):  # no pool: the stage writes empty files
         return PROCESS_S
     if stage == "update_gather":
@@ -219,10 +262,14 @@ def bench_seconds(params, m: Model, bench: str, arm: str | None) -> float:
     new = b.cruxeval.max_new_tokens if kind == "cruxeval" else b.max_new_tokens
     vllm = params.sampler.engine == "vllm"
     # vLLM: an engine per model (math: each in a process of its own); hf: one load stacking every member
-    starts = m.start_s(models) + ((PROCESS_S + VLLM_IMPORT_S) * models if kind == "math" else 0) if vllm \
-        else m.start_s()
-    generate = (models * m.generate_s(n, PROMPT["bench"], new, b.batch_size, adapters=arm is not None) if vllm
-                else m.generate_s(models * n, PROMPT["bench"], new, b.batch_size, adapters=arm is not None))
+    starts = (
+        m.start_s(models) + ((PROCESS_S + VLLM_IMPORT_S) * models if kind == "math" else 0) if vllm else m.start_s()
+    )
+    generate = (
+        models * m.generate_s(n, PROMPT["bench"], new, b.batch_size, adapters=arm is not None)
+        if vllm
+        else m.generate_s(models * n, PROMPT["bench"], new, b.batch_size, adapters=arm is not None)
+    )
     return starts + generate + models * n * GRADE_S[kind] / params.verify.workers
 
 
@@ -246,9 +293,15 @@ def one_gpu_seconds(params) -> tuple[float, float, list[tuple[str, str, float]]]
                 seconds = LOCAL_S
             elif stage.gpu and params.sampler.engine == "vllm" and not params.sampler.enforce_eager:
                 pooled = params.heldout.per_type > 0 and {"code_o", "code_i"} & set(params.propose.types)
-                engines = (1 if stage.name in ("propose", "solve") else 0 if stage.name in ("update", "warm_start") else
-                           int(bool(pooled)) if stage.name in ("heldout_pool", "heldout") else
-                           bench_models(params, item.get("arm")))
+                engines = (
+                    1
+                    if stage.name in ("propose", "solve")
+                    else 0
+                    if stage.name in ("update", "warm_start")
+                    else int(bool(pooled))
+                    if stage.name in ("heldout_pool", "heldout")
+                    else bench_models(params, item.get("arm"))
+                )
                 seconds -= (GRAPHS_S - GRAPHS_CACHED_S) * (engines - (1 if first and engines else 0))
                 first = first and not engines
             jobs.append((stage.name, key, seconds))
@@ -288,8 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     for (label, _, minutes), times in rows.items():
         runtime = "local" if minutes is None else f"{minutes} min"
         print(f"{label + f' (x{len(times)})':<44} {times[0] / 60:>10.1f} {sum(times) / 60:>9.1f} {runtime:>14}")
-    print(f"one GPU (compile cache warm after the first engine): the GPU jobs {gpu / 60:.1f} min, "
-          f"every job in turn {total / 60:.1f} min")
+    print(
+        f"one GPU (compile cache warm after the first engine): the GPU jobs {gpu / 60:.1f} min, "
+        f"every job in turn {total / 60:.1f} min"
+    )
     return 0
 
 

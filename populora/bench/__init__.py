@@ -67,8 +67,10 @@ def benchmark_kind(name: str) -> str:
         return "math"
     if name in CRUXEVAL_BENCHMARKS:
         return "cruxeval"
-    raise BenchError(f"unknown benchmark {name!r}. Fix: use one of "
-                     f"{', '.join([*CODE_BENCHMARKS, *LIVECODEBENCH_BENCHMARKS, *MATH_BENCHMARKS, *CRUXEVAL_BENCHMARKS])}.")
+    raise BenchError(
+        f"unknown benchmark {name!r}. Fix: use one of "
+        f"{', '.join([*CODE_BENCHMARKS, *LIVECODEBENCH_BENCHMARKS, *MATH_BENCHMARKS, *CRUXEVAL_BENCHMARKS])}."
+    )
 
 
 def primary_metric(name: str) -> str:

@@ -119,37 +119,53 @@ def load_rows(data_dir: Path | None) -> list[dict]:
             with urllib.request.urlopen(OFFICIAL_URL, timeout=60) as response:  # fixed https URL
                 text = response.read().decode("utf-8")
         except OSError as error:
-            raise BenchError(f"could not download CRUXEval from {OFFICIAL_URL}: {error}. Fix: set bench.data_dir "
-                             "(or POPULORA_BENCHMARKS) to a folder holding cruxeval/cruxeval.jsonl.") from error
+            raise BenchError(
+                f"could not download CRUXEval from {OFFICIAL_URL}: {error}. Fix: set bench.data_dir "
+                "(or POPULORA_BENCHMARKS) to a folder holding cruxeval/cruxeval.jsonl."
+            ) from error
         source = OFFICIAL_URL
     else:
         path = data_path(data_dir)
         if not path.is_file():
-            raise BenchError(f"benchmark file for CRUXEval not found: {path}. Fix: point bench.data_dir (or the "
-                             "POPULORA_BENCHMARKS environment variable) at the folder holding cruxeval/cruxeval.jsonl, "
-                             "or set bench.data_dir: null to use the official download.")
+            raise BenchError(
+                f"benchmark file for CRUXEval not found: {path}. Fix: point bench.data_dir (or the "
+                "POPULORA_BENCHMARKS environment variable) at the folder holding cruxeval/cruxeval.jsonl, "
+                "or set bench.data_dir: null to use the official download."
+            )
         text, source = path.read_text(encoding="utf-8"), str(path)
     rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     for row in rows:
         if not all(isinstance(row.get(key), str) for key in ("id", "code", "input", "output")):
-            raise BenchError(f"{source}: a row lacks id/code/input/output strings ({str(row)[:80]}). "
-                             "Fix: use the official cruxeval.jsonl.")
+            raise BenchError(
+                f"{source}: a row lacks id/code/input/output strings ({str(row)[:80]}). "
+                "Fix: use the official cruxeval.jsonl."
+            )
     return rows
 
 
 def task_row(row: dict, task_type: str) -> dict:
     """A CRUXEval row as a valid verifier task (one input, one gold output)."""
-    return {"task_id": row["id"], "type": task_type, "program": row["code"], "inputs": [row["input"]],
-            "outputs": [row["output"]], "message": None, "valid": True, "origin": "cruxeval"}
+    return {
+        "task_id": row["id"],
+        "type": task_type,
+        "program": row["code"],
+        "inputs": [row["input"]],
+        "outputs": [row["output"]],
+        "message": None,
+        "valid": True,
+        "origin": "cruxeval",
+    }
 
 
 def split(rows: list[dict], limit: int | None) -> tuple[list[dict], list[dict]]:
     """(scored rows: the first `limit`, all when None; worked-example pool: the rest)."""
     scored = rows[:limit] if limit else list(rows)
-    return scored, rows[len(scored):]
+    return scored, rows[len(scored) :]
 
 
-def project_prompts(tasks: list[dict], pool: list[dict], *, worked_examples: int, seed: int = EXAMPLE_SEED) -> list[tuple[str, list[str]]]:
+def project_prompts(
+    tasks: list[dict], pool: list[dict], *, worked_examples: int, seed: int = EXAMPLE_SEED
+) -> list[tuple[str, list[str]]]:
     """(solver prompt, ids of its worked examples) per task. Examples come from `pool` (tasks of the
     same type), or from the other scored tasks when the pool is empty; drawn with a fixed seed."""
     rng = random.Random(seed)
@@ -167,13 +183,19 @@ def official_prompt(task: dict) -> str:
     return OFFICIAL_INPUT_PROMPT.format(code=task["program"], output=task["outputs"][0])
 
 
-def plans(tasks: list[dict], pool: list[dict], *, prompt: str, mode: str, worked_examples: int, chat) -> list[tuple[prompts.Plan, list[str]]]:
+def plans(
+    tasks: list[dict], pool: list[dict], *, prompt: str, mode: str, worked_examples: int, chat
+) -> list[tuple[prompts.Plan, list[str]]]:
     """One generation plan (and its worked-example ids) per task."""
     if prompt == "official":
-        return [(prompts.Plan(prompt=official_prompt(t), steps=(prompts.Step("", stop=ANSWER_END),)), []) for t in tasks]
+        return [
+            (prompts.Plan(prompt=official_prompt(t), steps=(prompts.Step("", stop=ANSWER_END),)), []) for t in tasks
+        ]
     built = project_prompts(tasks, pool, worked_examples=worked_examples)
-    return [(make_plan(text, prompts.solver_steps(t["type"]), mode, chat, t["type"], "solve"), ids)
-            for t, (text, ids) in zip(tasks, built)]
+    return [
+        (make_plan(text, prompts.solver_steps(t["type"]), mode, chat, t["type"], "solve"), ids)
+        for t, (text, ids) in zip(tasks, built)
+    ]
 
 
 def parse_official(text: str, task_type: str) -> tuple[str | None, str | None]:
@@ -228,8 +250,10 @@ def gold_scores(outputs: list[dict], items: list[GoldItem], lm, tokenizer, setti
 
 # ---------------------------------------------------------------- the runner
 
-def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log,
-        partial: Partial | None = None) -> dict[str, dict]:
+
+def run(
+    settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log, partial: Partial | None = None
+) -> dict[str, dict]:
     """CRUXEval-O/-I of every model in one generation pass (rows select their model's adapter), in
     pieces of problems kept in `partial` as they finish (`populora.bench.partial`)."""
     from populora.bench.diagnostics import answer_diagnostics
@@ -244,16 +268,32 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
     scored, pool = split(load_rows(data_dir), settings.limit)
     tasks = [task_row(row, task_type) for row in scored]
     pool_tasks = [task_row(row, task_type) for row in pool]
-    log.info("%s: %d problems (%s) from %s, %s prompt, %d model(s) in one pass", bench, len(tasks), task_type,
-             data_dir or OFFICIAL_URL, cfg.prompt, len(models))
+    log.info(
+        "%s: %d problems (%s) from %s, %s prompt, %d model(s) in one pass",
+        bench,
+        len(tasks),
+        task_type,
+        data_dir or OFFICIAL_URL,
+        cfg.prompt,
+        len(models),
+    )
     adapters = {name: path for model in models for name, path in model.adapters.items()}
     tokenizer, lm = settings.load_model(base_model, adapters)
-    built = plans(tasks, pool_tasks, prompt=cfg.prompt, mode=settings.solve_mode, worked_examples=cfg.worked_examples,
-                     chat=chat_wrapper(tokenizer))
+    built = plans(
+        tasks,
+        pool_tasks,
+        prompt=cfg.prompt,
+        mode=settings.solve_mode,
+        worked_examples=cfg.worked_examples,
+        chat=chat_wrapper(tokenizer),
+    )
 
     # what each model should write after each prompt, model by model as `outputs` below
-    gold_items = [gold_item(task, plan, model.name if model.adapter is not None else None, cfg.prompt)
-                  for model in models for task, (plan, _) in zip(tasks, built)]
+    gold_items = [
+        gold_item(task, plan, model.name if model.adapter is not None else None, cfg.prompt)
+        for model in models
+        for task, (plan, _) in zip(tasks, built)
+    ]
 
     def row(k: int, i: int) -> GenRow:
         # the row carries its gold answer: the hf engine scores it in the prompt's own prefill
@@ -262,18 +302,43 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
 
     def generate(indices: list[int], progress) -> dict[str, list[dict]]:
         rows = [row(k, i) for k in range(len(models)) for i in indices]
-        made = run_plans(lm, tokenizer, rows, temperature=0.0, top_p=1.0, max_new_tokens=settings.max_new_tokens,
-                         batch_size=settings.batch_size, seed=0, desc=bench, progress=progress)
-        return {model.name: [{"completion": o.completion, "truncated": o.truncated, "tokens": o.tokens_generated,
-                              "gold": list(o.gold) if o.gold is not None else None}
-                             for o in made[k * len(indices):(k + 1) * len(indices)]]
-                for k, model in enumerate(models)}
+        made = run_plans(
+            lm,
+            tokenizer,
+            rows,
+            temperature=0.0,
+            top_p=1.0,
+            max_new_tokens=settings.max_new_tokens,
+            batch_size=settings.batch_size,
+            seed=0,
+            desc=bench,
+            progress=progress,
+        )
+        return {
+            model.name: [
+                {
+                    "completion": o.completion,
+                    "truncated": o.truncated,
+                    "tokens": o.tokens_generated,
+                    "gold": list(o.gold) if o.gold is not None else None,
+                }
+                for o in made[k * len(indices) : (k + 1) * len(indices)]
+            ]
+            for k, model in enumerate(models)
+        }
 
     start = time.perf_counter()
-    generated = generate_in_pieces(partial, models, [t["task_id"] for t in tasks], generate,
-                                   size=piece_size(settings, len(models)),
-                                   cost=lambda i: len(built[i][0].steps) * len(models), desc=bench, unit="steps",
-                                   log=log)
+    generated = generate_in_pieces(
+        partial,
+        models,
+        [t["task_id"] for t in tasks],
+        generate,
+        size=piece_size(settings, len(models)),
+        cost=lambda i: len(built[i][0].steps) * len(models),
+        desc=bench,
+        unit="steps",
+        log=log,
+    )
     outputs = [output for model in models for output in generated[model.name]]
     generation_s = time.perf_counter() - start
     start = time.perf_counter()
@@ -283,8 +348,9 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
     all_tasks = tasks * len(models)
     answers = []
     for task, output in zip(all_tasks, outputs):
-        answer, reason = extract(output["completion"], task_type, prompt=cfg.prompt, mode=settings.solve_mode,
-                                 truncated=output["truncated"])
+        answer, reason = extract(
+            output["completion"], task_type, prompt=cfg.prompt, mode=settings.solve_mode, truncated=output["truncated"]
+        )
         answers.append({"task_id": task["task_id"], "answer": answer, "parse_reason": reason})
     log.info("grading %d answers in the verifier's sandbox", len(answers))
     with Progress(len(answers), f"{bench} grading", unit="answers", log=log) as progress:
@@ -293,30 +359,57 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
     results = {}
     for index, model in enumerate(models):
         part = slice(index * len(tasks), (index + 1) * len(tasks))
-        samples = [{"task_id": t["task_id"], "type": task_type, "program": t["program"], "input": t["inputs"][0],
-                    "gold_output": t["outputs"][0], "examples": examples, "completion": o["completion"],
-                    "truncated": o["truncated"], "tokens": o["tokens"], "answer": g["answer"],
-                    "parse_reason": g["parse_reason"], "correct": bool(g["correct"]), "reason": g["reason"]}
-                   for t, (_, examples), o, g in zip(tasks, built, outputs[part], graded[part])]
+        samples = [
+            {
+                "task_id": t["task_id"],
+                "type": task_type,
+                "program": t["program"],
+                "input": t["inputs"][0],
+                "gold_output": t["outputs"][0],
+                "examples": examples,
+                "completion": o["completion"],
+                "truncated": o["truncated"],
+                "tokens": o["tokens"],
+                "answer": g["answer"],
+                "parse_reason": g["parse_reason"],
+                "correct": bool(g["correct"]),
+                "reason": g["reason"],
+            }
+            for t, (_, examples), o, g in zip(tasks, built, outputs[part], graded[part])
+        ]
         write_jsonl(out / model.name / "samples.jsonl", samples)
         correct = sum(row["correct"] for row in samples)
         own_gold = gold[part] if gold is not None else None
         results[model.name] = {
-            **({"per_problem_gold_logprob": {t["task_id"]: round(v, 6) for t, (v, _) in zip(tasks, own_gold)},
-                "gold_loglik": {"mean": round(sum(v for v, _ in own_gold) / len(own_gold), 6) if own_gold else None,
-                                "tokens": sum(n for _, n in own_gold), "seconds": round(gold_s, 1),
-                                "in_generation": sum(o.get("gold") is not None for o in outputs[part])}}
-               if own_gold is not None else {"gold_loglik": {"skipped": "the vllm engine gives no forward pass"}}),
-            "diagnostics": answer_diagnostics(samples), "max_new_tokens": settings.max_new_tokens,
+            **(
+                {
+                    "per_problem_gold_logprob": {t["task_id"]: round(v, 6) for t, (v, _) in zip(tasks, own_gold)},
+                    "gold_loglik": {
+                        "mean": round(sum(v for v, _ in own_gold) / len(own_gold), 6) if own_gold else None,
+                        "tokens": sum(n for _, n in own_gold),
+                        "seconds": round(gold_s, 1),
+                        "in_generation": sum(o.get("gold") is not None for o in outputs[part]),
+                    },
+                }
+                if own_gold is not None
+                else {"gold_loglik": {"skipped": "the vllm engine gives no forward pass"}}
+            ),
+            "diagnostics": answer_diagnostics(samples),
+            "max_new_tokens": settings.max_new_tokens,
             "baseline": handed_back,
-            "n": len(samples), "per_problem": {row["task_id"]: int(row["correct"]) for row in samples},
-            "metrics": {"pass@1": correct / len(samples) if samples else 0.0}, "prompt": cfg.prompt,
+            "n": len(samples),
+            "per_problem": {row["task_id"]: int(row["correct"]) for row in samples},
+            "metrics": {"pass@1": correct / len(samples) if samples else 0.0},
+            "prompt": cfg.prompt,
             "mode": settings.solve_mode if cfg.prompt == "project" else "official",
             "worked_examples": cfg.worked_examples if cfg.prompt == "project" else 2,
-            "generation_s": round(generation_s, 1), "models_in_pass": len(models),
+            "generation_s": round(generation_s, 1),
+            "models_in_pass": len(models),
             "s_per_problem": round(generation_s / max(1, len(outputs)), 2),
-            "tokens": sum(row["tokens"] for row in samples), "harness": "populora.verifier",
-            "data": str(data_dir) if data_dir else OFFICIAL_URL}
+            "tokens": sum(row["tokens"] for row in samples),
+            "harness": "populora.verifier",
+            "data": str(data_dir) if data_dir else OFFICIAL_URL,
+        }
     return results
 
 
@@ -330,5 +423,10 @@ def handed_back_baseline(tasks: list[dict], config) -> dict:
     kind = BASELINE_OF[tasks[0]["type"]] if tasks else "copy"
     per_problem = {t["task_id"]: int(verdicts[t["task_id"]][kind]) for t in tasks}
     correct = sum(per_problem.values())
-    return {"kind": kind, "correct": correct, "n": len(tasks), "accuracy": correct / len(tasks) if tasks else 0.0,
-            "per_problem": per_problem}
+    return {
+        "kind": kind,
+        "correct": correct,
+        "n": len(tasks),
+        "accuracy": correct / len(tasks) if tasks else 0.0,
+        "per_problem": per_problem,
+    }

@@ -75,9 +75,13 @@ def answer_flags(samples: list[dict]) -> dict[str, list[str]]:
     held: dict[str, list[str]] = {flag: [] for flag in FLAGS}
     for row, sample in enumerate(samples):
         copies_input, copies_argument = copies(sample)
-        values = {"correct": bool(sample["correct"]), "truncated": bool(sample.get("truncated")),
-                  "no_answer": sample.get("answer") is None,
-                  "copies_input": copies_input, "copies_argument": copies_argument}
+        values = {
+            "correct": bool(sample["correct"]),
+            "truncated": bool(sample.get("truncated")),
+            "no_answer": sample.get("answer") is None,
+            "copies_input": copies_input,
+            "copies_argument": copies_argument,
+        }
         for flag, value in values.items():
             if value:
                 held[flag].append(str(sample.get("task_id", row)))  # hand-made samples may have no id
@@ -116,10 +120,18 @@ def training_samples(tasks: list[dict], graded: list[dict]) -> list[dict]:
         task = by_id.get(answer["task_id"])
         if answer["type"] not in TRAINING_TYPES or task is None or not task["inputs"] or not task["outputs"]:
             continue
-        samples.append({"task_id": answer.get("answer_id", answer["task_id"]), "type": answer["type"],
-                        "answer": answer.get("answer"), "correct": bool(answer.get("correct")),
-                        "truncated": answer.get("parse_reason") == "truncated", "tokens": answer.get("tokens"),
-                        "input": task["inputs"][0], "gold_output": task["outputs"][0]})
+        samples.append(
+            {
+                "task_id": answer.get("answer_id", answer["task_id"]),
+                "type": answer["type"],
+                "answer": answer.get("answer"),
+                "correct": bool(answer.get("correct")),
+                "truncated": answer.get("parse_reason") == "truncated",
+                "tokens": answer.get("tokens"),
+                "input": task["inputs"][0],
+                "gold_output": task["outputs"][0],
+            }
+        )
     return samples
 
 

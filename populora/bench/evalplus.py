@@ -70,8 +70,10 @@ log = logging.getLogger(__name__)
 MIN_TIME_LIMIT = 10.0
 GT_TIME_LIMIT_FACTOR = 8.0
 
-_OVERRIDES = {"humaneval": ("evalplus.data.humaneval", "HUMANEVAL_OVERRIDE_PATH"),
-              "mbpp": ("evalplus.data.mbpp", "MBPP_OVERRIDE_PATH")}
+_OVERRIDES = {
+    "humaneval": ("evalplus.data.humaneval", "HUMANEVAL_OVERRIDE_PATH"),
+    "mbpp": ("evalplus.data.mbpp", "MBPP_OVERRIDE_PATH"),
+}
 
 
 @contextmanager
@@ -142,8 +144,10 @@ def load_problems(bench: str, data_dir: Path | None, limit: int | None) -> dict[
             with _override(dataset, subset):
                 return loader()
     except (AssertionError, KeyError, json.JSONDecodeError, OSError) as error:
-        raise BenchError(f"could not load the {bench} problems ({type(error).__name__}: {error}). "
-                         "Fix: check bench.data_dir / POPULORA_BENCHMARKS points at an unmodified evalplus release.") from error
+        raise BenchError(
+            f"could not load the {bench} problems ({type(error).__name__}: {error}). "
+            "Fix: check bench.data_dir / POPULORA_BENCHMARKS points at an unmodified evalplus release."
+        ) from error
 
 
 def expected_outputs(problems: dict[str, dict], dataset: str) -> dict[str, dict]:
@@ -159,15 +163,20 @@ def expected_outputs(problems: dict[str, dict], dataset: str) -> dict[str, dict]
             oracle = {}
             for split in ("base", "plus"):
                 oracle[split], oracle[f"{split}_time"] = trusted_exec(
-                    code, problem[f"{split}_input"], problem["entry_point"], record_time=True,
-                    output_not_none=problem["entry_point"] in not_none)
+                    code,
+                    problem[f"{split}_input"],
+                    problem["entry_point"],
+                    record_time=True,
+                    output_not_none=problem["entry_point"] in not_none,
+                )
             expected[task_id] = oracle
             progress.update()
     return expected
 
 
-def _check_serially(dataset: str, problems: dict[str, dict], expected: dict[str, dict],
-                    solutions: dict[str, str]) -> dict[str, dict]:
+def _check_serially(
+    dataset: str, problems: dict[str, dict], expected: dict[str, dict], solutions: dict[str, str]
+) -> dict[str, dict]:
     """Runs in the spawned worker: evalplus's check_correctness per task, one after another
     (each check already runs in its own sandbox process)."""
     from evalplus.data.mbpp import mbpp_serialize_inputs
@@ -181,10 +190,21 @@ def _check_serially(dataset: str, problems: dict[str, dict], expected: dict[str,
 
     verdicts = {}
     for task_id, solution in solutions.items():
-        result = check_correctness(dataset, 0, problems[task_id], solution, expected[task_id], False, True, task_id,
-                                   MIN_TIME_LIMIT, GT_TIME_LIMIT_FACTOR)
+        result = check_correctness(
+            dataset,
+            0,
+            problems[task_id],
+            solution,
+            expected[task_id],
+            False,
+            True,
+            task_id,
+            MIN_TIME_LIMIT,
+            GT_TIME_LIMIT_FACTOR,
+        )
         verdicts[task_id] = {
-            "base_status": result["base"][0], "plus_status": result["plus"][0],
+            "base_status": result["base"][0],
+            "plus_status": result["plus"][0],
             "base_passed_tests": int(sum(bool(x) for x in result["base"][1])),
             "plus_passed_tests": int(sum(bool(x) for x in result["plus"][1])),
             "base_fail_tests": failed(*result["base"], problems[task_id]["base_input"], task_id),
@@ -196,8 +216,15 @@ def _check_serially(dataset: str, problems: dict[str, dict], expected: dict[str,
 CHECK_CHUNK = 10  # solutions per call into the checking worker: how often progress is reported
 
 
-def check_solutions(dataset: str, problems: dict[str, dict], expected: dict[str, dict],
-                    solutions: dict[str, str], *, desc: str = "evalplus checks", log=log) -> dict[str, dict]:
+def check_solutions(
+    dataset: str,
+    problems: dict[str, dict],
+    expected: dict[str, dict],
+    solutions: dict[str, str],
+    *,
+    desc: str = "evalplus checks",
+    log=log,
+) -> dict[str, dict]:
     """evalplus's verdict per task: {"base_status", "plus_status", "base_passed_tests", "plus_passed_tests"}.
 
     The checks run in a *spawned* worker: evalplus's sandbox forks and caps the address space at
@@ -210,11 +237,19 @@ def check_solutions(dataset: str, problems: dict[str, dict], expected: dict[str,
     verdicts: dict[str, dict] = {}
     with Progress(len(ids), desc, unit="solutions", log=log) as progress:
         for start in range(0, len(ids), CHECK_CHUNK):
-            part = ids[start:start + CHECK_CHUNK]
+            part = ids[start : start + CHECK_CHUNK]
             try:
-                verdicts.update(_checker().submit(_check_serially, dataset, {t: problems[t] for t in part},
-                                                  {t: expected[t] for t in part},
-                                                  {t: solutions[t] for t in part}).result())
+                verdicts.update(
+                    _checker()
+                    .submit(
+                        _check_serially,
+                        dataset,
+                        {t: problems[t] for t in part},
+                        {t: expected[t] for t in part},
+                        {t: solutions[t] for t in part},
+                    )
+                    .result()
+                )
             except BrokenProcessPool:
                 _checker.cache_clear()  # the next call starts a fresh worker
                 raise
@@ -239,8 +274,10 @@ def pass_at_1(verdicts: dict[str, dict]) -> dict[str, float]:
     total = np.ones(len(verdicts), dtype=int)
     base = np.array([v["base_status"] == PASS for v in verdicts.values()], dtype=int)
     plus = np.array([v["base_status"] == PASS and v["plus_status"] == PASS for v in verdicts.values()], dtype=int)
-    return {"base_pass@1": float(estimate_pass_at_k(total, base, 1).mean()),
-            "plus_pass@1": float(estimate_pass_at_k(total, plus, 1).mean())}
+    return {
+        "base_pass@1": float(estimate_pass_at_k(total, base, 1).mean()),
+        "plus_pass@1": float(estimate_pass_at_k(total, plus, 1).mean()),
+    }
 
 
 def eval_results(verdicts: dict[str, dict], solutions: dict[str, str], data_hash: str) -> dict:
@@ -250,9 +287,16 @@ def eval_results(verdicts: dict[str, dict], solutions: dict[str, str], data_hash
         "date": datetime.now().strftime("%Y-%m-%d %H:%M"),
         "hash": data_hash,
         "eval": {
-            task_id: [{"task_id": task_id, "solution": solutions[task_id], "base_status": v["base_status"],
-                       "plus_status": v["plus_status"], "base_fail_tests": v.get("base_fail_tests", []),
-                       "plus_fail_tests": v.get("plus_fail_tests", [])}]
+            task_id: [
+                {
+                    "task_id": task_id,
+                    "solution": solutions[task_id],
+                    "base_status": v["base_status"],
+                    "plus_status": v["plus_status"],
+                    "base_fail_tests": v.get("base_fail_tests", []),
+                    "plus_fail_tests": v.get("plus_fail_tests", []),
+                }
+            ]
             for task_id, v in verdicts.items()
         },
     }
@@ -304,9 +348,18 @@ def cut_at_stops(text: str, stops: list[str]) -> str:
     return text[:index].replace("\t", "    ")
 
 
-def greedy_generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, batch_size: int,
-                    stops: list[str], desc: str = "generate", adapter_names: list[str | None] | None = None,
-                    progress: Progress | None = None) -> list[tuple[str, int, bool]]:
+def greedy_generate(
+    model,
+    tokenizer,
+    prompts: list[str],
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    stops: list[str],
+    desc: str = "generate",
+    adapter_names: list[str | None] | None = None,
+    progress: Progress | None = None,
+) -> list[tuple[str, int, bool]]:
     """(text cut at the first stop, new tokens, hit the token limit) per prompt, in order.
 
     `adapter_names` (one per prompt) routes each row through its adapter on a stacked multi-LoRA
@@ -316,15 +369,30 @@ def greedy_generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int
     progress = Progress(len(prompts), desc, unit="prompts", log=log) if own else progress
     with progress if own else nullcontext():
         if hasattr(model, "generate_texts"):  # the vllm engine (populora.lm.vllm_engine): it batches itself
-            outputs = model.generate_texts(prompts, max_new_tokens=max_new_tokens, stops=stops,
-                                           adapters=adapter_names or [None] * len(prompts))
+            outputs = model.generate_texts(
+                prompts, max_new_tokens=max_new_tokens, stops=stops, adapters=adapter_names or [None] * len(prompts)
+            )
             progress.update(len(prompts))
-            return [(cut_at_stops(text, stops), len(ids),
-                     len(ids) >= max_new_tokens and tokenizer.eos_token_id not in ids
-                     and not any(s in text for s in stops))
-                    for text, ids in outputs]
-        return _generate_batches(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                                 stops=stops, adapter_names=adapter_names, progress=progress)
+            return [
+                (
+                    cut_at_stops(text, stops),
+                    len(ids),
+                    len(ids) >= max_new_tokens
+                    and tokenizer.eos_token_id not in ids
+                    and not any(s in text for s in stops),
+                )
+                for text, ids in outputs
+            ]
+        return _generate_batches(
+            model,
+            tokenizer,
+            prompts,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            stops=stops,
+            adapter_names=adapter_names,
+            progress=progress,
+        )
 
 
 def _generate_batches(model, tokenizer, prompts, *, max_new_tokens, batch_size, stops, adapter_names, progress):
@@ -334,17 +402,26 @@ def _generate_batches(model, tokenizer, prompts, *, max_new_tokens, batch_size, 
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths share a batch
     results: list[tuple[str, int, bool] | None] = [None] * len(prompts)
     for start in range(0, len(order), batch_size):
-        batch = order[start:start + batch_size]
+        batch = order[start : start + batch_size]
         # The chat template already holds every special token the model expects.
-        encoded = tokenizer([prompts[i] for i in batch], return_tensors="pt", padding=True,
-                            add_special_tokens=False).to(device)
+        encoded = tokenizer(
+            [prompts[i] for i in batch], return_tensors="pt", padding=True, add_special_tokens=False
+        ).to(device)
         routing = {} if adapter_names is None else {"adapter_names": [adapter_names[i] for i in batch]}
         with torch.no_grad():
             output = model.generate(
-                **encoded, max_new_tokens=max_new_tokens, do_sample=False, temperature=None, top_p=None,
-                top_k=None, stop_strings=stops, tokenizer=tokenizer, pad_token_id=tokenizer.pad_token_id, **routing,
+                **encoded,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                temperature=None,
+                top_p=None,
+                top_k=None,
+                stop_strings=stops,
+                tokenizer=tokenizer,
+                pad_token_id=tokenizer.pad_token_id,
+                **routing,
             )
-        for index, token_ids in zip(batch, output[:, encoded["input_ids"].shape[1]:]):
+        for index, token_ids in zip(batch, output[:, encoded["input_ids"].shape[1] :]):
             ids = [t for t in token_ids.tolist() if t != tokenizer.pad_token_id]
             text = tokenizer.decode(ids, skip_special_tokens=True)
             stopped = tokenizer.eos_token_id in ids or any(s in text for s in stops)
@@ -353,9 +430,19 @@ def _generate_batches(model, tokenizer, prompts, *, max_new_tokens, batch_size, 
     return results  # type: ignore[return-value]
 
 
-def generate_member_solutions(model, tokenizer, problems: dict[str, dict], dataset: str, models: list[BenchModel],
-                              *, max_new_tokens: int, batch_size: int, size: int, partial: Partial | None = None,
-                              log=log) -> dict[str, list[Completion]]:
+def generate_member_solutions(
+    model,
+    tokenizer,
+    problems: dict[str, dict],
+    dataset: str,
+    models: list[BenchModel],
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    size: int,
+    partial: Partial | None = None,
+    log=log,
+) -> dict[str, list[Completion]]:
     """One greedy, sanitized solution per problem (in the order of `problems`) for each of `models`
     (the base, or adapters of a stacked multi-LoRA model), in one pass (every problem once per model,
     sharing batches), in pieces of `size` problems kept in `partial` as they finish
@@ -372,13 +459,31 @@ def generate_member_solutions(model, tokenizer, problems: dict[str, dict], datas
     def generate(indices: list[int], progress) -> dict[str, list]:
         chosen = [prompts[i] for i in indices]
         routing = None if names == [None] else [name for name in names for _ in chosen]
-        made = greedy_generate(model, tokenizer, chosen * len(names), max_new_tokens=max_new_tokens,
-                               batch_size=batch_size, stops=stops, adapter_names=routing, progress=progress)
-        return {m.name: [list(row) for row in made[k * len(indices):(k + 1) * len(indices)]]
-                for k, m in enumerate(models)}
+        made = greedy_generate(
+            model,
+            tokenizer,
+            chosen * len(names),
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            stops=stops,
+            adapter_names=routing,
+            progress=progress,
+        )
+        return {
+            m.name: [list(row) for row in made[k * len(indices) : (k + 1) * len(indices)]] for k, m in enumerate(models)
+        }
 
-    outputs = generate_in_pieces(partial, models, task_ids, generate, size=size, cost=lambda i: len(models),
-                                 desc=f"codegen {dataset}", unit="prompts", log=log)
+    outputs = generate_in_pieces(
+        partial,
+        models,
+        task_ids,
+        generate,
+        size=size,
+        cost=lambda i: len(models),
+        desc=f"codegen {dataset}",
+        unit="prompts",
+        log=log,
+    )
     per_model = {}
     for m in models:
         completions = []
@@ -393,8 +498,10 @@ def generate_member_solutions(model, tokenizer, problems: dict[str, dict], datas
 
 # ---------------------------------------------------------------- the runner
 
-def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log,
-        partial: Partial | None = None) -> dict[str, dict]:
+
+def run(
+    settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log, partial: Partial | None = None
+) -> dict[str, dict]:
     """EvalPlus (HumanEval+ / MBPP+) of every model, generated in one pass with stacked adapters, in
     pieces of problems kept in `partial` as they finish; each model's samples and evalplus's own
     files under `out/<model>/`."""
@@ -402,15 +509,29 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
     dataset = CODE_BENCHMARKS[bench]
     data_dir = settings.data_dir
     problems = load_problems(bench, data_dir, settings.limit)
-    log.info("%s: %d problems from %s, %d model(s) in one pass", bench, len(problems),
-             data_dir or "the official evalplus release", len(models))
+    log.info(
+        "%s: %d problems from %s, %d model(s) in one pass",
+        bench,
+        len(problems),
+        data_dir or "the official evalplus release",
+        len(models),
+    )
     expected = expected_outputs(problems, dataset)
     adapters = {name: path for model in models for name, path in model.adapters.items()}
     tokenizer, lm = settings.load_model(base_model, adapters)
     start = time.perf_counter()
-    generated = generate_member_solutions(lm, tokenizer, problems, dataset, models,
-                                          max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
-                                          size=piece_size(settings, len(models)), partial=partial, log=log)
+    generated = generate_member_solutions(
+        lm,
+        tokenizer,
+        problems,
+        dataset,
+        models,
+        max_new_tokens=settings.max_new_tokens,
+        batch_size=settings.batch_size,
+        size=piece_size(settings, len(models)),
+        partial=partial,
+        log=log,
+    )
     generation_s = time.perf_counter() - start
     del lm  # free memory before the sandboxed checks
     results = {}
@@ -421,20 +542,34 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
         log.info("%s: scoring %d solutions with evalplus's check_correctness", model.name, len(solutions))
         verdicts = check_solutions(dataset, problems, expected, solutions, desc=f"{bench} {model.name} checks", log=log)
         scores = pass_at_1(verdicts)
-        rows = [{**c.__dict__, **{k: v for k, v in verdicts[c.task_id].items() if not k.endswith("_fail_tests")},
-                 "passed": verdicts[c.task_id]["plus_status"] == "pass" and verdicts[c.task_id]["base_status"] == "pass"}
-                for c in completions]
+        rows = [
+            {
+                **c.__dict__,
+                **{k: v for k, v in verdicts[c.task_id].items() if not k.endswith("_fail_tests")},
+                "passed": verdicts[c.task_id]["plus_status"] == "pass" and verdicts[c.task_id]["base_status"] == "pass",
+            }
+            for c in completions
+        ]
         write_jsonl(samples / "samples.jsonl", rows)
-        write_jsonl(samples / "harness" / "samples.jsonl", [{"task_id": c.task_id, "solution": c.solution} for c in completions])
-        write_jsonl(samples / "harness" / "samples.raw.jsonl", [{"task_id": c.task_id, "solution": c.raw} for c in completions])
+        write_jsonl(
+            samples / "harness" / "samples.jsonl", [{"task_id": c.task_id, "solution": c.solution} for c in completions]
+        )
+        write_jsonl(
+            samples / "harness" / "samples.raw.jsonl", [{"task_id": c.task_id, "solution": c.raw} for c in completions]
+        )
         harness_samples = samples / "harness" / "samples.jsonl"  # evalplus's results file name follows its samples file
         # written as evalplus writes it (json.dump, inputs may hold inf/nan); `out` is a staging folder
-        results_path(harness_samples).write_text(json.dumps(
-            eval_results(verdicts, solutions, dataset_hash(bench, data_dir, settings.limit))))
+        results_path(harness_samples).write_text(
+            json.dumps(eval_results(verdicts, solutions, dataset_hash(bench, data_dir, settings.limit)))
+        )
         results[model.name] = {
-            "n": len(rows), "per_problem": {row["task_id"]: int(row["passed"]) for row in rows},
+            "n": len(rows),
+            "per_problem": {row["task_id"]: int(row["passed"]) for row in rows},
             "metrics": {"pass@1": scores["plus_pass@1"], **scores},
-            "hit_token_limit": sum(c.hit_token_limit for c in completions), "harness": f"evalplus {version('evalplus')}",
-            "generation_s": round(generation_s, 1), "models_in_pass": len(models),
-            "data": str(data_dir) if data_dir else "official"}
+            "hit_token_limit": sum(c.hit_token_limit for c in completions),
+            "harness": f"evalplus {version('evalplus')}",
+            "generation_s": round(generation_s, 1),
+            "models_in_pass": len(models),
+            "data": str(data_dir) if data_dir else "official",
+        }
     return results

@@ -67,12 +67,14 @@ def _score_batches(model, rows, spans, items, order, out, pad, device, batch_siz
     from populora.rl.update import Sequence, selected_logprobs
 
     for start in range(0, len(order), batch_size):
-        batch = order[start:start + batch_size]
+        batch = order[start : start + batch_size]
         sequences = []
         for i in batch:
             first, end = spans[i]
             n = end - first
-            sequences.append(Sequence(rows[i], i, list(range(first, end)), [1.0] * n, [1.0] * n, [None] * n, [None] * n))
+            sequences.append(
+                Sequence(rows[i], i, list(range(first, end)), [1.0] * n, [1.0] * n, [None] * n, [None] * n)
+            )
         adapters = [items[i].adapter for i in batch]
         if isinstance(model, MultiLoraModel):
             with model.select(adapters):
@@ -84,6 +86,6 @@ def _score_batches(model, rows, spans, items, order, out, pad, device, batch_siz
         offset = 0
         for i, sequence in zip(batch, sequences):
             n = len(sequence.targets)
-            out[i] = (float(logprobs[offset:offset + n].double().sum()), n)
+            out[i] = (float(logprobs[offset : offset + n].double().sum()), n)
             offset += n
         progress.update(len(batch))

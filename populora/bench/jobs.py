@@ -38,8 +38,13 @@ def run_one(settings, models: list, base_model: Path, results: Path, log) -> int
     succeeded; finished work kept in `<results>.partial/` for a rerun. 0, or 1 after a BenchError."""
     start = time.perf_counter()
     tmp = staging_dir(results)
-    log.info("benchmarking %s on %s (limit %s, max_new_tokens %d)", ", ".join(m.name for m in models),
-             settings.benchmark, settings.limit, settings.max_new_tokens)
+    log.info(
+        "benchmarking %s on %s (limit %s, max_new_tokens %d)",
+        ", ".join(m.name for m in models),
+        settings.benchmark,
+        settings.limit,
+        settings.max_new_tokens,
+    )
     try:
         if settings.sampler.name == "vllm" and settings.runner == "lm_eval":
             # lm-eval's vllm model runs each model in a process of its own anyway: keep each finished one.
@@ -57,11 +62,20 @@ def run_one(settings, models: list, base_model: Path, results: Path, log) -> int
         raise
     wall_s = round(time.perf_counter() - start, 1)
     for name, result in results_of.items():
-        result.update(benchmark=settings.benchmark, limit=settings.limit, max_new_tokens=settings.max_new_tokens,
-                      wall_s=wall_s)
+        result.update(
+            benchmark=settings.benchmark, limit=settings.limit, max_new_tokens=settings.max_new_tokens, wall_s=wall_s
+        )
         write_json(tmp / f"{name}.json", result)
-        log.info("%s on %s: %s, %d/%d correct (95%% Wilson %.3f-%.3f)", name, settings.benchmark, result["metrics"],
-                 result["correct"], result["n"], result["interval"]["low"], result["interval"]["high"])
+        log.info(
+            "%s on %s: %s, %d/%d correct (95%% Wilson %.3f-%.3f)",
+            name,
+            settings.benchmark,
+            result["metrics"],
+            result["correct"],
+            result["n"],
+            result["interval"]["low"],
+            result["interval"]["high"],
+        )
     replace_dir(tmp, results)
     shutil.rmtree(f"{results}{PARTIAL}", ignore_errors=True)
     log.info("%d model(s) on %s in %.1f s", len(results_of), settings.benchmark, wall_s)
@@ -125,5 +139,3 @@ def run_resumable(settings, models, base_model: Path, out: Path, results: Path, 
             write_json(saved, {"key": key, "result": done[model.name]})
         shutil.copytree(keep / model.name, out / model.name)
     return done
-
-

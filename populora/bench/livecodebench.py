@@ -52,18 +52,34 @@ if TYPE_CHECKING:  # annotations only: the runner table (runners.py) imports thi
     from populora.bench.partial import Partial
     from populora.bench.settings import BenchSettings
 
-FIELDS = ("question_title", "question_content", "platform", "question_id", "contest_id", "contest_date",
-          "starter_code", "difficulty", "public_test_cases", "private_test_cases", "metadata")
+FIELDS = (
+    "question_title",
+    "question_content",
+    "platform",
+    "question_id",
+    "contest_id",
+    "contest_date",
+    "starter_code",
+    "difficulty",
+    "public_test_cases",
+    "private_test_cases",
+    "metadata",
+)
 MAX_PICKLE_BYTES = 1 << 30  # a decompressed private-test pickle larger than this is refused
 
-SYSTEM_MESSAGE = ("You are an expert Python programmer. You will be given a question (problem specification) and "
-                  "will generate a correct Python program that matches the specification and passes all tests.")
-FORMAT_WITH_STARTER_CODE = ("You will use the following starter code to write the solution to the problem and "
-                            "enclose your code within delimiters.")
+SYSTEM_MESSAGE = (
+    "You are an expert Python programmer. You will be given a question (problem specification) and "
+    "will generate a correct Python program that matches the specification and passes all tests."
+)
+FORMAT_WITH_STARTER_CODE = (
+    "You will use the following starter code to write the solution to the problem and "
+    "enclose your code within delimiters."
+)
 FORMAT_WITHOUT_STARTER_CODE = (
     "Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test on the "
     "sample inputs). Enclose your code within delimiters as follows. Ensure that when the python program runs, it "
-    "reads the inputs, runs the algorithm and writes output to STDOUT.")
+    "reads the inputs, runs the algorithm and writes output to STDOUT."
+)
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -73,8 +89,9 @@ def release_files(release: str) -> list[str]:
     """The hub files of a release: release_vN is test.jsonl, test2.jsonl ... testN.jsonl; vN is testN.jsonl."""
     match = re.fullmatch(r"(release_)?v([1-9][0-9]*)", release)
     if match is None:
-        raise BenchError(f"unknown LiveCodeBench release {release!r}. Fix: use release_vN or vN "
-                         "(bench.livecodebench.release).")
+        raise BenchError(
+            f"unknown LiveCodeBench release {release!r}. Fix: use release_vN or vN (bench.livecodebench.release)."
+        )
     name = lambda n: "test.jsonl" if n == 1 else f"test{n}.jsonl"  # noqa: E731
     last = int(match.group(2))
     return [name(n) for n in range(1, last + 1)] if match.group(1) else [name(last)]
@@ -91,12 +108,15 @@ def read_hub(release: str, cache_dir: str | None = None) -> list[dict]:
 
     features = datasets.Features({name: datasets.Value("string") for name in FIELDS})
     try:
-        table = datasets.load_dataset("json", data_files=hub_data_files(release), split="train", features=features,
-                                      cache_dir=cache_dir)
+        table = datasets.load_dataset(
+            "json", data_files=hub_data_files(release), split="train", features=features, cache_dir=cache_dir
+        )
     except Exception as error:  # network, hub and arrow errors come in many kinds
-        raise BenchError(f"could not load LiveCodeBench {release} from the hub ({LIVECODEBENCH_HUB}): "
-                         f"{type(error).__name__}: {error}. Fix: run where the hub is reachable, or put a copy at "
-                         f"<bench.data_dir>/{livecodebench_file(release)}.") from error
+        raise BenchError(
+            f"could not load LiveCodeBench {release} from the hub ({LIVECODEBENCH_HUB}): "
+            f"{type(error).__name__}: {error}. Fix: run where the hub is reachable, or put a copy at "
+            f"<bench.data_dir>/{livecodebench_file(release)}."
+        ) from error
     return [dict(row) for row in table]
 
 
@@ -108,8 +128,10 @@ def read_local(path: Path) -> list[dict]:
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as error:
-                    raise BenchError(f"{path}:{number} is not a JSON row ({error}). Fix: use the release's "
-                                     "rows unchanged, one JSON object per line.") from error
+                    raise BenchError(
+                        f"{path}:{number} is not a JSON row ({error}). Fix: use the release's "
+                        "rows unchanged, one JSON object per line."
+                    ) from error
     return rows
 
 
@@ -126,15 +148,19 @@ def contest_date(row: dict) -> datetime:
     try:
         return datetime.fromisoformat(str(row["contest_date"]))
     except (KeyError, ValueError) as error:
-        raise BenchError(f"LiveCodeBench problem {row.get('question_id')!r}: contest_date {row.get('contest_date')!r} "
-                         "is not an ISO datetime. Fix: use the release's rows unchanged.") from error
+        raise BenchError(
+            f"LiveCodeBench problem {row.get('question_id')!r}: contest_date {row.get('contest_date')!r} "
+            "is not an ISO datetime. Fix: use the release's rows unchanged."
+        ) from error
 
 
 def in_window(rows: list[dict], start: date | None, end: date | None) -> list[dict]:
     """The rows with start <= contest_date <= end (each date at midnight, as lcb_runner compares)."""
     low = datetime.combine(start, time()) if start else None
     high = datetime.combine(end, time()) if end else None
-    return [row for row in rows if (low is None or low <= contest_date(row)) and (high is None or contest_date(row) <= high)]
+    return [
+        row for row in rows if (low is None or low <= contest_date(row)) and (high is None or contest_date(row) <= high)
+    ]
 
 
 class StringOnlyUnpickler(pickle.Unpickler):
@@ -160,11 +186,15 @@ def decode_tests(text: str, problem_id: str) -> list[dict]:
             raise pickle.UnpicklingError(f"larger than {MAX_PICKLE_BYTES} bytes decompressed")
         value = StringOnlyUnpickler(io.BytesIO(raw)).load()
     except Exception as error:  # binascii, zlib and pickle errors: all mean "refused"
-        raise BenchError(f"LiveCodeBench problem {problem_id}: private_test_cases refused "
-                         f"({type(error).__name__}: {error}). Fix: use the official release unchanged.") from error
+        raise BenchError(
+            f"LiveCodeBench problem {problem_id}: private_test_cases refused "
+            f"({type(error).__name__}: {error}). Fix: use the official release unchanged."
+        ) from error
     if type(value) is not str:
-        raise BenchError(f"LiveCodeBench problem {problem_id}: private_test_cases refused (the pickle holds a "
-                         f"{type(value).__name__}, not a string). Fix: use the official release unchanged.")
+        raise BenchError(
+            f"LiveCodeBench problem {problem_id}: private_test_cases refused (the pickle holds a "
+            f"{type(value).__name__}, not a string). Fix: use the official release unchanged."
+        )
     return json.loads(value)
 
 
@@ -173,23 +203,38 @@ def problem(row: dict) -> dict:
     problem_id = row.get("question_id")
     missing = [name for name in FIELDS if not isinstance(row.get(name), str)]
     if missing or not problem_id:
-        raise BenchError(f"LiveCodeBench row {problem_id or str(row)[:60]!r} lacks the text field(s) {missing}. "
-                         "Fix: use the official code_generation_lite schema.")
+        raise BenchError(
+            f"LiveCodeBench row {problem_id or str(row)[:60]!r} lacks the text field(s) {missing}. "
+            "Fix: use the official code_generation_lite schema."
+        )
     try:
         tests = decode_tests(row["public_test_cases"], problem_id) + decode_tests(row["private_test_cases"], problem_id)
         metadata = json.loads(row["metadata"] or "{}")
     except json.JSONDecodeError as error:
-        raise BenchError(f"LiveCodeBench problem {problem_id}: test cases or metadata are not JSON ({error}). "
-                         "Fix: use the official release unchanged.") from error
-    if not tests or not all(isinstance(t, dict) and isinstance(t.get("input"), str) and isinstance(t.get("output"), str)
-                            for t in tests):
-        raise BenchError(f"LiveCodeBench problem {problem_id}: no test cases of {{input, output}} text. "
-                         "Fix: use the official release unchanged.")
-    return {"task_id": problem_id, "title": row["question_title"], "content": row["question_content"],
-            "platform": row["platform"], "contest_id": row["contest_id"],
-            "contest_date": contest_date(row).isoformat(), "difficulty": row["difficulty"],
-            "starter_code": row["starter_code"], "fn_name": metadata.get("func_name"),
-            "testtype": tests[0].get("testtype"), "tests": [(t["input"], t["output"]) for t in tests]}
+        raise BenchError(
+            f"LiveCodeBench problem {problem_id}: test cases or metadata are not JSON ({error}). "
+            "Fix: use the official release unchanged."
+        ) from error
+    if not tests or not all(
+        isinstance(t, dict) and isinstance(t.get("input"), str) and isinstance(t.get("output"), str) for t in tests
+    ):
+        raise BenchError(
+            f"LiveCodeBench problem {problem_id}: no test cases of {{input, output}} text. "
+            "Fix: use the official release unchanged."
+        )
+    return {
+        "task_id": problem_id,
+        "title": row["question_title"],
+        "content": row["question_content"],
+        "platform": row["platform"],
+        "contest_id": row["contest_id"],
+        "contest_date": contest_date(row).isoformat(),
+        "difficulty": row["difficulty"],
+        "starter_code": row["starter_code"],
+        "fn_name": metadata.get("func_name"),
+        "testtype": tests[0].get("testtype"),
+        "tests": [(t["input"], t["output"]) for t in tests],
+    }
 
 
 def load_problems(data_dir: Path | None, config, limit: int | None) -> tuple[list[dict], str]:
@@ -198,8 +243,10 @@ def load_problems(data_dir: Path | None, config, limit: int | None) -> tuple[lis
     rows = in_window(rows, config.start_date, config.end_date)
     rows = rows[:limit] if limit else rows
     if not rows:
-        raise BenchError(f"no LiveCodeBench {config.release} problem in {source} between {config.start_date} and "
-                         f"{config.end_date}. Fix: widen bench.livecodebench.start_date / end_date or use a later release.")
+        raise BenchError(
+            f"no LiveCodeBench {config.release} problem in {source} between {config.start_date} and "
+            f"{config.end_date}. Fix: widen bench.livecodebench.start_date / end_date or use a later release."
+        )
     return [problem(row) for row in rows], source
 
 
@@ -230,13 +277,15 @@ def extract_code(completion: str) -> str:
     fences = [index for index, line in enumerate(lines) if "```" in line]
     if len(fences) < 2:
         return ""
-    return "\n".join(lines[fences[-2] + 1:fences[-1]])
+    return "\n".join(lines[fences[-2] + 1 : fences[-1]])
 
 
 # ---------------------------------------------------------------- the runner
 
-def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log,
-        partial: Partial | None = None) -> dict[str, dict]:
+
+def run(
+    settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log, partial: Partial | None = None
+) -> dict[str, dict]:
     """LiveCodeBench of every model in one greedy generation pass (rows select their model's adapter),
     in pieces of problems kept in `partial` as they finish (`populora.bench.partial`); every test case
     of every solution run in the verifier's sandbox (populora/bench/livecodebench*.py)."""
@@ -250,50 +299,111 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
     bench = settings.benchmark
     cfg = settings.livecodebench
     problems, source = load_problems(settings.data_dir, cfg, settings.limit)
-    log.info("%s: %d problems of %s (contests %s to %s) from %s, %d model(s) in one pass", bench, len(problems),
-             cfg.release, cfg.start_date or "the first", cfg.end_date or "the last", source, len(models))
+    log.info(
+        "%s: %d problems of %s (contests %s to %s) from %s, %d model(s) in one pass",
+        bench,
+        len(problems),
+        cfg.release,
+        cfg.start_date or "the first",
+        cfg.end_date or "the last",
+        source,
+        len(models),
+    )
     adapters = {name: path for model in models for name, path in model.adapters.items()}
     tokenizer, lm = settings.load_model(base_model, adapters)
     plans = [Plan(prompt=chat_prompt(problem, tokenizer), steps=(Step("", stop=None),)) for problem in problems]
 
     def generate(indices: list[int], progress) -> dict[str, list[dict]]:
-        rows = [GenRow(plans[i], model.name if model.adapter is not None else None) for model in models for i in indices]
-        made = run_plans(lm, tokenizer, rows, temperature=0.0, top_p=1.0, max_new_tokens=settings.max_new_tokens,
-                         batch_size=settings.batch_size, seed=0, desc=bench, progress=progress)
-        return {model.name: [{"completion": o.completion, "truncated": o.truncated, "tokens": o.tokens_generated}
-                             for o in made[k * len(indices):(k + 1) * len(indices)]]
-                for k, model in enumerate(models)}
+        rows = [
+            GenRow(plans[i], model.name if model.adapter is not None else None) for model in models for i in indices
+        ]
+        made = run_plans(
+            lm,
+            tokenizer,
+            rows,
+            temperature=0.0,
+            top_p=1.0,
+            max_new_tokens=settings.max_new_tokens,
+            batch_size=settings.batch_size,
+            seed=0,
+            desc=bench,
+            progress=progress,
+        )
+        return {
+            model.name: [
+                {"completion": o.completion, "truncated": o.truncated, "tokens": o.tokens_generated}
+                for o in made[k * len(indices) : (k + 1) * len(indices)]
+            ]
+            for k, model in enumerate(models)
+        }
 
     start = perf_counter()
-    generated = generate_in_pieces(partial, models, [p["task_id"] for p in problems], generate,
-                                   size=piece_size(settings, len(models)), cost=lambda i: len(models), desc=bench,
-                                   unit="steps", log=log)
+    generated = generate_in_pieces(
+        partial,
+        models,
+        [p["task_id"] for p in problems],
+        generate,
+        size=piece_size(settings, len(models)),
+        cost=lambda i: len(models),
+        desc=bench,
+        unit="steps",
+        log=log,
+    )
     outputs = [output for model in models for output in generated[model.name]]
     generation_s = perf_counter() - start
     lm = None  # free the model before grading (the generate closure holds it too)
     codes = [extract_code(output["completion"]) for output in outputs]
     log.info("running the tests of %d solutions in the sandbox (%g s per test)", len(codes), cfg.timeout_s)
-    verdicts = grade(list(zip(problems * len(models), codes)), settings.verify, timeout_s=cfg.timeout_s,
-                     memory_mb=cfg.memory_mb, log=log)
+    verdicts = grade(
+        list(zip(problems * len(models), codes)),
+        settings.verify,
+        timeout_s=cfg.timeout_s,
+        memory_mb=cfg.memory_mb,
+        log=log,
+    )
     results = {}
     for index, model in enumerate(models):
         part = slice(index * len(problems), (index + 1) * len(problems))
-        samples = [{"task_id": p["task_id"], "title": p["title"], "platform": p["platform"], "difficulty": p["difficulty"],
-                    "contest_date": p["contest_date"], "functional": bool(p["fn_name"]), "prompt": plan.prompt,
-                    "completion": o["completion"], "code": code, "tokens": o["tokens"], "hit_token_limit": o["truncated"],
-                    **v} for p, plan, o, code, v in zip(problems, plans, outputs[part], codes[part], verdicts[part])]
+        samples = [
+            {
+                "task_id": p["task_id"],
+                "title": p["title"],
+                "platform": p["platform"],
+                "difficulty": p["difficulty"],
+                "contest_date": p["contest_date"],
+                "functional": bool(p["fn_name"]),
+                "prompt": plan.prompt,
+                "completion": o["completion"],
+                "code": code,
+                "tokens": o["tokens"],
+                "hit_token_limit": o["truncated"],
+                **v,
+            }
+            for p, plan, o, code, v in zip(problems, plans, outputs[part], codes[part], verdicts[part])
+        ]
         write_jsonl(out / model.name / "samples.jsonl", samples)
         correct = sum(row["passed"] for row in samples)
-        by_difficulty = {level: {"n": sum(r["difficulty"] == level for r in samples),
-                                 "correct": sum(r["passed"] for r in samples if r["difficulty"] == level)}
-                         for level in sorted({r["difficulty"] for r in samples})}
+        by_difficulty = {
+            level: {
+                "n": sum(r["difficulty"] == level for r in samples),
+                "correct": sum(r["passed"] for r in samples if r["difficulty"] == level),
+            }
+            for level in sorted({r["difficulty"] for r in samples})
+        }
         results[model.name] = {
-            "n": len(samples), "per_problem": {row["task_id"]: int(row["passed"]) for row in samples},
-            "metrics": {"pass@1": correct / len(samples)}, "by_difficulty": by_difficulty,
+            "n": len(samples),
+            "per_problem": {row["task_id"]: int(row["passed"]) for row in samples},
+            "metrics": {"pass@1": correct / len(samples)},
+            "by_difficulty": by_difficulty,
             "reasons": dict(Counter(row["reason"] for row in samples if row["reason"])),
-            "hit_token_limit": sum(row["hit_token_limit"] for row in samples), "release": cfg.release,
+            "hit_token_limit": sum(row["hit_token_limit"] for row in samples),
+            "release": cfg.release,
             "start_date": cfg.start_date and cfg.start_date.isoformat(),
-            "end_date": cfg.end_date and cfg.end_date.isoformat(), "timeout_s": cfg.timeout_s,
+            "end_date": cfg.end_date and cfg.end_date.isoformat(),
+            "timeout_s": cfg.timeout_s,
             "harness": "populora.bench.livecodebench_grading (lcb_runner's judging, populora.sandbox)",
-            "generation_s": round(generation_s, 1), "models_in_pass": len(models), "data": source}
+            "generation_s": round(generation_s, 1),
+            "models_in_pass": len(models),
+            "data": source,
+        }
     return results

@@ -63,7 +63,7 @@ IMPORT_STRING = "from string import *\nfrom re import *\nfrom datetime import *\
 
 # Runs inside the sandbox with the solution's program text as _SOURCE; the call is
 # `_lcb_stdin(_SOURCE, input)` or `_lcb_call(_SOURCE, func_name, input)`.
-HARNESS = r'''
+HARNESS = r"""
 import builtins as _builtins, io as _io, json as _json, sys as _sys, types as _types
 
 _sys.set_int_max_str_digits(50000)
@@ -142,7 +142,7 @@ def _lcb_call(source, name, inputs):
     if type(prediction).__module__ == "numpy" and hasattr(prediction, "tolist"):
         prediction = prediction.tolist()
     return prediction
-'''
+"""
 
 
 # ------------------------------------------------------------------ the program, as lcb_runner builds it
@@ -166,9 +166,13 @@ def make_function(code: str) -> str:
         tree = ast.parse(code)
         imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
         body = [s for s in tree.body if not isinstance(s, (ast.Import, ast.ImportFrom))]
-        function = ast.FunctionDef(name="wrapped_function", args=ast.arguments(
-            posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]), body=body, decorator_list=[],
-            lineno=-1)
+        function = ast.FunctionDef(
+            name="wrapped_function",
+            args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+            body=body,
+            decorator_list=[],
+            lineno=-1,
+        )
         return IMPORT_STRING + "\n" + ast.unparse(imports) + "\n" + ast.unparse(function)
     except Exception:  # noqa: BLE001
         return code
@@ -184,8 +188,11 @@ def solution_source(problem: dict, code: str) -> str:
 def case_job(problem: dict, source: str, test: tuple[str, str], timeout_s: float, memory_mb: int) -> Job:
     """One test case as one sandbox job (the expected output stays out of it)."""
     inputs, expected = test
-    call = (f"_lcb_call(_SOURCE, {problem['fn_name']!r}, {inputs!r})" if problem["fn_name"]
-            else f"_lcb_stdin(_SOURCE, {inputs!r})")
+    call = (
+        f"_lcb_call(_SOURCE, {problem['fn_name']!r}, {inputs!r})"
+        if problem["fn_name"]
+        else f"_lcb_stdin(_SOURCE, {inputs!r})"
+    )
     limits = Limits(timeout_s=timeout_s, memory_mb=memory_mb, max_output_chars=4 * len(expected) + 10_000)
     return Job(f"{HARNESS}\n_SOURCE = {source!r}\n", (Call(call),), entry=None, limits=limits)
 
@@ -195,7 +202,7 @@ def case_job(problem: dict, source: str, test: tuple[str, str], timeout_s: float
 
 def truncated(value, length: int = 300) -> str:
     text = value if isinstance(value, str) else str(value)
-    return text if len(text) <= length else text[:length // 2] + "...(truncated) ..." + text[-length // 2:]
+    return text if len(text) <= length else text[: length // 2] + "...(truncated) ..." + text[-length // 2 :]
 
 
 def _decimals(line: str) -> list[Decimal] | None:
@@ -227,8 +234,12 @@ def judge(problem: dict, run: RunResult, expected: str) -> tuple[bool, str | Non
         return False, reason, run.detail
     call = run.calls[0]
     if call.status == "exception":
-        reason = {"_LcbNoEntry": "no_entry", "SyntaxError": "syntax", "IndentationError": "syntax",
-                  "TabError": "syntax"}.get(call.exc_type or "", "runtime_error")
+        reason = {
+            "_LcbNoEntry": "no_entry",
+            "SyntaxError": "syntax",
+            "IndentationError": "syntax",
+            "TabError": "syntax",
+        }.get(call.exc_type or "", "runtime_error")
         return False, reason, f"{call.exc_type}: {call.exc_message}"
     if call.status != "ok":
         return False, call.status if call.status in REASONS else "sandbox_error", None
@@ -243,7 +254,11 @@ def judge(problem: dict, run: RunResult, expected: str) -> tuple[bool, str | Non
             return False, "wrong_answer", f"the expected output is not JSON: {truncated(expected)!r}"
     else:
         passed = isinstance(value, str) and stdio_matches(value, expected)
-    return (True, None, None) if passed else (False, "wrong_answer", f"got {truncated(value)!r}, expected {truncated(expected)!r}")
+    return (
+        (True, None, None)
+        if passed
+        else (False, "wrong_answer", f"got {truncated(value)!r}, expected {truncated(expected)!r}")
+    )
 
 
 # -------------------------------------------------------------------------------------- grading
@@ -263,8 +278,12 @@ def grade_one(box, problem: dict, code: str, timeout_s: float, memory_mb: int) -
     for index, test in enumerate(problem["tests"]):
         passed, reason, detail = judge(problem, box.run(case_job(problem, source, test, timeout_s, memory_mb)), test[1])
         if not passed:
-            return {**verdict, "reason": reason, "detail": f"test {index + 1} of {total}: {detail}"[:600],
-                    "tests_passed": index}
+            return {
+                **verdict,
+                "reason": reason,
+                "detail": f"test {index + 1} of {total}: {detail}"[:600],
+                "tests_passed": index,
+            }
     return {**verdict, "passed": True, "tests_passed": total}
 
 
@@ -274,9 +293,14 @@ def grade(pairs: list[tuple[dict, str]], verify_config, *, timeout_s: float, mem
     if 0 < sys.get_int_max_str_digits() < INT_DIGITS:  # expected outputs and results may hold huge integers
         sys.set_int_max_str_digits(INT_DIGITS)
     unique = list({(problem["task_id"], code): (problem, code) for problem, code in pairs}.values())
-    with sandbox_for(verify_config, log=log) as box, ThreadPoolExecutor(max(1, verify_config.workers)) as pool, \
-            Progress(len(unique), "livecodebench tests", unit="solutions", log=log or logging.getLogger(__name__)) \
-            as progress:
+    with (
+        sandbox_for(verify_config, log=log) as box,
+        ThreadPoolExecutor(max(1, verify_config.workers)) as pool,
+        Progress(
+            len(unique), "livecodebench tests", unit="solutions", log=log or logging.getLogger(__name__)
+        ) as progress,
+    ):
+
         def one(pair):
             verdict = grade_one(box, *pair, timeout_s=timeout_s, memory_mb=memory_mb)
             progress.update()

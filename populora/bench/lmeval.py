@@ -53,8 +53,9 @@ log = logging.getLogger(__name__)
 TASKS_DIR = Path(__file__).resolve().parents[2] / "workflow" / "lm_eval_tasks"
 # The files of ../shared/benchmarks/math are the AZR evaluation data; this is where they are
 # published (used only when bench.data_dir is null; not reachable from the offline build machine).
-OFFICIAL_MATH_DATA = ("https://raw.githubusercontent.com/LeapLabTHU/Absolute-Zero-Reasoner/master/"
-                      "evaluation/math_eval/eval/data")
+OFFICIAL_MATH_DATA = (
+    "https://raw.githubusercontent.com/LeapLabTHU/Absolute-Zero-Reasoner/master/evaluation/math_eval/eval/data"
+)
 
 
 def task_name(benchmark: str) -> str:
@@ -72,8 +73,10 @@ def task_metadata(benchmark: str, data_dir: Path | None) -> dict:
 
 def check_tasks_dir(tasks_dir: Path) -> Path:
     if not (Path(tasks_dir) / "_populora_math.yaml").is_file():
-        raise BenchError(f"{tasks_dir} holds no lm-eval task files (_populora_math.yaml). "
-                         "Fix: pass --tasks workflow/lm_eval_tasks (the repository's task folder).")
+        raise BenchError(
+            f"{tasks_dir} holds no lm-eval task files (_populora_math.yaml). "
+            "Fix: pass --tasks workflow/lm_eval_tasks (the repository's task folder)."
+        )
     return Path(tasks_dir)
 
 
@@ -93,9 +96,22 @@ def model_args(base_model: str | Path, adapter: str | Path | None, dtype: str, v
     return args
 
 
-def evaluate(benchmark: str, *, base_model: str | Path, adapter: str | Path | None, data_dir: Path | None,
-             limit: int | None, max_new_tokens: int, batch_size: int, dtype: str, device: str,
-             harness_dir: Path, tasks_dir: Path = TASKS_DIR, vllm: dict | None = None, cache: str | None = None) -> dict:
+def evaluate(
+    benchmark: str,
+    *,
+    base_model: str | Path,
+    adapter: str | Path | None,
+    data_dir: Path | None,
+    limit: int | None,
+    max_new_tokens: int,
+    batch_size: int,
+    dtype: str,
+    device: str,
+    harness_dir: Path,
+    tasks_dir: Path = TASKS_DIR,
+    vllm: dict | None = None,
+    cache: str | None = None,
+) -> dict:
     """Run one math benchmark; returns lm-eval's results dict (with per-sample logs). With `vllm`
     (engine settings, see `model_args`) lm-eval's own `vllm` model generates, given every request at
     once (`batch_size` is then unused); else lm-eval's `hf` model, reporting progress as the project's
@@ -118,12 +134,22 @@ def evaluate(benchmark: str, *, base_model: str | Path, adapter: str | Path | No
             model = _hf_model(arguments, batch_size, device)
             model.progress_desc = f"{benchmark} (lm-eval)"
         results = lm_eval.simple_evaluate(
-            model=model if vllm is None else "vllm", model_args=None if vllm is None else arguments,
+            model=model if vllm is None else "vllm",
+            model_args=None if vllm is None else arguments,
             # vllm: every request at once (batch_size auto), so vLLM's continuous batching fills the KV
             # cache (`sampler.max_num_seqs` rows in flight) instead of each chunk waiting for its longest row
-            tasks=[task_name(benchmark)], limit=limit, batch_size=batch_size if vllm is None else "auto",
-            device=device, apply_chat_template=True, log_samples=True, use_cache=cache,
-            task_manager=manager, gen_kwargs=gen_kwargs, random_seed=0, numpy_random_seed=0, torch_random_seed=0,
+            tasks=[task_name(benchmark)],
+            limit=limit,
+            batch_size=batch_size if vllm is None else "auto",
+            device=device,
+            apply_chat_template=True,
+            log_samples=True,
+            use_cache=cache,
+            task_manager=manager,
+            gen_kwargs=gen_kwargs,
+            random_seed=0,
+            numpy_random_seed=0,
+            torch_random_seed=0,
             fewshot_random_seed=0,
         )
     except Exception as error:  # re-raised with the context a user needs
@@ -144,8 +170,9 @@ def _hf_model(arguments: dict, batch_size: int, device: str):
     key = (json.dumps(arguments, sort_keys=True), _files(arguments["pretrained"]), batch_size, device)
     if key not in _HF_MODELS:
         _HF_MODELS.clear()  # one at a time
-        _HF_MODELS[key] = _progress_lm_class().create_from_arg_obj(arguments, {"batch_size": batch_size,
-                                                                              "device": device})
+        _HF_MODELS[key] = _progress_lm_class().create_from_arg_obj(
+            arguments, {"batch_size": batch_size, "device": device}
+        )
     return _HF_MODELS[key]
 
 
@@ -203,13 +230,12 @@ def _members_lm_class():
         (`rows`, and with `store` a JSONL file appended after each batch, which a rerun reads back:
         `populora.bench.partial`), and the other members take theirs from there."""
 
-        def __init__(self, multilora, tokenizer, members: list[str | None], batch_size: int,
-                     store: Path | None = None):
+        def __init__(self, multilora, tokenizer, members: list[str | None], batch_size: int, store: Path | None = None):
             super().__init__(pretrained=multilora.model, tokenizer=tokenizer, batch_size=batch_size)
             self.multilora, self.members, self.member = multilora, list(members), members[0]
             self.rows: dict[str, dict[str, list[int]]] = {}  # row key -> member -> generated ids
             self.store, self.generated, self.asked = store, set(), {name: set() for name in self.members}
-            for line in (store.read_text().splitlines() if store is not None and store.is_file() else []):
+            for line in store.read_text().splitlines() if store is not None and store.is_file() else []:
                 try:
                     batch = json.loads(line)
                 except json.JSONDecodeError:  # a line cut by a kill: its batch runs again
@@ -221,8 +247,15 @@ def _members_lm_class():
         def _model_generate(self, context, max_length, stop, **generation_kwargs):
             mask = generation_kwargs.pop("attention_mask", None)
             width = context.shape[1]
-            keys = [_row_key(context[r][mask[r].bool()].tolist() if mask is not None else context[r].tolist(),
-                             max_length - width, stop, generation_kwargs) for r in range(context.shape[0])]
+            keys = [
+                _row_key(
+                    context[r][mask[r].bool()].tolist() if mask is not None else context[r].tolist(),
+                    max_length - width,
+                    stop,
+                    generation_kwargs,
+                )
+                for r in range(context.shape[0])
+            ]
             self.asked[self.member].update(keys)
             missing = [r for r, key in enumerate(keys) if self.member not in self.rows.get(key, {})]
             if missing:  # generate those rows for every member at once, each through its adapter
@@ -247,10 +280,11 @@ def _members_lm_class():
                     _append_line(self.store, json.dumps(made))
             generated = [self.rows[key][self.member] for key in keys]
             longest = max((len(ids) for ids in generated), default=0)
-            tail = torch.full((len(keys), longest), self.tokenizer.pad_token_id, dtype=context.dtype,
-                              device=context.device)
+            tail = torch.full(
+                (len(keys), longest), self.tokenizer.pad_token_id, dtype=context.dtype, device=context.device
+            )
             for r, ids in enumerate(generated):
-                tail[r, :len(ids)] = torch.tensor(ids, dtype=context.dtype)
+                tail[r, : len(ids)] = torch.tensor(ids, dtype=context.dtype)
             return torch.cat([context, tail], dim=1)
 
         def unasked(self) -> dict[str, int]:
@@ -268,10 +302,22 @@ def _append_line(path: Path, line: str) -> None:
         os.fsync(handle.fileno())
 
 
-def evaluate_members(benchmark: str, *, multilora, tokenizer, members: dict[str, Path], base_model: str | Path,
-                     adapters: dict[str, Path], data_dir: Path | None, limit: int | None, max_new_tokens: int,
-                     batch_size: int, tasks_dir: Path = TASKS_DIR, store: Path | None = None,
-                     log=log) -> dict[str, dict]:
+def evaluate_members(
+    benchmark: str,
+    *,
+    multilora,
+    tokenizer,
+    members: dict[str, Path],
+    base_model: str | Path,
+    adapters: dict[str, Path],
+    data_dir: Path | None,
+    limit: int | None,
+    max_new_tokens: int,
+    batch_size: int,
+    tasks_dir: Path = TASKS_DIR,
+    store: Path | None = None,
+    log=log,
+) -> dict[str, dict]:
     """Run one math benchmark for every member (name -> harness folder) of a stacked multi-LoRA
     model, generating for all of them in one pass; lm-eval's results dict per member, whose
     `config.model_args` names the base and the member's adapter as for the `hf` model. `store`: the
@@ -294,23 +340,42 @@ def evaluate_members(benchmark: str, *, multilora, tokenizer, members: dict[str,
         lm.progress_desc = f"{benchmark} {name} (lm-eval)"
         try:
             result = lm_eval.simple_evaluate(
-                model=lm, tasks=[task_name(benchmark)], limit=limit, apply_chat_template=True, log_samples=True,
-                task_manager=manager, gen_kwargs=gen_kwargs, random_seed=0, numpy_random_seed=0,
-                torch_random_seed=0, fewshot_random_seed=0,
+                model=lm,
+                tasks=[task_name(benchmark)],
+                limit=limit,
+                apply_chat_template=True,
+                log_samples=True,
+                task_manager=manager,
+                gen_kwargs=gen_kwargs,
+                random_seed=0,
+                numpy_random_seed=0,
+                torch_random_seed=0,
+                fewshot_random_seed=0,
             )
         except Exception as error:  # re-raised with the context a user needs
-            raise BenchError(_explain(error, benchmark, "the stacked members' model", name,
-                                      metadata["data_dir"])) from error
+            raise BenchError(
+                _explain(error, benchmark, "the stacked members' model", name, metadata["data_dir"])
+            ) from error
         if result is None:
             raise BenchError(f"lm-eval returned no results for {benchmark} ({name})")
         dtype = str(multilora.model.dtype).removeprefix("torch.")
-        result["config"]["model_args"] = {**model_args(base_model, adapters[name], dtype), "stacked_with": list(members)}
+        result["config"]["model_args"] = {
+            **model_args(base_model, adapters[name], dtype),
+            "stacked_with": list(members),
+        }
         results[name] = result
     if lm.unasked():  # every member asks for the same rows; anything left means they did not
-        raise BenchError(f"{benchmark}: lm-eval asked the members for different rows ({lm.unasked()} generated "
-                         "and never asked for); report this as a bug")
-    log.info("%s: generated %d rows for %d member(s) (%d kept from an earlier attempt)", benchmark,
-             len(lm.generated), len(members), lm.kept_rows)
+        raise BenchError(
+            f"{benchmark}: lm-eval asked the members for different rows ({lm.unasked()} generated "
+            "and never asked for); report this as a bug"
+        )
+    log.info(
+        "%s: generated %d rows for %d member(s) (%d kept from an earlier attempt)",
+        benchmark,
+        len(lm.generated),
+        len(members),
+        lm.kept_rows,
+    )
     return results
 
 
@@ -337,8 +402,11 @@ def _record_task_files(tasks_dir: Path, harness_dir: Path, benchmark: str, metad
     (harness_dir / "tasks").mkdir(parents=True, exist_ok=True)
     for name in ("_populora_math.yaml", f"{task_name(benchmark)}.yaml", "utils.py"):
         shutil.copy2(tasks_dir / name, harness_dir / "tasks" / name)
-    (harness_dir / "tasks" / "lm_eval_args.json").write_text(json.dumps(
-        {"include_path": str(tasks_dir), "metadata": metadata, "gen_kwargs": gen_kwargs}, indent=1, sort_keys=True))
+    (harness_dir / "tasks" / "lm_eval_args.json").write_text(
+        json.dumps(
+            {"include_path": str(tasks_dir), "metadata": metadata, "gen_kwargs": gen_kwargs}, indent=1, sort_keys=True
+        )
+    )
 
 
 def _explain(error: Exception, benchmark: str, base_model, adapter, math_data: str) -> str:
@@ -361,12 +429,17 @@ def sample_rows(results: dict, benchmark: str) -> list[dict]:
         response = sample["resps"][0][0] if sample["resps"] and sample["resps"][0] else ""
         doc = sample["doc"]
         arguments = sample.get("arguments") or [[""]]
-        rows.append({
-            "doc_id": sample["doc_id"], "question": doc["populora_question"], "gold": doc["populora_gold"],
-            "prompt": arguments[0][0],
-            "response": response, "extracted": extract_answer(response, benchmark),
-            "correct": bool(sample["accuracy"]),
-        })
+        rows.append(
+            {
+                "doc_id": sample["doc_id"],
+                "question": doc["populora_question"],
+                "gold": doc["populora_gold"],
+                "prompt": arguments[0][0],
+                "response": response,
+                "extracted": extract_answer(response, benchmark),
+                "correct": bool(sample["accuracy"]),
+            }
+        )
     return sorted(rows, key=lambda row: row["doc_id"])
 
 
@@ -397,8 +470,10 @@ def evaluate_jsonable(benchmark: str, **kwargs) -> dict:
 
 # ---------------------------------------------------------------- the runner
 
-def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log,
-        partial: Partial | None = None) -> dict[str, dict]:
+
+def run(
+    settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log, partial: Partial | None = None
+) -> dict[str, dict]:
     """The lm-eval math task of every model; samples and lm-eval's own files under `out/<model>/`.
     The bare base runs as lm-eval's `hf` model; members share one generation pass (stacked adapters).
     With `partial` (`populora.bench.partial`) finished requests are kept there for a rerun: lm-eval's
@@ -406,8 +481,13 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
     bench = settings.benchmark
     data_dir = settings.data_dir
     limit = settings.limit
-    log.info("%s through lm-eval (%s, first %s problems), %d model(s)", bench, data_dir or "official data",
-             limit or "all", len(models))
+    log.info(
+        "%s through lm-eval (%s, first %s problems), %d model(s)",
+        bench,
+        data_dir or "official data",
+        limit or "all",
+        len(models),
+    )
     members = [model for model in models if model.adapter is not None]
     vllm = settings.sampler.lmeval_vllm_args()  # None: lm-eval's hf model and the project's stacked model
     runs, start = {}, time.perf_counter()
@@ -417,32 +497,63 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-
         for model in models:
-            with _tqdm_on_in_children(), ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            with (
+                _tqdm_on_in_children(),
+                ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool,
+            ):
                 runs[model.name] = pool.submit(
-                    evaluate_jsonable, bench, base_model=base_model, adapter=model.adapter, data_dir=data_dir,
+                    evaluate_jsonable,
+                    bench,
+                    base_model=base_model,
+                    adapter=model.adapter,
+                    data_dir=data_dir,
                     limit=limit,
-                    max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
-                    dtype=settings.dtype, device=settings.device,
-                    harness_dir=out / model.name / "harness", tasks_dir=settings.tasks_dir,
-                    vllm=vllm, cache=partial.lm_eval_cache(model) if partial is not None else None).result()
+                    max_new_tokens=settings.max_new_tokens,
+                    batch_size=settings.batch_size,
+                    dtype=settings.dtype,
+                    device=settings.device,
+                    harness_dir=out / model.name / "harness",
+                    tasks_dir=settings.tasks_dir,
+                    vllm=vllm,
+                    cache=partial.lm_eval_cache(model) if partial is not None else None,
+                ).result()
         members = []
     for model in models:
         if model.adapter is None and model.name not in runs:
             runs[model.name] = evaluate(
-                bench, base_model=base_model, adapter=None, data_dir=data_dir, limit=limit,
-                max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
-                dtype=settings.dtype, device=settings.device,
-                harness_dir=out / model.name / "harness", tasks_dir=settings.tasks_dir,
-                cache=partial.lm_eval_cache(model) if partial is not None else None)
+                bench,
+                base_model=base_model,
+                adapter=None,
+                data_dir=data_dir,
+                limit=limit,
+                max_new_tokens=settings.max_new_tokens,
+                batch_size=settings.batch_size,
+                dtype=settings.dtype,
+                device=settings.device,
+                harness_dir=out / model.name / "harness",
+                tasks_dir=settings.tasks_dir,
+                cache=partial.lm_eval_cache(model) if partial is not None else None,
+            )
     if members:
         tokenizer, multilora = settings.load_model(base_model, {m.name: m.adapter for m in members})
-        runs.update(evaluate_members(
-            bench, multilora=multilora, tokenizer=tokenizer, members={m.name: out / m.name / "harness" for m in members},
-            base_model=base_model, adapters={m.name: m.adapter for m in members}, data_dir=data_dir, limit=limit,
-            max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size, tasks_dir=settings.tasks_dir,
-            store=partial.members_store(members) if partial is not None else None, log=log))
+        runs.update(
+            evaluate_members(
+                bench,
+                multilora=multilora,
+                tokenizer=tokenizer,
+                members={m.name: out / m.name / "harness" for m in members},
+                base_model=base_model,
+                adapters={m.name: m.adapter for m in members},
+                data_dir=data_dir,
+                limit=limit,
+                max_new_tokens=settings.max_new_tokens,
+                batch_size=settings.batch_size,
+                tasks_dir=settings.tasks_dir,
+                store=partial.members_store(members) if partial is not None else None,
+                log=log,
+            )
+        )
         del multilora
     run_s = time.perf_counter() - start  # the lm-eval runs whole, generation included
     results = {}
@@ -453,9 +564,13 @@ def run(settings: BenchSettings, models: list[BenchModel], base_model: Path, out
         write_jsonl(samples / "harness" / "lm_eval_samples.jsonl", jsonable(run["samples"][task_name(bench)]))
         write_json(samples / "harness" / "results.json", jsonable({k: v for k, v in run.items() if k != "samples"}))
         results[model.name] = {
-            "n": len(rows), "per_problem": {str(row["doc_id"]): int(row["correct"]) for row in rows},
-            "metrics": {"accuracy": accuracy(run, bench)}, "stderr": {"accuracy": stderr(run, bench)},
-            "harness": f"lm_eval {version('lm_eval')}", "run_s": round(run_s, 1),
+            "n": len(rows),
+            "per_problem": {str(row["doc_id"]): int(row["correct"]) for row in rows},
+            "metrics": {"accuracy": accuracy(run, bench)},
+            "stderr": {"accuracy": stderr(run, bench)},
+            "harness": f"lm_eval {version('lm_eval')}",
+            "run_s": round(run_s, 1),
             "models_in_pass": len(members) if model.adapter is not None else 1,
-            "data": str(data_dir) if data_dir else OFFICIAL_MATH_DATA}
+            "data": str(data_dir) if data_dir else OFFICIAL_MATH_DATA,
+        }
     return results

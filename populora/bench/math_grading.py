@@ -75,7 +75,7 @@ def last_boxed(text: str) -> str | None:
     if start < 0:
         return None
     command = next(c for c in _BOX_COMMANDS if text.startswith(c, start))
-    rest = text[start + len(command):]
+    rest = text[start + len(command) :]
     if rest.startswith(" "):  # `\boxed 5`: up to the next `$` or whitespace
         match = re.match(r"\s+([^\s$]+)", rest)
         return match.group(1) if match else None
@@ -115,8 +115,28 @@ def extract_answer(text: str, benchmark: str) -> str | None:
 # Normalisation
 
 
-_REMOVE = ("\\left", "\\right", "\\displaystyle", "\\!", "\\,", "\\;", "\\:", "\\ ", "~",
-           "^{\\circ}", "^\\circ", "\\circ", "\\%", "%", "\\$", "$", "\\(", "\\)", "\\[", "\\]")
+_REMOVE = (
+    "\\left",
+    "\\right",
+    "\\displaystyle",
+    "\\!",
+    "\\,",
+    "\\;",
+    "\\:",
+    "\\ ",
+    "~",
+    "^{\\circ}",
+    "^\\circ",
+    "\\circ",
+    "\\%",
+    "%",
+    "\\$",
+    "$",
+    "\\(",
+    "\\)",
+    "\\[",
+    "\\]",
+)
 _UNIT_COMMANDS = r"\\(?:text|textbf|mathrm|mbox|operatorname)"
 
 
@@ -154,7 +174,8 @@ def _to_float(text: str) -> float | None:
     """A plain number or a simple fraction, else None."""
     text = text.strip()
     match = re.fullmatch(r"(-?)\\frac\{(-?\d+(?:\.\d+)?)\}\{(-?\d+(?:\.\d+)?)\}", text) or re.fullmatch(
-        r"(-?)(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)", text)
+        r"(-?)(\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)", text
+    )
     if match:
         sign, numerator, denominator = match.groups()
         if float(denominator) == 0:

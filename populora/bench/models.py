@@ -38,8 +38,9 @@ def exported_models(models_dir: Path) -> list[BenchModel]:
     """The members an export folder holds (`<slot>/model.json` + `<slot>/adapter/`), by slot name."""
     folders = sorted(path.parent for path in Path(models_dir).glob(f"*/{MODEL_DESCRIPTION}"))
     if not folders:
-        raise BenchError(f"{models_dir} holds no exported member (<slot>/model.json). "
-                         "Fix: run the export stage of this arm first.")
+        raise BenchError(
+            f"{models_dir} holds no exported member (<slot>/model.json). Fix: run the export stage of this arm first."
+        )
     models = []
     for folder in folders:
         described = read_json(folder / MODEL_DESCRIPTION)
@@ -55,14 +56,18 @@ def adapter_of(model_dir: Path) -> Path:
     """The adapter folder named by an export folder's model.json."""
     description_path = model_dir / MODEL_DESCRIPTION
     if not description_path.is_file():
-        raise BenchError(f"{description_path} not found: {model_dir} is not an export folder. "
-                         "Fix: run the export stage for this model first.")
+        raise BenchError(
+            f"{description_path} not found: {model_dir} is not an export folder. "
+            "Fix: run the export stage for this model first."
+        )
     adapter = read_json(description_path).get("adapter")
     if adapter is None:
         raise BenchError(f"{description_path} names no adapter. Fix: re-run the export stage of this arm.")
     folder = model_dir / adapter
     missing = [name for name in ("adapter_config.json", "adapter_model.safetensors") if not (folder / name).is_file()]
     if missing:
-        raise BenchError(f"adapter folder {folder} lacks {', '.join(missing)}. "
-                         "Fix: re-run the export stage for this model (its checkpoint may be incomplete).")
+        raise BenchError(
+            f"adapter folder {folder} lacks {', '.join(missing)}. "
+            "Fix: re-run the export stage for this model (its checkpoint may be incomplete)."
+        )
     return folder

@@ -46,8 +46,13 @@ _CODE_ROOT = Path(__file__).resolve().parents[2]
 @functools.cache
 def code_hash(root: Path = _CODE_ROOT) -> str:
     """The project's code (any change: run again)."""
-    return hashlib.sha256(b"".join(p.read_bytes() for folder in ("populora", "stages", "workflow/lm_eval_tasks")
-                                   for p in sorted((root / folder).rglob("*.py")))).hexdigest()
+    return hashlib.sha256(
+        b"".join(
+            p.read_bytes()
+            for folder in ("populora", "stages", "workflow/lm_eval_tasks")
+            for p in sorted((root / folder).rglob("*.py"))
+        )
+    ).hexdigest()
 
 
 def _files(folder: Path) -> list:
@@ -57,8 +62,13 @@ def _files(folder: Path) -> list:
 def model_key(settings, base_model: Path, model) -> str:
     """What a model's result depends on: the benchmark's resolved settings (what it reads of params), the
     project's code, the base model's and the adapter's files (names, sizes, modification times)."""
-    parts = {"settings": repr(settings), "code": code_hash(), "base": _files(base_model),
-             "adapter": _files(model.adapter) if model.adapter else None, "model": model.name}
+    parts = {
+        "settings": repr(settings),
+        "code": code_hash(),
+        "base": _files(base_model),
+        "adapter": _files(model.adapter) if model.adapter else None,
+        "model": model.name,
+    }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -115,9 +125,18 @@ class Partial:
         return self.folder / LM_EVAL / f"members-{joint[:16]}.jsonl"
 
 
-def generate_in_pieces(partial: Partial | None, models, ids: list[str],
-                       generate: Callable[[list[int], Progress], dict[str, list]], *, size: int,
-                       cost: Callable[[int], int], desc: str, unit: str, log: logging.Logger) -> dict[str, list]:
+def generate_in_pieces(
+    partial: Partial | None,
+    models,
+    ids: list[str],
+    generate: Callable[[list[int], Progress], dict[str, list]],
+    *,
+    size: int,
+    cost: Callable[[int], int],
+    desc: str,
+    unit: str,
+    log: logging.Logger,
+) -> dict[str, list]:
     """Every model's output per problem (model name -> outputs in the order of `ids`).
 
     `generate(indices, progress)` generates the problems at `indices` (positions in `ids`) for every
@@ -138,11 +157,17 @@ def generate_in_pieces(partial: Partial | None, models, ids: list[str],
                 outputs[name][i] = output
     remaining = [i for _, piece in todo for i in piece]
     if len(remaining) < len(ids):
-        log.info("%s: %d of %d problems kept from an earlier attempt (%s)", desc, len(ids) - len(remaining), len(ids),
-                 partial.folder)
+        log.info(
+            "%s: %d of %d problems kept from an earlier attempt (%s)",
+            desc,
+            len(ids) - len(remaining),
+            len(ids),
+            partial.folder,
+        )
     done_before = sum(cost(i) for i in range(len(ids))) - sum(cost(i) for i in remaining)
-    with Progress(done_before + sum(cost(i) for i in remaining), desc, unit=unit, log=log,
-                  initial=done_before) as progress:
+    with Progress(
+        done_before + sum(cost(i) for i in remaining), desc, unit=unit, log=log, initial=done_before
+    ) as progress:
         for number, piece in todo:
             made = generate(piece, progress)
             for name in names:
@@ -150,6 +175,12 @@ def generate_in_pieces(partial: Partial | None, models, ids: list[str],
                     outputs[name][i] = output
             if partial is not None:
                 partial.keep_piece(number, [ids[i] for i in piece], models, made)
-    log.info("%s: generated %d problems for %d model(s) in %d piece(s) of up to %d", desc, len(remaining), len(models),
-             len(todo), size)
+    log.info(
+        "%s: generated %d problems for %d model(s) in %d piece(s) of up to %d",
+        desc,
+        len(remaining),
+        len(models),
+        len(todo),
+        size,
+    )
     return outputs

@@ -30,22 +30,35 @@ def with_uncertainty(result: dict, bench: str) -> dict:
     n = result["n"]
     score = result["metrics"][primary_metric(bench)]
     if n and abs(correct / n - score) > 1e-9:
-        raise BenchError(f"{bench}: {correct}/{n} problems correct but the harness reports {score}. "
-                         "Fix: report this as a bug (per-problem verdicts and the score disagree).")
+        raise BenchError(
+            f"{bench}: {correct}/{n} problems correct but the harness reports {score}. "
+            "Fix: report this as a bug (per-problem verdicts and the score disagree)."
+        )
     low, high = wilson_interval(correct, n)
     return {**result, "correct": correct, "interval": {"method": "wilson", "level": 0.95, "low": low, "high": high}}
 
 
 # which family's `run` scores a benchmark (settings.runner, `populora.bench.settings.runner_of`)
-RUNNERS = {"evalplus": evalplus.run, "lm_eval": lmeval.run, "cruxeval": cruxeval.run, "livecodebench": livecodebench.run}
+RUNNERS = {
+    "evalplus": evalplus.run,
+    "lm_eval": lmeval.run,
+    "cruxeval": cruxeval.run,
+    "livecodebench": livecodebench.run,
+}
 
 
-def run_benchmark(settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log,
-                  partial: Partial | None = None) -> dict[str, dict]:
+def run_benchmark(
+    settings: BenchSettings, models: list[BenchModel], base_model: Path, out: Path, log, partial: Partial | None = None
+) -> dict[str, dict]:
     """Every model's result on the benchmark (with `correct`, its Wilson interval and the model's ref
     fields); samples under `out/<model>/`. `partial` (`populora.bench.partial`): where finished work is
     kept for a rerun and taken back from."""
     results = RUNNERS[settings.runner](settings, models, base_model, out, log, partial=partial)
-    return {model.name: {**with_uncertainty(results[model.name], settings.benchmark), **model.ref.fields(),
-                         "member": model.member}
-            for model in models}
+    return {
+        model.name: {
+            **with_uncertainty(results[model.name], settings.benchmark),
+            **model.ref.fields(),
+            "member": model.member,
+        }
+        for model in models
+    }

@@ -64,12 +64,18 @@ class BenchSettings:
             loaded = self.sampler.load(base_model, adapters)
         except Exception as error:  # safetensors, PEFT and transformers raise many kinds
             memory = "memory" in str(error).lower()
-            fix = ("raise sampler.memory_fraction (vLLM reserves that share of the device's memory, its own process "
-                   "included on the CPU) or free memory" if memory else "re-run the base_model / export stages; an "
-                   "adapter must come from the same base model and LoRA settings")
-            raise BenchError(f"model {', '.join(adapters) or 'base'} did not load (base {base_model}, adapters "
-                             f"{', '.join(map(str, adapters.values())) or 'none'}): "
-                             f"{type(error).__name__}: {error}. Fix: {fix}.") from error
+            fix = (
+                "raise sampler.memory_fraction (vLLM reserves that share of the device's memory, its own process "
+                "included on the CPU) or free memory"
+                if memory
+                else "re-run the base_model / export stages; an "
+                "adapter must come from the same base model and LoRA settings"
+            )
+            raise BenchError(
+                f"model {', '.join(adapters) or 'base'} did not load (base {base_model}, adapters "
+                f"{', '.join(map(str, adapters.values())) or 'none'}): "
+                f"{type(error).__name__}: {error}. Fix: {fix}."
+            ) from error
         if self.sampler.name == "hf":  # vLLM: an engine's memory is only given back when its process ends
             _LOADED[key] = loaded
         return loaded
@@ -82,8 +88,11 @@ _LOADED: dict[tuple, tuple] = {}
 def _files(folder: str | Path) -> tuple:
     """A folder as the key of what was loaded from it: its path and files (names, sizes, modification times)."""
     folder = Path(folder).resolve()
-    files = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file()) \
-        if folder.is_dir() else []
+    files = (
+        sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file())
+        if folder.is_dir()
+        else []
+    )
     return str(folder), tuple(files)
 
 
@@ -95,9 +104,18 @@ def settings_for(params, benchmark: str, tasks_dir: str | Path | None = None) ->
     cruxeval = benchmark_kind(benchmark) == "cruxeval"
     sampler = pick_sampler(params)
     return BenchSettings(
-        benchmark=benchmark, runner=runner_of(benchmark), limit=params.bench.limit_of(benchmark),
+        benchmark=benchmark,
+        runner=runner_of(benchmark),
+        limit=params.bench.limit_of(benchmark),
         max_new_tokens=params.bench.cruxeval.max_new_tokens if cruxeval else params.bench.max_new_tokens,
-        batch_size=params.bench.batch_size, data_dir=resolve_data_dir(params.bench.data_dir),
-        solve_mode=params.solve.mode, cruxeval=params.bench.cruxeval, livecodebench=params.bench.livecodebench,
-        verify=params.verify, sampler=sampler, dtype=sampler.dtype,
-        device=str(pick_device(params.model.device)), tasks_dir=Path(tasks_dir) if tasks_dir else None)
+        batch_size=params.bench.batch_size,
+        data_dir=resolve_data_dir(params.bench.data_dir),
+        solve_mode=params.solve.mode,
+        cruxeval=params.bench.cruxeval,
+        livecodebench=params.bench.livecodebench,
+        verify=params.verify,
+        sampler=sampler,
+        dtype=sampler.dtype,
+        device=str(pick_device(params.model.device)),
+        tasks_dir=Path(tasks_dir) if tasks_dir else None,
+    )

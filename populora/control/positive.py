@@ -61,16 +61,38 @@ class Solver:
         from populora.verifier import grade_rows
 
         cfg = self.params.solve
-        jobs = solver_jobs({ADAPTER: {"code_o": tasks}}, self.buffer, samples=samples, worked_examples=cfg.worked_examples,
-                           mode=cfg.mode, chat=self.chat, rng=random.Random(seed))
-        results = run_plans(self.model, self.tokenizer, [GenRow(plan, None) for _, plan in jobs], temperature=temperature,
-                            top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, seed=seed,
-                            desc=desc)
+        jobs = solver_jobs(
+            {ADAPTER: {"code_o": tasks}},
+            self.buffer,
+            samples=samples,
+            worked_examples=cfg.worked_examples,
+            mode=cfg.mode,
+            chat=self.chat,
+            rng=random.Random(seed),
+        )
+        results = run_plans(
+            self.model,
+            self.tokenizer,
+            [GenRow(plan, None) for _, plan in jobs],
+            temperature=temperature,
+            top_p=cfg.top_p,
+            max_new_tokens=cfg.max_new_tokens,
+            batch_size=cfg.batch_size,
+            seed=seed,
+            desc=desc,
+        )
         rows = []
         for (meta, _), result in zip(jobs, results):
             answer, reason = parse_answer(result.completion, "code_o", mode=cfg.mode, truncated=result.truncated)
-            rows.append({**meta, "answer": answer, "parse_reason": reason, "segments": result.segments,
-                         "tokens": result.tokens_generated})
+            rows.append(
+                {
+                    **meta,
+                    "answer": answer,
+                    "parse_reason": reason,
+                    "segments": result.segments,
+                    "tokens": result.tokens_generated,
+                }
+            )
         return grade_rows(tasks, rows, self.params.verify, sandbox=self.sandbox)
 
     def heldout_verdicts(self, tasks: list[dict], seed: int) -> list[bool]:
@@ -79,8 +101,9 @@ class Solver:
         return [bool(row["correct"]) for row in graded]
 
 
-def run_arm(arm: str, params, base_model: Path, init_adapter: Path, tasks: dict, buffer: list[dict], sandbox,
-            accelerator) -> dict:
+def run_arm(
+    arm: str, params, base_model: Path, init_adapter: Path, tasks: dict, buffer: list[dict], sandbox, accelerator
+) -> dict:
     """Train one arm from the initial adapter; its per-step rows and held-out evaluations."""
     import torch
 
@@ -101,36 +124,67 @@ def run_arm(arm: str, params, base_model: Path, init_adapter: Path, tasks: dict,
     steps, evaluations = [], {}
     started = time.monotonic()
     for step in range(control.steps):
-        batch = tasks["train"][step * control.tasks_per_step:(step + 1) * control.tasks_per_step]
+        batch = tasks["train"][step * control.tasks_per_step : (step + 1) * control.tasks_per_step]
         t0 = time.monotonic()
-        graded = solver.answer(batch, samples=control.samples, temperature=control.temperature,
-                               seed=seed_of(control.seed, "train", step), desc=f"{arm} step {step}")
-        rollouts = build_rollouts([], graded, params.reward.teacher_mode, params.reward.advantage_baseline,
-                                  params.reward.scale_rewards)
+        graded = solver.answer(
+            batch,
+            samples=control.samples,
+            temperature=control.temperature,
+            seed=seed_of(control.seed, "train", step),
+            desc=f"{arm} step {step}",
+        )
+        rollouts = build_rollouts(
+            [], graded, params.reward.teacher_mode, params.reward.advantage_baseline, params.reward.scale_rewards
+        )
         if arm == "shuffled":
             rollouts = shuffle_within_groups(rollouts, seed_of(control.seed, "null", step))
         t1 = time.monotonic()
         stats = update.train(rollouts)
-        row = {"step": step, "solve_rate": sum(r["correct"] for r in graded) / len(graded),
-               "reward_mean": sum(r["reward"] for r in rollouts) / len(rollouts),
-               "malformed": sum(r.get("parse_reason") is not None for r in graded),
-               "sample_s": round(t1 - t0, 1), "update_s": round(time.monotonic() - t1, 1),
-               **{k: stats[k] for k in ("rollouts_with_signal", "trained_tokens", "tasks_without_spread",
-                                        "tasks_sampled_more_than_once")},
-               "optimizer_steps": stats["steps"]}
+        row = {
+            "step": step,
+            "solve_rate": sum(r["correct"] for r in graded) / len(graded),
+            "reward_mean": sum(r["reward"] for r in rollouts) / len(rollouts),
+            "malformed": sum(r.get("parse_reason") is not None for r in graded),
+            "sample_s": round(t1 - t0, 1),
+            "update_s": round(time.monotonic() - t1, 1),
+            **{
+                k: stats[k]
+                for k in (
+                    "rollouts_with_signal",
+                    "trained_tokens",
+                    "tasks_without_spread",
+                    "tasks_sampled_more_than_once",
+                )
+            },
+            "optimizer_steps": stats["steps"],
+        }
         steps.append(row)
         last = stats["steps"][-1] if stats["steps"] else {}
-        log.info("%s step %d: solve rate %.3f, %d rollouts with signal, loss %s, logprob change A>0 %s A<0 %s "
-                 "(%.0f s sampling+grading, %.0f s update)", arm, step, row["solve_rate"], row["rollouts_with_signal"],
-                 _fmt(last.get("loss")), _fmt(last.get("logprob_change_positive")),
-                 _fmt(last.get("logprob_change_negative")), row["sample_s"], row["update_s"])
+        log.info(
+            "%s step %d: solve rate %.3f, %d rollouts with signal, loss %s, logprob change A>0 %s A<0 %s "
+            "(%.0f s sampling+grading, %.0f s update)",
+            arm,
+            step,
+            row["solve_rate"],
+            row["rollouts_with_signal"],
+            _fmt(last.get("loss")),
+            _fmt(last.get("logprob_change_positive")),
+            _fmt(last.get("logprob_change_negative")),
+            row["sample_s"],
+            row["update_s"],
+        )
         if (step + 1) % control.eval_every == 0 or step + 1 == control.steps:
             verdicts = solver.heldout_verdicts(tasks["heldout"], eval_seed)
             evaluations[step + 1] = verdicts
             log.info("%s after step %d: held-out accuracy %.3f", arm, step + 1, sum(verdicts) / len(verdicts))
-    return {"arm": arm, "steps": steps, "wall_s": round(time.monotonic() - started, 1),
-            "heldout": {str(k): {"accuracy": sum(v) / len(v), "verdicts": [int(x) for x in v]}
-                        for k, v in evaluations.items()}}
+    return {
+        "arm": arm,
+        "steps": steps,
+        "wall_s": round(time.monotonic() - started, 1),
+        "heldout": {
+            str(k): {"accuracy": sum(v) / len(v), "verdicts": [int(x) for x in v]} for k, v in evaluations.items()
+        },
+    }
 
 
 def _fmt(value) -> str:
@@ -142,66 +196,107 @@ def base_verdicts(params, base_model: Path, tasks: dict, buffer: list[dict], san
 
     tokenizer, model = load_base(base_model, dtype=params.model.dtype, device=device)
     return Solver(model, tokenizer, buffer, params, sandbox).heldout_verdicts(
-        tasks["heldout"], seed_of(params.control.seed, "heldout"))
+        tasks["heldout"], seed_of(params.control.seed, "heldout")
+    )
 
 
 def compare(params, base: list[bool], arms: dict[str, dict]) -> dict:
     """Final held-out accuracy per arm, differences in points with exact McNemar p, and the verdict."""
     from populora.core.stats import mcnemar_exact, paired_bootstrap
 
-    final = {name: [bool(x) for x in arm["heldout"][str(params.control.steps)]["verdicts"]] for name, arm in arms.items()}
+    final = {
+        name: [bool(x) for x in arm["heldout"][str(params.control.steps)]["verdicts"]] for name, arm in arms.items()
+    }
     final["base"] = base
-    pairs = [(a, b) for a, b in (("real", "base"), ("real", "shuffled"), ("shuffled", "base")) if a in final and b in final]
+    pairs = [
+        (a, b) for a, b in (("real", "base"), ("real", "shuffled"), ("shuffled", "base")) if a in final and b in final
+    ]
     comparisons = {}
     for a, b in pairs:
         mean, low, high = paired_bootstrap([int(x) - int(y) for x, y in zip(final[a], final[b])])
-        comparisons[f"{a} - {b}"] = {"points": round(100 * mean, 1), "interval": [round(100 * low, 1), round(100 * high, 1)],
-                                     **mcnemar_exact(final[a], final[b])}
+        comparisons[f"{a} - {b}"] = {
+            "points": round(100 * mean, 1),
+            "interval": [round(100 * low, 1), round(100 * high, 1)],
+            **mcnemar_exact(final[a], final[b]),
+        }
     control = params.control
     needed = [c for c in ("real - base", "real - shuffled") if c in comparisons]
-    passed = len(needed) == 2 and all(comparisons[c]["points"] >= control.min_gain and comparisons[c]["p"] < control.max_p
-                                      for c in needed)
-    return {"accuracy": {name: round(100 * sum(v) / len(v), 1) for name, v in final.items()},
-            "comparisons": comparisons, "passed": passed,
-            "bar": f"real - base and real - shuffled >= {control.min_gain:g} points, each exact McNemar p < {control.max_p:g}"}
+    passed = len(needed) == 2 and all(
+        comparisons[c]["points"] >= control.min_gain and comparisons[c]["p"] < control.max_p for c in needed
+    )
+    return {
+        "accuracy": {name: round(100 * sum(v) / len(v), 1) for name, v in final.items()},
+        "comparisons": comparisons,
+        "passed": passed,
+        "bar": f"real - base and real - shuffled >= {control.min_gain:g} points, each exact McNemar p < {control.max_p:g}",
+    }
 
 
 def markdown(result: dict) -> str:
     c = result["control"]
-    loss_type = result["update"].get("loss_type") or result["update"].get("loss_reduction")  # before issue 49: loss_reduction
-    lines = [f"# Positive control: `{c['family']}` ({FAMILIES[c['family']].about})", "",
-             f"{c['steps']} steps x {c['tasks_per_step']} tasks x {c['samples']} answers at temperature "
-             f"{c['temperature']}; held-out pool {c['heldout']} tasks, greedy. Update: lr {result['update']['learning_rate']:g}, "
-             f"{result['update']['steps']} optimizer step(s) per batch, loss per {loss_type}, "
-             f"advantage baseline {result['advantage_baseline']}, scaled by {result.get('scale_rewards', 'none')}.", "",
-             "Wall: base model on the held-out pool " + (f"{result['base_wall_s'] / 60:.1f} min" if result.get("base_wall_s")
-                                                           else "(not recorded)")
-             + "; " + ", ".join(f"{name} {arm['wall_s'] / 60:.1f} min" for name, arm in result["arms"].items())
-             + f" (each in its own process when run with --jobs); this invocation {result['wall_s'] / 60:.1f} min, on "
-             f"{result['machine']['cpus']} CPU(s) ({result['machine']['cpu']}).", "",
-             f"**{'PASS' if result['summary']['passed'] else 'FAIL'}** ({result['summary']['bar']}).", "",
-             "| arm | held-out accuracy (%) |", "| --- | ---: |"]
+    loss_type = result["update"].get("loss_type") or result["update"].get(
+        "loss_reduction"
+    )  # before issue 49: loss_reduction
+    lines = [
+        f"# Positive control: `{c['family']}` ({FAMILIES[c['family']].about})",
+        "",
+        f"{c['steps']} steps x {c['tasks_per_step']} tasks x {c['samples']} answers at temperature "
+        f"{c['temperature']}; held-out pool {c['heldout']} tasks, greedy. Update: lr {result['update']['learning_rate']:g}, "
+        f"{result['update']['steps']} optimizer step(s) per batch, loss per {loss_type}, "
+        f"advantage baseline {result['advantage_baseline']}, scaled by {result.get('scale_rewards', 'none')}.",
+        "",
+        "Wall: base model on the held-out pool "
+        + (f"{result['base_wall_s'] / 60:.1f} min" if result.get("base_wall_s") else "(not recorded)")
+        + "; "
+        + ", ".join(f"{name} {arm['wall_s'] / 60:.1f} min" for name, arm in result["arms"].items())
+        + f" (each in its own process when run with --jobs); this invocation {result['wall_s'] / 60:.1f} min, on "
+        f"{result['machine']['cpus']} CPU(s) ({result['machine']['cpu']}).",
+        "",
+        f"**{'PASS' if result['summary']['passed'] else 'FAIL'}** ({result['summary']['bar']}).",
+        "",
+        "| arm | held-out accuracy (%) |",
+        "| --- | ---: |",
+    ]
     lines += [f"| {name} | {acc} |" for name, acc in result["summary"]["accuracy"].items()]
-    lines += ["", "| difference | points | 95% paired bootstrap | only first / only second | exact McNemar p |",
-              "| --- | ---: | --- | --- | ---: |"]
+    lines += [
+        "",
+        "| difference | points | 95% paired bootstrap | only first / only second | exact McNemar p |",
+        "| --- | ---: | --- | --- | ---: |",
+    ]
     for name, comp in result["summary"]["comparisons"].items():
-        lines.append(f"| {name} | {comp['points']:+.1f} | [{comp['interval'][0]:+.1f}, {comp['interval'][1]:+.1f}] | "
-                     f"{comp['first_only']} / {comp['second_only']} | {comp['p']:.3g} |")
-    lines += ["", "Held-out accuracy (%) by step:", "", "| step | " + " | ".join(result["arms"]) + " |",
-              "| ---: | " + " | ".join("---:" for _ in result["arms"]) + " |"]
+        lines.append(
+            f"| {name} | {comp['points']:+.1f} | [{comp['interval'][0]:+.1f}, {comp['interval'][1]:+.1f}] | "
+            f"{comp['first_only']} / {comp['second_only']} | {comp['p']:.3g} |"
+        )
+    lines += [
+        "",
+        "Held-out accuracy (%) by step:",
+        "",
+        "| step | " + " | ".join(result["arms"]) + " |",
+        "| ---: | " + " | ".join("---:" for _ in result["arms"]) + " |",
+    ]
     lines.append("| 0 | " + " | ".join(f"{result['summary']['accuracy']['base']}" for _ in result["arms"]) + " |")
     for step in _steps(next(iter(result["arms"].values()))):
-        lines.append(f"| {step} | " + " | ".join(f"{100 * arm['heldout'][step]['accuracy']:.1f}"
-                                                for arm in result["arms"].values()) + " |")
-    lines += ["", "Per step (training answers; the update's diagnostics of the step's last optimizer step):", "",
-              "| arm | step | solve rate | with signal | loss | grad norm | entropy | logprob change A>0 | A<0 |",
-              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines.append(
+            f"| {step} | "
+            + " | ".join(f"{100 * arm['heldout'][step]['accuracy']:.1f}" for arm in result["arms"].values())
+            + " |"
+        )
+    lines += [
+        "",
+        "Per step (training answers; the update's diagnostics of the step's last optimizer step):",
+        "",
+        "| arm | step | solve rate | with signal | loss | grad norm | entropy | logprob change A>0 | A<0 |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for name, arm in result["arms"].items():
         for row in arm["steps"]:
             d = row["optimizer_steps"][-1] if row["optimizer_steps"] else {}
-            lines.append(f"| {name} | {row['step']} | {row['solve_rate']:.3f} | {row['rollouts_with_signal']} | "
-                         f"{_fmt(d.get('loss'))} | {d.get('grad_norm', 0):.3f} | {d.get('entropy') or 0:.3f} | "
-                         f"{_fmt(d.get('logprob_change_positive'))} | {_fmt(d.get('logprob_change_negative'))} |")
+            lines.append(
+                f"| {name} | {row['step']} | {row['solve_rate']:.3f} | {row['rollouts_with_signal']} | "
+                f"{_fmt(d.get('loss'))} | {d.get('grad_norm', 0):.3f} | {d.get('entropy') or 0:.3f} | "
+                f"{_fmt(d.get('logprob_change_positive'))} | {_fmt(d.get('logprob_change_negative'))} |"
+            )
     lines += ["", f"Command: `{result['command']}`", ""]
     return "\n".join(lines)
 
@@ -223,14 +318,26 @@ def plot(result: dict, path: Path) -> None:
     base = result["summary"]["accuracy"]["base"]
     for name, arm in result["arms"].items():
         steps = _steps(arm)
-        axes[0].plot([0] + [int(s) for s in steps], [base] + [100 * arm["heldout"][s]["accuracy"] for s in steps],
-                     marker="o", label=name)
+        axes[0].plot(
+            [0] + [int(s) for s in steps],
+            [base] + [100 * arm["heldout"][s]["accuracy"] for s in steps],
+            marker="o",
+            label=name,
+        )
         axes[1].plot([r["step"] for r in arm["steps"]], [r["solve_rate"] for r in arm["steps"]], label=name)
         for sign, style in (("positive", "-"), ("negative", "--")):
-            values = [(r["step"], r["optimizer_steps"][0].get(f"logprob_change_{sign}")) for r in arm["steps"]
-                      if r["optimizer_steps"]]
+            values = [
+                (r["step"], r["optimizer_steps"][0].get(f"logprob_change_{sign}"))
+                for r in arm["steps"]
+                if r["optimizer_steps"]
+            ]
             values = [(s, v) for s, v in values if v is not None]
-            axes[2].plot([s for s, _ in values], [v for _, v in values], style, label=f"{name}, A{'>' if sign == 'positive' else '<'}0")
+            axes[2].plot(
+                [s for s, _ in values],
+                [v for _, v in values],
+                style,
+                label=f"{name}, A{'>' if sign == 'positive' else '<'}0",
+            )
     axes[0].axhline(base, color="grey", linestyle=":", label="base")
     axes[0].set(title="held-out accuracy (greedy, %)", xlabel="step")
     axes[1].set(title="training solve rate (sampled)", xlabel="step")
@@ -251,8 +358,18 @@ def run_in_processes(arms: list[str], args: argparse.Namespace) -> None:
 
     jobs = args.jobs
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    base = [sys.executable, "-m", "populora.control.positive", "--params", args.params, "--base-model", args.base_model,
-            "--out", args.out, *(["--overlay", *args.overlay] if args.overlay else [])]
+    base = [
+        sys.executable,
+        "-m",
+        "populora.control.positive",
+        "--params",
+        args.params,
+        "--base-model",
+        args.base_model,
+        "--out",
+        args.out,
+        *(["--overlay", *args.overlay] if args.overlay else []),
+    ]
     pending, running = list(arms), []
     while pending or running:
         while pending and len(running) < jobs:
@@ -267,8 +384,18 @@ def run_in_processes(arms: list[str], args: argparse.Namespace) -> None:
 def machine() -> dict:
     import os
 
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    model = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else ""
+    )
     return {"cpu": model, "cpus": os.cpu_count(), "python": platform.python_version()}
 
 
@@ -281,9 +408,11 @@ def check_answer_budget(params, base_model: Path, tasks: list[dict]) -> None:
 
     needed = answer_budget(tasks, AutoTokenizer.from_pretrained(base_model))
     if needed > params.solve.max_new_tokens:
-        raise ValueError(f"solve.max_new_tokens = {params.solve.max_new_tokens} cannot hold the longest gold answer of "
-                         f"family {params.control.family!r} ({needed} tokens with its closing fence). Fix: raise "
-                         f"solve.max_new_tokens to {needed} or more in the control's overlay.")
+        raise ValueError(
+            f"solve.max_new_tokens = {params.solve.max_new_tokens} cannot hold the longest gold answer of "
+            f"family {params.control.family!r} ({needed} tokens with its closing fence). Fix: raise "
+            f"solve.max_new_tokens to {needed} or more in the control's overlay."
+        )
 
 
 def prepare(params, out: Path, base_model: Path, sandbox) -> tuple[dict, list[dict], Path]:
@@ -296,14 +425,18 @@ def prepare(params, out: Path, base_model: Path, sandbox) -> tuple[dict, list[di
     from populora.verifier import verify_rows
 
     control = params.control
-    tasks = family_tasks(control.family, heldout=control.heldout, train=control.steps * control.tasks_per_step,
-                         seed=control.seed)
+    tasks = family_tasks(
+        control.family, heldout=control.heldout, train=control.steps * control.tasks_per_step, seed=control.seed
+    )
     verified = {pool: verify_rows(rows, params.verify, sandbox=sandbox) for pool, rows in tasks.items()}
     bad = [row["task_id"] for rows in verified.values() for row in rows if not row["valid"]]
     if bad:
         raise RuntimeError(f"family {control.family!r}: the verifier rejected {bad[:5]}")
-    seeds = [row for row in verify_rows(seed_proposals(params.buffer.seeds), params.verify, sandbox=sandbox)
-             if row["valid"] and row["type"] == "code_o"]
+    seeds = [
+        row
+        for row in verify_rows(seed_proposals(params.buffer.seeds), params.verify, sandbox=sandbox)
+        if row["valid"] and row["type"] == "code_o"
+    ]
     if params.propose.reject_copyable:
         seeds = [row for row in seeds if not is_copyable(row)]
     check_answer_budget(params, base_model, [row for rows in verified.values() for row in rows])
@@ -313,20 +446,36 @@ def prepare(params, out: Path, base_model: Path, sandbox) -> tuple[dict, list[di
         cfg = params.lora
         init.mkdir(parents=True, exist_ok=True)
         torch.manual_seed(0)
-        create_adapters(model, [ADAPTER], init, lora_cfg=lora_config(cfg.rank, cfg.alpha, cfg.dropout, list(cfg.target_modules)),
-                        seeds={ADAPTER: seed_of(control.seed, "init")}, init_std=cfg.init_std)
+        create_adapters(
+            model,
+            [ADAPTER],
+            init,
+            lora_cfg=lora_config(cfg.rank, cfg.alpha, cfg.dropout, list(cfg.target_modules)),
+            seeds={ADAPTER: seed_of(control.seed, "init")},
+            init_std=cfg.init_std,
+        )
     return verified, seeds, init / ADAPTER
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--overlay", nargs="*", default=[], help="params overlays applied in order, e.g. "
-                        "params/positive-control.yaml (and params/positive-control-bf16.yaml)")
+    parser.add_argument(
+        "--overlay",
+        nargs="*",
+        default=[],
+        help="params overlays applied in order, e.g. "
+        "params/positive-control.yaml (and params/positive-control-bf16.yaml)",
+    )
     parser.add_argument("--base-model", required=True, help="HF folder of the base model (made if missing)")
     parser.add_argument("--out", required=True, help="output folder, e.g. study/positive-control")
-    parser.add_argument("--jobs", type=int, default=1, help="arms trained at once, each in its own process with "
-                        "cores / jobs threads (2 on 2 cores: one thread each scales better than two threads per arm)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="arms trained at once, each in its own process with "
+        "cores / jobs threads (2 on 2 cores: one thread each scales better than two threads per arm)",
+    )
     parser.add_argument("--arm", help="train only this arm (what --jobs starts in each process)")
     parser.add_argument("--threads", type=int, help="torch threads of this process (default: torch's)")
     args = parser.parse_args(argv)
@@ -337,8 +486,11 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", error)
         return 2
     if params.control.family not in FAMILIES:
-        log.error("control.family: unknown task family %r. Fix: use one of %s (populora/tasks/families.py).",
-                  params.control.family, ", ".join(sorted(FAMILIES)))
+        log.error(
+            "control.family: unknown task family %r. Fix: use one of %s (populora/tasks/families.py).",
+            params.control.family,
+            ", ".join(sorted(FAMILIES)),
+        )
         return 2
     import torch
     from accelerate import Accelerator
@@ -357,8 +509,13 @@ def main(argv: list[str] | None = None) -> int:
     sandbox = open_sandbox(params.verify, log)
     try:
         tasks, buffer, init = prepare(params, out, base_model, sandbox)
-        log.info("family %s: %d training and %d held-out tasks; %d worked examples", params.control.family,
-                 len(tasks["train"]), len(tasks["heldout"]), len(buffer))
+        log.info(
+            "family %s: %d training and %d held-out tasks; %d worked examples",
+            params.control.family,
+            len(tasks["train"]),
+            len(tasks["heldout"]),
+            len(buffer),
+        )
         base_file = out / "arms" / "base.json"
         if base_file.is_file():
             base = [bool(x) for x in read_json(base_file)["verdicts"]]
@@ -368,8 +525,10 @@ def main(argv: list[str] | None = None) -> int:
             write_json(base_file, {"verdicts": [int(x) for x in base], "wall_s": round(time.monotonic() - t0, 1)})
         log.info("base held-out accuracy %.3f", sum(base) / len(base))
         if args.arm:
-            write_json(out / "arms" / f"{args.arm}.json",
-                       run_arm(args.arm, params, base_model, init, tasks, buffer, sandbox, accelerator))
+            write_json(
+                out / "arms" / f"{args.arm}.json",
+                run_arm(args.arm, params, base_model, init, tasks, buffer, sandbox, accelerator),
+            )
             return 0
         todo = [arm for arm in params.control.arms if not (out / "arms" / f"{arm}.json").is_file()]
         if args.jobs > 1 and len(todo) > 1:
@@ -385,12 +544,20 @@ def main(argv: list[str] | None = None) -> int:
             write_json(arm_file, arms[arm])
     finally:
         sandbox.close()
-    result = {"control": params.control.model_dump(), "update": params.update.model_dump(),
-              "advantage_baseline": params.reward.advantage_baseline, "scale_rewards": params.reward.scale_rewards,
-              "solve": {k: getattr(params.solve, k) for k in ("mode", "worked_examples", "max_new_tokens", "top_p")},
-              "lora": params.lora.model_dump(), "machine": machine(), "wall_s": round(time.monotonic() - started, 1),
-              "command": "python -m populora.control.positive " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "base_wall_s": read_json(base_file).get("wall_s"), "arms": arms, "summary": compare(params, base, arms)}
+    result = {
+        "control": params.control.model_dump(),
+        "update": params.update.model_dump(),
+        "advantage_baseline": params.reward.advantage_baseline,
+        "scale_rewards": params.reward.scale_rewards,
+        "solve": {k: getattr(params.solve, k) for k in ("mode", "worked_examples", "max_new_tokens", "top_p")},
+        "lora": params.lora.model_dump(),
+        "machine": machine(),
+        "wall_s": round(time.monotonic() - started, 1),
+        "command": "python -m populora.control.positive " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "base_wall_s": read_json(base_file).get("wall_s"),
+        "arms": arms,
+        "summary": compare(params, base, arms),
+    }
     result["summary"]["base_verdicts"] = [int(x) for x in base]
     write_json(out / "result.json", result)
     write_text(out / "control.md", markdown(result))

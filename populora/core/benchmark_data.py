@@ -31,6 +31,7 @@ def result_folder(benchmark: str, together) -> str:
     when it is one of `together` (`populora.core.topology.together_benchmarks`: those run in one job)."""
     return f"{TOGETHER}/{benchmark}" if benchmark in together else benchmark
 
+
 # Offline files, relative to the data folder (see ../shared/benchmarks/README.md).
 EVALPLUS_FILES = {
     "humaneval_plus": "evalplus/HumanEvalPlus-v0.1.10.jsonl.gz",
@@ -80,7 +81,9 @@ def livecodebench_file(release: str) -> str:
 def hub_unreachable() -> str | None:
     """None when the Hugging Face hub answers for LiveCodeBench's dataset (one HEAD request, 5 s, once per
     process), else why not."""
-    if any(os.environ.get(name, "").lower() in ("1", "true", "yes") for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")):
+    if any(
+        os.environ.get(name, "").lower() in ("1", "true", "yes") for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    ):
         return "HF_HUB_OFFLINE / HF_DATASETS_OFFLINE is set"
     import urllib.request  # here: it loads http and ssl, which validating params needs only for LiveCodeBench
 
@@ -103,6 +106,8 @@ def livecodebench_unavailable(data_dir: Path | None, release: str) -> str | None
     if reason is None:
         return None
     local = f"no {relative} in the data folder" if data_dir is not None else "no data folder"
-    return (f"{relative} (LiveCodeBench {release}: {local}, and the hub is unreachable: {reason}; put a copy of "
-            f"{LIVECODEBENCH_HUB} {release} in the official schema at <data folder>/{relative}, run where the hub "
-            "is reachable, or drop livecodebench from bench.benchmarks)")
+    return (
+        f"{relative} (LiveCodeBench {release}: {local}, and the hub is unreachable: {reason}; put a copy of "
+        f"{LIVECODEBENCH_HUB} {release} in the official schema at <data folder>/{relative}, run where the hub "
+        "is reachable, or drop livecodebench from bench.benchmarks)"
+    )

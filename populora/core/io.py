@@ -71,8 +71,15 @@ def write_point(point: str, path: str | Path) -> None:
         here = int(at) == n if at.isdigit() else at == point  # the n-th point, or the first of that name
         kill = name == stage and here and (not word or word in " ".join(sys.argv))
     if log:
-        entry = {"stage": stage, "n": n, "point": point, "path": str(path), "pid": os.getpid(), "kill": kill,
-                 "command": " ".join(sys.argv[1:])}
+        entry = {
+            "stage": stage,
+            "n": n,
+            "point": point,
+            "path": str(path),
+            "pid": os.getpid(),
+            "kill": kill,
+            "command": " ".join(sys.argv[1:]),
+        }
         with open(log, "a", encoding="utf-8") as handle:  # O_APPEND: one line per write, whole
             handle.write(json.dumps(entry, sort_keys=True) + "\n")
     if kill:

@@ -33,7 +33,7 @@ def queued_from(cwd: str | Path) -> Path | None:
     """The project a DVC temporary experiment workspace belongs to, or None for a normal folder."""
     parts = Path(cwd).resolve().parts
     for start in range(len(parts) - len(_DVC_TEMP_WORKSPACE)):
-        if parts[start:start + len(_DVC_TEMP_WORKSPACE)] == _DVC_TEMP_WORKSPACE:
+        if parts[start : start + len(_DVC_TEMP_WORKSPACE)] == _DVC_TEMP_WORKSPACE:
             return Path(*parts[:start])
     return None
 

@@ -68,9 +68,19 @@ class Progress:
     not in the rate the time left is estimated from. `enabled=False` (a process other than the
     first, say) reports nothing."""
 
-    def __init__(self, total: int | None, desc: str, *, unit: str = "items", log: logging.Logger | None = None,
-                 every_s: float | None = None, mode: str | None = None, initial: int = 0, enabled: bool = True,
-                 clock=time.monotonic):
+    def __init__(
+        self,
+        total: int | None,
+        desc: str,
+        *,
+        unit: str = "items",
+        log: logging.Logger | None = None,
+        every_s: float | None = None,
+        mode: str | None = None,
+        initial: int = 0,
+        enabled: bool = True,
+        clock=time.monotonic,
+    ):
         self.total, self.desc, self.unit = total, desc, unit
         self.log = log or logging.getLogger("populora.progress")
         self.every_s = progress_every_s() if every_s is None else every_s
@@ -88,8 +98,16 @@ class Progress:
         if self.mode == "bar":
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total, desc=desc, unit=f" {unit}", initial=initial, leave=False, file=sys.stderr,
-                             disable=False, dynamic_ncols=True)
+            self._bar = tqdm(
+                total=total,
+                desc=desc,
+                unit=f" {unit}",
+                initial=initial,
+                leave=False,
+                file=sys.stderr,
+                disable=False,
+                dynamic_ncols=True,
+            )
 
     def __enter__(self) -> Progress:
         return self

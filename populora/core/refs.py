@@ -43,8 +43,10 @@ def arm_refs(arm: str, teachers: int, students: int) -> dict[str, list[ModelRef]
     slots = arm_slots(arm, teachers, students)
     if arm == "baseline":
         return {key: [ModelRef(arm, SOLO, SOLO)] for key in slots}
-    return {"teachers": [ModelRef(arm, s, TEACHER) for s in slots["teachers"]],
-            "students": [ModelRef(arm, s, STUDENT) for s in slots["students"]]}
+    return {
+        "teachers": [ModelRef(arm, s, TEACHER) for s in slots["teachers"]],
+        "students": [ModelRef(arm, s, STUDENT) for s in slots["students"]],
+    }
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,10 @@ class ModelRef:
         """The ref an artifact recorded with `fields()`; fails naming the model when a field is missing."""
         missing = [key for key in ("arm", "slot", "role") if key not in row]
         if missing:
-            raise KeyError(f"{row.get('model', 'a result')} records no {', '.join(missing)}: it was written before "
-                           "models were described by ModelRef. Fix: rerun its bench (or export) stage.")
+            raise KeyError(
+                f"{row.get('model', 'a result')} records no {', '.join(missing)}: it was written before "
+                "models were described by ModelRef. Fix: rerun its bench (or export) stage."
+            )
         ref = cls(row["arm"], row["slot"], row["role"])
         if "model" in row and row["model"] != ref.name:
             raise ValueError(f"model {row['model']!r} does not match its arm and slot ({ref.name!r})")

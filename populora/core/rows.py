@@ -162,8 +162,10 @@ def write_rows(path: str | Path, rows: Iterable[dict], model: type[Row]) -> None
         try:
             check_row(row, model)
         except ValueError as error:
-            raise ValueError(f"{path}: row {index} ({row.get('task_id', '?')}) {error}. Fix: the stage writing "
-                             f"{Path(path).name} must write populora.core.rows.{model.__name__} rows.") from None
+            raise ValueError(
+                f"{path}: row {index} ({row.get('task_id', '?')}) {error}. Fix: the stage writing "
+                f"{Path(path).name} must write populora.core.rows.{model.__name__} rows."
+            ) from None
     write_jsonl(path, rows)
 
 
@@ -174,7 +176,9 @@ def read_rows(path: str | Path, model: type[Row]) -> list[dict]:
         try:
             rows.append(check_row(row, model))
         except ValueError as error:
-            raise ArtifactError(f"{path} line {line}: {error}. Fix: it was written by another version of the "
-                                "pipeline or edited by hand; rerun the stage that writes it "
-                                "(snakemake reruns it by itself; dvc: dvc repro -f STAGE).") from None
+            raise ArtifactError(
+                f"{path} line {line}: {error}. Fix: it was written by another version of the "
+                "pipeline or edited by hand; rerun the stage that writes it "
+                "(snakemake reruns it by itself; dvc: dvc repro -f STAGE)."
+            ) from None
     return rows

@@ -1,6 +1,6 @@
 """Seeds: every random draw of a run derives its seed from the run's one seed (`base.seed`).
 
-    seed = derive_seed(params.base.seed, "propose", arm, gen)
+seed = derive_seed(params.base.seed, "propose", arm, gen)
 """
 
 from __future__ import annotations

@@ -91,8 +91,10 @@ class State:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(raw) - known)
         if unknown:
-            raise ValueError(f"{source}: unknown keys {unknown}. Fix: this checkpoint was written by another "
-                             "version of the pipeline; rerun from `init` (delete results/<arm>/).")
+            raise ValueError(
+                f"{source}: unknown keys {unknown}. Fix: this checkpoint was written by another "
+                "version of the pipeline; rerun from `init` (delete results/<arm>/)."
+            )
         return cls(**raw)
 
 
@@ -123,8 +125,9 @@ def trained_adapter_dir(folder: str | Path, state: State, slot: str) -> Path:
     return replaced if replaced.is_dir() else Path(folder) / ADAPTERS / slot
 
 
-def link_checkpoint_adapters(out: str | Path, slots: list[str], trained: str | Path, evolved: str | Path,
-                             children: set[str]) -> None:
+def link_checkpoint_adapters(
+    out: str | Path, slots: list[str], trained: str | Path, evolved: str | Path, children: set[str]
+) -> None:
     """Hard-link into a checkpoint `out` each slot's adapter and optimizer moments: the trained ones, or for
     a slot evolution gave a child (`children`) the child's, from `evolved`, with the trained adapter kept
     under replaced/ (the benchmarks of a final population use it). A child carries its first parent's

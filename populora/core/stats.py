@@ -59,8 +59,9 @@ def wilson_interval(correct: int, n: int, z: float = Z95) -> tuple[float, float]
     return round(max(0.0, centre - half), 6), round(min(1.0, centre + half), 6)
 
 
-def paired_bootstrap(differences: Sequence[float], *, samples: int = BOOTSTRAP_SAMPLES,
-                     seed: int = BOOTSTRAP_SEED) -> tuple[float, float, float]:
+def paired_bootstrap(
+    differences: Sequence[float], *, samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float, float]:
     """(mean, low, high): the mean per-problem difference and its 95% percentile interval from
     `samples` resamplings of the problems with replacement (the same problems for both models,
     so the pairing is kept). Deterministic for a given seed; (0, 0, 0) for no problems."""
@@ -114,8 +115,9 @@ def rule_of_three(n_problems: int) -> float:
     return round(3 / n_problems, 6) if n_problems else 1.0
 
 
-def minimum_detectable_effect(low: float, high: float, z: float = Z95, power_z: float = Z80,
-                              n_problems: int | None = None) -> float:
+def minimum_detectable_effect(
+    low: float, high: float, z: float = Z95, power_z: float = Z80, n_problems: int | None = None
+) -> float:
     """The smallest true difference a measurement with this 95% interval finds with 80% power at the
     5% level: (z_0.975 + z_0.8) x its standard error, the error read off the interval's half-width
     (2.8 / 1.96 = 1.43 half-widths). Beside a "no detectable difference" it says how large a
@@ -183,15 +185,21 @@ def welch_interval(a: Sequence[float], b: Sequence[float], sd_floor: float = 0.0
         raise ValueError(f"Welch's interval needs 2 seeds a side, got {len(a)} and {len(b)}")
     if df_rule not in ("hsu", "satterthwaite"):
         raise ValueError(f"df_rule: 'hsu' or 'satterthwaite', not {df_rule!r}")
-    va, vb = max(a.var(ddof=1), sd_floor ** 2) / len(a), max(b.var(ddof=1), sd_floor ** 2) / len(b)
+    va, vb = max(a.var(ddof=1), sd_floor**2) / len(a), max(b.var(ddof=1), sd_floor**2) / len(b)
     delta, se = float(a.mean() - b.mean()), math.sqrt(va + vb)
     if df_rule == "hsu":
         df = float(min(len(a), len(b)) - 1)
     else:
-        df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)) if se > 0 else float(len(a) + len(b) - 2)
+        df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1)) if se > 0 else float(len(a) + len(b) - 2)
     half = _t(0.975, df) * se
-    return {"delta": round(delta, 6), "low": round(delta - half, 6), "high": round(delta + half, 6),
-            "se": round(se, 6), "df": round(df, 2), "mde": round(t_mde(se, df), 6)}
+    return {
+        "delta": round(delta, 6),
+        "low": round(delta - half, 6),
+        "high": round(delta + half, 6),
+        "se": round(se, 6),
+        "df": round(df, 2),
+        "mde": round(t_mde(se, df), 6),
+    }
 
 
 def sampled_mean_variance(rates: Sequence[float], samples: int) -> float:
@@ -209,8 +217,14 @@ def sampled_mean_variance(rates: Sequence[float], samples: int) -> float:
     return float((rates * (1 - rates) / (samples - 1)).sum() / len(rates) ** 2)
 
 
-def seed_comparison(left: np.ndarray, right: np.ndarray | None, *, right_is_base: bool = False,
-                    verdicts: bool = True, base_variance: float = 0.0) -> dict:
+def seed_comparison(
+    left: np.ndarray,
+    right: np.ndarray | None,
+    *,
+    right_is_base: bool = False,
+    verdicts: bool = True,
+    base_variance: float = 0.0,
+) -> dict:
     """The primary comparison of two sides scored on the same problems: `left` [seeds, problems] of
     per-problem scores (a seed's students averaged), `right` the same for the other control or, with
     `right_is_base`, the base model's row (the same in every run, so it has no seed spread).
@@ -237,24 +251,40 @@ def seed_comparison(left: np.ndarray, right: np.ndarray | None, *, right_is_base
     floor, sd_floor = (rule_of_three(n_problems), resolution(n_problems)) if verdicts else (0.0, 0.0)
     if right_is_base and len(left) >= 2:
         gains = left.mean(axis=1) - base_row.mean()
-        se, df = math.sqrt(max(float(np.std(gains, ddof=1)), sd_floor) ** 2 / len(gains) + base_variance), len(gains) - 1
+        se, df = (
+            math.sqrt(max(float(np.std(gains, ddof=1)), sd_floor) ** 2 / len(gains) + base_variance),
+            len(gains) - 1,
+        )
         centre, half = float(gains.mean()), _t(0.975, df) * se
-        out = {"delta": round(centre, 6), "low": round(centre - half, 6), "high": round(centre + half, 6),
-               "df": df, "mde": t_mde(se, df), "method": BASE_MEASURED if base_variance > 0 else ONE_SAMPLE}
+        out = {
+            "delta": round(centre, 6),
+            "low": round(centre - half, 6),
+            "high": round(centre + half, 6),
+            "df": df,
+            "mde": t_mde(se, df),
+            "method": BASE_MEASURED if base_variance > 0 else ONE_SAMPLE,
+        }
     elif not right_is_base and len(left) >= 2 and len(right) >= 2:
         welch = welch_interval(left.mean(axis=1), right.mean(axis=1), sd_floor)
         out = {key: welch[key] for key in ("delta", "low", "high", "df", "mde")} | {"method": WELCH}
     else:
         other = base_row if right_is_base else right.mean(axis=0)
         delta, low, high = paired_bootstrap(list(left.mean(axis=0) - other))
-        out = {"delta": delta, "low": low, "high": high, "df": None,
-               "mde": minimum_detectable_effect(low, high), "method": ONE_SEED}
+        out = {
+            "delta": delta,
+            "low": low,
+            "high": high,
+            "df": None,
+            "mde": minimum_detectable_effect(low, high),
+            "method": ONE_SEED,
+        }
     out["mde"] = round(max(out["mde"], floor), 6)
     return out
 
 
-def two_level_bootstrap(a: np.ndarray, b: np.ndarray, *, draws: int = TWO_LEVEL_DRAWS,
-                        seed: int = 0) -> tuple[float, float, float]:
+def two_level_bootstrap(
+    a: np.ndarray, b: np.ndarray, *, draws: int = TWO_LEVEL_DRAWS, seed: int = 0
+) -> tuple[float, float, float]:
     """(difference, low, high): mean(a) - mean(b) with a 95% percentile interval from resampling
     seeds (rows, independently per side) and then problems (columns, one draw for both sides).
     Not used for a reported figure: `populora.study.calibration` shows it under-covers with three
@@ -270,7 +300,8 @@ def two_level_bootstrap(a: np.ndarray, b: np.ndarray, *, draws: int = TWO_LEVEL_
         rows_a, rows_b = rng.integers(0, len(a), (k, len(a))), rng.integers(0, len(b), (k, len(b)))
         means_a = a[:, cols].mean(axis=2).T  # [k, seeds]: each seed's mean over the drawn problems
         means_b = b[:, cols].mean(axis=2).T
-        out[start:start + k] = (np.take_along_axis(means_a, rows_a, 1).mean(axis=1)
-                                - np.take_along_axis(means_b, rows_b, 1).mean(axis=1))
+        out[start : start + k] = np.take_along_axis(means_a, rows_a, 1).mean(axis=1) - np.take_along_axis(
+            means_b, rows_b, 1
+        ).mean(axis=1)
     low, high = np.percentile(out, [2.5, 97.5])
     return round(float(a.mean() - b.mean()), 6), round(float(low), 6), round(float(high), 6)

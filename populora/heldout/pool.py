@@ -42,8 +42,9 @@ def pool_types(types: Iterable[str]) -> tuple[str, ...]:
     return tuple(t for t in types if t in HELDOUT_TYPES)
 
 
-def accept_into_pool(pool: list[dict], verified: list[dict], seeds: list[dict], *, per_type: int,
-                     types: Iterable[str] = HELDOUT_TYPES) -> list[dict]:
+def accept_into_pool(
+    pool: list[dict], verified: list[dict], seeds: list[dict], *, per_type: int, types: Iterable[str] = HELDOUT_TYPES
+) -> list[dict]:
     """`pool` plus the verified rows that qualify, in order, until `per_type` of each type: valid,
     not copyable, a program that parses and is neither a seed's nor a pool task's (normalised AST).
     New tasks get ids `heldout-<type>-<index>`. Returns a new list."""
@@ -60,8 +61,13 @@ def accept_into_pool(pool: list[dict], verified: list[dict], seeds: list[dict], 
         if index >= per_type:
             continue
         known.add(key)
-        out.append({**{k: row.get(k) for k in POOL_FIELDS}, "task_id": f"heldout-{task_type}-{index:03d}",
-                    "source": row.get("task_id")})
+        out.append(
+            {
+                **{k: row.get(k) for k in POOL_FIELDS},
+                "task_id": f"heldout-{task_type}-{index:03d}",
+                "source": row.get("task_id"),
+            }
+        )
     return out
 
 
@@ -90,8 +96,12 @@ def mark_heldout(rows: list[dict], pool: list[dict]) -> list[dict]:
     out = []
     for row in rows:
         if isinstance(row, dict) and row.get("valid") and program_key(row.get("program")) in keys:
-            row = {**row, "valid": False, "reason": "heldout",
-                   "reason_detail": "the program is a held-out pool program (populora/heldout/pool.py)"}
+            row = {
+                **row,
+                "valid": False,
+                "reason": "heldout",
+                "reason_detail": "the program is a held-out pool program (populora/heldout/pool.py)",
+            }
         out.append(row)
     return out
 
@@ -104,13 +114,19 @@ def pool_task_type(task_id: str) -> str | None:
     return task_type if prefix == "heldout" and task_type in HELDOUT_TYPES and index.isdigit() else None
 
 
-
-
 def verified_seeds(params, sandbox) -> list[dict]:
     """The seed tasks as the init stage keeps them (verified; without copyable ones under reject_copyable)."""
     code_f_inputs = params.propose.code_f_inputs
-    seeds = [row for row in verify_rows(seed_proposals(params.buffer.seeds, code_f_inputs), params.verify,
-                                        sandbox=sandbox, code_f_inputs=code_f_inputs) if row["valid"]]
+    seeds = [
+        row
+        for row in verify_rows(
+            seed_proposals(params.buffer.seeds, code_f_inputs),
+            params.verify,
+            sandbox=sandbox,
+            code_f_inputs=code_f_inputs,
+        )
+        if row["valid"]
+    ]
     return [row for row in seeds if not (params.propose.reject_copyable and is_copyable(row))]
 
 
@@ -127,25 +143,54 @@ def propose_pool(params, model, tokenizer, seeds: list[dict], sandbox, log) -> l
         # one full batch of proposals per round, over the types not yet full (a full type's proposals would be wasted)
         missing = [t for t in types if sum(p["type"] == t for p in pool) < per_type]
         per_round = max(1, -(-cfg.batch_size // len(missing)))
-        jobs = proposer_jobs(["base"], [*seeds, *pool], per_type=per_round, references=cfg.references,
-                             n_inputs=cfg.code_f_inputs, mode=cfg.mode, chat=chat, rng=random.Random(seed),
-                             arm="heldout", gen=round_index, types=missing)
-        results = run_plans(model, tokenizer, [GenRow(plan, None) for _, plan in jobs], temperature=cfg.temperature,
-                            top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, seed=seed,
-                            desc=f"heldout pool round {round_index}")
+        jobs = proposer_jobs(
+            ["base"],
+            [*seeds, *pool],
+            per_type=per_round,
+            references=cfg.references,
+            n_inputs=cfg.code_f_inputs,
+            mode=cfg.mode,
+            chat=chat,
+            rng=random.Random(seed),
+            arm="heldout",
+            gen=round_index,
+            types=missing,
+        )
+        results = run_plans(
+            model,
+            tokenizer,
+            [GenRow(plan, None) for _, plan in jobs],
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_new_tokens=cfg.max_new_tokens,
+            batch_size=cfg.batch_size,
+            seed=seed,
+            desc=f"heldout pool round {round_index}",
+        )
         rows = mark_duplicates(proposal_rows(jobs, results, mode=cfg.mode, n_inputs=cfg.code_f_inputs), [*seeds, *pool])
         parsed = [row for row in rows if row["parse_reason"] is None]
         with Progress(len(parsed), f"heldout pool round {round_index} verify", unit="proposals", log=log) as progress:
-            verified = verify_rows(parsed, params.verify, sandbox=sandbox, code_f_inputs=cfg.code_f_inputs,
-                                   progress=progress.update)
+            verified = verify_rows(
+                parsed, params.verify, sandbox=sandbox, code_f_inputs=cfg.code_f_inputs, progress=progress.update
+            )
         pool = accept_into_pool(pool, verified, seeds, per_type=per_type, types=types)
-        log.info("round %d: %d proposals, %d parsed, %d valid; pool %s", round_index, len(rows), len(parsed),
-                 sum(r["valid"] for r in verified), {t: sum(p["type"] == t for p in pool) for t in types})
+        log.info(
+            "round %d: %d proposals, %d parsed, %d valid; pool %s",
+            round_index,
+            len(rows),
+            len(parsed),
+            sum(r["valid"] for r in verified),
+            {t: sum(p["type"] == t for p in pool) for t in types},
+        )
         if pool_is_full(pool, per_type, types):
             break
     else:
-        log.warning("held-out pool short after %d rounds: %s of %d per type (heldout.max_rounds)",
-                    params.heldout.max_rounds, {t: sum(p["type"] == t for p in pool) for t in types}, per_type)
+        log.warning(
+            "held-out pool short after %d rounds: %s of %d per type (heldout.max_rounds)",
+            params.heldout.max_rounds,
+            {t: sum(p["type"] == t for p in pool) for t in types},
+            per_type,
+        )
     return attach_examples(pool, seeds, params.solve.worked_examples, derive_seed(params.heldout.seed, "examples"))
 
 
@@ -155,8 +200,12 @@ def reuse_pool(params, sandbox, log) -> list[dict]:
     made = read_jsonl(shipped_path(params.heldout.pool_file))
     types = pool_types(params.propose.types)
     fields = ("task_id", "type", "program", "inputs", "message")
-    again = verify_rows([{k: row.get(k) for k in fields} for row in made], params.verify, sandbox=sandbox,
-                        code_f_inputs=params.propose.code_f_inputs)
+    again = verify_rows(
+        [{k: row.get(k) for k in fields} for row in made],
+        params.verify,
+        sandbox=sandbox,
+        code_f_inputs=params.propose.code_f_inputs,
+    )
     kept, counts = [], dict.fromkeys(types, 0)
     for row, check in zip(made, again):
         same = check["valid"] and check["outputs"] == row.get("outputs")
@@ -164,9 +213,15 @@ def reuse_pool(params, sandbox, log) -> list[dict]:
             kept.append(row)
             counts[row["type"]] += 1
     dropped = len(made) - len(kept)
-    log.info("reused %s: %d tasks kept %s, %d left out (beyond per_type, another type, or not verified again alike)",
-             params.heldout.pool_file, len(kept), counts, dropped)
+    log.info(
+        "reused %s: %d tasks kept %s, %d left out (beyond per_type, another type, or not verified again alike)",
+        params.heldout.pool_file,
+        len(kept),
+        counts,
+        dropped,
+    )
     if any(count < params.heldout.per_type for count in counts.values()):
-        log.warning("held-out pool short: %s of %d per type in %s", counts, params.heldout.per_type,
-                    params.heldout.pool_file)
+        log.warning(
+            "held-out pool short: %s of %d per type in %s", counts, params.heldout.per_type, params.heldout.pool_file
+        )
     return kept

@@ -44,8 +44,9 @@ from populora.verifier.batched import accepted_answers
 log = logging.getLogger("ruler")
 
 
-def constant_answers(tasks: list[dict], task_type: str, among: list[dict] | None = None
-                     ) -> tuple[list[str], dict[str, list[str]]]:
+def constant_answers(
+    tasks: list[dict], task_type: str, among: list[dict] | None = None
+) -> tuple[list[str], dict[str, list[str]]]:
     """The constants tried on `tasks` of one type (`constant_candidates` of `among`, default `tasks`: the simple
     literals, then every gold input and output) and, per task, each constant as that task's answer (repeated for
     each parameter where `f` takes several)."""
@@ -309,8 +310,13 @@ def calibrate_until_full(
         return {tt for tt in target if have[tt] >= target[tt]}
 
     def wanted(measured: dict[str, int]):
-        inside = [t for t in (by_id[i] for i in measured) if in_window(
-            {"calibration_correct": measured[t["task_id"]]}, samples=args.samples, low=args.low, high=args.high)]
+        inside = [
+            t
+            for t in (by_id[i] for i in measured)
+            if in_window(
+                {"calibration_correct": measured[t["task_id"]]}, samples=args.samples, low=args.low, high=args.high
+            )
+        ]
         # margins of half again: the swaps and the one-program rule take some of these out
         per_value = max(1, int(1.5 * args.max_baseline * args.per_type))
         return still_useful(inside, per_family=int(1.5 * args.per_family), per_value=per_value)

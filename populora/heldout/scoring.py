@@ -22,17 +22,25 @@ from populora.tasks.roles import make_plan
 from populora.verifier import grade_rows
 
 
-def scoring_jobs(pool: list[dict], members: list[str | None], *, mode: str,
-                 chat: Callable[[str], str]) -> list[tuple[dict, prompts.Plan]]:
+def scoring_jobs(
+    pool: list[dict], members: list[str | None], *, mode: str, chat: Callable[[str], str]
+) -> list[tuple[dict, prompts.Plan]]:
     """One (metadata, plan) per member and pool task: the solver's prompt with the task's own
     worked examples. `None` is the bare base model (member name `base`)."""
     jobs = []
     for member in members:
         for task in pool:
             prompt = prompts.solver_prompt(task, task.get("examples") or [])
-            meta = {"answer_id": f"{task['task_id']}:{member or BASE}", "task_id": task["task_id"], "type": task["type"],
-                    "student": member, "member": member or BASE}
-            jobs.append((meta, make_plan(prompt, prompts.solver_steps(task["type"]), mode, chat, task["type"], "solve")))
+            meta = {
+                "answer_id": f"{task['task_id']}:{member or BASE}",
+                "task_id": task["task_id"],
+                "type": task["type"],
+                "student": member,
+                "member": member or BASE,
+            }
+            jobs.append(
+                (meta, make_plan(prompt, prompts.solver_steps(task["type"]), mode, chat, task["type"], "solve"))
+            )
     return jobs
 
 
@@ -88,9 +96,17 @@ def _answer_rows(params, model, tokenizer, pool, members, *, samples: int, tempe
     cfg = params.solve
     jobs = scoring_jobs(pool, members, mode=cfg.mode, chat=prompts.chat_wrapper(tokenizer))
     jobs = [(meta, plan) for meta, plan in jobs for _ in range(samples)]  # a task's answers side by side: one prompt
-    results = run_plans(model, tokenizer, [GenRow(plan, meta["student"]) for meta, plan in jobs], temperature=temperature,
-                        top_p=1.0, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size, seed=seed,
-                        desc="heldout" if samples == 1 else f"heldout, {samples} answers a task")
+    results = run_plans(
+        model,
+        tokenizer,
+        [GenRow(plan, meta["student"]) for meta, plan in jobs],
+        temperature=temperature,
+        top_p=1.0,
+        max_new_tokens=cfg.max_new_tokens,
+        batch_size=cfg.batch_size,
+        seed=seed,
+        desc="heldout" if samples == 1 else f"heldout, {samples} answers a task",
+    )
     rows = []
     for (meta, _), result in zip(jobs, results):
         answer, reason = parse_answer(result.completion, meta["type"], mode=cfg.mode, truncated=result.truncated)
@@ -98,8 +114,9 @@ def _answer_rows(params, model, tokenizer, pool, members, *, samples: int, tempe
     return rows
 
 
-def score_members(params, model, tokenizer, pool: list[dict], members: list[str | None],
-                  roles: dict[str, list[str]], sandbox) -> tuple[dict, dict]:
+def score_members(
+    params, model, tokenizer, pool: list[dict], members: list[str | None], roles: dict[str, list[str]], sandbox
+) -> tuple[dict, dict]:
     """(metrics, verdict table) of `members` (adapter names on `model`; None: the bare base) on `pool`,
     greedy, with the solver's settings (`solve.mode`, `solve.max_new_tokens`, `solve.batch_size`)."""
     rows = _answer_rows(params, model, tokenizer, pool, members, samples=1, temperature=0.0, seed=0)
@@ -108,8 +125,18 @@ def score_members(params, model, tokenizer, pool: list[dict], members: list[str 
     return heldout_metrics(table, pool, roles), table
 
 
-def pass_counts(params, model, tokenizer, pool: list[dict], members: list[str | None], sandbox, *, samples: int,
-                temperature: float = 1.0, seed: int = 0) -> dict[str, dict[str, int]]:
+def pass_counts(
+    params,
+    model,
+    tokenizer,
+    pool: list[dict],
+    members: list[str | None],
+    sandbox,
+    *,
+    samples: int,
+    temperature: float = 1.0,
+    seed: int = 0,
+) -> dict[str, dict[str, int]]:
     """member -> task_id -> how many of `samples` answers at `temperature` are correct (`pass_rates` divides
     by `samples`; `pass_at_k` turns a count into pass@k)."""
     rows = _answer_rows(params, model, tokenizer, pool, members, samples=samples, temperature=temperature, seed=seed)
@@ -120,16 +147,29 @@ def pass_counts(params, model, tokenizer, pool: list[dict], members: list[str | 
     for row in graded:
         member = hits.setdefault(row["member"], {})
         member[row["task_id"]] = member.get(row["task_id"], 0) + int(bool(row.get("correct")))
-    return {m: {t: hits.get(m, {}).get(t, 0) for t in (task["task_id"] for task in pool)}
-            for m in dict.fromkeys(meta or BASE for meta in members)}
+    return {
+        m: {t: hits.get(m, {}).get(t, 0) for t in (task["task_id"] for task in pool)}
+        for m in dict.fromkeys(meta or BASE for meta in members)
+    }
 
 
-def pass_rates(params, model, tokenizer, pool: list[dict], members: list[str | None], sandbox, *, samples: int,
-               temperature: float = 1.0, seed: int = 0) -> dict[str, dict[str, float]]:
+def pass_rates(
+    params,
+    model,
+    tokenizer,
+    pool: list[dict],
+    members: list[str | None],
+    sandbox,
+    *,
+    samples: int,
+    temperature: float = 1.0,
+    seed: int = 0,
+) -> dict[str, dict[str, float]]:
     """member -> task_id -> share of `samples` answers at `temperature` that are correct: the pool's
     continuous, paired measure (a greedy verdict moves only when the most likely answer flips)."""
-    counts = pass_counts(params, model, tokenizer, pool, members, sandbox, samples=samples, temperature=temperature,
-                         seed=seed)
+    counts = pass_counts(
+        params, model, tokenizer, pool, members, sandbox, samples=samples, temperature=temperature, seed=seed
+    )
     return {m: {t: c / samples for t, c in table.items()} for m, table in counts.items()}
 
 
@@ -174,7 +214,9 @@ def pass_rate_metrics(rates: dict[str, dict[str, float]], pool: list[dict], role
     return out
 
 
-def pool_verdicts(pool: list[dict], rows: list[dict], config, *, sandbox=None, progress=None) -> dict[str, dict[str, int]]:
+def pool_verdicts(
+    pool: list[dict], rows: list[dict], config, *, sandbox=None, progress=None
+) -> dict[str, dict[str, int]]:
     """member -> task_id -> 1 or 0: answer rows (`task_id`, `member`, `answer`) graded against the pool.
     Pool tasks were verified when the pool was made; their rows keep only the task's fields, so they are
     marked valid here (the grader answers `unknown_task`, never correct, for a task not marked valid)."""

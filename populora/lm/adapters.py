@@ -19,7 +19,9 @@ from populora.core.paths import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 WEIGHTS, CONFIG = ADAPTER_WEIGHTS, ADAPTER_CONFIG
 
 
-def create_adapters(model, slots: list[str], out_dir: Path, *, lora_cfg, seeds: dict[str, int], init_std: float) -> None:
+def create_adapters(
+    model, slots: list[str], out_dir: Path, *, lora_cfg, seeds: dict[str, int], init_std: float
+) -> None:
     """Write one freshly initialised adapter per slot to out_dir/<slot>/.
 
     PEFT's init (A ~ Kaiming-uniform, B = 0) makes every member start as the base model; with

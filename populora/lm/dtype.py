@@ -66,8 +66,14 @@ def runtime_record(requested: str, device: str = "cpu") -> dict:
 
     dtype, reason = resolve_dtype(requested, device)
     name, flags = cpu_info()
-    return {"dtype": dtype, "dtype_requested": requested, "dtype_reason": reason, "cpu": name,
-            "cpu_flags": [flag for flag in RECORDED_FLAGS if flag in flags], "torch": torch.__version__}
+    return {
+        "dtype": dtype,
+        "dtype_requested": requested,
+        "dtype_reason": reason,
+        "cpu": name,
+        "cpu_flags": [flag for flag in RECORDED_FLAGS if flag in flags],
+        "torch": torch.__version__,
+    }
 
 
 def log_choice(requested: str, device: str = "cpu") -> str:

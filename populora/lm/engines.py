@@ -62,19 +62,31 @@ class VllmSampler:
         """(tokenizer, engine) for `populora.lm.sampling.run_plans`: a `VllmEngine` serving `adapters`."""
         from populora.lm.vllm_engine import VllmEngine
 
-        engine = VllmEngine(model_dir, adapters, dtype=self.dtype, lora_rank=self.lora_rank,
-                            memory_fraction=self.memory_fraction, max_loras=self.max_loras,
-                            max_num_seqs=self.max_num_seqs, enforce_eager=self.enforce_eager,
-                            max_model_len=self.max_model_len, request_seeds=self.request_seeds)
+        engine = VllmEngine(
+            model_dir,
+            adapters,
+            dtype=self.dtype,
+            lora_rank=self.lora_rank,
+            memory_fraction=self.memory_fraction,
+            max_loras=self.max_loras,
+            max_num_seqs=self.max_num_seqs,
+            enforce_eager=self.enforce_eager,
+            max_model_len=self.max_model_len,
+            request_seeds=self.request_seeds,
+        )
         return engine.tokenizer, engine
 
     def lmeval_vllm_args(self) -> dict:
         """Engine settings for lm-eval's own `vllm` model (math benchmarks), the same as ours."""
         from populora.lm.vllm_engine import lmeval_vllm_args
 
-        return lmeval_vllm_args(memory_fraction=self.memory_fraction, enforce_eager=self.enforce_eager,
-                                max_num_seqs=self.max_num_seqs, lora_rank=self.lora_rank,
-                                max_model_len=self.max_model_len)
+        return lmeval_vllm_args(
+            memory_fraction=self.memory_fraction,
+            enforce_eager=self.enforce_eager,
+            max_num_seqs=self.max_num_seqs,
+            lora_rank=self.lora_rank,
+            max_model_len=self.max_model_len,
+        )
 
 
 def pick_sampler(params) -> HfSampler | VllmSampler:
@@ -84,9 +96,16 @@ def pick_sampler(params) -> HfSampler | VllmSampler:
     cfg = params.sampler
     dtype = log_choice(params.model.dtype, params.model.device)  # `auto` resolved here: vLLM's auto means the config's
     if cfg.engine == "vllm":
-        return VllmSampler(dtype=dtype, lora_rank=params.lora.rank, memory_fraction=cfg.memory_fraction,
-                           max_loras=cfg.max_loras, max_num_seqs=cfg.max_num_seqs, enforce_eager=cfg.enforce_eager,
-                           max_model_len=params.update.max_seq_len, request_seeds=cfg.request_seeds)
+        return VllmSampler(
+            dtype=dtype,
+            lora_rank=params.lora.rank,
+            memory_fraction=cfg.memory_fraction,
+            max_loras=cfg.max_loras,
+            max_num_seqs=cfg.max_num_seqs,
+            enforce_eager=cfg.enforce_eager,
+            max_model_len=params.update.max_seq_len,
+            request_seeds=cfg.request_seeds,
+        )
     return HfSampler(dtype=dtype, device=params.model.device)
 
 

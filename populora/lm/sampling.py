@@ -52,7 +52,7 @@ class GenRow:
     plan: Plan
     adapter: str | None  # adapter name loaded on the MultiLoraModel, or None for the bare base model
     gold: str | None = None  # text whose teacher-forced log-likelihood after the first step's prefill
-                             # is scored in the same prefill (hf engine, carried cache): GenResult.gold
+    # is scored in the same prefill (hf engine, carried cache): GenResult.gold
 
 
 @dataclass
@@ -84,8 +84,11 @@ def block_enders(tokenizer) -> list[int]:
     blank tokens and special tokens (EOS). A `non_empty` step suppresses them at its first position."""
     texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
     special = set(tokenizer.all_special_ids)
-    return [i for i, text in enumerate(texts)
-            if i in special or text.lstrip(" \t").startswith(("`", "\n", "\r")) or not text.strip(" \t")]
+    return [
+        i
+        for i, text in enumerate(texts)
+        if i in special or text.lstrip(" \t").startswith(("`", "\n", "\r")) or not text.strip(" \t")
+    ]
 
 
 def _batches(items: list[int], size: int, key) -> list[tuple[int, list[int]]]:
@@ -100,8 +103,9 @@ def _batches(items: list[int], size: int, key) -> list[tuple[int, list[int]]]:
     return chunks
 
 
-def process_logits(logits: torch.Tensor, temperature, top_p, *, suppress: torch.Tensor | None = None,
-                   keep: torch.Tensor | None = None) -> torch.Tensor:
+def process_logits(
+    logits: torch.Tensor, temperature, top_p, *, suppress: torch.Tensor | None = None, keep: torch.Tensor | None = None
+) -> torch.Tensor:
     """Log-probabilities the sampler draws from, [n, vocab], from raw logits [n, vocab].
 
     `temperature` and `top_p` are floats or [n] tensors; temperature 0 (greedy) scores at 1.
@@ -150,11 +154,23 @@ def stop_window(stops: tuple[str, ...]) -> int:
 
 
 @torch.no_grad()
-def sample_batch(model, tokenizer, contexts: list[list[int]], *, budget: int, stops: tuple[str, ...],
-                 suppress_first: list[int] | None, temperature: float, top_p: float,
-                 generator: torch.Generator, adapters: list[str | None] | None = None,
-                 static_cache: bool = False, carried: CarriedCache | None = None,
-                 skip: list[bool] | None = None, share_prefixes: bool = True) -> list[Sampled]:
+def sample_batch(
+    model,
+    tokenizer,
+    contexts: list[list[int]],
+    *,
+    budget: int,
+    stops: tuple[str, ...],
+    suppress_first: list[int] | None,
+    temperature: float,
+    top_p: float,
+    generator: torch.Generator,
+    adapters: list[str | None] | None = None,
+    static_cache: bool = False,
+    carried: CarriedCache | None = None,
+    skip: list[bool] | None = None,
+    share_prefixes: bool = True,
+) -> list[Sampled]:
     """Sample continuations of `contexts` (token ids) in one batch with a KV cache.
 
     A row ends after the token that completes one of `stops` in its generated text, after EOS, or
@@ -179,8 +195,11 @@ def sample_batch(model, tokenizer, contexts: list[list[int]], *, budget: int, st
     adapters = adapters or [None] * n
     if carried is None and share_prefixes and not static_cache:
         carried = CarriedCache(model, n)  # the shared prefill fills a carried cache's bookkeeping
-    logits = shared_prefill(model, carried, contexts, adapters, tails=[1] * n, pad=pad, device=device) \
-        if carried is not None and share_prefixes and not any(done) else None
+    logits = (
+        shared_prefill(model, carried, contexts, adapters, tails=[1] * n, pad=pad, device=device)
+        if carried is not None and share_prefixes and not any(done)
+        else None
+    )
     if logits is not None:
         cache, attention = carried.cache, carried.attention
         positions = torch.tensor([[len(context) - 1] for context in contexts], device=device)
@@ -189,12 +208,15 @@ def sample_batch(model, tokenizer, contexts: list[list[int]], *, budget: int, st
         ids = torch.full((n, width), pad, dtype=torch.long)
         attention = torch.zeros((n, width), dtype=torch.long)
         for row, context in enumerate(contexts):
-            ids[row, width - len(context):] = torch.tensor(context)
-            attention[row, width - len(context):] = 1
+            ids[row, width - len(context) :] = torch.tensor(context)
+            attention[row, width - len(context) :] = 1
         ids, attention = ids.to(device), attention.to(device)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        cache = StaticCache(config=model.config, max_cache_len=width + budget) if static_cache \
+        cache = (
+            StaticCache(config=model.config, max_cache_len=width + budget)
+            if static_cache
             else DynamicCache(config=model.config)
+        )
     else:
         ids, attention, positions = carried.feed(contexts, done, pad, device)
         cache = carried.cache
@@ -203,8 +225,14 @@ def sample_batch(model, tokenizer, contexts: list[list[int]], *, budget: int, st
     rows = [Sampled([], [], False) for _ in contexts]
     with select(model, adapters):
         if logits is None:
-            logits = model(input_ids=ids, attention_mask=attention, position_ids=positions, past_key_values=cache,
-                           use_cache=True, logits_to_keep=1).logits
+            logits = model(
+                input_ids=ids,
+                attention_mask=attention,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            ).logits
         for step in range(budget):
             logits = logits[:, -1]
             mask = suppress_mask(n, logits.shape[-1], suppress_first, device) if step == 0 else None
@@ -223,8 +251,9 @@ def sample_batch(model, tokenizer, contexts: list[list[int]], *, budget: int, st
                 if t in eos:
                     sampled.hit_eos = done[row] = True
                 elif stops:
-                    tail = tokenizer.decode(sampled.ids[-window:], skip_special_tokens=True,
-                                            clean_up_tokenization_spaces=False)
+                    tail = tokenizer.decode(
+                        sampled.ids[-window:], skip_special_tokens=True, clean_up_tokenization_spaces=False
+                    )
                     done[row] = any(stop in tail for stop in stops)
             if all(done) or step == budget - 1:
                 break
@@ -236,8 +265,13 @@ def sample_batch(model, tokenizer, contexts: list[list[int]], *, budget: int, st
             else:
                 attention = carried.append(done, device)
             positions = positions[:, -1:] + 1
-            logits = model(input_ids=token.unsqueeze(-1), attention_mask=attention, position_ids=positions,
-                           past_key_values=cache, use_cache=True).logits
+            logits = model(
+                input_ids=token.unsqueeze(-1),
+                attention_mask=attention,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+            ).logits
     return rows
 
 
@@ -313,24 +347,47 @@ def run_plans(
             if not skipped:
                 plans.add_prefill(i, rows[i].plan.steps[step_index])
         budget = max(step.max_tokens or max_new_tokens for step in steps)
-        sampling = {"budget": budget, "stops": steps[0].stops, "temperature": temperature, "top_p": top_p,
-                    "suppress_first": block_enders(tokenizer) if steps[0].non_empty else None,
-                    "adapters": [rows[i].adapter for i in batch]}
+        sampling = {
+            "budget": budget,
+            "stops": steps[0].stops,
+            "temperature": temperature,
+            "top_p": top_p,
+            "suppress_first": block_enders(tokenizer) if steps[0].non_empty else None,
+            "adapters": [rows[i].adapter for i in batch],
+        }
         batch_seed = seed * 1_000_003 + step_index * 7919 + start
         contexts = [plans.contexts[i] for i in batch]
         if carried is not None and step_index == 0 and any(rows[i].gold for i in batch):
-            golds = [_encode(tokenizer, rows[i].gold) if rows[i].gold and not skipped else None
-                     for i, skipped in zip(batch, skip)]
-            scored = score_continuations(model, carried, contexts, golds, sampling["adapters"],
-                                         tokenizer.pad_token_id, device, share_prefixes=share_prefixes)
+            golds = [
+                _encode(tokenizer, rows[i].gold) if rows[i].gold and not skipped else None
+                for i, skipped in zip(batch, skip)
+            ]
+            scored = score_continuations(
+                model,
+                carried,
+                contexts,
+                golds,
+                sampling["adapters"],
+                tokenizer.pad_token_id,
+                device,
+                share_prefixes=share_prefixes,
+            )
             for i, score in zip(batch, scored):
                 plans.results[i].gold = score
         if engine:
             sampled = engine.sample_contexts(contexts, seed=batch_seed, **sampling)
         else:
             generator = torch.Generator(device=device).manual_seed(batch_seed)
-            sampled = sample_batch(model, tokenizer, contexts, generator=generator, carried=carried, skip=skip,
-                                   share_prefixes=share_prefixes, **sampling)
+            sampled = sample_batch(
+                model,
+                tokenizer,
+                contexts,
+                generator=generator,
+                carried=carried,
+                skip=skip,
+                share_prefixes=share_prefixes,
+                **sampling,
+            )
         dropped = 0  # later steps of rows that stopped here (truncated): they count as done
         for position, (i, skipped, sample) in enumerate(zip(batch, skip, sampled)):
             if skipped:
@@ -350,6 +407,7 @@ def run_plans(
                 for start, batch in _batches(active, len(active) or 1, key=lambda i: step_key(i, step_index)):
                     run_step(batch, step_index, start)
         else:
+
             def shape(i: int) -> tuple:
                 return tuple(step_key(i, k) for k in range(len(rows[i].plan.steps)))
 
@@ -388,7 +446,7 @@ class _PlanState:
         wanted = self.texts[i] + step.prefill
         if not wanted.startswith(self.ids_texts[i]):
             raise AssertionError(f"context drifted from the plan text in row {i}")
-        prefill_ids = _encode(self.tokenizer, wanted[len(self.ids_texts[i]):])
+        prefill_ids = _encode(self.tokenizer, wanted[len(self.ids_texts[i]) :])
         self.results[i].segments.append({"text": step.prefill, "train": False, "ids": prefill_ids})
         self.contexts[i].extend(prefill_ids)
         self.ids_texts[i] = self.texts[i] = wanted
@@ -398,22 +456,34 @@ class _PlanState:
         text = tokenizer.decode(sample.ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         full = tokenizer.decode(sample.ids, clean_up_tokenization_spaces=False)
         piece, missed_stop = _cut(text, step.stops)
-        later = self.rows[i].plan.steps[step_index + 1:]
+        later = self.rows[i].plan.steps[step_index + 1 :]
         following = later[0].prefill if later else None
         # Later steps see every sampled token when the plan's text goes on with them (the next
         # prefill repeats the stop, e.g. a closing fence), else the piece's tokens only.
-        keep = len(sample.ids) if following is None or (piece + following).startswith(full) \
+        keep = (
+            len(sample.ids)
+            if following is None or (piece + following).startswith(full)
             else _kept(tokenizer, sample.ids, piece)
-        kept_text = full if keep == len(sample.ids) else tokenizer.decode(sample.ids[:keep],
-                                                                          clean_up_tokenization_spaces=False)
+        )
+        kept_text = (
+            full if keep == len(sample.ids) else tokenizer.decode(sample.ids[:keep], clean_up_tokenization_spaces=False)
+        )
         result = self.results[i]
         result.tokens_generated += len(sample.ids)
-        result.segments.append({
-            "text": piece, "train": True, "ids": sample.ids, "keep": keep,
-            "logprobs": [round(x, 6) for x in sample.logprobs],
-            "sampling": {"temperature": sampling["temperature"], "top_p": sampling["top_p"],
-                         "suppress_first": sampling["suppress_first"]},
-        })
+        result.segments.append(
+            {
+                "text": piece,
+                "train": True,
+                "ids": sample.ids,
+                "keep": keep,
+                "logprobs": [round(x, 6) for x in sample.logprobs],
+                "sampling": {
+                    "temperature": sampling["temperature"],
+                    "top_p": sampling["top_p"],
+                    "suppress_first": sampling["suppress_first"],
+                },
+            }
+        )
         self.contexts[i].extend(sample.ids[:keep])
         self.ids_texts[i] += kept_text
         self.texts[i] += piece

@@ -57,7 +57,7 @@ def _stop_fired(tokenizer, ids: list[int], stops: tuple[str, ...]) -> bool:
     """sample_batch's stop rule on the last token: a stop string in the decoded tail."""
     if not stops or not ids:
         return False
-    tail = tokenizer.decode(ids[-stop_window(stops):], skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    tail = tokenizer.decode(ids[-stop_window(stops) :], skip_special_tokens=True, clean_up_tokenization_spaces=False)
     return any(stop in tail for stop in stops)
 
 
@@ -69,30 +69,50 @@ def cut_at_stop(tokenizer, ids: list[int], eos: set[int], stops: tuple[str, ...]
         if token in eos:
             return ids[: position + 1], True
         if stops:
-            tail = tokenizer.decode(ids[max(0, position + 1 - window): position + 1], skip_special_tokens=True,
-                                    clean_up_tokenization_spaces=False)
+            tail = tokenizer.decode(
+                ids[max(0, position + 1 - window) : position + 1],
+                skip_special_tokens=True,
+                clean_up_tokenization_spaces=False,
+            )
             if any(stop in tail for stop in stops):
                 return ids[: position + 1], False
     return ids, False
 
 
-def lmeval_vllm_args(*, memory_fraction: float, enforce_eager: bool, max_num_seqs: int, lora_rank: int,
-                     max_model_len: int) -> dict:
+def lmeval_vllm_args(
+    *, memory_fraction: float, enforce_eager: bool, max_num_seqs: int, lora_rank: int, max_model_len: int
+) -> dict:
     """Engine settings for lm-eval's `vllm` model (math benchmarks), the same as our engine's
     (`populora.lm.engines.VllmSampler.lmeval_vllm_args`): its context window is `update.max_seq_len`
     too (lm-eval cuts a longer prompt's oldest tokens to leave room for the answer cap)."""
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    return {"gpu_memory_utilization": memory_fraction, "enforce_eager": enforce_eager,
-            "max_num_seqs": max_num_seqs, "max_lora_rank": supported_rank(lora_rank), "max_model_len": max_model_len}
+    return {
+        "gpu_memory_utilization": memory_fraction,
+        "enforce_eager": enforce_eager,
+        "max_num_seqs": max_num_seqs,
+        "max_lora_rank": supported_rank(lora_rank),
+        "max_model_len": max_model_len,
+    }
 
 
 class VllmEngine:
     """A vLLM `LLM` over the base model folder with `adapters` (name -> PEFT folder) as LoRA requests."""
 
-    def __init__(self, base_model: str | Path, adapters: dict[str, str | Path], *, dtype: str, lora_rank: int,
-                 memory_fraction: float, max_loras: int | None = None, max_num_seqs: int = 256,
-                 enforce_eager: bool = True, max_model_len: int | None = None, seed: int = 0,
-                 request_seeds: bool = True):
+    def __init__(
+        self,
+        base_model: str | Path,
+        adapters: dict[str, str | Path],
+        *,
+        dtype: str,
+        lora_rank: int,
+        memory_fraction: float,
+        max_loras: int | None = None,
+        max_num_seqs: int = 256,
+        enforce_eager: bool = True,
+        max_model_len: int | None = None,
+        seed: int = 0,
+        request_seeds: bool = True,
+    ):
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
         from vllm.lora.request import LoRARequest
@@ -109,17 +129,37 @@ class VllmEngine:
             # has index -1: Python indexing gives it the LAST slot's adapter (vllm/lora/ops/torch_ops,
             # bgmv_shrink). One slot more than adapters, never filled, keeps those rows on the base.
             slots = len(adapters) + 1
-        lora = {"enable_lora": True, "max_loras": slots, "max_cpu_loras": slots,
-                "max_lora_rank": supported_rank(lora_rank)} if adapters else {}
-        self.llm = LLM(model=str(base_model), tokenizer=str(base_model), dtype=dtype, seed=seed,
-                       gpu_memory_utilization=memory_fraction, enforce_eager=enforce_eager, max_num_seqs=max_num_seqs,
-                       max_model_len=max_model_len, enable_prefix_caching=True, logprobs_mode="processed_logprobs",
-                       max_logprobs=0, **lora, **platform_args)
+        lora = (
+            {
+                "enable_lora": True,
+                "max_loras": slots,
+                "max_cpu_loras": slots,
+                "max_lora_rank": supported_rank(lora_rank),
+            }
+            if adapters
+            else {}
+        )
+        self.llm = LLM(
+            model=str(base_model),
+            tokenizer=str(base_model),
+            dtype=dtype,
+            seed=seed,
+            gpu_memory_utilization=memory_fraction,
+            enforce_eager=enforce_eager,
+            max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len,
+            enable_prefix_caching=True,
+            logprobs_mode="processed_logprobs",
+            max_logprobs=0,
+            **lora,
+            **platform_args,
+        )
         self.tokenizer = self.llm.get_tokenizer()
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
         self.request_seeds = request_seeds
-        self.requests = {name: LoRARequest(name, index + 1, str(path))
-                         for index, (name, path) in enumerate(adapters.items())}
+        self.requests = {
+            name: LoRARequest(name, index + 1, str(path)) for index, (name, path) in enumerate(adapters.items())
+        }
         from populora.lm.sampling import _eos_ids
 
         self.eos = _eos_ids(self, self.tokenizer)
@@ -141,53 +181,126 @@ class VllmEngine:
     def _generate(self, contexts: list[list[int]], params: list, adapters: list[str | None]):
         from vllm.inputs import TokensPrompt
 
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(c)) for c in contexts], params,
-                                    lora_request=[self._lora(a) for a in adapters], use_tqdm=False)
+        outputs = self.llm.generate(
+            [TokensPrompt(prompt_token_ids=list(c)) for c in contexts],
+            params,
+            lora_request=[self._lora(a) for a in adapters],
+            use_tqdm=False,
+        )
         return [output.outputs[0] for output in outputs]
 
     def _room(self, context: list[int], ids: list[int]) -> int:
         """Tokens a row may still add before its context fills the window (`max_model_len`)."""
         return self.max_model_len - len(context) - len(ids)
 
-    def _params(self, *, max_tokens: int, temperature: float, top_p: float, seed: int, stops: tuple[str, ...],
-                allowed: list[int] | None = None):
+    def _params(
+        self,
+        *,
+        max_tokens: int,
+        temperature: float,
+        top_p: float,
+        seed: int,
+        stops: tuple[str, ...],
+        allowed: list[int] | None = None,
+    ):
         from vllm import SamplingParams
 
         seed = seed if self.request_seeds and temperature > 0 else None  # seeds only where they change a draw
-        return SamplingParams(n=1, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed,
-                              stop=list(stops) or None, stop_token_ids=self.eos, include_stop_str_in_output=True,
-                              logprobs=0, allowed_token_ids=allowed, skip_special_tokens=True,
-                              spaces_between_special_tokens=False, detokenize=bool(stops))
+        return SamplingParams(
+            n=1,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            stop=list(stops) or None,
+            stop_token_ids=self.eos,
+            include_stop_str_in_output=True,
+            logprobs=0,
+            allowed_token_ids=allowed,
+            skip_special_tokens=True,
+            spaces_between_special_tokens=False,
+            detokenize=bool(stops),
+        )
 
-    def sample_contexts(self, contexts: list[list[int]], *, budget: int, stops: tuple[str, ...],
-                        suppress_first: list[int] | None, temperature: float, top_p: float, seed: int,
-                        adapters: list[str | None]) -> list[Sampled]:
+    def sample_contexts(
+        self,
+        contexts: list[list[int]],
+        *,
+        budget: int,
+        stops: tuple[str, ...],
+        suppress_first: list[int] | None,
+        temperature: float,
+        top_p: float,
+        seed: int,
+        adapters: list[str | None],
+    ) -> list[Sampled]:
         """`populora.lm.sampling.sample_batch`'s contract on vLLM (see the module docstring)."""
         seeds = [(seed * 1_000_003 + row) % 2**62 for row in range(len(contexts))]  # vLLM's seeds are int64
         rows = [Sampled([], [], False) for _ in contexts]
         ended = [self._room(context, []) <= 0 for context in contexts]  # a full window: nothing to sample
         if any(ended):
-            log.warning("%d of %d rows start with a context of max_model_len = %d tokens or more "
-                        "(update.max_seq_len) and get no tokens", sum(ended), len(ended), self.max_model_len)
+            log.warning(
+                "%d of %d rows start with a context of max_model_len = %d tokens or more "
+                "(update.max_seq_len) and get no tokens",
+                sum(ended),
+                len(ended),
+                self.max_model_len,
+            )
         if suppress_first:  # the first token alone, drawn from the allowed ids
             banned = set(suppress_first)
             allowed = [i for i in range(len(self.tokenizer)) if i not in banned]
             first = [r for r in range(len(rows)) if not ended[r]]
-            self._extend(rows, ended, first, contexts, adapters, budget, [
-                self._params(max_tokens=1, temperature=temperature, top_p=top_p, seed=seeds[r], stops=(),
-                             allowed=allowed) for r in first], stops)
+            self._extend(
+                rows,
+                ended,
+                first,
+                contexts,
+                adapters,
+                budget,
+                [
+                    self._params(
+                        max_tokens=1, temperature=temperature, top_p=top_p, seed=seeds[r], stops=(), allowed=allowed
+                    )
+                    for r in first
+                ],
+                stops,
+            )
         for round_ in range(1, budget + 1):  # every round adds at least one token to each open row
             open_rows = [r for r in range(len(rows)) if not ended[r]]
             if not open_rows:
                 break
-            self._extend(rows, ended, open_rows, contexts, adapters, budget, [
-                self._params(max_tokens=min(budget - len(rows[r].ids), self._room(contexts[r], rows[r].ids)),
-                             temperature=temperature, top_p=top_p, seed=(seeds[r] + 7919 * round_) % 2**62,
-                             stops=stops) for r in open_rows], stops)
+            self._extend(
+                rows,
+                ended,
+                open_rows,
+                contexts,
+                adapters,
+                budget,
+                [
+                    self._params(
+                        max_tokens=min(budget - len(rows[r].ids), self._room(contexts[r], rows[r].ids)),
+                        temperature=temperature,
+                        top_p=top_p,
+                        seed=(seeds[r] + 7919 * round_) % 2**62,
+                        stops=stops,
+                    )
+                    for r in open_rows
+                ],
+                stops,
+            )
         return rows
 
-    def _extend(self, rows: list[Sampled], ended: list[bool], which, contexts, adapters, budget: int, params,
-                stops: tuple[str, ...]) -> None:
+    def _extend(
+        self,
+        rows: list[Sampled],
+        ended: list[bool],
+        which,
+        contexts,
+        adapters,
+        budget: int,
+        params,
+        stops: tuple[str, ...],
+    ) -> None:
         """Continue rows `which` by one request each; mark those `sample_batch` would have ended."""
         which = list(which)
         tails = self._generate([contexts[r] + rows[r].ids for r in which], params, [adapters[r] for r in which])
@@ -198,12 +311,17 @@ class VllmEngine:
             # A row ends where sample_batch's own rule fires (a stop in the decoded ids, EOS) or at the
             # budget. vLLM's stop check reads its incremental detokenization, which can see a stop the
             # ids do not decode to (runs of invalid UTF-8 byte tokens): such a row samples on.
-            ended[r] = (hit_eos or len(ids) >= budget or _stop_fired(self.tokenizer, ids, stops)
-                        or self._room(contexts[r], ids) <= 0)
+            ended[r] = (
+                hit_eos
+                or len(ids) >= budget
+                or _stop_fired(self.tokenizer, ids, stops)
+                or self._room(contexts[r], ids) <= 0
+            )
             rows[r] = Sampled(ids, logprobs[: len(ids)], hit_eos)
 
-    def generate_texts(self, prompts: list[str], *, max_new_tokens: int, stops: list[str],
-                       adapters: list[str | None]) -> list[tuple[str, list[int]]]:
+    def generate_texts(
+        self, prompts: list[str], *, max_new_tokens: int, stops: list[str], adapters: list[str | None]
+    ) -> list[tuple[str, list[int]]]:
         """Greedy completions of text prompts (EvalPlus): (text, sampled ids) per prompt, stop strings kept
         in the text as `model.generate(stop_strings=...)` keeps them."""
         from vllm import SamplingParams
@@ -211,14 +329,28 @@ class VllmEngine:
         contexts = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         rows = [r for r, context in enumerate(contexts) if self._room(context, []) > 0]
         if len(rows) < len(contexts):
-            log.warning("%d of %d prompts fill max_model_len = %d tokens (update.max_seq_len): empty answers",
-                        len(contexts) - len(rows), len(contexts), self.max_model_len)
-        params = [SamplingParams(n=1, max_tokens=min(max_new_tokens, self._room(contexts[r], [])), temperature=0.0,
-                                 stop=stops or None, stop_token_ids=self.eos, include_stop_str_in_output=True,
-                                 skip_special_tokens=True) for r in rows]
+            log.warning(
+                "%d of %d prompts fill max_model_len = %d tokens (update.max_seq_len): empty answers",
+                len(contexts) - len(rows),
+                len(contexts),
+                self.max_model_len,
+            )
+        params = [
+            SamplingParams(
+                n=1,
+                max_tokens=min(max_new_tokens, self._room(contexts[r], [])),
+                temperature=0.0,
+                stop=stops or None,
+                stop_token_ids=self.eos,
+                include_stop_str_in_output=True,
+                skip_special_tokens=True,
+            )
+            for r in rows
+        ]
         outputs = dict(zip(rows, self._generate([contexts[r] for r in rows], params, [adapters[r] for r in rows])))
-        return [(outputs[r].text, list(outputs[r].token_ids)) if r in outputs else ("", [])
-                for r in range(len(contexts))]
+        return [
+            (outputs[r].text, list(outputs[r].token_ids)) if r in outputs else ("", []) for r in range(len(contexts))
+        ]
 
 
 def _scores(output) -> list[float]:

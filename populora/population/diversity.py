@@ -68,15 +68,20 @@ def pairwise(names: Sequence[str]) -> list[tuple[str, str]]:
 def weight_diversity(role: str, adapters: Mapping[str, StateDict]) -> dict[str, float | int | None]:
     """Flat metrics of one sub-population's weights: mean and smallest pairwise distance, pairs."""
     distances = [weight_distance(adapters[a], adapters[b]) for a, b in pairwise(list(adapters))]
-    return {f"diversity.{role}.pairs": len(distances),
-            f"diversity.{role}.weight_distance": round(mean(distances), 6) if distances else None,
-            f"diversity.{role}.weight_distance_min": round(min(distances), 6) if distances else None}
+    return {
+        f"diversity.{role}.pairs": len(distances),
+        f"diversity.{role}.weight_distance": round(mean(distances), 6) if distances else None,
+        f"diversity.{role}.weight_distance_min": round(min(distances), 6) if distances else None,
+    }
 
 
-def verdict_diversity(role: str, table: Mapping[str, Mapping[str, int]], members: Sequence[str],
-                      task_ids: Sequence[str]) -> dict[str, float | int | None]:
+def verdict_diversity(
+    role: str, table: Mapping[str, Mapping[str, int]], members: Sequence[str], task_ids: Sequence[str]
+) -> dict[str, float | int | None]:
     """Flat metrics of one sub-population's held-out verdicts: mean pairwise agreement and clone pairs."""
     agreements = [verdict_agreement(table.get(a, {}), table.get(b, {}), task_ids) for a, b in pairwise(members)]
     agreements = [a for a in agreements if a is not None]
-    return {f"diversity.{role}.verdict_agreement": round(mean(agreements), 6) if agreements else None,
-            f"diversity.{role}.clone_pairs": sum(a == 1.0 for a in agreements) if agreements else None}
+    return {
+        f"diversity.{role}.verdict_agreement": round(mean(agreements), 6) if agreements else None,
+        f"diversity.{role}.clone_pairs": sum(a == 1.0 for a in agreements) if agreements else None,
+    }

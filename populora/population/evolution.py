@@ -75,8 +75,9 @@ def uses_reward_fitness(role: str, teacher_mode: str, mode: str = "auto") -> boo
     return role == "teachers" and teacher_mode == "learnability"
 
 
-def accumulate_rewards(records: Mapping[str, Mapping[str, float]],
-                       new: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+def accumulate_rewards(
+    records: Mapping[str, Mapping[str, float]], new: Mapping[str, Mapping[str, float]]
+) -> dict[str, dict[str, float]]:
     """Add one generation's ``{"<slot>/<role>": {"sum", "count"}}`` reward totals to the running ones.
 
     >>> accumulate_rewards({"t0/propose": {"sum": 1.0, "count": 2}}, {"t0/propose": {"sum": -1.0, "count": 1}})
@@ -148,8 +149,10 @@ def _validate(members, replace_k, operator_mix, fallback_mutation) -> None:
     if len(set(ids)) != len(ids):
         raise ValueError(f"duplicate member ids: {ids}")
     if not 0 <= replace_k < len(members):
-        raise ValueError(f"replace_k must be in [0, {len(members) - 1}] for {len(members)} members "
-                         f"(at least one must survive to be a parent), got {replace_k}")
+        raise ValueError(
+            f"replace_k must be in [0, {len(members) - 1}] for {len(members)} members "
+            f"(at least one must survive to be a parent), got {replace_k}"
+        )
     known = set(MUTATIONS) | set(CROSSOVERS)
     unknown = set(operator_mix) - known
     if unknown:
@@ -194,7 +197,7 @@ def plan_replacement(
         return []
     ranked = rank_members(members, k_sigma)
     n = len(ranked)
-    survivors, victims = ranked[: n - replace_k], ranked[n - replace_k:][::-1]  # weakest first
+    survivors, victims = ranked[: n - replace_k], ranked[n - replace_k :][::-1]  # weakest first
     pool_size = parent_pool if parent_pool is not None else max(2, math.ceil(n / 2))
     pool = survivors[: max(1, min(pool_size, len(survivors)))]
     mutation_mix = {op: w for op, w in operator_mix.items() if op in MUTATIONS and w > 0}
@@ -212,17 +215,21 @@ def plan_replacement(
             chosen.append(others[int(rng.integers(len(others)))])
         order = {m["id"]: k for k, m in enumerate(ranked)}
         chosen.sort(key=lambda m: order[m["id"]])  # strongest first
-        plan.append({
-            "child_id": f"{id_prefix}-g{int(generation):04d}-{i}",
-            "replaces": victim["id"],
-            "parents": [p["id"] for p in chosen],
-            "fitness": [fitness_of(p, k_sigma) for p in chosen],
-            "operator": operator,
-            "seed": int(rng.integers(0, 2**31 - 1)),
-            "generation": int(generation),
-            "inherited_mu": float(np.mean([float(p["mu"]) for p in chosen])),
-            "sigma": float(np.mean([float(p["sigma"]) for p in chosen]) if initial_sigma is None else initial_sigma),
-        })
+        plan.append(
+            {
+                "child_id": f"{id_prefix}-g{int(generation):04d}-{i}",
+                "replaces": victim["id"],
+                "parents": [p["id"] for p in chosen],
+                "fitness": [fitness_of(p, k_sigma) for p in chosen],
+                "operator": operator,
+                "seed": int(rng.integers(0, 2**31 - 1)),
+                "generation": int(generation),
+                "inherited_mu": float(np.mean([float(p["mu"]) for p in chosen])),
+                "sigma": float(
+                    np.mean([float(p["sigma"]) for p in chosen]) if initial_sigma is None else initial_sigma
+                ),
+            }
+        )
     return plan
 
 
@@ -233,13 +240,24 @@ LINEAGE_KEYS = ("child_id", "parents", "operator", "seed", "generation", "replac
 LINEAGE_EXTRAS = ("slot", "role", "inherited_mu", "sigma", "fitness")  # recorded when present
 
 
-def founder_events(member_ids: Sequence[str], generation: int = 0, *, seeds: Sequence[int] | None = None,
-                   slots: Sequence[str] | None = None) -> list[dict[str, Any]]:
+def founder_events(
+    member_ids: Sequence[str],
+    generation: int = 0,
+    *,
+    seeds: Sequence[int] | None = None,
+    slots: Sequence[str] | None = None,
+) -> list[dict[str, Any]]:
     """Lineage events for the initial members (no parents, operator ``"init"``)."""
     events = []
     for i, m in enumerate(member_ids):
-        event = {"child_id": m, "parents": [], "operator": "init", "seed": None if seeds is None else int(seeds[i]),
-                 "generation": int(generation), "replaces": None}
+        event = {
+            "child_id": m,
+            "parents": [],
+            "operator": "init",
+            "seed": None if seeds is None else int(seeds[i]),
+            "generation": int(generation),
+            "replaces": None,
+        }
         if slots is not None:
             event["slot"] = slots[i]
         events.append(event)
@@ -263,9 +281,17 @@ def append_lineage(lineage: Sequence[Mapping[str, Any]], plan: Sequence[Mapping[
 
 def _ranking_row(member: Mapping[str, Any], rank: int, members: Mapping[str, str], record, by_reward: bool) -> dict:
     """One member's line of a replacement's ranking: what ranked it and how certain that is."""
-    row = {"slot": member["id"], "member": members[member["id"]], "rank": rank, "fitness": fitness_of(member),
-           "conservative": conservative(member), "by": "reward" if by_reward else "trueskill",
-           "mu": float(member["mu"]), "sigma": float(member["sigma"]), "rewards": int(record["count"]) if record else 0}
+    row = {
+        "slot": member["id"],
+        "member": members[member["id"]],
+        "rank": rank,
+        "fitness": fitness_of(member),
+        "conservative": conservative(member),
+        "by": "reward" if by_reward else "trueskill",
+        "mu": float(member["mu"]),
+        "sigma": float(member["sigma"]),
+        "rewards": int(record["count"]) if record else 0,
+    }
     if by_reward:
         row.update(value=member.get("fitness"), error=reward_standard_error(record))
     else:
@@ -279,9 +305,17 @@ def member_id(arm: str, slot: str, born: int) -> str:
 
 
 def plan_generation_replacement(
-    state, ratings: Mapping[str, Mapping[str, float]], reward_records: Mapping[str, Mapping[str, float]], *,
-    generation: int, replace: int, operator_mix: Mapping[str, float], teacher_mode: str, fitness_mode: str,
-    seed_of: Any, parents: str = "population",
+    state,
+    ratings: Mapping[str, Mapping[str, float]],
+    reward_records: Mapping[str, Mapping[str, float]],
+    *,
+    generation: int,
+    replace: int,
+    operator_mix: Mapping[str, float],
+    teacher_mode: str,
+    fitness_mode: str,
+    seed_of: Any,
+    parents: str = "population",
 ) -> dict[str, Any]:
     """One arm's replacement step after `generation`, as data (no tensors).
 
@@ -305,14 +339,27 @@ def plan_generation_replacement(
     events: list[dict] = []
     for role, reward_role in (("teachers", "propose"), ("students", "solve")):
         by_reward = uses_reward_fitness(role, teacher_mode, fitness_mode)
-        pool = [{"id": slot, **ratings[slot],
-                 "fitness": mean_reward(reward_records, f"{slot}/{reward_role}") if by_reward else None}
-                for slot in getattr(state, role)]
+        pool = [
+            {
+                "id": slot,
+                **ratings[slot],
+                "fitness": mean_reward(reward_records, f"{slot}/{reward_role}") if by_reward else None,
+            }
+            for slot in getattr(state, role)
+        ]
         ranked = rank_members(pool)
-        rankings[role] = [_ranking_row(m, i, members, reward_records.get(f"{m['id']}/{reward_role}"), by_reward)
-                          for i, m in enumerate(ranked)]
-        plan = plan_replacement(pool, replace_k=replacements(len(pool), replace), operator_mix=operator_mix,
-                                seed=seed_of(role), generation=generation, parents=parents)
+        rankings[role] = [
+            _ranking_row(m, i, members, reward_records.get(f"{m['id']}/{reward_role}"), by_reward)
+            for i, m in enumerate(ranked)
+        ]
+        plan = plan_replacement(
+            pool,
+            replace_k=replacements(len(pool), replace),
+            operator_mix=operator_mix,
+            seed=seed_of(role),
+            generation=generation,
+            parents=parents,
+        )
         victims = {entry["replaces"] for entry in plan}
         survivors = [row for row in rankings[role] if row["slot"] not in victims]
         for entry in plan:
@@ -320,18 +367,35 @@ def plan_generation_replacement(
             child = member_id(state.arm, slot, generation + 1)
             victim = next(row for row in rankings[role] if row["slot"] == slot)
             confidence = fitter_probability(survivors[-1], victim)
-            events.append({"child_id": child, "slot": slot, "role": role, "replaces": members[slot],
-                           "parents": [members[p] for p in entry["parents"]], "parent_slots": entry["parents"],
-                           "operator": entry["operator"], "seed": entry["seed"], "fitness": entry["fitness"],
-                           "generation": generation + 1, "inherited_mu": entry["inherited_mu"], "sigma": entry["sigma"],
-                           "weakest_survivor": survivors[-1]["slot"],
-                           "confidence": None if confidence is None else round(confidence, 6),
-                           "within_noise": confidence is None or confidence < CONFIDENT})
+            events.append(
+                {
+                    "child_id": child,
+                    "slot": slot,
+                    "role": role,
+                    "replaces": members[slot],
+                    "parents": [members[p] for p in entry["parents"]],
+                    "parent_slots": entry["parents"],
+                    "operator": entry["operator"],
+                    "seed": entry["seed"],
+                    "fitness": entry["fitness"],
+                    "generation": generation + 1,
+                    "inherited_mu": entry["inherited_mu"],
+                    "sigma": entry["sigma"],
+                    "weakest_survivor": survivors[-1]["slot"],
+                    "confidence": None if confidence is None else round(confidence, 6),
+                    "within_noise": confidence is None or confidence < CONFIDENT,
+                }
+            )
             new_ratings[slot] = {"mu": entry["inherited_mu"], "sigma": entry["sigma"]}
             prior = float(np.mean(entry["fitness"]))
             key = f"{slot}/{reward_role}"
             records[key] = {"count": 1, "sum": prior, "sumsq": prior * prior} if by_reward else {"count": 0, "sum": 0.0}
     for event in events:
         members[event["slot"]] = event["child_id"]
-    return {"rankings": rankings, "events": events, "members": members, "ratings": new_ratings,
-            "reward_records": records}
+    return {
+        "rankings": rankings,
+        "events": events,
+        "members": members,
+        "ratings": new_ratings,
+        "reward_records": records,
+    }

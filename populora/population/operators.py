@@ -250,13 +250,15 @@ def _check_compatible(parents: Sequence[StateDict]) -> list[LoraModule]:
             raise ValueError(f"parent {i} has different keys from parent 0")
         for key, t in p.items():
             if t.shape != parents[0][key].shape:
-                raise ValueError(f"parent {i}: {key} has shape {tuple(t.shape)}, parent 0 has "
-                                 f"{tuple(parents[0][key].shape)}")
+                raise ValueError(
+                    f"parent {i}: {key} has shape {tuple(t.shape)}, parent 0 has {tuple(parents[0][key].shape)}"
+                )
     return modules
 
 
-def _apply(parents: Sequence[StateDict], fn: Callable[[list[int], list[Factors]], Factors], *,
-           refactors: bool = False) -> StateDict:
+def _apply(
+    parents: Sequence[StateDict], fn: Callable[[list[int], list[Factors]], Factors], *, refactors: bool = False
+) -> StateDict:
     """Run ``fn(module_indices, [(A, B) per parent])`` on each group of same-shape modules, then
     give each child module its parents' factor balance (:func:`rebalance`); an operator that
     ``refactors`` (builds new factors from a ``dW``) also gets them rotated into its first parent's
@@ -274,8 +276,10 @@ def _apply(parents: Sequence[StateDict], fn: Callable[[list[int], list[Factors]]
     child = {k: v.clone() for k, v in first.items() if k not in lora_keys}
     for idx in groups.values():  # insertion order = sorted module names: deterministic
         stacked = [
-            (torch.stack([p[modules[i].a_key] for i in idx]).float(),
-             torch.stack([p[modules[i].b_key] for i in idx]).float())
+            (
+                torch.stack([p[modules[i].a_key] for i in idx]).float(),
+                torch.stack([p[modules[i].b_key] for i in idx]).float(),
+            )
             for p in parents
         ]
         target = target_ratio(stacked)  # before fn: fn may modify the copies in place
@@ -302,7 +306,7 @@ def svd_scale_rotate(sd: StateDict, gen: torch.Generator, eps: float = 0.1) -> S
     """Scale singular values by ``exp(eps z)`` and rotate both singular bases by ~I + eps skew(M)."""
 
     def fn(idx, parents):
-        (A, B), = parents
+        ((A, B),) = parents
         d = lowrank_svd(B, A)
         g, r = d.s.shape
         S = d.s * torch.exp(eps * torch.randn((g, r), generator=gen, device=A.device))
@@ -322,7 +326,7 @@ def gaussian_subset(sd: StateDict, gen: torch.Generator, eps: float = 0.1, fract
     chosen[torch.randperm(n, generator=gen, device=_device(sd)).cpu()[: max(1, round(fraction * n))]] = True
 
     def fn(idx, parents):
-        (A, B), = parents
+        ((A, B),) = parents
         sel = chosen[idx].to(A.device)
         if not bool(sel.any()):
             return A, B
@@ -337,7 +341,7 @@ def gaussian_all(sd: StateDict, gen: torch.Generator, eps: float = 0.15) -> Stat
     """Add ``eps std(W) N(0,1)`` to every factor of every module."""
 
     def fn(idx, parents):
-        (A, B), = parents  # private fp32 copies made by _apply: safe to update in place
+        ((A, B),) = parents  # private fp32 copies made by _apply: safe to update in place
         return A.add_(factor_noise(A, eps, gen)), B.add_(factor_noise(B, eps, gen))
 
     return _apply([sd], fn)
@@ -349,7 +353,7 @@ def mask_components(sd: StateDict, gen: torch.Generator, rho: float = 0.3) -> St
         raise ValueError(f"rho must be in [0, 1], got {rho}")
 
     def fn(idx, parents):
-        (A, B), = parents
+        ((A, B),) = parents
         d = lowrank_svd(B, A)
         g, r = d.s.shape
         drop = torch.rand((g, r), generator=gen, device=A.device).argsort(dim=-1)[:, : math.ceil(rho * r)]
@@ -371,7 +375,7 @@ def neftune(sd: StateDict, gen: torch.Generator, alpha: float = 0.5) -> StateDic
         raise ValueError(f"neftune alpha must be >= 0, got {alpha}")
 
     def fn(idx, parents):
-        (A, B), = parents
+        ((A, B),) = parents
         bound = alpha / math.sqrt(A.shape[-1] * A.shape[-2])
         return A.add_(torch.rand(A.shape, generator=gen, device=A.device).mul_(2 * bound).sub_(bound)), B
 
@@ -408,8 +412,10 @@ def svd_split(parents: Sequence[StateDict], gen: torch.Generator, fitness=None) 
         k = torch.randint(1, r, (len(idx), 1), generator=gen, device=A1.device)
         first = (torch.arange(r, device=A1.device)[None, :] < k).float()  # [g, r] column owner
         S = first * d1.s + (1 - first) * d2.s
-        terms = [LowRankSVD(d.q_b, d.u_c * w[:, None, :], S, d.q_a, d.v_c * w[:, None, :])
-                 for d, w in ((d1, first), (d2, 1 - first))]
+        terms = [
+            LowRankSVD(d.q_b, d.u_c * w[:, None, :], S, d.q_a, d.v_c * w[:, None, :])
+            for d, w in ((d1, first), (d2, 1 - first))
+        ]
         child = assemble(terms, S, 0.5 * (row_scale(A1) + row_scale(A2)))
         return keep_zero_modules((A1, B1), child, (d1.s.amax(dim=-1) == 0) & (d2.s.amax(dim=-1) == 0))
 
@@ -466,8 +472,9 @@ def fitness_weights(fitness: Sequence[float] | None, n: int, temperature: float)
     return torch.softmax(z / temperature, dim=0).tolist()
 
 
-def fitness_weighted(parents: Sequence[StateDict], gen: torch.Generator, fitness: Sequence[float] | None = None,
-                     temperature: float = 1.0) -> StateDict:
+def fitness_weighted(
+    parents: Sequence[StateDict], gen: torch.Generator, fitness: Sequence[float] | None = None, temperature: float = 1.0
+) -> StateDict:
     """The parents' ``dW`` averaged with fitness weights (softmax of z-scored fitness), best rank r.
 
     Two parents that differ weigh 0.88 and 0.12 at ``temperature`` 1 (z-scores of two values are
@@ -516,7 +523,9 @@ def extrapolate(
         if space == "factors":
             return Ao + eta * (Af - Ao), Bo + eta * (Bf - Bo)
         child = _truncate([eta * Bf, (1 - eta) * Bo], [Af, Ao], Af.shape[-2], 0.5 * (row_scale(Af) + row_scale(Ao)))
-        return keep_zero_modules((Af, Bf), child, (Bf.flatten(1).abs().amax(dim=1) == 0) & (Bo.flatten(1).abs().amax(dim=1) == 0))
+        return keep_zero_modules(
+            (Af, Bf), child, (Bf.flatten(1).abs().amax(dim=1) == 0) & (Bo.flatten(1).abs().amax(dim=1) == 0)
+        )
 
     return _apply(parents, fn, refactors=space == "delta")
 
@@ -538,13 +547,27 @@ CROSSOVERS = {
     "fitness_weighted": fitness_weighted,
 }
 # Number of parents each crossover accepts: (min, max); None = no upper bound.
-CROSSOVER_ARITY = {"layerwise": (2, None), "svd_split": (2, 2), "dare": (2, None), "extrapolate": (2, 2),
-                   "fitness_weighted": (2, None)}
+CROSSOVER_ARITY = {
+    "layerwise": (2, None),
+    "svd_split": (2, 2),
+    "dare": (2, None),
+    "extrapolate": (2, 2),
+    "fitness_weighted": (2, None),
+}
 # The numbering of lucidrains' PopuLoRA package (M1-M5 mutations, X1-X5 crossovers), which may copy the
 # paper's appendix (unverified: ../shared/reference/populora-paper.md section 2.3); docs/design.md's table.
-PAPER_NUMBERS = {"svd_scale_rotate": "M1", "gaussian_subset": "M2", "mask_components": "M3", "gaussian_all": "M4",
-                 "neftune": "M5", "dare": "X1", "layerwise": "X2", "svd_split": "X3", "extrapolate": "X4",
-                 "fitness_weighted": "X5"}
+PAPER_NUMBERS = {
+    "svd_scale_rotate": "M1",
+    "gaussian_subset": "M2",
+    "mask_components": "M3",
+    "gaussian_all": "M4",
+    "neftune": "M5",
+    "dare": "X1",
+    "layerwise": "X2",
+    "svd_split": "X3",
+    "extrapolate": "X4",
+    "fitness_weighted": "X5",
+}
 
 
 def operator_defaults() -> dict[str, dict[str, object]]:
@@ -556,8 +579,9 @@ def operator_defaults() -> dict[str, dict[str, object]]:
     out = {}
     for name, fn in {**MUTATIONS, **CROSSOVERS}.items():
         params = inspect.signature(fn).parameters.values()
-        out[name] = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty
-                     and p.name != "fitness"}
+        out[name] = {
+            p.name: p.default for p in params if p.default is not inspect.Parameter.empty and p.name != "fitness"
+        }
     return out
 
 

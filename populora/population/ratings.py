@@ -58,7 +58,10 @@ class RatingEnv:
 
     def make(self) -> trueskill.TrueSkill:
         return trueskill.TrueSkill(
-            mu=self.mu, sigma=self.sigma, beta=self.beta, tau=self.tau,
+            mu=self.mu,
+            sigma=self.sigma,
+            beta=self.beta,
+            tau=self.tau,
             draw_probability=self.draw_probability,
         )
 
@@ -245,7 +248,9 @@ def pfsp_pairing(
     }
 
 
-def round_robin_pairing(teachers: Sequence[str], students: Sequence[str], *, slots_per_student: int = 1) -> dict[str, Any]:
+def round_robin_pairing(
+    teachers: Sequence[str], students: Sequence[str], *, slots_per_student: int = 1
+) -> dict[str, Any]:
     """Deterministic alternative to PFSP: slots are dealt to teachers in turn, student by student;
     when teachers outnumber the student slots, the remaining teachers get one extra slot each
     (students in turn), so every teacher gets a student, as with PFSP.
@@ -263,8 +268,13 @@ def round_robin_pairing(teachers: Sequence[str], students: Sequence[str], *, slo
             position += 1
     for extra, t in enumerate(teachers[position:]):
         counts[t][students[extra % len(students)]] += 1
-    return {"scheme": "round_robin", "teachers": list(teachers), "students": list(students), "counts": counts,
-            "slots_per_student": int(slots_per_student)}
+    return {
+        "scheme": "round_robin",
+        "teachers": list(teachers),
+        "students": list(students),
+        "counts": counts,
+        "slots_per_student": int(slots_per_student),
+    }
 
 
 def pairs_pairing(teachers: Sequence[str], students: Sequence[str], *, slots_per_student: int = 1) -> dict[str, Any]:
@@ -278,9 +288,18 @@ def pairs_pairing(teachers: Sequence[str], students: Sequence[str], *, slots_per
     _check_ids("teacher", teachers)
     _check_ids("student", students)
     if len(teachers) != len(students):
-        raise ValueError(f"pairs need as many teachers as students, got {len(teachers)} teachers and {len(students)} "
-                         "students (population.teachers must equal population.students)")
-    counts = {t: {s: int(slots_per_student) if j == k else 0 for j, s in enumerate(students)}
-              for k, t in enumerate(teachers)}
-    return {"scheme": "pairs", "teachers": list(teachers), "students": list(students), "counts": counts,
-            "slots_per_student": int(slots_per_student), "pairs": dict(zip(teachers, students))}
+        raise ValueError(
+            f"pairs need as many teachers as students, got {len(teachers)} teachers and {len(students)} "
+            "students (population.teachers must equal population.students)"
+        )
+    counts = {
+        t: {s: int(slots_per_student) if j == k else 0 for j, s in enumerate(students)} for k, t in enumerate(teachers)
+    }
+    return {
+        "scheme": "pairs",
+        "teachers": list(teachers),
+        "students": list(students),
+        "counts": counts,
+        "slots_per_student": int(slots_per_student),
+        "pairs": dict(zip(teachers, students)),
+    }

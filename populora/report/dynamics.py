@@ -30,8 +30,12 @@ from populora.report.metrics import BASELINE, POPULATION
 from populora.report.panels import PANELS, TASK_TYPES, sample_size_keys
 
 COMPLEXITY = ("ast_depth", "cyclomatic_complexity", "loc", "distinct_variables")
-COMPLEXITY_TITLES = {"ast_depth": "AST depth", "cyclomatic_complexity": "cyclomatic complexity",
-                     "loc": "lines of code", "distinct_variables": "distinct variables"}
+COMPLEXITY_TITLES = {
+    "ast_depth": "AST depth",
+    "cyclomatic_complexity": "cyclomatic complexity",
+    "loc": "lines of code",
+    "distinct_variables": "distinct variables",
+}
 TITLE_WIDTH = 44  # characters per line of a subplot title: one of a 13-inch row of three, at 9 pt
 
 
@@ -71,18 +75,36 @@ def _panel(ax, dynamics: dict[str, list[dict]], key: str, title: str) -> None:
         if counted is None:
             continue
         hits_key, n_key = counted
-        kept = [(row.get("generation", i), row) for i, row in enumerate(rows) if _finite_or_none(row.get(key)) is not None]
+        kept = [
+            (row.get("generation", i), row) for i, row in enumerate(rows) if _finite_or_none(row.get(key)) is not None
+        ]
         sizes = [_finite_or_none(row.get(n_key)) for _, row in kept]
         for (x, _), y, n in zip(kept, ys, sizes):
             if n is not None:
-                ax.annotate(f"n={int(n)}", (x, y), textcoords="offset points", xytext=(0, 6), ha="center",
-                            fontsize=6, color=color)
+                ax.annotate(
+                    f"n={int(n)}",
+                    (x, y),
+                    textcoords="offset points",
+                    xytext=(0, 6),
+                    ha="center",
+                    fontsize=6,
+                    color=color,
+                )
         if hits_key is not None:
-            bands = [(x, wilson_interval(int(row[hits_key]), int(row[n_key]))) for x, row in kept
-                     if _finite_or_none(row.get(hits_key)) is not None and _finite_or_none(row.get(n_key))]
+            bands = [
+                (x, wilson_interval(int(row[hits_key]), int(row[n_key])))
+                for x, row in kept
+                if _finite_or_none(row.get(hits_key)) is not None and _finite_or_none(row.get(n_key))
+            ]
             if bands:
-                ax.fill_between([x for x, _ in bands], [lo for _, (lo, _) in bands], [hi for _, (_, hi) in bands],
-                                color=color, alpha=0.12, linewidth=0)
+                ax.fill_between(
+                    [x for x, _ in bands],
+                    [lo for _, (lo, _) in bands],
+                    [hi for _, (_, hi) in bands],
+                    color=color,
+                    alpha=0.12,
+                    linewidth=0,
+                )
     _finish_generation_axes(ax, title, drawn)
 
 
@@ -108,7 +130,7 @@ def plot_dynamics(dynamics: dict[str, list[dict]], path: Path) -> None:
     fig, axes = plt.subplots(rows, columns, figsize=(13, 3.4 * rows), squeeze=False, layout="constrained")
     for ax, (key, title) in zip(axes.flat, subplots):
         _panel(ax, dynamics, key, title)
-    for ax in list(axes.flat)[len(subplots):]:
+    for ax in list(axes.flat)[len(subplots) :]:
         ax.axis("off")
     fig.suptitle("Training dynamics: population vs baseline (bands: 95% Wilson; n per point)")
     write_figure(path, fig, dpi=110)
@@ -119,7 +141,9 @@ def plot_complexity(dynamics: dict[str, list[dict]], path: Path) -> None:
     fig, axes = plt.subplots(len(COMPLEXITY), len(TASK_TYPES), figsize=(13, 12), squeeze=False)
     for row, metric in enumerate(COMPLEXITY):
         for col, task_type in enumerate(TASK_TYPES):
-            _panel(axes[row][col], dynamics, f"{task_type}.program.{metric}", f"{COMPLEXITY_TITLES[metric]}, {task_type}")
+            _panel(
+                axes[row][col], dynamics, f"{task_type}.program.{metric}", f"{COMPLEXITY_TITLES[metric]}, {task_type}"
+            )
     fig.suptitle("Complexity of valid proposed programs (mean per generation)")
     fig.tight_layout()
     write_figure(path, fig, dpi=110)
@@ -127,7 +151,9 @@ def plot_complexity(dynamics: dict[str, list[dict]], path: Path) -> None:
 
 
 def rating_slots(rows: list[dict]) -> list[str]:
-    return sorted({key.split(".")[1] for row in rows for key in row if key.startswith("rating.") and key.endswith(".mu")})
+    return sorted(
+        {key.split(".")[1] for row in rows for key in row if key.startswith("rating.") and key.endswith(".mu")}
+    )
 
 
 def plot_ratings(dynamics: dict[str, list[dict]], path: Path) -> None:
@@ -141,8 +167,13 @@ def plot_ratings(dynamics: dict[str, list[dict]], path: Path) -> None:
             xs, mu = _series(rows, f"rating.{slot}.mu")
             _, sigma = _series(rows, f"rating.{slot}.sigma")
             if len(sigma) == len(mu):
-                ax.fill_between(xs, [m - s for m, s in zip(mu, sigma)], [m + s for m, s in zip(mu, sigma)],
-                                color=cmap(index % 10), alpha=0.12)
+                ax.fill_between(
+                    xs,
+                    [m - s for m, s in zip(mu, sigma)],
+                    [m + s for m, s in zip(mu, sigma)],
+                    color=cmap(index % 10),
+                    alpha=0.12,
+                )
             ax.plot(xs, mu, marker="o", color=cmap(index % 10), label=slot)
         _finish_generation_axes(ax, f"TrueSkill mu +- sigma ({arm})", bool(slots))
     fig.tight_layout()
@@ -151,10 +182,19 @@ def plot_ratings(dynamics: dict[str, list[dict]], path: Path) -> None:
 
 
 def final_dynamics_table(dynamics: dict[str, list[dict]]) -> str:
-    keys = [f"{t}.solve_rate" for t in TASK_TYPES] + [f"{t}.validity_rate" for t in TASK_TYPES] + [
-        "teacher_reward_mean", "student_reward_mean", "signal.format_only_share", "signal.correctness_share",
-        "coverage.new_per_proposal", "coverage.matched.distinct_programs"] + [
-        f"code_o.program.{m}" for m in COMPLEXITY]
+    keys = (
+        [f"{t}.solve_rate" for t in TASK_TYPES]
+        + [f"{t}.validity_rate" for t in TASK_TYPES]
+        + [
+            "teacher_reward_mean",
+            "student_reward_mean",
+            "signal.format_only_share",
+            "signal.correctness_share",
+            "coverage.new_per_proposal",
+            "coverage.matched.distinct_programs",
+        ]
+        + [f"code_o.program.{m}" for m in COMPLEXITY]
+    )
     arms = arm_order(dynamics)
     lines = ["| metric (last generation) | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
     for key in keys:
@@ -166,18 +206,20 @@ def final_dynamics_table(dynamics: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
-
-
-SIGNAL_NOTE = ("What the students' learning signal differed in, per generation: rollouts with a nonzero advantage, "
-               "then the share whose group (the answers its advantage is measured against) held no right answer, so "
-               "that their rewards differ only in format (-1 malformed against -0.5 wrong), and the share whose group "
-               "held a right answer beside a wrong one (`populora.rl.rollouts.signal_accounting`).")
+SIGNAL_NOTE = (
+    "What the students' learning signal differed in, per generation: rollouts with a nonzero advantage, "
+    "then the share whose group (the answers its advantage is measured against) held no right answer, so "
+    "that their rewards differ only in format (-1 malformed against -0.5 wrong), and the share whose group "
+    "held a right answer beside a wrong one (`populora.rl.rollouts.signal_accounting`)."
+)
 
 
 def signal_table(dynamics: dict[str, list[dict]]) -> str:
     """Markdown: per arm and generation, `n: format-only % / correctness %` of the students' rollouts with
     signal; empty when no row carries the accounting (runs from before it)."""
-    arms = [arm for arm in arm_order(dynamics) if any(r.get("signal.solve_with_signal") is not None for r in dynamics[arm])]
+    arms = [
+        arm for arm in arm_order(dynamics) if any(r.get("signal.solve_with_signal") is not None for r in dynamics[arm])
+    ]
     if not arms:
         return ""
     gens = max(len(dynamics[arm]) for arm in arms)
@@ -185,7 +227,9 @@ def signal_table(dynamics: dict[str, list[dict]]) -> str:
     for arm in arms:
         cells = []
         for row in dynamics[arm]:
-            n, fmt, cor = (row.get(f"signal.{k}") for k in ("solve_with_signal", "format_only_share", "correctness_share"))
+            n, fmt, cor = (
+                row.get(f"signal.{k}") for k in ("solve_with_signal", "format_only_share", "correctness_share")
+            )
             cells.append("-" if n is None else f"{n}: {_share(fmt)} / {_share(cor)}")
         lines.append(f"| {arm} | " + " | ".join(cells + [""] * (gens - len(cells))) + " |")
     return "\n".join(lines)

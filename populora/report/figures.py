@@ -34,14 +34,20 @@ def model_colors(refs: list[ModelRef]) -> dict[str, object]:
     colors = {}
     for role, cmap in (("students", "Blues"), ("teachers", "Greens")):
         members = roles[role]
-        colors.update({m: plt.get_cmap(cmap)(0.45 + 0.45 * i / max(1, len(members) - 1)) for i, m in enumerate(members)})
+        colors.update(
+            {m: plt.get_cmap(cmap)(0.45 + 0.45 * i / max(1, len(members) - 1)) for i, m in enumerate(members)}
+        )
     for ref in refs:
         colors.setdefault(ref.name, ARM_COLORS.get(ref.arm, "tab:green"))
     return colors
 
 
-def plot_benchmarks(table: dict[str, dict[str, float]], refs: dict[str, ModelRef], path: Path,
-                    intervals: dict[str, dict[str, tuple[float, float]]] | None = None) -> None:
+def plot_benchmarks(
+    table: dict[str, dict[str, float]],
+    refs: dict[str, ModelRef],
+    path: Path,
+    intervals: dict[str, dict[str, tuple[float, float]]] | None = None,
+) -> None:
     """`benchmarks.png`: one bar per model and column with 95% Wilson error bars, the students' mean marked."""
     intervals = intervals or {}
     ordered = model_order(refs[m] for m in table)
@@ -58,15 +64,29 @@ def plot_benchmarks(table: dict[str, dict[str, float]], refs: dict[str, ModelRef
         bars = [(x, h, intervals.get(model, {}).get(col)) for x, h, col in zip(xs, heights, columns)]
         bars = [(x, h, ci) for x, h, ci in bars if ci is not None]
         if bars:  # 95% Wilson intervals (benchmarks only; group averages have none)
-            ax.errorbar([x for x, _, _ in bars], [h for _, h, _ in bars],
-                        yerr=[[h - 100 * ci[0] for _, h, ci in bars], [100 * ci[1] - h for _, h, ci in bars]],
-                        fmt="none", ecolor="0.25", elinewidth=0.8, capsize=2, zorder=4)
+            ax.errorbar(
+                [x for x, _, _ in bars],
+                [h for _, h, _ in bars],
+                yerr=[[h - 100 * ci[0] for _, h, ci in bars], [100 * ci[1] - h for _, h, ci in bars]],
+                fmt="none",
+                ecolor="0.25",
+                elinewidth=0.8,
+                capsize=2,
+                zorder=4,
+            )
         zeros += [(x, colors[model]) for x, h in zip(xs, heights) if h == 0]
     members = role_members(ordered, POPULATION)["students"]
     if members:
         means = [100 * sum(column_value(table, m, col) for m in members) / len(members) for col in columns]
-        ax.hlines(means, [c - 0.42 for c in range(len(columns))], [c + 0.42 for c in range(len(columns))],
-                  colors="black", linewidth=1.8, zorder=3, label="population students' mean")
+        ax.hlines(
+            means,
+            [c - 0.42 for c in range(len(columns))],
+            [c + 0.42 for c in range(len(columns))],
+            colors="black",
+            linewidth=1.8,
+            zorder=3,
+            label="population students' mean",
+        )
     ax.set_xticks(range(len(columns)), [c.replace("avg.", "avg ") for c in columns], rotation=30, ha="right")
     for divider in [len(columns) - sum(c.startswith("avg.") for c in columns) - 0.5]:
         ax.axvline(divider, color="0.8", linewidth=1)
@@ -91,8 +111,12 @@ def _lanes(lineage: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return lanes
 
 
-def draw_family_tree(lineage: Sequence[Mapping[str, Any]], out_png: str | Path, title: str | None = None,
-                     last_generation: int | None = None) -> None:
+def draw_family_tree(
+    lineage: Sequence[Mapping[str, Any]],
+    out_png: str | Path,
+    title: str | None = None,
+    last_generation: int | None = None,
+) -> None:
     """Plot members by birth generation (x) and population slot (y); edges parent -> child.
 
     Uses matplotlib's object API (no pyplot global state) and writes the PNG atomically.
@@ -121,12 +145,25 @@ def draw_family_tree(lineage: Sequence[Mapping[str, Any]], out_png: str | Path, 
         ax.annotate(m, (x, y), xytext=(4, 6), textcoords="offset points", fontsize=7)
         for parent in e["parents"]:
             start = (x - 0.5, lanes[parent])  # a point on the parent's lifeline
-            ax.annotate("", xy=(x, y), xytext=start, zorder=2,
-                        arrowprops={"arrowstyle": "->", "color": palette[e["operator"]], "lw": 1.2})
+            ax.annotate(
+                "",
+                xy=(x, y),
+                xytext=start,
+                zorder=2,
+                arrowprops={"arrowstyle": "->", "color": palette[e["operator"]], "lw": 1.2},
+            )
             # label near the child end, so the edges of one event do not share a midpoint
-            ax.text(x - 0.3 * (x - start[0]), y - 0.3 * (y - start[1]), e["operator"], fontsize=6,
-                    color=palette[e["operator"]], ha="center", va="center", zorder=4,
-                    bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8})
+            ax.text(
+                x - 0.3 * (x - start[0]),
+                y - 0.3 * (y - start[1]),
+                e["operator"],
+                fontsize=6,
+                color=palette[e["operator"]],
+                ha="center",
+                va="center",
+                zorder=4,
+                bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
+            )
     for op, color in palette.items():
         ax.plot([], [], color=color, label=op)
     if palette:

@@ -67,8 +67,11 @@ def headline_metrics(metrics: dict, summaries: dict[str, dict]) -> dict:
 
 def _benchmarks(metrics: dict) -> list[str]:
     """The benchmarks the metrics describe (each has its `bench.<b>.n`)."""
-    return [key[len("bench."):-len(".n")] for key in metrics if key.startswith("bench.") and key.endswith(".n")
-            and key.count(".") == 2]
+    return [
+        key[len("bench.") : -len(".n")]
+        for key in metrics
+        if key.startswith("bench.") and key.endswith(".n") and key.count(".") == 2
+    ]
 
 
 def _differences(out: dict, group: str) -> None:

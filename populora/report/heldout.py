@@ -49,8 +49,13 @@ def heldout_table(docs: dict[str, dict], *, measure: str = "greedy") -> str:
     base = [float(first[base_key][t]) for t in task_ids]
     raw = first.get("raw_base") if measure == "greedy" else None
     arms = [a for a in (POPULATION, BASELINE) if a in docs] + sorted(set(docs) - {POPULATION, BASELINE})
-    header = ["generation", *(f"{arm} students" for arm in arms), "base", *(["raw base"] if raw else []),
-              *(f"{arm} students - base" for arm in arms)]
+    header = [
+        "generation",
+        *(f"{arm} students" for arm in arms),
+        "base",
+        *(["raw base"] if raw else []),
+        *(f"{arm} students - base" for arm in arms),
+    ]
     paired = POPULATION in docs and BASELINE in docs
     if paired:
         header.append("population - baseline students")
@@ -60,9 +65,13 @@ def heldout_table(docs: dict[str, dict], *, measure: str = "greedy") -> str:
         students = {arm: _role_scores(docs[arm], gen, "students", task_ids, key) for arm in arms}
         if all(value is None for value in students.values()):
             continue
-        cells = [str(gen), *(_pct(students[arm]) for arm in arms), _pct(base),
-                 *([_pct([float(raw.get(t, 0)) for t in task_ids])] if raw else []),
-                 *(_cell(students[arm], base) for arm in arms)]
+        cells = [
+            str(gen),
+            *(_pct(students[arm]) for arm in arms),
+            _pct(base),
+            *([_pct([float(raw.get(t, 0)) for t in task_ids])] if raw else []),
+            *(_cell(students[arm], base) for arm in arms),
+        ]
         if paired:
             cells.append(_cell(students[POPULATION], students[BASELINE]))
         lines.append("| " + " | ".join(cells) + " |")
@@ -81,19 +90,24 @@ def constant_line(docs: dict[str, dict]) -> str:
     constant = next((doc.get("best_constant") for doc in docs.values() if doc.get("best_constant")), None)
     if not constant:
         return ""
-    parts = [f"{task_type}: the best constant answer `{row['answer']}` {row['correct']}/{row['n']} "
-             f"({100 * row['accuracy']:.1f}%), the {kind} baseline {row[f'{kind}_correct']}/{row['n']} "
-             f"({100 * row[f'{kind}_accuracy']:.1f}%)" for task_type, row in sorted(constant.items())
-             for kind in [_baseline_kind(row)]]
+    parts = [
+        f"{task_type}: the best constant answer `{row['answer']}` {row['correct']}/{row['n']} "
+        f"({100 * row['accuracy']:.1f}%), the {kind} baseline {row[f'{kind}_correct']}/{row['n']} "
+        f"({100 * row[f'{kind}_accuracy']:.1f}%)"
+        for task_type, row in sorted(constant.items())
+        for kind in [_baseline_kind(row)]
+    ]
     return "Beside these scores, on the same pool: " + "; ".join(parts) + "."
 
 
-HELDOUT_NOTE = ("Held-out pool: verified code_o/code_i tasks never proposed, solved or trained on (populora/heldout/: "
-                "heldout.pool_file, e.g. pool v3 from programs the warm start never saw, or proposed by the base), "
-                "answered greedily by every member after each generation. \"base\" is the frozen base every stage "
-                "uses (the warm base when warm_start.enabled), \"raw base\" the model before the warm start. "
-                "Accuracy in %; differences in points with 95% paired-bootstrap intervals over the pool's tasks (a "
-                "role's score on a task is the mean of its members' verdicts).")
+HELDOUT_NOTE = (
+    "Held-out pool: verified code_o/code_i tasks never proposed, solved or trained on (populora/heldout/: "
+    "heldout.pool_file, e.g. pool v3 from programs the warm start never saw, or proposed by the base), "
+    'answered greedily by every member after each generation. "base" is the frozen base every stage '
+    'uses (the warm base when warm_start.enabled), "raw base" the model before the warm start. '
+    "Accuracy in %; differences in points with 95% paired-bootstrap intervals over the pool's tasks (a "
+    "role's score on a task is the mean of its members' verdicts)."
+)
 
 
 def learning_note(docs: dict[str, dict], *, measure: str = "greedy") -> str:
@@ -116,8 +130,12 @@ def learning_note(docs: dict[str, dict], *, measure: str = "greedy") -> str:
     above = [arm for arm, ok in found if ok]
     what = "greedy accuracy" if measure == "greedy" else "pass rate"
     if above:
-        return (f"Learning shown on the pool ({what}): the students of {', '.join(above)} end above the base, the "
-                "95% paired interval excluding 0.")
-    return (f"No learning shown on the pool ({what}): no arm's students end above the base with a 95% paired interval "
-            "excluding 0 in this run. params/learning-demo.yaml is a larger budget meant to show it (its header "
-            "says whether it has, and its time).")
+        return (
+            f"Learning shown on the pool ({what}): the students of {', '.join(above)} end above the base, the "
+            "95% paired interval excluding 0."
+        )
+    return (
+        f"No learning shown on the pool ({what}): no arm's students end above the base with a 95% paired interval "
+        "excluding 0 in this run. params/learning-demo.yaml is a larger budget meant to show it (its header "
+        "says whether it has, and its time)."
+    )

@@ -28,16 +28,29 @@ def curve_rows(doc: dict, role: str = "students") -> list[dict]:
     ids = sorted(base)
     types = sorted({task.split("-")[1] for task in ids})
     members = doc.get("roles", {}).get(role) or sorted(doc["generations"][0])
-    rows = [{"generation": "base", "accuracy": mean(base[t] for t in ids),
-             **{f"{kind}.accuracy": mean(base[t] for t in ids if t.split("-")[1] == kind) for kind in types}}]
+    rows = [
+        {
+            "generation": "base",
+            "accuracy": mean(base[t] for t in ids),
+            **{f"{kind}.accuracy": mean(base[t] for t in ids if t.split("-")[1] == kind) for kind in types},
+        }
+    ]
     for gen, table in enumerate(doc["generations"]):
         score = {t: mean(table[m].get(t, 0) for m in members) for t in ids}
         diff, low, high = paired_bootstrap([score[t] - base[t] for t in ids])
-        rows.append({"generation": gen, "accuracy": mean(score.values()),
-                     **{f"{kind}.accuracy": mean(score[t] for t in ids if t.split("-")[1] == kind) for kind in types},
-                     "minus_base": diff, "minus_base_low": low, "minus_base_high": high,
-                     "mcnemar": {m: mcnemar_exact([table[m].get(t, 0) for t in ids], [base[t] for t in ids])
-                                 for m in members}})
+        rows.append(
+            {
+                "generation": gen,
+                "accuracy": mean(score.values()),
+                **{f"{kind}.accuracy": mean(score[t] for t in ids if t.split("-")[1] == kind) for kind in types},
+                "minus_base": diff,
+                "minus_base_low": low,
+                "minus_base_high": high,
+                "mcnemar": {
+                    m: mcnemar_exact([table[m].get(t, 0) for t in ids], [base[t] for t in ids]) for m in members
+                },
+            }
+        )
     return rows
 
 
@@ -57,29 +70,52 @@ def born_rows(doc: dict, role: str = "students") -> list[dict]:
                 continue
             verdicts = child["verdicts"]
             parents = [slot_of[p] for p in child.get("parents", []) if p in slot_of]
-            rows.append({"generation": gen, "slot": slot, "member": child["member"], "operator": child.get("operator"),
-                         "accuracy": mean(verdicts.get(t, 0) for t in ids),
-                         "parents": {p: mean(table.get(p, {}).get(t, 0) for t in ids) for p in parents if p in table},
-                         "differs_from_first_parent": sum(verdicts.get(t, 0) != table.get(parents[0], {}).get(t, 0)
-                                                          for t in ids) if parents and parents[0] in table else None})
+            rows.append(
+                {
+                    "generation": gen,
+                    "slot": slot,
+                    "member": child["member"],
+                    "operator": child.get("operator"),
+                    "accuracy": mean(verdicts.get(t, 0) for t in ids),
+                    "parents": {p: mean(table.get(p, {}).get(t, 0) for t in ids) for p in parents if p in table},
+                    "differs_from_first_parent": sum(
+                        verdicts.get(t, 0) != table.get(parents[0], {}).get(t, 0) for t in ids
+                    )
+                    if parents and parents[0] in table
+                    else None,
+                }
+            )
     return rows
 
 
 def render(rows: list[dict]) -> str:
     types = [key.split(".")[0] for key in rows[0] if key.endswith(".accuracy")]
-    head = ["generation", "accuracy %", *[f"{kind} %" for kind in types], "minus base (points, 95% CI)",
-            "McNemar: gained / lost, p"]
+    head = [
+        "generation",
+        "accuracy %",
+        *[f"{kind} %" for kind in types],
+        "minus base (points, 95% CI)",
+        "McNemar: gained / lost, p",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
-        cells = [str(row["generation"]), f"{100 * row['accuracy']:.1f}",
-                 *[f"{100 * row[f'{kind}.accuracy']:.1f}" for kind in types]]
+        cells = [
+            str(row["generation"]),
+            f"{100 * row['accuracy']:.1f}",
+            *[f"{100 * row[f'{kind}.accuracy']:.1f}" for kind in types],
+        ]
         if row["generation"] == "base":
             cells += ["", ""]
         else:
-            cells.append(f"{100 * row['minus_base']:+.1f} [{100 * row['minus_base_low']:+.1f}, "
-                         f"{100 * row['minus_base_high']:+.1f}]")
-            cells.append("; ".join(f"{m}: {t['first_only']} / {t['second_only']}, p = {t['p']:.3g}"
-                                   for m, t in row["mcnemar"].items()))
+            cells.append(
+                f"{100 * row['minus_base']:+.1f} [{100 * row['minus_base_low']:+.1f}, "
+                f"{100 * row['minus_base_high']:+.1f}]"
+            )
+            cells.append(
+                "; ".join(
+                    f"{m}: {t['first_only']} / {t['second_only']}, p = {t['p']:.3g}" for m, t in row["mcnemar"].items()
+                )
+            )
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -96,9 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     rows = curve_rows(doc, args.role)
     print(render(rows))
     for child in born_rows(doc, args.role):
-        print(f"born after generation {child['generation']}: {child['slot']} ({child['operator']}) "
-              f"{100 * child['accuracy']:.1f}%, parents {', '.join(f'{p} {100 * a:.1f}%' for p, a in child['parents'].items())}; "
-              f"differs from its first parent on {child['differs_from_first_parent']} tasks")
+        print(
+            f"born after generation {child['generation']}: {child['slot']} ({child['operator']}) "
+            f"{100 * child['accuracy']:.1f}%, parents {', '.join(f'{p} {100 * a:.1f}%' for p, a in child['parents'].items())}; "
+            f"differs from its first parent on {child['differs_from_first_parent']} tasks"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
     return 0

@@ -38,5 +38,7 @@ def report_html(markdown: str, folder: str | Path) -> str:
 
     body = MarkdownIt("commonmark", {"html": False}).enable("table").render(IMAGE.sub(inline, markdown))
     title = next((line[2:].strip() for line in markdown.splitlines() if line.startswith("# ")), "Report")
-    return (f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{html.escape(title)}</title>\n"
-            f"<style>{STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{html.escape(title)}</title>\n'
+        f"<style>{STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n"
+    )

@@ -37,9 +37,14 @@ from populora.report.panels import PANELS
 
 UPDATE_STEP = re.compile(r"^update\.(?P<slot>[^.]+)\.step(?P<step>\d+)\.(?P<figure>[a-z_]+)$")
 # per arm in progress.json: (key in a history row, name in progress.json)
-PROGRESS_KEYS = (("generation", "generation"), ("solve_rate", "solve_rate"),
-                 ("student_reward_mean", "student_reward"), ("validity_rate", "validity_rate"),
-                 ("heldout.students.accuracy", "heldout"), ("heldout.base.accuracy", "heldout_base"))
+PROGRESS_KEYS = (
+    ("generation", "generation"),
+    ("solve_rate", "solve_rate"),
+    ("student_reward_mean", "student_reward"),
+    ("validity_rate", "validity_rate"),
+    ("heldout.students.accuracy", "heldout"),
+    ("heldout.base.accuracy", "heldout_base"),
+)
 
 
 # keys a DVC plot names that a run may never write (no held-out pool; teachers not scored; a sub-population
@@ -84,7 +89,9 @@ def step_rows(rows: list[dict]) -> list[dict]:
             if match and is_number(value):
                 steps.setdefault(int(match["step"]), {})[f"{match['slot']}.{match['figure']}"] = value
         for k in sorted(steps):
-            out.append({"step": len(out), "generation": row["generation"], "step_in_generation": k, **always, **steps[k]})
+            out.append(
+                {"step": len(out), "generation": row["generation"], "step_in_generation": k, **always, **steps[k]}
+            )
     return plot_table(out, always=())  # the step plots name no held-out figure (a step is not a generation)
 
 
@@ -140,8 +147,16 @@ def write_progress(path: str | Path, arm: str, rows: list[dict]) -> None:
         write_json(path, current)
 
 
-def record_generation(row: dict, *, arm: str, history: str | Path, steps: str | Path, progress_file: str | Path,
-                      drop_later: bool = False, trackers=None) -> list[dict]:
+def record_generation(
+    row: dict,
+    *,
+    arm: str,
+    history: str | Path,
+    steps: str | Path,
+    progress_file: str | Path,
+    drop_later: bool = False,
+    trackers=None,
+) -> list[dict]:
     """Merge one generation's `row` into the arm's live history (see the module docstring) and
     return the history's rows. `trackers` (populora.report.trackers.Trackers) get the merged row."""
     history = Path(history)

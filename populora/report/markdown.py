@@ -42,9 +42,15 @@ from populora.report.timings import TIMINGS_NOTE, timings_table
 from populora.report.warm_start import warm_start_section
 
 
-def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[str, list[dict]],
-                 out_dir: str | Path, heldout: dict[str, dict] | None = None, timings: list[dict] | None = None,
-                 warm_start: dict | None = None) -> Path:
+def write_report(
+    results: list[dict],
+    metrics: dict[str, float],
+    dynamics: dict[str, list[dict]],
+    out_dir: str | Path,
+    heldout: dict[str, dict] | None = None,
+    timings: list[dict] | None = None,
+    warm_start: dict | None = None,
+) -> Path:
     """Write report.md and its figures into `out_dir`; returns the Markdown path. `heldout` maps an arm
     to its held-out verdicts (`heldout_verdicts.json`, populora/report/heldout.py); `timings` are the
     per-stage rows of `populora.report.timings.stage_timings` (none: the report says so); `warm_start` is the
@@ -55,9 +61,13 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
     refs = refs_of(results)
     extremes = best_weakest_members(table, refs)
     caps = sorted({str(r.get("max_new_tokens")) for r in results})
-    extremes_note = ("pop. best / weakest student: the scores of the student with the best / weakest overall "
-                     "aggregate (one student for every row), not the per-row maximum / minimum. Member columns: "
-                     "score [95% Wilson interval]." if extremes else "")
+    extremes_note = (
+        "pop. best / weakest student: the scores of the student with the best / weakest overall "
+        "aggregate (one student for every row), not the per-row maximum / minimum. Member columns: "
+        "score [95% Wilson interval]."
+        if extremes
+        else ""
+    )
     plot_benchmarks(table, refs, out_dir / "benchmarks.png", result_intervals(results))
     differences = differences_table(metrics)
     versus, gold = versus_base_table(metrics), gold_loglik_table(metrics)
@@ -83,22 +93,50 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
         "",
         *claims(metrics, extremes),
         "",
-        *(["### Paired differences (same problems)", "",
-           "Per-problem differences resampled over problems (2000 paired-bootstrap samples): the uncertainty of "
-           "these models on other problems, not of another seed's run (`python -m populora.study` compares seeds). "
-           "An interval that covers 0 means no detectable difference at this sample size. The best / weakest "
-           "student is chosen on the same data, which the intervals do not account for. The minimum detectable "
-           "effect is the true difference found with 80% power at the 5% level, never below the rule-of-three "
-           "bound 3 / n (no problem's verdict differing is no proof of equality): no detectable difference says "
-           "nothing below it.", "",
-           differences, ""] if differences else []),
-        *(["### Each member against the base model", "",
-           "Problems only the member or only the base solves, and the exact McNemar p of that split.", "",
-           versus, ""] if versus else []),
-        *(["### Gold-answer log-likelihood (CRUXEval)", "",
-           "The log-probability (nats) each model gives the gold answer in the benchmark's own prompt, one forward "
-           "pass per problem: a paired, continuous measure that moves on every problem, where pass@1 moves on the "
-           "few the models disagree on. Higher is better.", "", gold, ""] if gold else []),
+        *(
+            [
+                "### Paired differences (same problems)",
+                "",
+                "Per-problem differences resampled over problems (2000 paired-bootstrap samples): the uncertainty of "
+                "these models on other problems, not of another seed's run (`python -m populora.study` compares seeds). "
+                "An interval that covers 0 means no detectable difference at this sample size. The best / weakest "
+                "student is chosen on the same data, which the intervals do not account for. The minimum detectable "
+                "effect is the true difference found with 80% power at the 5% level, never below the rule-of-three "
+                "bound 3 / n (no problem's verdict differing is no proof of equality): no detectable difference says "
+                "nothing below it.",
+                "",
+                differences,
+                "",
+            ]
+            if differences
+            else []
+        ),
+        *(
+            [
+                "### Each member against the base model",
+                "",
+                "Problems only the member or only the base solves, and the exact McNemar p of that split.",
+                "",
+                versus,
+                "",
+            ]
+            if versus
+            else []
+        ),
+        *(
+            [
+                "### Gold-answer log-likelihood (CRUXEval)",
+                "",
+                "The log-probability (nats) each model gives the gold answer in the benchmark's own prompt, one forward "
+                "pass per problem: a paired, continuous measure that moves on every problem, where pass@1 moves on the "
+                "few the models disagree on. Higher is better.",
+                "",
+                gold,
+                "",
+            ]
+            if gold
+            else []
+        ),
         "![Benchmark scores per model](benchmarks.png)",
         "",
         "## Training dynamics",
@@ -106,13 +144,25 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
     ]
     pool_table = heldout_table(heldout or {})
     if pool_table:
-        sections += ["### Held-out pool (in-distribution learning curves)", "", HELDOUT_NOTE, "", pool_table, "",
-                     constant_line(heldout or {}), ""]
+        sections += [
+            "### Held-out pool (in-distribution learning curves)",
+            "",
+            HELDOUT_NOTE,
+            "",
+            pool_table,
+            "",
+            constant_line(heldout or {}),
+            "",
+        ]
         rates = heldout_table(heldout or {}, measure="pass_rate")
         if rates:
-            sections += ["The same pool, the mean pass rate over heldout.samples answers per task at temperature 1 "
-                         "(%; a continuous measure that moves on every task, not only where the greedy answer flips):",
-                         "", rates, ""]
+            sections += [
+                "The same pool, the mean pass rate over heldout.samples answers per task at temperature 1 "
+                "(%; a continuous measure that moves on every task, not only where the greedy answer flips):",
+                "",
+                rates,
+                "",
+            ]
         note = learning_note(heldout or {}, measure="pass_rate" if rates else "greedy")
         sections += [f"**{note}**", ""] if note else []
     if dynamics:
@@ -123,9 +173,14 @@ def write_report(results: list[dict], metrics: dict[str, float], dynamics: dict[
         signal = signal_table(dynamics)
         if signal:
             sections += ["### Signal accounting", "", SIGNAL_NOTE, "", signal, ""]
-        sections += ["![Solve rates, validity, rewards and coverage per generation](dynamics.png)", "",
-                     "![Complexity of valid proposed programs](complexity.png)", "",
-                     "![TrueSkill ratings per slot](ratings.png)", ""]
+        sections += [
+            "![Solve rates, validity, rewards and coverage per generation](dynamics.png)",
+            "",
+            "![Complexity of valid proposed programs](complexity.png)",
+            "",
+            "![TrueSkill ratings per slot](ratings.png)",
+            "",
+        ]
     else:
         sections += ["No dynamics files were given, so no training dynamics are shown.", ""]
     sections += warm_start_section(warm_start, out_dir)
@@ -146,10 +201,16 @@ def handed_back_line(results: list[dict]) -> str:
     for result in results:
         if result.get("baseline") and result.get("benchmark") not in seen:
             seen[result["benchmark"]] = result["baseline"]
-    parts = [f"{bench}: the {row['kind']} baseline ({HANDED_BACK[row['kind']]}) solves {row['correct']}/{row['n']} "
-             f"({100 * row['accuracy']:.1f}%)" for bench, row in sorted(seen.items())]
-    return "Beside the CRUXEval scores, answers that only read what the prompt shows: " + "; ".join(parts) + "." \
-        if parts else ""
+    parts = [
+        f"{bench}: the {row['kind']} baseline ({HANDED_BACK[row['kind']]}) solves {row['correct']}/{row['n']} "
+        f"({100 * row['accuracy']:.1f}%)"
+        for bench, row in sorted(seen.items())
+    ]
+    return (
+        "Beside the CRUXEval scores, answers that only read what the prompt shows: " + "; ".join(parts) + "."
+        if parts
+        else ""
+    )
 
 
 def raw_base_line(metrics: dict) -> str:
@@ -159,11 +220,22 @@ def raw_base_line(metrics: dict) -> str:
         if key.startswith("bench.") and key.endswith(".raw_base") and key.count(".") == 2:
             bench = key.split(".")[1]
             n, diff = metrics.get(f"bench.{bench}.n"), f"bench.{bench}.diff.base_minus_raw_base"
-            part = (f"{bench}: raw base {metrics.get(f'bench.{bench}.correct.raw_base')}/{n}, base "
-                    f"{metrics.get(f'bench.{bench}.correct.base')}/{n}")
+            part = (
+                f"{bench}: raw base {metrics.get(f'bench.{bench}.correct.raw_base')}/{n}, base "
+                f"{metrics.get(f'bench.{bench}.correct.base')}/{n}"
+            )
             if f"{diff}.delta" in metrics:
-                part += (f" (base - raw base {100 * metrics[f'{diff}.delta']:+.1f} points, 95% paired bootstrap "
-                         f"[{100 * metrics[f'{diff}.low']:+.1f}, {100 * metrics[f'{diff}.high']:+.1f}])")
+                part += (
+                    f" (base - raw base {100 * metrics[f'{diff}.delta']:+.1f} points, 95% paired bootstrap "
+                    f"[{100 * metrics[f'{diff}.low']:+.1f}, {100 * metrics[f'{diff}.high']:+.1f}])"
+                )
             parts.append(part)
-    return ("The base above is the warm base (the raw base after the warm start); the raw base beside it: "
-            + "; ".join(parts) + ".") if parts else ""
+    return (
+        (
+            "The base above is the warm base (the raw base after the warm start); the raw base beside it: "
+            + "; ".join(parts)
+            + "."
+        )
+        if parts
+        else ""
+    )

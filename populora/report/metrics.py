@@ -94,13 +94,19 @@ def read_results(bench_dir: str | Path, models: dict[str, list[ModelRef]], bench
     from populora.core.benchmark_data import result_folder
     from populora.core.io import read_json
 
-    paths = [Path(bench_dir) / folder / result_folder(bench, together) / f"{ref.name}.json"
-             for folder, refs in models.items() for bench in benchmarks for ref in refs]
+    paths = [
+        Path(bench_dir) / folder / result_folder(bench, together) / f"{ref.name}.json"
+        for folder, refs in models.items()
+        for bench in benchmarks
+        for ref in refs
+    ]
     missing = [str(path) for path in paths if not path.is_file()]
     if missing:
-        raise BenchError(f"{len(missing)} benchmark result(s) missing: {', '.join(missing[:4])}"
-                         f"{' ...' if len(missing) > 4 else ''}. Fix: run the bench stages first "
-                         "(snakemake or dvc repro reach them through this stage).")
+        raise BenchError(
+            f"{len(missing)} benchmark result(s) missing: {', '.join(missing[:4])}"
+            f"{' ...' if len(missing) > 4 else ''}. Fix: run the bench stages first "
+            "(snakemake or dvc repro reach them through this stage)."
+        )
     return [read_json(path) for path in paths]
 
 
@@ -132,8 +138,10 @@ def score_table(results: list[dict]) -> tuple[dict[str, dict[str, float]], dict[
     for model, scores in table.items():
         missing = benchmarks - set(scores)
         if missing:
-            raise BenchError(f"{model} has no result for {', '.join(sorted(missing))}; aggregates would not be "
-                             "comparable. Fix: run the bench stage for those pairs.")
+            raise BenchError(
+                f"{model} has no result for {', '.join(sorted(missing))}; aggregates would not be "
+                "comparable. Fix: run the bench stage for those pairs."
+            )
     return table, counts
 
 
@@ -142,7 +150,9 @@ def problem_table(results: list[dict]) -> dict[str, dict[str, dict[str, int]]]:
     out: dict[str, dict[str, dict[str, int]]] = {}
     for result in results:
         if isinstance(result.get("per_problem"), dict):
-            out.setdefault(result["benchmark"], {})[result["model"]] = {str(k): int(v) for k, v in result["per_problem"].items()}
+            out.setdefault(result["benchmark"], {})[result["model"]] = {
+                str(k): int(v) for k, v in result["per_problem"].items()
+            }
     return out
 
 
@@ -153,7 +163,8 @@ def gold_loglik_table(results: list[dict]) -> dict[str, dict[str, dict[str, floa
     for result in results:
         if isinstance(result.get("per_problem_gold_logprob"), dict):
             out.setdefault(result["benchmark"], {})[result["model"]] = {
-                str(k): float(v) for k, v in result["per_problem_gold_logprob"].items()}
+                str(k): float(v) for k, v in result["per_problem_gold_logprob"].items()
+            }
     return out
 
 
@@ -171,7 +182,10 @@ def versus_base(bench: str, verdicts: dict[str, dict[str, int]], out: dict) -> N
         test = mcnemar_exact([own[i] for i in ids], [verdicts[BASE][i] for i in ids])
         prefix = f"bench.{bench}.vs_base.{model}"
         out[f"{prefix}.member_only"], out[f"{prefix}.base_only"], out[f"{prefix}.p"] = (
-            test["first_only"], test["second_only"], test["p"])
+            test["first_only"],
+            test["second_only"],
+            test["p"],
+        )
 
 
 def aggregates(scores: dict[str, float]) -> dict[str, float]:
@@ -207,8 +221,9 @@ def extremes(table: dict[str, dict[str, float]], models: list[str]) -> tuple[str
     return min(models, key=lambda m: (-overall[m], m)), min(models, key=lambda m: (overall[m], m))
 
 
-def best_weakest_members(table: dict[str, dict[str, float]], refs: dict[str, ModelRef],
-                         role: str = "students") -> tuple[str, str] | None:
+def best_weakest_members(
+    table: dict[str, dict[str, float]], refs: dict[str, ModelRef], role: str = "students"
+) -> tuple[str, str] | None:
     """Names of the population's best and weakest students (or teachers) by overall aggregate, or None."""
     return extremes(table, role_members((refs[m] for m in table), POPULATION)[role])
 
@@ -219,8 +234,9 @@ def _role_stats(values: dict[str, float], members: list[str], chosen: tuple[str,
     return {"mean": mean(values[m] for m in members), "best": values[chosen[0]], "weakest": values[chosen[1]]}
 
 
-def arm_statistics(table: dict[str, dict[str, float]], values: dict[str, float], refs: dict[str, ModelRef],
-                   arm: str) -> dict[str, float]:
+def arm_statistics(
+    table: dict[str, dict[str, float]], values: dict[str, float], refs: dict[str, ModelRef], arm: str
+) -> dict[str, float]:
     """`mean/best/weakest` (students), `students.*` and `teachers.*` of one arm for one benchmark or group."""
     roles = role_members((refs[m] for m in values), arm)
     out: dict[str, float] = {}
@@ -238,11 +254,22 @@ def _per_problem_mean(verdicts: dict[str, dict[str, int]], models: list[str], id
 
 def _paired(prefix: str, name: str, left: list[float], right: list[float], out: dict) -> None:
     delta, low, high = paired_bootstrap([a - b for a, b in zip(left, right)])
-    out[f"{prefix}.diff.{name}.delta"], out[f"{prefix}.diff.{name}.low"], out[f"{prefix}.diff.{name}.high"] = delta, low, high
+    out[f"{prefix}.diff.{name}.delta"], out[f"{prefix}.diff.{name}.low"], out[f"{prefix}.diff.{name}.high"] = (
+        delta,
+        low,
+        high,
+    )
 
 
-def paired_differences(bench: str, verdicts: dict[str, dict[str, float]], table: dict[str, dict[str, float]],
-                       refs: dict[str, ModelRef], arms: list[str], out: dict, prefix: str | None = None) -> None:
+def paired_differences(
+    bench: str,
+    verdicts: dict[str, dict[str, float]],
+    table: dict[str, dict[str, float]],
+    refs: dict[str, ModelRef],
+    arms: list[str],
+    out: dict,
+    prefix: str | None = None,
+) -> None:
     """The bench.<b>.diff.* keys (see the module docstring); skipped when verdicts are missing or
     were not taken on the same problems. `verdicts` may be any per-problem value (the gold-answer
     log-likelihood under `prefix` bench.<b>.gold_loglik); best and weakest stay the pass@1 choice."""
@@ -251,27 +278,48 @@ def paired_differences(bench: str, verdicts: dict[str, dict[str, float]], table:
         return
     ids = list(verdicts[models[0]])
     if any(set(verdicts[m]) != set(ids) for m in models):
-        raise BenchError(f"{bench}: models were scored on different problems. Fix: run every model with the same "
-                         "bench.limit / bench.limits and data.")
+        raise BenchError(
+            f"{bench}: models were scored on different problems. Fix: run every model with the same "
+            "bench.limit / bench.limits and data."
+        )
     prefix = prefix or f"bench.{bench}"
     students = {arm: role_members((refs[m] for m in table), arm)["students"] for arm in arms}
     if POPULATION in arms and BASELINE in arms and students[POPULATION] and students[BASELINE]:
         baseline = _per_problem_mean(verdicts, students[BASELINE], ids)
-        _paired(prefix, "students_mean_minus_baseline", _per_problem_mean(verdicts, students[POPULATION], ids), baseline, out)
+        _paired(
+            prefix,
+            "students_mean_minus_baseline",
+            _per_problem_mean(verdicts, students[POPULATION], ids),
+            baseline,
+            out,
+        )
         best, weakest = extremes(table, students[POPULATION])
         _paired(prefix, "best_minus_baseline", [verdicts[best][i] for i in ids], baseline, out)
         _paired(prefix, "weakest_minus_baseline", [verdicts[weakest][i] for i in ids], baseline, out)
         if BASE in verdicts:  # what each arm did to the base model it started from
             base = [verdicts[BASE][i] for i in ids]
-            _paired(prefix, "students_mean_minus_base", _per_problem_mean(verdicts, students[POPULATION], ids), base, out)
+            _paired(
+                prefix, "students_mean_minus_base", _per_problem_mean(verdicts, students[POPULATION], ids), base, out
+            )
             _paired(prefix, "baseline_minus_base", baseline, base, out)
     elif len(arms) == 1 and BASE in verdicts and students[arms[0]]:
-        _paired(prefix, "mean_minus_base", _per_problem_mean(verdicts, students[arms[0]], ids),
-                [verdicts[BASE][i] for i in ids], out)
+        _paired(
+            prefix,
+            "mean_minus_base",
+            _per_problem_mean(verdicts, students[arms[0]], ids),
+            [verdicts[BASE][i] for i in ids],
+            out,
+        )
 
 
-def _group_values(prefix: str, values: dict[str, float], table: dict[str, dict[str, float]],
-                  refs: dict[str, ModelRef], arms: list[str], out: dict) -> None:
+def _group_values(
+    prefix: str,
+    values: dict[str, float],
+    table: dict[str, dict[str, float]],
+    refs: dict[str, ModelRef],
+    arms: list[str],
+    out: dict,
+) -> None:
     """Keys of one benchmark or aggregate: base, members, per-arm statistics, arm-independent copies."""
     if BASE in values:
         out[f"{prefix}.base"] = values[BASE]
@@ -302,8 +350,9 @@ def benchmark_metrics(results: list[dict]) -> dict[str, float]:
         if "correct" in result:
             prefix, model = f"bench.{result['benchmark']}", result["model"]
             out[f"{prefix}.correct.{model}"] = int(result["correct"])
-            out[f"{prefix}.ci.{model}.low"], out[f"{prefix}.ci.{model}.high"] = wilson_interval(int(result["correct"]),
-                                                                                                int(result["n"]))
+            out[f"{prefix}.ci.{model}.low"], out[f"{prefix}.ci.{model}.high"] = wilson_interval(
+                int(result["correct"]), int(result["n"])
+            )
         for key, value in (result.get("diagnostics") or {}).items():  # CRUXEval: format and copying counts
             out[f"bench.{result['benchmark']}.diag.{result['model']}.{key}"] = value
         raw_base_metrics(result, out)
@@ -315,7 +364,9 @@ def benchmark_metrics(results: list[dict]) -> dict[str, float]:
             versus_base(bench, verdicts[bench], out)
         if bench in gold and set(gold[bench]) == set(table):  # every model scored: a paired, continuous measure
             for model, values in gold[bench].items():
-                out[f"bench.{bench}.gold_loglik.{'base' if model == BASE else 'member.' + model}"] = mean(values.values())
+                out[f"bench.{bench}.gold_loglik.{'base' if model == BASE else 'member.' + model}"] = mean(
+                    values.values()
+                )
             paired_differences(bench, gold[bench], table, refs, arms, out, prefix=f"bench.{bench}.gold_loglik")
     per_model = {m: aggregates(scores) for m, scores in table.items()}
     for group in GROUPS:
@@ -324,8 +375,9 @@ def benchmark_metrics(results: list[dict]) -> dict[str, float]:
             _group_values(f"avg.{group}", values, table, refs, arms, out)
     if "avg.overall.population.mean" in out and "avg.overall.baseline" in out:
         for key in ("mean", "best", "weakest"):
-            out[f"avg.overall.population.{key}_minus_baseline"] = (out[f"avg.overall.population.{key}"]
-                                                                   - out["avg.overall.baseline"])
+            out[f"avg.overall.population.{key}_minus_baseline"] = (
+                out[f"avg.overall.population.{key}"] - out["avg.overall.baseline"]
+            )
     return {key: round(value, 6) if isinstance(value, float) else value for key, value in sorted(out.items())}
 
 
@@ -341,8 +393,13 @@ def raw_base_metrics(result: dict, out: dict) -> None:
     out[f"bench.{bench}.correct.raw_base"] = int(raw["correct"])
     ids = list(result.get("per_problem") or {})
     if ids and set(ids) == set(raw.get("per_problem") or {}):
-        _paired(f"bench.{bench}", "base_minus_raw_base", [result["per_problem"][i] for i in ids],
-                [raw["per_problem"][i] for i in ids], out)
+        _paired(
+            f"bench.{bench}",
+            "base_minus_raw_base",
+            [result["per_problem"][i] for i in ids],
+            [raw["per_problem"][i] for i in ids],
+            out,
+        )
 
 
 def result_intervals(results: list[dict]) -> dict[str, dict[str, tuple[float, float]]]:
@@ -350,5 +407,7 @@ def result_intervals(results: list[dict]) -> dict[str, dict[str, tuple[float, fl
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for result in results:
         if "correct" in result:
-            out.setdefault(result["model"], {})[result["benchmark"]] = wilson_interval(int(result["correct"]), int(result["n"]))
+            out.setdefault(result["model"], {})[result["benchmark"]] = wilson_interval(
+                int(result["correct"]), int(result["n"])
+            )
     return out

@@ -24,27 +24,60 @@ class Panel:
 
 
 PANELS: tuple[Panel, ...] = (
-    Panel("heldout", "Held-out pool accuracy, greedy (populora/heldout/)",
-          ("heldout.students.accuracy", "heldout.teachers.accuracy", "heldout.base.accuracy"),
-          ("held-out accuracy, students", "held-out accuracy, teachers", "held-out accuracy, base model")),
-    Panel("solve_rate", "Student solve rate per task type", tuple(f"{t}.solve_rate" for t in TASK_TYPES),
-          tuple(f"solve rate, {TYPE_TITLES[t]}" for t in TASK_TYPES)),
-    Panel("validity", "Proposal validity rate", tuple(f"{t}.validity_rate" for t in TASK_TYPES),
-          tuple(f"valid proposals, {TYPE_TITLES[t]}" for t in TASK_TYPES)),
-    Panel("rewards", "Mean reward per role", ("teacher_reward_mean", "student_reward_mean"),
-          ("mean proposer (teacher) reward", "mean solver (student) reward")),
-    Panel("complexity", "Complexity of valid code_o programs",
-          ("code_o.program.ast_depth", "code_o.program.cyclomatic_complexity", "code_o.program.loc"),
-          ("AST depth, code_o", "cyclomatic complexity, code_o", "lines of code, code_o")),
-    Panel("diversity", "Member diversity per sub-population (populora/population/diversity.py)",
-          ("diversity.students.weight_distance", "diversity.teachers.weight_distance",
-           "diversity.students.verdict_agreement"),
-          ("students' pairwise weight distance, ||dW_i - dW_j|| / mean norm",
-           "teachers' pairwise weight distance", "students' held-out verdict agreement (1: clones)")),
-    Panel("coverage", "Problem-space coverage (compute-matched views first)",
-          ("coverage.new_per_proposal", "coverage.matched.distinct_programs", "coverage.distinct_programs"),
-          ("new distinct programs per proposal", "cumulative distinct programs, one adapter's proposals per generation",
-           "cumulative distinct programs, all proposals (grows with the number of teachers)")),
+    Panel(
+        "heldout",
+        "Held-out pool accuracy, greedy (populora/heldout/)",
+        ("heldout.students.accuracy", "heldout.teachers.accuracy", "heldout.base.accuracy"),
+        ("held-out accuracy, students", "held-out accuracy, teachers", "held-out accuracy, base model"),
+    ),
+    Panel(
+        "solve_rate",
+        "Student solve rate per task type",
+        tuple(f"{t}.solve_rate" for t in TASK_TYPES),
+        tuple(f"solve rate, {TYPE_TITLES[t]}" for t in TASK_TYPES),
+    ),
+    Panel(
+        "validity",
+        "Proposal validity rate",
+        tuple(f"{t}.validity_rate" for t in TASK_TYPES),
+        tuple(f"valid proposals, {TYPE_TITLES[t]}" for t in TASK_TYPES),
+    ),
+    Panel(
+        "rewards",
+        "Mean reward per role",
+        ("teacher_reward_mean", "student_reward_mean"),
+        ("mean proposer (teacher) reward", "mean solver (student) reward"),
+    ),
+    Panel(
+        "complexity",
+        "Complexity of valid code_o programs",
+        ("code_o.program.ast_depth", "code_o.program.cyclomatic_complexity", "code_o.program.loc"),
+        ("AST depth, code_o", "cyclomatic complexity, code_o", "lines of code, code_o"),
+    ),
+    Panel(
+        "diversity",
+        "Member diversity per sub-population (populora/population/diversity.py)",
+        (
+            "diversity.students.weight_distance",
+            "diversity.teachers.weight_distance",
+            "diversity.students.verdict_agreement",
+        ),
+        (
+            "students' pairwise weight distance, ||dW_i - dW_j|| / mean norm",
+            "teachers' pairwise weight distance",
+            "students' held-out verdict agreement (1: clones)",
+        ),
+    ),
+    Panel(
+        "coverage",
+        "Problem-space coverage (compute-matched views first)",
+        ("coverage.new_per_proposal", "coverage.matched.distinct_programs", "coverage.distinct_programs"),
+        (
+            "new distinct programs per proposal",
+            "cumulative distinct programs, one adapter's proposals per generation",
+            "cumulative distinct programs, all proposals (grows with the number of teachers)",
+        ),
+    ),
 )
 
 # Across arms (one line per arm): (id, field, title).
@@ -57,7 +90,11 @@ COMPARISONS: tuple[tuple[str, str, str], ...] = (
 )
 
 # Sample size behind a rate: (successes, n) suffixes of the same row.
-RATE_COUNTS = {"solve_rate": ("solved", "attempts"), "validity_rate": ("valid", "proposals"), "accuracy": ("correct", "n")}
+RATE_COUNTS = {
+    "solve_rate": ("solved", "attempts"),
+    "validity_rate": ("valid", "proposals"),
+    "accuracy": ("correct", "n"),
+}
 
 
 def sample_size_keys(key: str) -> tuple[str | None, str] | None:

@@ -8,10 +8,20 @@ from __future__ import annotations
 
 from statistics import mean
 
-MEAN_KEYS = ("teacher_reward_mean", "student_reward_mean", "validity_rate", "solve_rate",
-             "code_o.solve_rate", "code_i.solve_rate", "code_f.solve_rate",
-             "code_o.validity_rate", "code_i.validity_rate", "code_f.validity_rate",
-             "signal.format_only_share", "signal.correctness_share")
+MEAN_KEYS = (
+    "teacher_reward_mean",
+    "student_reward_mean",
+    "validity_rate",
+    "solve_rate",
+    "code_o.solve_rate",
+    "code_i.solve_rate",
+    "code_f.solve_rate",
+    "code_o.validity_rate",
+    "code_i.validity_rate",
+    "code_f.validity_rate",
+    "signal.format_only_share",
+    "signal.correctness_share",
+)
 
 
 ACCOUNTED = ("optimizer_steps", "trained_tokens", "rollouts_with_signal")  # summed over the run per slot

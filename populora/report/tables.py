@@ -17,14 +17,20 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}"
 
 
-def benchmark_table(table: dict[str, dict[str, float]], counts: dict[str, int], metrics: dict[str, float],
-                    refs: dict[str, ModelRef]) -> str:
+def benchmark_table(
+    table: dict[str, dict[str, float]], counts: dict[str, int], metrics: dict[str, float], refs: dict[str, ModelRef]
+) -> str:
     """Markdown: one row per benchmark / average; columns: the population's students (headline) and
     teachers, baseline, base, every member (`metrics` is benchmark_metrics()'s output for the same results)."""
     members = [ref.name for ref in model_order(refs[m] for m in table if m != BASE)]
-    stats = [("population.mean", "pop. students mean"), ("population.best", "pop. best student"),
-             ("population.weakest", "pop. weakest student"), ("population.teachers.mean", "pop. teachers mean"),
-             ("baseline", "baseline"), ("base", "base")]
+    stats = [
+        ("population.mean", "pop. students mean"),
+        ("population.best", "pop. best student"),
+        ("population.weakest", "pop. weakest student"),
+        ("population.teachers.mean", "pop. teachers mean"),
+        ("baseline", "baseline"),
+        ("base", "base"),
+    ]
     stats = [(key, label) for key, label in stats if any(k.endswith("." + key) for k in metrics)]
     header = ["benchmark", "n"] + [label for _, label in stats] + members
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -44,12 +50,14 @@ def _with_interval(metrics: dict[str, float], prefix: str, model: str) -> str:
     return value if low is None or high is None else f"{value} [{100 * low:.0f}-{100 * high:.0f}]"
 
 
-DIFFERENCES = (("students_mean_minus_baseline", "population students' mean - baseline"),
-               ("best_minus_baseline", "best student - baseline"),
-               ("weakest_minus_baseline", "weakest student - baseline"),
-               ("mean_minus_base", "students' mean - base model"),
-               ("students_mean_minus_base", "population students' mean - base model"),
-               ("baseline_minus_base", "baseline - base model"))
+DIFFERENCES = (
+    ("students_mean_minus_baseline", "population students' mean - baseline"),
+    ("best_minus_baseline", "best student - baseline"),
+    ("weakest_minus_baseline", "weakest student - baseline"),
+    ("mean_minus_base", "students' mean - base model"),
+    ("students_mean_minus_base", "population students' mean - base model"),
+    ("baseline_minus_base", "baseline - base model"),
+)
 
 
 def difference_verdict(delta: float, low: float, high: float) -> str:
@@ -78,12 +86,16 @@ def differences_table(metrics: dict[str, float]) -> str | None:
             if f"{key}.delta" in metrics:
                 delta, low, high = (metrics[f"{key}.{part}"] for part in ("delta", "low", "high"))
                 n = int(metrics.get(f"bench.{bench}.n") or 0) or None
-                rows.append(f"| {bench} | {label} | {100 * delta:+.1f} | [{100 * low:+.1f}, {100 * high:+.1f}] | "
-                            f"{_mde_cell(low, high, n, 100, 1)} | {difference_verdict(delta, low, high)} |")
+                rows.append(
+                    f"| {bench} | {label} | {100 * delta:+.1f} | [{100 * low:+.1f}, {100 * high:+.1f}] | "
+                    f"{_mde_cell(low, high, n, 100, 1)} | {difference_verdict(delta, low, high)} |"
+                )
     if not rows:
         return None
-    header = ["| benchmark | difference | points | 95% paired-bootstrap interval | minimum detectable effect | verdict |",
-              "|---|---|---|---|---|---|"]
+    header = [
+        "| benchmark | difference | points | 95% paired-bootstrap interval | minimum detectable effect | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
     return "\n".join(header + rows)
 
 
@@ -97,12 +109,17 @@ def gold_loglik_table(metrics: dict[str, float]) -> str | None:
         delta, low, high = metrics[key], metrics[f"{stem}.low"], metrics[f"{stem}.high"]
         label = dict(DIFFERENCES).get(name, name.replace("_", " "))
         verdict = "identical scores" if high <= low and delta == 0 else difference_verdict(delta, low, high)
-        rows.append(f"| {bench} | {label} | {delta:+.3f} | [{low:+.3f}, {high:+.3f}] | "
-                    f"{_mde_cell(low, high, None, 1, 3)} | {verdict} |")
+        rows.append(
+            f"| {bench} | {label} | {delta:+.3f} | [{low:+.3f}, {high:+.3f}] | "
+            f"{_mde_cell(low, high, None, 1, 3)} | {verdict} |"
+        )
     if not rows:
         return None
-    header = ["| benchmark | difference | nats per problem | 95% paired-bootstrap interval | minimum detectable effect "
-              "| verdict |", "|---|---|---|---|---|---|"]
+    header = [
+        "| benchmark | difference | nats per problem | 95% paired-bootstrap interval | minimum detectable effect "
+        "| verdict |",
+        "|---|---|---|---|---|---|",
+    ]
     return "\n".join(header + rows)
 
 
@@ -112,12 +129,19 @@ def versus_base_table(metrics: dict[str, float]) -> str | None:
     for key in sorted(k for k in metrics if ".vs_base." in k and k.endswith(".p")):
         stem = key.removesuffix(".p")
         bench, model = stem.split(".")[1], stem.split(".vs_base.")[1]
-        rows.append(f"| {bench} | {model} | {metrics[stem + '.member_only']} | {metrics[stem + '.base_only']} | "
-                    f"{metrics[key]:.3g} |")
+        rows.append(
+            f"| {bench} | {model} | {metrics[stem + '.member_only']} | {metrics[stem + '.base_only']} | "
+            f"{metrics[key]:.3g} |"
+        )
     if not rows:
         return None
-    return "\n".join(["| benchmark | member | solved by the member only | by the base only | exact McNemar p |",
-                      "|---|---|---|---|---|", *rows])
+    return "\n".join(
+        [
+            "| benchmark | member | solved by the member only | by the base only | exact McNemar p |",
+            "|---|---|---|---|---|",
+            *rows,
+        ]
+    )
 
 
 def claims(metrics: dict[str, float], extremes: tuple[str, str] | None) -> list[str]:
@@ -129,12 +153,16 @@ def claims(metrics: dict[str, float], extremes: tuple[str, str] | None) -> list[
         for key, what in (("mean", "population students' mean"), ("weakest", "weakest student")):
             delta = 100 * metrics[f"avg.overall.population.{key}_minus_baseline"]
             verdict = "is above" if delta > 0 else ("ties" if delta == 0 else "is below")
-            lines.append(f"- The {what} {verdict} the baseline overall ({delta:+.1f} points, point estimate; see the "
-                         "paired intervals per benchmark below).")
+            lines.append(
+                f"- The {what} {verdict} the baseline overall ({delta:+.1f} points, point estimate; see the "
+                "paired intervals per benchmark below)."
+            )
         diffs = [k for k in metrics if k.endswith(".diff.students_mean_minus_baseline.low")]
         if diffs and all(covers_zero(metrics[k], metrics[k[:-4] + ".high"]) for k in diffs):
-            lines.append("- On every benchmark the students' mean and the baseline show no detectable difference "
-                         "(every 95% interval covers 0).")
+            lines.append(
+                "- On every benchmark the students' mean and the baseline show no detectable difference "
+                "(every 95% interval covers 0)."
+            )
     else:
         arms = sorted({key.split(".")[2] for key in metrics if key.startswith("avg.overall.")} & {POPULATION, BASELINE})
         ran = f"only the {arms[0]} arm ran" if arms else "no trained arm ran"
@@ -142,7 +170,9 @@ def claims(metrics: dict[str, float], extremes: tuple[str, str] | None) -> list[
     return lines
 
 
-HEADLINE_NOTE = ("Headline = students. The population's mean / best / weakest are over its students (solvers), "
-                 "because benchmarks measure solving and only students (and the baseline's single adapter, which "
-                 "both proposes and solves) are trained to solve; teachers are trained to propose, so they are "
-                 "reported separately (pop. teachers mean, and each member's column) and never mixed into the headline.")
+HEADLINE_NOTE = (
+    "Headline = students. The population's mean / best / weakest are over its students (solvers), "
+    "because benchmarks measure solving and only students (and the baseline's single adapter, which "
+    "both proposes and solves) are trained to solve; teachers are trained to propose, so they are "
+    "reported separately (pop. teachers mean, and each member's column) and never mixed into the headline."
+)

@@ -15,11 +15,13 @@ from pathlib import Path
 from statistics import median
 
 NO_TIMINGS = "No per-job timings (run under Snakemake for them)."
-TIMINGS_NOTE = ("Wall time of each job as Snakemake recorded it (`benchmark:`); the total adds the jobs up, "
-                "whether they ran one after the other or side by side, so it is not the run's elapsed time. "
-                "Max RSS is the largest resident memory Snakemake sampled (at 0.5 s, then every 30 s: a lower "
-                "bound of the peak; - when every job ended before the first sample). A job is timed when it "
-                "ends, so a `report` row, if any, is an earlier report's.")
+TIMINGS_NOTE = (
+    "Wall time of each job as Snakemake recorded it (`benchmark:`); the total adds the jobs up, "
+    "whether they ran one after the other or side by side, so it is not the run's elapsed time. "
+    "Max RSS is the largest resident memory Snakemake sampled (at 0.5 s, then every 30 s: a lower "
+    "bound of the peak; - when every job ended before the first sample). A job is timed when it "
+    "ends, so a `report` row, if any, is an earlier report's."
+)
 
 
 def _parsed(value: str | None) -> float | None:
@@ -43,14 +45,21 @@ def parse_benchmark(text: str) -> dict[str, float | None]:
 def stage_timings(jobs: dict[str, list[dict[str, float | None]]]) -> list[dict]:
     """Stage -> its jobs' parsed timings  ->  one row per stage, the longest total first: jobs, total
     and median wall seconds, max RSS (MiB, None when never sampled); the last row sums every stage."""
+
     def row(name: str, timings: list[dict]) -> dict:
         walls = [t["s"] for t in timings]
         rss = [t["max_rss"] for t in timings if t["max_rss"] is not None]
-        return {"stage": name, "jobs": len(timings), "total_s": sum(walls), "median_s": median(walls),
-                "max_rss_mib": max(rss) if rss else None}
+        return {
+            "stage": name,
+            "jobs": len(timings),
+            "total_s": sum(walls),
+            "median_s": median(walls),
+            "max_rss_mib": max(rss) if rss else None,
+        }
 
-    rows = sorted((row(name, timings) for name, timings in jobs.items() if timings),
-                  key=lambda r: (-r["total_s"], r["stage"]))
+    rows = sorted(
+        (row(name, timings) for name, timings in jobs.items() if timings), key=lambda r: (-r["total_s"], r["stage"])
+    )
     if rows:
         rows.append(row("all stages", [t for timings in jobs.values() for t in timings]))
     return rows

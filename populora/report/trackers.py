@@ -83,8 +83,15 @@ class Trackers:
     def _wandb(self, gen: int, row: dict, steps: list[dict]) -> None:
         import wandb
 
-        run = wandb.init(project=self.project, id=self.identity["wandb_id"], name=self.arm, resume="allow",
-                         dir=str(self.folder), mode="offline", reinit="finish_previous")
+        run = wandb.init(
+            project=self.project,
+            id=self.identity["wandb_id"],
+            name=self.arm,
+            resume="allow",
+            dir=str(self.folder),
+            mode="offline",
+            reinit="finish_previous",
+        )
         try:
             # one step axis per kind: generations and optimizer steps
             run.define_metric("generation")

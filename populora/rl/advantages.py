@@ -48,9 +48,7 @@ def group_key(role: str, task_type: str) -> str:
     return f"{role}/{task_type}"
 
 
-def group_stats(
-    rewards: Sequence[float | None], groups: Sequence[Hashable]
-) -> dict[Hashable, dict[str, float]]:
+def group_stats(rewards: Sequence[float | None], groups: Sequence[Hashable]) -> dict[Hashable, dict[str, float]]:
     """Per-group ``{"n", "mean", "std"}`` over the non-``None`` rewards (std with ddof=0)."""
     if len(rewards) != len(groups):
         raise ValueError(f"{len(rewards)} rewards but {len(groups)} group keys")
@@ -92,9 +90,7 @@ def whiten_advantages(
     return out
 
 
-def leave_one_out_advantages(
-    rewards: Sequence[float | None], groups: Sequence[Hashable]
-) -> list[float | None]:
+def leave_one_out_advantages(rewards: Sequence[float | None], groups: Sequence[Hashable]) -> list[float | None]:
     """Per-task baseline (RLOO): each reward minus the mean of the *other* rewards of its group,
     normally (adapter, task): the samples one adapter drew for one prompt. Unlike TRR++'s type-wide
     baseline, a task every sample solves (or fails) gives its samples 0, so the signal is which
@@ -125,8 +121,14 @@ def leave_one_out_advantages(
     return out
 
 
-def answer_advantages(rewards: Sequence[float | None], groups: Sequence[Hashable], batches: Sequence[Hashable],
-                      baseline: str, scale: str, eps: float = EPS) -> list[float | None]:
+def answer_advantages(
+    rewards: Sequence[float | None],
+    groups: Sequence[Hashable],
+    batches: Sequence[Hashable],
+    baseline: str,
+    scale: str,
+    eps: float = EPS,
+) -> list[float | None]:
     """Advantages of answers: each reward minus its baseline (`trr++`: the mean of its group, itself
     included; `per_task`: the mean of the *other* rewards of its group, RLOO), then divided by a
     standard deviation (`scale`, TRL's `scale_rewards`): `group`, of the rewards of its group; `batch`,
@@ -142,35 +144,43 @@ def answer_advantages(rewards: Sequence[float | None], groups: Sequence[Hashable
     [1.0, -0.5, -0.5, 0.0, 0.0]
     """
     if baseline not in BASELINES or scale not in SCALES:
-        raise ValueError(f"advantage baseline must be one of {BASELINES} and scale one of {SCALES}, "
-                         f"got {baseline!r}, {scale!r}")
+        raise ValueError(
+            f"advantage baseline must be one of {BASELINES} and scale one of {SCALES}, got {baseline!r}, {scale!r}"
+        )
     if len(batches) != len(rewards):
         raise ValueError(f"{len(rewards)} rewards but {len(batches)} batch keys")
     stats = group_stats(rewards, groups)
     if baseline == "per_task":
         centred = leave_one_out_advantages(rewards, groups)
     else:
-        centred = [None if r is None else 0.0 if stats[g]["n"] < 2 or stats[g]["std"] < ZERO_STD
-                   else float(r) - stats[g]["mean"] for r, g in zip(rewards, groups)]
+        centred = [
+            None
+            if r is None
+            else 0.0
+            if stats[g]["n"] < 2 or stats[g]["std"] < ZERO_STD
+            else float(r) - stats[g]["mean"]
+            for r, g in zip(rewards, groups)
+        ]
     if scale == "none":
         return centred
     spread = stats if scale == "group" else group_stats(rewards, batches)
     keys = groups if scale == "group" else batches
-    return [a if a is None or a == 0.0 else 0.0 if spread[k]["std"] < ZERO_STD else a / (spread[k]["std"] + eps)
-            for a, k in zip(centred, keys)]
+    return [
+        a if a is None or a == 0.0 else 0.0 if spread[k]["std"] < ZERO_STD else a / (spread[k]["std"] + eps)
+        for a, k in zip(centred, keys)
+    ]
 
 
-def sequence_logprobs(
-    token_logprobs: torch.Tensor, mask: torch.Tensor, token_reduction: str = "mean"
-) -> torch.Tensor:
+def sequence_logprobs(token_logprobs: torch.Tensor, mask: torch.Tensor, token_reduction: str = "mean") -> torch.Tensor:
     """Reduce ``[batch, time]`` token log-probs over the response mask to one value per sequence.
 
     ``"mean"`` divides by the sequence's own response length (empty sequences give 0), so every
     sequence has the same weight in the loss; ``"sum"`` is the plain sequence log-likelihood.
     """
     if token_logprobs.shape != mask.shape or token_logprobs.dim() != 2:
-        raise ValueError(f"need matching [batch, time] tensors, got {tuple(token_logprobs.shape)}"
-                         f" and {tuple(mask.shape)}")
+        raise ValueError(
+            f"need matching [batch, time] tensors, got {tuple(token_logprobs.shape)} and {tuple(mask.shape)}"
+        )
     mask = mask.to(token_logprobs.dtype)
     total = (token_logprobs * mask).sum(dim=1)
     if token_reduction == "sum":

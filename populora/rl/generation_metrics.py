@@ -43,7 +43,8 @@ def rate_metrics(stats: dict) -> dict:
     metrics = {
         "validity_rate": sum(r["valid"] for r in by_type.values()) / proposals if proposals else None,
         "solve_rate": sum(r["solved"] for r in by_type.values()) / attempts if attempts else None,
-        "teacher_reward_mean": stats["teacher_reward_mean"], "student_reward_mean": stats["student_reward_mean"],
+        "teacher_reward_mean": stats["teacher_reward_mean"],
+        "student_reward_mean": stats["student_reward_mean"],
         "rating_games": stats["games"],
         "leaks.same_program_example_answers": stats.get("same_program_example_answers", 0),
         "leaks.same_program_example_correct": stats.get("same_program_example_correct", 0),
@@ -64,10 +65,13 @@ def signal_metrics(signal: dict | None) -> dict:
     if not signal:
         return {}
     n = signal["solve_with_signal"]
-    return {"signal.solve_with_signal": n, "signal.format_only": signal["format_only"],
-            "signal.correctness": signal["correctness"],
-            "signal.format_only_share": round(signal["format_only"] / n, 6) if n else None,
-            "signal.correctness_share": round(signal["correctness"] / n, 6) if n else None}
+    return {
+        "signal.solve_with_signal": n,
+        "signal.format_only": signal["format_only"],
+        "signal.correctness": signal["correctness"],
+        "signal.format_only_share": round(signal["format_only"] / n, 6) if n else None,
+        "signal.correctness_share": round(signal["correctness"] / n, 6) if n else None,
+    }
 
 
 def complexity_metrics(tasks: list[dict]) -> dict:
@@ -96,17 +100,21 @@ def new_program_keys(tasks: list[dict], seen: set[str]) -> set[str]:
     return {k for k in keys if k is not None} - seen
 
 
-def coverage_update(tasks: list[dict], seen: list[str], matched_seen: list[str], *, per_adapter: int,
-                    seed: int) -> tuple[list[str], list[str], dict]:
+def coverage_update(
+    tasks: list[dict], seen: list[str], matched_seen: list[str], *, per_adapter: int, seed: int
+) -> tuple[list[str], list[str], dict]:
     """(all hashes so far, matched hashes so far, coverage metrics) after this generation's proposals."""
     new = new_program_keys(tasks, set(seen))
     matched_new = new_program_keys(matched_subsample(tasks, per_adapter, seed), set(matched_seen))
     io_proposals = sum(t["type"] in IO_TYPES for t in tasks)
     all_hashes, matched_hashes = sorted(set(seen) | new), sorted(set(matched_seen) | matched_new)
     metrics = {
-        "coverage.distinct_programs": len(all_hashes), "coverage.new_programs": len(new),
-        "coverage.proposals": io_proposals, "coverage.new_per_proposal": len(new) / io_proposals if io_proposals else None,
-        "coverage.matched.distinct_programs": len(matched_hashes), "coverage.matched.new_programs": len(matched_new),
+        "coverage.distinct_programs": len(all_hashes),
+        "coverage.new_programs": len(new),
+        "coverage.proposals": io_proposals,
+        "coverage.new_per_proposal": len(new) / io_proposals if io_proposals else None,
+        "coverage.matched.distinct_programs": len(matched_hashes),
+        "coverage.matched.new_programs": len(matched_new),
         "coverage.matched.proposals": min(per_adapter, io_proposals),
     }
     return all_hashes, matched_hashes, metrics
@@ -134,8 +142,14 @@ def compute_metrics(stats: dict, update_stats: dict) -> dict:
 
 
 # the per-step figures of `populora.rl.update.AdapterUpdate` kept in a generation's metrics
-STEP_DIAGNOSTICS = ("loss", "grad_norm", "entropy", "sampler_gap_mean", "logprob_change_positive",
-                    "logprob_change_negative")
+STEP_DIAGNOSTICS = (
+    "loss",
+    "grad_norm",
+    "entropy",
+    "sampler_gap_mean",
+    "logprob_change_positive",
+    "logprob_change_negative",
+)
 
 
 def update_diagnostics(slot: str, row: dict) -> dict:
@@ -147,7 +161,8 @@ def update_diagnostics(slot: str, row: dict) -> dict:
         metrics[f"update.{slot}.zero_advantage_share"] = row["zero_advantage_share"]
     if row.get("tasks_sampled_more_than_once"):
         metrics[f"update.{slot}.tasks_without_spread_share"] = round(
-            row["tasks_without_spread"] / row["tasks_sampled_more_than_once"], 6)
+            row["tasks_without_spread"] / row["tasks_sampled_more_than_once"], 6
+        )
     for k, step in enumerate(row.get("steps") or []):
         for name in STEP_DIAGNOSTICS:
             if step.get(name) is not None:

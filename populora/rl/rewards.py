@@ -75,9 +75,7 @@ def teacher_reward_from_rate(valid: bool, p: float | None, mode: str = "learnabi
     return 1.0 - p if 0.0 < p < 1.0 else 0.0
 
 
-def teacher_reward(
-    valid: bool, n_correct: int = 0, n_attempts: int = 0, mode: str = "learnability"
-) -> float | None:
+def teacher_reward(valid: bool, n_correct: int = 0, n_attempts: int = 0, mode: str = "learnability") -> float | None:
     """Proposer reward from counts of its matched students' attempts on one task.
 
     Returns ``None`` for a valid task with no attempts (exclude it from training).

@@ -35,8 +35,9 @@ def is_well_formed(answer: dict) -> bool:
     return answer.get("parse_reason") is None and answer.get("answer") is not None
 
 
-def build_rollouts(tasks: list[dict], graded: list[dict], mode: str, baseline: str = "trr++",
-                   scale: str | None = None) -> list[dict]:
+def build_rollouts(
+    tasks: list[dict], graded: list[dict], mode: str, baseline: str = "trr++", scale: str | None = None
+) -> list[dict]:
     """Proposal rollouts (one per proposal of this generation) and solve rollouts (one per answer),
     each with `reward` and `advantage`. Proposals, one sample per prompt, are whitened per adapter, role
     and task type (TRR++). Answers get `answer_advantages`: their reward minus the mean of their
@@ -51,19 +52,37 @@ def build_rollouts(tasks: list[dict], graded: list[dict], mode: str, baseline: s
     for task in tasks:
         outcomes = attempts.get(task["task_id"], [])
         reward = teacher_reward(failure_reason(task) is None, sum(outcomes), len(outcomes), mode=mode)
-        rollouts.append({**{k: task.get(k) for k in ROLLOUT_FIELDS}, "adapter": task["teacher"], "role": "propose",
-                         "reward": reward, "solve_rate": (sum(outcomes) / len(outcomes)) if outcomes else None})
+        rollouts.append(
+            {
+                **{k: task.get(k) for k in ROLLOUT_FIELDS},
+                "adapter": task["teacher"],
+                "role": "propose",
+                "reward": reward,
+                "solve_rate": (sum(outcomes) / len(outcomes)) if outcomes else None,
+            }
+        )
     for answer in graded:
-        rollouts.append({**{k: answer.get(k) for k in ROLLOUT_FIELDS}, "adapter": answer["student"], "role": "solve",
-                         "answer_id": answer["answer_id"], "correct": bool(answer.get("correct")),
-                         "reward": student_reward(bool(answer.get("correct")), is_well_formed(answer))})
+        rollouts.append(
+            {
+                **{k: answer.get(k) for k in ROLLOUT_FIELDS},
+                "adapter": answer["student"],
+                "role": "solve",
+                "answer_id": answer["answer_id"],
+                "correct": bool(answer.get("correct")),
+                "reward": student_reward(bool(answer.get("correct")), is_well_formed(answer)),
+            }
+        )
     scale = NATIVE_SCALE.get(baseline, "group") if scale is None else scale
     groups = [(r["adapter"], group_key(r["role"], r["type"])) for r in rollouts]
     advantages = whiten_advantages([r["reward"] for r in rollouts], groups)
     solving = [i for i, r in enumerate(rollouts) if r["role"] == "solve"]
-    answers = answer_advantages([rollouts[i]["reward"] for i in solving],
-                                [solve_group(rollouts[i], baseline) for i in solving],
-                                [rollouts[i]["adapter"] for i in solving], baseline, scale)
+    answers = answer_advantages(
+        [rollouts[i]["reward"] for i in solving],
+        [solve_group(rollouts[i], baseline) for i in solving],
+        [rollouts[i]["adapter"] for i in solving],
+        baseline,
+        scale,
+    )
     for i, advantage in zip(solving, answers):
         advantages[i] = advantage
     for rollout, advantage in zip(rollouts, advantages):
@@ -149,8 +168,9 @@ def reward_by_adapter(rollouts: list[dict]) -> dict[str, dict[str, float]]:
     return totals
 
 
-def generation_stats(tasks: list[dict], graded: list[dict], rollouts: list[dict], games: list[tuple],
-                     baseline: str = "trr++") -> dict:
+def generation_stats(
+    tasks: list[dict], graded: list[dict], rollouts: list[dict], games: list[tuple], baseline: str = "trr++"
+) -> dict:
     """reward_stats.json: validity and solve rates per type, failure reasons, rewards, tokens,
     games per teacher, how many answers came from buffer fill-ins, and the signal accounting
     (`signal_accounting`, with the advantage baseline the rollouts were built with)."""
@@ -161,9 +181,13 @@ def generation_stats(tasks: list[dict], graded: list[dict], rollouts: list[dict]
         valid = sum(failure_reason(t) is None for t in props)
         solved = sum(bool(a.get("correct")) for a in answers)
         by_type[task_type] = {
-            "proposals": len(props), "valid": valid, "validity_rate": valid / len(props) if props else None,
+            "proposals": len(props),
+            "valid": valid,
+            "validity_rate": valid / len(props) if props else None,
             "reasons": dict(Counter(failure_reason(t) or "valid" for t in props)),
-            "attempts": len(answers), "solved": solved, "solve_rate": solved / len(answers) if answers else None,
+            "attempts": len(answers),
+            "solved": solved,
+            "solve_rate": solved / len(answers) if answers else None,
             "answer_reasons": dict(Counter(a.get("reason") or a.get("parse_reason") or "ok" for a in answers)),
             "buffer_attempts": sum(a.get("task_origin") == "buffer" for a in answers),
         }
@@ -172,8 +196,12 @@ def generation_stats(tasks: list[dict], graded: list[dict], rollouts: list[dict]
         tokens[f"{r['adapter']}/{r['role']}"] += r.get("tokens") or 0
     return {
         "by_type": by_type,
-        "teacher_reward_mean": _mean([r["reward"] for r in rollouts if r["role"] == "propose" and r["reward"] is not None]),
-        "student_reward_mean": _mean([r["reward"] for r in rollouts if r["role"] == "solve" and r["reward"] is not None]),
+        "teacher_reward_mean": _mean(
+            [r["reward"] for r in rollouts if r["role"] == "propose" and r["reward"] is not None]
+        ),
+        "student_reward_mean": _mean(
+            [r["reward"] for r in rollouts if r["role"] == "solve" and r["reward"] is not None]
+        ),
         "tokens": dict(tokens),
         "rollouts": dict(Counter(f"{r['adapter']}/{r['role']}" for r in rollouts)),
         "rewards": reward_by_adapter(rollouts),

@@ -42,7 +42,8 @@ def _require_ids(segment: dict, index: int) -> list[int]:
     if "ids" not in segment:
         raise RolloutFormatError(
             f"segment {index} has no token ids (rollouts from an older propose/solve stage?). "
-            "Fix: regenerate the rollouts with the current stages.propose / stages.solve.")
+            "Fix: regenerate the rollouts with the current stages.propose / stages.solve."
+        )
     return segment["ids"]
 
 
@@ -53,7 +54,8 @@ def _require_sampling(segment: dict, index: int) -> dict:
     if missing:
         raise RolloutFormatError(
             f"trained segment {index} does not record its sampling {missing} (rollouts from an older stage?). "
-            "Fix: regenerate the rollouts with the current stages.propose / stages.solve.")
+            "Fix: regenerate the rollouts with the current stages.propose / stages.solve."
+        )
     return sampling
 
 
@@ -101,9 +103,15 @@ def rollout_sequences(segments: list[dict], rollout: int, max_len: int) -> tuple
         if cut:
             truncated += 1
             kept = [k for k, t in enumerate(sequence.targets) if t - cut >= 1]
-            sequence = Sequence(sequence.ids[cut:], rollout, [sequence.targets[k] - cut for k in kept],
-                                *([getattr(sequence, name)[k] for k in kept]
-                                  for name in ("temperature", "top_p", "suppress", "sampler_logprobs")))
+            sequence = Sequence(
+                sequence.ids[cut:],
+                rollout,
+                [sequence.targets[k] - cut for k in kept],
+                *(
+                    [getattr(sequence, name)[k] for k in kept]
+                    for name in ("temperature", "top_p", "suppress", "sampler_logprobs")
+                ),
+            )
         if sequence.targets:
             sequences.append(sequence)
     return sequences, truncated
@@ -143,7 +151,9 @@ def plan_shared_micro_batches(sequences: list[Sequence], max_rows: int, max_toke
         for k in sorted(members, key=lambda k: (-len(sequences[k].ids), k)):
             rest = len(sequences[k].ids) - len(prefix)
             width = max(longest, rest)
-            if piece and (len(piece) >= max_rows or (max_tokens and len(prefix) + width * (len(piece) + 1) > max_tokens)):
+            if piece and (
+                len(piece) >= max_rows or (max_tokens and len(prefix) + width * (len(piece) + 1) > max_tokens)
+            ):
                 batches.append(piece)
                 piece, width = [], rest
             piece.append(k)
@@ -163,8 +173,17 @@ def _pad(sequences: list[Sequence], pad_id: int, device) -> tuple[torch.Tensor, 
     return ids.to(device), attention.to(device)
 
 
-def selected_logprobs(model, sequences: list[Sequence], pad_id: int, device, *, chunk: int = LOGIT_CHUNK,
-                      full_logits: bool = False, entropy: bool = False, share_prompts: bool = False):
+def selected_logprobs(
+    model,
+    sequences: list[Sequence],
+    pad_id: int,
+    device,
+    *,
+    chunk: int = LOGIT_CHUNK,
+    full_logits: bool = False,
+    entropy: bool = False,
+    share_prompts: bool = False,
+):
     """Log-probabilities of every target token of `sequences` (concatenated, in order), as sampled.
 
     Only the target positions get logits, `chunk` rows at a time; with gradients on, each chunk's
@@ -242,8 +261,13 @@ def _shared_features(decoder, sequences: list[Sequence], pad_id: int, device) ->
             fed[row, : len(rest)] = 1
         attention = torch.cat([torch.ones((len(rests), shared), dtype=torch.long), fed], dim=1).to(device)
         positions = torch.arange(shared, shared + width, device=device).expand(len(rests), -1)
-        hidden = decoder(input_ids=ids.to(device), attention_mask=attention, position_ids=positions,
-                         past_key_values=cache, use_cache=True).last_hidden_state
+        hidden = decoder(
+            input_ids=ids.to(device),
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state
         for row, k in enumerate(members):
             columns = torch.tensor([t - 1 - shared for t in sequences[k].targets], device=device)
             per_sequence[k] = hidden[row, columns]
@@ -256,8 +280,9 @@ def _shared_features(decoder, sequences: list[Sequence], pad_id: int, device) ->
     return torch.cat(per_sequence)
 
 
-def _score_targets(head, features: torch.Tensor, targets: torch.Tensor, sequences: list[Sequence], device, *,
-                   chunk: int, entropy: bool):
+def _score_targets(
+    head, features: torch.Tensor, targets: torch.Tensor, sequences: list[Sequence], device, *, chunk: int, entropy: bool
+):
     """The target tokens' log-probs (and entropies) from their features: hidden states through `head`, or logits
     (`head` None), `chunk` positions at a time, each chunk's logits recomputed in the backward pass."""
     temperature = torch.tensor([x for s in sequences for x in s.temperature], device=device)
@@ -284,8 +309,11 @@ def _score_targets(head, features: torch.Tensor, targets: torch.Tensor, sequence
                 if forbidden:
                     mask[k, torch.tensor(forbidden, device=device)] = True
         args = (features[sl], targets[sl], temperature[sl], top_p[sl], mask)
-        scored = checkpoint(score, *args, use_reentrant=False) if torch.is_grad_enabled() and head is not None \
+        scored = (
+            checkpoint(score, *args, use_reentrant=False)
+            if torch.is_grad_enabled() and head is not None
             else score(*args)
+        )
         if entropy:
             out.append(scored[0])
             spreads.append(scored[1])
@@ -304,8 +332,9 @@ def _vocab(head, features) -> int:
 LOSS_TYPES = ("sequence", "token", "constant")  # update.loss_type
 
 
-def token_weights(sequences: list[Sequence], advantages: list[float], loss_type: str = "sequence",
-                  constant: int | None = None) -> list[float]:
+def token_weights(
+    sequences: list[Sequence], advantages: list[float], loss_type: str = "sequence", constant: int | None = None
+) -> list[float]:
     """Per target token, the weight of its log-prob in the objective (the loss is minus their sum).
 
     `sequence` (GRPO's per-sequence mean, the design's per-sequence statistics): `A_i / (N n_i)`, so
@@ -332,7 +361,9 @@ def token_weights(sequences: list[Sequence], advantages: list[float], loss_type:
 
 
 @torch.no_grad()
-def shared_prefix_logprobs(model, sequences: list[Sequence], pad_id: int, device, *, group_rows: int = 16) -> torch.Tensor:
+def shared_prefix_logprobs(
+    model, sequences: list[Sequence], pad_id: int, device, *, group_rows: int = 16
+) -> torch.Tensor:
     """`selected_logprobs` without gradients, computing each context before a sequence's first target
     once for all the sequences that share it (a task's samples share their prompt: at the solve shape
     ~300 prompt tokens against ~48 answer tokens each). The update's after-step diagnostics use it;
@@ -343,7 +374,7 @@ def shared_prefix_logprobs(model, sequences: list[Sequence], pad_id: int, device
     out: list[torch.Tensor | None] = [None] * len(sequences)
     groups: dict[tuple, list[int]] = {}
     for k, sequence in enumerate(sequences):
-        groups.setdefault(tuple(sequence.ids[:min(sequence.targets) - 1]), []).append(k)
+        groups.setdefault(tuple(sequence.ids[: min(sequence.targets) - 1]), []).append(k)
     alone = []
     for prefix, members in groups.items():
         if len(members) == 1 or len(prefix) < MIN_SHARED_PREFIX:
@@ -352,8 +383,15 @@ def shared_prefix_logprobs(model, sequences: list[Sequence], pad_id: int, device
         for part in _parts(members, [len(sequences[k].ids) - len(prefix) for k in members], group_rows):
             rows = [sequences[k] for k in part]
             tails = [len(s.ids) - len(prefix) for s in rows]
-            logits = shared_prefill(model, CarriedCache(model, len(rows)), [s.ids for s in rows], [None] * len(rows),
-                                    tails=tails, pad=pad_id, device=device)
+            logits = shared_prefill(
+                model,
+                CarriedCache(model, len(rows)),
+                [s.ids for s in rows],
+                [None] * len(rows),
+                tails=tails,
+                pad=pad_id,
+                device=device,
+            )
             if logits is None:  # nothing shared after all
                 alone += part
                 continue
@@ -364,12 +402,12 @@ def shared_prefix_logprobs(model, sequences: list[Sequence], pad_id: int, device
                 out[k] = _score_rows(logits[row, columns], sequence, device)
     alone.sort(key=lambda k: -len(sequences[k].ids))
     for start in range(0, len(alone), group_rows):  # the rest as before, longest first to pad little
-        part = alone[start:start + group_rows]
+        part = alone[start : start + group_rows]
         scored = selected_logprobs(model, [sequences[k] for k in part], pad_id, device)
         offset = 0
         for k in part:
             n = len(sequences[k].targets)
-            out[k], offset = scored[offset:offset + n], offset + n
+            out[k], offset = scored[offset : offset + n], offset + n
     return torch.cat(out) if out else torch.zeros(0, device=device)
 
 
@@ -382,8 +420,13 @@ def _score_rows(logits: torch.Tensor, sequence: Sequence, device) -> torch.Tenso
         for k, forbidden in enumerate(sequence.suppress):
             if forbidden:
                 mask[k, torch.tensor(forbidden, device=device)] = True
-    distribution = process_logits(logits, torch.tensor(sequence.temperature, device=device),
-                                  torch.tensor(sequence.top_p, device=device), suppress=mask, keep=target)
+    distribution = process_logits(
+        logits,
+        torch.tensor(sequence.temperature, device=device),
+        torch.tensor(sequence.top_p, device=device),
+        suppress=mask,
+        keep=target,
+    )
     return distribution.gather(-1, target.unsqueeze(-1)).squeeze(-1)
 
 

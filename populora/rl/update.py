@@ -118,13 +118,18 @@ def _plan(rollouts: list[dict], config) -> dict:
     offsets = [0]
     for s in sequences:
         offsets.append(offsets[-1] + len(s.targets))
-    return {"sequences": sequences, "truncated": truncated, "offsets": offsets,
-            "batches": plan_shared_micro_batches(sequences, config.micro_batch, config.max_tokens_per_micro_batch)
-            if _shares(config) else plan_micro_batches([len(s.ids) for s in sequences], config.micro_batch,
-                                                       config.max_tokens_per_micro_batch),
-            "advantages": [float(r["advantage"]) for r in rollouts],
-            "weights": token_weights(sequences, [float(r["advantage"]) for r in rollouts], config.loss_type,
-                                     config.max_seq_len)}
+    return {
+        "sequences": sequences,
+        "truncated": truncated,
+        "offsets": offsets,
+        "batches": plan_shared_micro_batches(sequences, config.micro_batch, config.max_tokens_per_micro_batch)
+        if _shares(config)
+        else plan_micro_batches([len(s.ids) for s in sequences], config.micro_batch, config.max_tokens_per_micro_batch),
+        "advantages": [float(r["advantage"]) for r in rollouts],
+        "weights": token_weights(
+            sequences, [float(r["advantage"]) for r in rollouts], config.loss_type, config.max_seq_len
+        ),
+    }
 
 
 def _shares(config) -> bool:
@@ -147,7 +152,7 @@ def sum_gradients(parameters: list[torch.nn.Parameter]) -> None:
     flat = _all_reduce(torch.cat([g.reshape(-1) for g in grads]), "sum")
     offset = 0
     for parameter in parameters:
-        parameter.grad = flat[offset: offset + parameter.numel()].view_as(parameter).clone()
+        parameter.grad = flat[offset : offset + parameter.numel()].view_as(parameter).clone()
         offset += parameter.numel()
 
 
@@ -173,14 +178,16 @@ def importance_mode(mode: str, dtype: str) -> str:
 def importance_weights(logprobs: torch.Tensor, recorded: list[float | None], cap: float) -> torch.Tensor:
     """Truncated importance sampling (`token_truncate`): min(pi_update / pi_sampler, cap) per token, no
     gradient through it; tokens without a recorded sampler score weigh 1 (verl's and TRL's TIS correction)."""
-    sampler = torch.tensor([x if x is not None else float("nan") for x in recorded], device=logprobs.device,
-                           dtype=torch.float32)
+    sampler = torch.tensor(
+        [x if x is not None else float("nan") for x in recorded], device=logprobs.device, dtype=torch.float32
+    )
     ratio = torch.exp(logprobs.detach().float() - sampler).clamp(max=cap)
     return torch.where(torch.isnan(sampler), torch.ones_like(ratio), ratio)
 
 
-def sequence_mask_weights(logprobs: torch.Tensor, recorded: list[float | None], lengths: list[int],
-                          cap: float) -> torch.Tensor:
+def sequence_mask_weights(
+    logprobs: torch.Tensor, recorded: list[float | None], lengths: list[int], cap: float
+) -> torch.Tensor:
     """Masked sequence-level importance sampling (`sequence_mask`, TRL's): each sequence's tokens weigh
     its ratio exp(sum_t log pi_update - log pi_sampler) over its recorded tokens, or 0 when that ratio
     exceeds `cap` (the sequence is dropped); no gradient through it. `lengths`: the tokens of each
@@ -190,11 +197,13 @@ def sequence_mask_weights(logprobs: torch.Tensor, recorded: list[float | None], 
     >>> sequence_mask_weights(torch.tensor([-1.0, -1.0, -1.0]), [-1.5, -1.0, -2.0], [2, 1], cap=2.0).tolist()
     [1.6487212181091309, 1.6487212181091309, 0.0]
     """
-    sampler = torch.tensor([x if x is not None else float("nan") for x in recorded], device=logprobs.device,
-                           dtype=torch.float32)
+    sampler = torch.tensor(
+        [x if x is not None else float("nan") for x in recorded], device=logprobs.device, dtype=torch.float32
+    )
     gaps = torch.nan_to_num(logprobs.detach().float() - sampler, nan=0.0)
-    owner = torch.repeat_interleave(torch.arange(len(lengths), device=logprobs.device),
-                                    torch.tensor(lengths, device=logprobs.device))
+    owner = torch.repeat_interleave(
+        torch.arange(len(lengths), device=logprobs.device), torch.tensor(lengths, device=logprobs.device)
+    )
     ratio = torch.exp(torch.zeros(len(lengths), device=logprobs.device).index_add_(0, owner, gaps))
     return torch.where(ratio > cap, torch.zeros_like(ratio), ratio)[owner]
 
@@ -241,13 +250,19 @@ class AdapterUpdate:
 
     def __init__(self, accelerator, model, tokenizer, adapter: str, config, *, optimizer_file: Path | None = None):
         self.accelerator, self.model, self.tokenizer, self.adapter, self.config = (
-            accelerator, model, tokenizer, adapter, config)
+            accelerator,
+            model,
+            tokenizer,
+            adapter,
+            config,
+        )
         self.unwrapped = accelerator.unwrap_model(model)
         self.params = trainable_state(self.unwrapped, adapter)
         if not self.params:
             raise ValueError(f"the model has no LoRA weights of adapter {adapter!r}")
-        optimizer, self.names = make_optimizer(self.params, lr=config.learning_rate, weight_decay=config.weight_decay,
-                                               state_file=optimizer_file)
+        optimizer, self.names = make_optimizer(
+            self.params, lr=config.learning_rate, weight_decay=config.weight_decay, state_file=optimizer_file
+        )
         frozen = next(p.dtype for n, p in self.unwrapped.named_parameters() if "lora_" not in n)
         self.importance = importance_mode(config.importance_sampling_mode, str(frozen).removeprefix("torch."))
         self.optimizer = accelerator.prepare_optimizer(optimizer)
@@ -268,13 +283,19 @@ class AdapterUpdate:
         parts = role_parts(useful) if config.role_steps == "per_role" else [useful]
         plans = [_plan(part, config) for part in parts]
         flat, groups = tasks_without_spread(rollouts)
-        stats = {"rollouts": len(rollouts), "rollouts_with_signal": len(useful), "optimizer_steps": 0,
-                 "zero_advantage_share": round(1 - len(useful) / len(rollouts), 6) if rollouts else None,
-                 "tasks_without_spread": flat, "tasks_sampled_more_than_once": groups,
-                 "trained_tokens": sum(plan["offsets"][-1] for plan in plans),
-                 "sequences": sum(len(plan["sequences"]) for plan in plans),
-                 "truncated_sequences": sum(plan["truncated"] for plan in plans),
-                 "micro_batches": sum(len(plan["batches"]) for plan in plans if plan["sequences"]), "steps": []}
+        stats = {
+            "rollouts": len(rollouts),
+            "rollouts_with_signal": len(useful),
+            "optimizer_steps": 0,
+            "zero_advantage_share": round(1 - len(useful) / len(rollouts), 6) if rollouts else None,
+            "tasks_without_spread": flat,
+            "tasks_sampled_more_than_once": groups,
+            "trained_tokens": sum(plan["offsets"][-1] for plan in plans),
+            "sequences": sum(len(plan["sequences"]) for plan in plans),
+            "truncated_sequences": sum(plan["truncated"] for plan in plans),
+            "micro_batches": sum(len(plan["batches"]) for plan in plans if plan["sequences"]),
+            "steps": [],
+        }
         rank, world = self.accelerator.process_index, self.accelerator.num_processes
         active = [plan for plan in plans if plan["sequences"]]
         per_step = [len(plan["batches"][rank::world]) for plan in active]
@@ -287,8 +308,13 @@ class AdapterUpdate:
         self.timings = []
         self.model.train()
         # one unit per micro-batch scored: forward and backward, and with diagnostics the re-scoring after a step
-        with Progress(config.steps * sum(per_step) + rescored, f"update {self.adapter}", unit="micro-batch passes",
-                      log=log, enabled=self.accelerator.is_main_process) as progress:
+        with Progress(
+            config.steps * sum(per_step) + rescored,
+            f"update {self.adapter}",
+            unit="micro-batch passes",
+            log=log,
+            enabled=self.accelerator.is_main_process,
+        ) as progress:
             waiting = None  # (row, before, count) of the step whose "after" is the next step's forward
             for step in range(config.steps):
                 for plan in active:
@@ -317,8 +343,14 @@ class AdapterUpdate:
 
     def _score(self, chunk: list[Sequence], entropy: bool):
         with self.accelerator.autocast():
-            return selected_logprobs(self.unwrapped, chunk, self.tokenizer.pad_token_id, self.accelerator.device,
-                                     entropy=entropy, share_prompts=_shares(self.config))
+            return selected_logprobs(
+                self.unwrapped,
+                chunk,
+                self.tokenizer.pad_token_id,
+                self.accelerator.device,
+                entropy=entropy,
+                share_prompts=_shares(self.config),
+            )
 
     def _step(self, plan: dict, *, on_policy: bool, advance=lambda: None) -> tuple[dict, torch.Tensor, torch.Tensor]:
         """One optimizer step over `plan`: its diagnostics, and per rollout the summed log-prob of its
@@ -342,23 +374,30 @@ class AdapterUpdate:
         for batch in mine:
             chunk = [sequences[i] for i in batch]
             logprobs, entropies = self._score(chunk, entropy=True)
-            weight = torch.tensor([w for i in batch for w in weights[offsets[i]:offsets[i + 1]]],
-                                  device=logprobs.device, dtype=torch.float32)
+            weight = torch.tensor(
+                [w for i in batch for w in weights[offsets[i] : offsets[i + 1]]],
+                device=logprobs.device,
+                dtype=torch.float32,
+            )
             recorded = [x for s in chunk for x in s.sampler_logprobs]
             if self.importance == "token_truncate":
                 weight = weight * importance_weights(logprobs, recorded, config.importance_sampling_cap)
             elif self.importance == "sequence_mask":
-                weight = weight * sequence_mask_weights(logprobs, recorded, [len(s.targets) for s in chunk],
-                                                        config.importance_sampling_cap)
+                weight = weight * sequence_mask_weights(
+                    logprobs, recorded, [len(s.targets) for s in chunk], config.importance_sampling_cap
+                )
             loss = -(weight * logprobs.float()).sum()
             accelerator.backward(loss)
             owners = torch.tensor([s.rollout for s in chunk for _ in s.targets], device=device)
             before.index_add_(0, owners, logprobs.detach().double())
             count.index_add_(0, owners, torch.ones_like(owners, dtype=torch.float64))
             gaps = [abs(a - b) for a, b in zip(logprobs.detach().float().tolist(), recorded) if b is not None]
-            totals += torch.tensor([loss.item(), float(entropies.double().sum()), sum(gaps), len(gaps)],
-                                   dtype=torch.float64, device=device)
-            gap_max = torch.maximum(gap_max, torch.tensor([max(gaps, default=-1.0)], dtype=torch.float64, device=device))
+            totals += torch.tensor(
+                [loss.item(), float(entropies.double().sum()), sum(gaps), len(gaps)], dtype=torch.float64, device=device
+            )
+            gap_max = torch.maximum(
+                gap_max, torch.tensor([max(gaps, default=-1.0)], dtype=torch.float64, device=device)
+            )
             advance()
         parameters = [self.params[name] for name in self.names]
         if world > 1:
@@ -368,13 +407,22 @@ class AdapterUpdate:
             _all_reduce(gap_max, "max")
         grad_norm = accelerator.clip_grad_norm_(parameters, config.max_grad_norm)  # the norm before clipping
         self.optimizer.step()
-        self.timings.append({"tokens": sum(len(sequences[i].ids) for b in mine for i in b),
-                             "padded_tokens": sum(len(b) * max(len(sequences[i].ids) for i in b) for b in mine),
-                             "forward_backward_s": time.perf_counter() - started, "rescore_s": 0.0})
-        row = {"on_policy": on_policy, "loss": float(totals[0]), "grad_norm": float(grad_norm),
-               "entropy": float(totals[1] / count.sum()) if count.sum() > 0 else None,
-               "sampler_gap_mean": float(totals[2] / totals[3]) if totals[3] > 0 else None,
-               "sampler_gap_max": float(gap_max[0]) if totals[3] > 0 else None}
+        self.timings.append(
+            {
+                "tokens": sum(len(sequences[i].ids) for b in mine for i in b),
+                "padded_tokens": sum(len(b) * max(len(sequences[i].ids) for i in b) for b in mine),
+                "forward_backward_s": time.perf_counter() - started,
+                "rescore_s": 0.0,
+            }
+        )
+        row = {
+            "on_policy": on_policy,
+            "loss": float(totals[0]),
+            "grad_norm": float(grad_norm),
+            "entropy": float(totals[1] / count.sum()) if count.sum() > 0 else None,
+            "sampler_gap_mean": float(totals[2] / totals[3]) if totals[3] > 0 else None,
+            "sampler_gap_max": float(gap_max[0]) if totals[3] > 0 else None,
+        }
         return row, before, count
 
     def _rescore(self, plan: dict, advance=lambda: None) -> torch.Tensor:
@@ -384,7 +432,7 @@ class AdapterUpdate:
         started = time.perf_counter()
         sequences, device = plan["sequences"], self.accelerator.device
         after = torch.zeros(len(plan["advantages"]), dtype=torch.float64, device=device)
-        mine = plan["batches"][self.accelerator.process_index::self.accelerator.num_processes]
+        mine = plan["batches"][self.accelerator.process_index :: self.accelerator.num_processes]
         # every sequence of this process at once: the samples of a task share their prompt's forward
         chunk = [sequences[i] for batch in mine for i in batch]
         with torch.no_grad(), self.accelerator.autocast():
@@ -413,17 +461,37 @@ class AdapterUpdate:
         if not self.timings:
             return
         tokens, padded = sum(t["tokens"] for t in self.timings), sum(t["padded_tokens"] for t in self.timings)
-        train_s, rescore_s = sum(t["forward_backward_s"] for t in self.timings), sum(t["rescore_s"] for t in self.timings)
-        log.info("update %s: %d tokens forward+backward in %.1f s (%.0f tokens/s, padding %.1f%%); re-scoring for the "
-                 "diagnostics %.1f s (%.0f%% of the steps)", self.adapter, tokens, train_s, tokens / max(train_s, 1e-9),
-                 100 * (padded - tokens) / max(padded, 1), rescore_s, 100 * rescore_s / max(train_s + rescore_s, 1e-9))
+        train_s, rescore_s = (
+            sum(t["forward_backward_s"] for t in self.timings),
+            sum(t["rescore_s"] for t in self.timings),
+        )
+        log.info(
+            "update %s: %d tokens forward+backward in %.1f s (%.0f tokens/s, padding %.1f%%); re-scoring for the "
+            "diagnostics %.1f s (%.0f%% of the steps)",
+            self.adapter,
+            tokens,
+            train_s,
+            tokens / max(train_s, 1e-9),
+            100 * (padded - tokens) / max(padded, 1),
+            rescore_s,
+            100 * rescore_s / max(train_s + rescore_s, 1e-9),
+        )
 
     def save_optimizer(self, path: Path) -> None:
         save_optimizer(self.optimizer, self.params, self.names, path)
 
 
-def reinforce_steps(accelerator, model, tokenizer, adapter: str, rollouts: list[dict], config, *,
-                    optimizer_file: Path | None, optimizer_out: Path | None) -> dict:
+def reinforce_steps(
+    accelerator,
+    model,
+    tokenizer,
+    adapter: str,
+    rollouts: list[dict],
+    config,
+    *,
+    optimizer_file: Path | None,
+    optimizer_out: Path | None,
+) -> dict:
     """Run `config.steps` full-batch REINFORCE steps for `adapter` (per role with `role_steps: per_role`);
     returns statistics for the metrics and writes the optimizer moments to `optimizer_out` (None: not
     written, e.g. by a process other than the first).

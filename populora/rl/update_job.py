@@ -29,8 +29,19 @@ from populora.core.seeds import derive_seed
 from populora.core.state import ADAPTERS, OPTIMIZER, UPDATE_STATS, adapter_dirs
 
 
-def train_job(params, *, arm: str, gen: int, part: int, slots: list[str], base_model: str, state: str,
-              rollouts_file: str, trained: str, log: logging.Logger) -> None:
+def train_job(
+    params,
+    *,
+    arm: str,
+    gen: int,
+    part: int,
+    slots: list[str],
+    base_model: str,
+    state: str,
+    rollouts_file: str,
+    trained: str,
+    log: logging.Logger,
+) -> None:
     """Train `slots` of `arm` at generation `gen` (update job `part`) from the checkpoint `state` on the
     rollouts of `rollouts_file`; the first process writes adapters/, optimizer/ and update_stats.json
     into `trained`, replaced whole."""
@@ -54,16 +65,26 @@ def train_job(params, *, arm: str, gen: int, part: int, slots: list[str], base_m
 
     accelerator = Accelerator(cpu=params.model.device == "cpu", mixed_precision=config.mixed_precision or "no")
     main_process = accelerator.is_main_process
-    log.info("update job %d of %d: %s on %s (%d process%s, mixed precision %s)", part, params.dag.update_jobs,
-             ", ".join(slots), accelerator.device, accelerator.num_processes,
-             "" if accelerator.num_processes == 1 else "es", config.mixed_precision or "none")
+    log.info(
+        "update job %d of %d: %s on %s (%d process%s, mixed precision %s)",
+        part,
+        params.dag.update_jobs,
+        ", ".join(slots),
+        accelerator.device,
+        accelerator.num_processes,
+        "" if accelerator.num_processes == 1 else "es",
+        config.mixed_precision or "none",
+    )
     runtime = runtime_record(params.model.dtype, str(accelerator.device.type))
     mode = importance_mode(config.importance_sampling_mode, runtime["dtype"])
     if mode != "none":
-        log.info("model dtype %s: importance correction %s (cap %s)", runtime["dtype"], mode,
-                 config.importance_sampling_cap)
-    runtime |= {"importance_sampling_mode": mode, "importance_sampling_cap": None if mode == "none"
-                else config.importance_sampling_cap}
+        log.info(
+            "model dtype %s: importance correction %s (cap %s)", runtime["dtype"], mode, config.importance_sampling_cap
+        )
+    runtime |= {
+        "importance_sampling_mode": mode,
+        "importance_sampling_cap": None if mode == "none" else config.importance_sampling_cap,
+    }
     tokenizer, model = load_base(base_model, dtype=runtime["dtype"], device=str(accelerator.device))
     tokenizer.padding_side = "right"
     model = attach_adapters(model, {s: str(p) for s, p in adapter_dirs(state, slots).items()}, trainable=slots[0])
@@ -74,7 +95,12 @@ def train_job(params, *, arm: str, gen: int, part: int, slots: list[str], base_m
         torch.manual_seed(derive_seed(params.base.seed, "update", arm, gen, slot))
         started = time.perf_counter()
         stats[slot] = reinforce_steps(
-            accelerator, model, tokenizer, slot, by_adapter[slot], config,
+            accelerator,
+            model,
+            tokenizer,
+            slot,
+            by_adapter[slot],
+            config,
             optimizer_file=Path(state) / OPTIMIZER / f"{slot}.safetensors",
             optimizer_out=tmp / OPTIMIZER / f"{slot}.safetensors" if main_process else None,
         )

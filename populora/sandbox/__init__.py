@@ -115,6 +115,23 @@ from populora.sandbox.pool import (
 )
 from populora.sandbox.zygote import CALL_STATUSES, RUN_STATUSES
 
-__all__ = ["CALL_STATUSES", "HASH_SEEDS", "LAYERS", "LAYER_FIXES", "RUN_STATUSES", "SKIP_ENV", "Call", "CallResult",
-           "Job", "Limits", "RunResult", "Sandbox", "SandboxError", "describe_missing", "layer_report",
-           "missing_layers", "parse_result", "wall_backstop"]
+__all__ = [
+    "CALL_STATUSES",
+    "HASH_SEEDS",
+    "LAYERS",
+    "LAYER_FIXES",
+    "RUN_STATUSES",
+    "SKIP_ENV",
+    "Call",
+    "CallResult",
+    "Job",
+    "Limits",
+    "RunResult",
+    "Sandbox",
+    "SandboxError",
+    "describe_missing",
+    "layer_report",
+    "missing_layers",
+    "parse_result",
+    "wall_backstop",
+]

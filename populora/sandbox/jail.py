@@ -31,14 +31,128 @@ _SECCOMP_DENY = {  # (audit arch, syscall numbers); the six at the end of the th
     # rt_(tg)sigqueueinfo, pidfd_send_signal -- a child never needs to signal anyone (not even itself: abort()
     # still crashes it); the fourth line: setuid, setgid, setreuid, setregid, setgroups, setresuid, setresgid,
     # setfsuid, setfsgid, pidfd_getfd, process_madvise
-    "x86_64": (0xC000003E, (59, 322, 101, 250, 248, 249, 272, 308, 165, 166, 155, 161, 321, 323, 298, 310, 311,
-                            246, 320, 175, 313, 176, 167, 168, 169, 163, 425, 426, 427, 428, 429, 430, 431, 432,
-                            442, 29, 64, 68, 240, 62, 200, 234, 129, 297, 424,
-                            105, 106, 113, 114, 116, 117, 119, 122, 123, 438, 440)),
-    "aarch64": (0xC00000B7, (221, 281, 117, 219, 217, 218, 97, 268, 40, 39, 41, 51, 280, 282, 241, 270, 271,
-                             104, 294, 105, 273, 106, 224, 225, 142, 89, 425, 426, 427, 428, 429, 430, 431, 432,
-                             442, 194, 190, 186, 180, 129, 130, 131, 138, 240, 424,
-                             146, 144, 145, 143, 159, 147, 149, 151, 152, 438, 440)),
+    "x86_64": (
+        0xC000003E,
+        (
+            59,
+            322,
+            101,
+            250,
+            248,
+            249,
+            272,
+            308,
+            165,
+            166,
+            155,
+            161,
+            321,
+            323,
+            298,
+            310,
+            311,
+            246,
+            320,
+            175,
+            313,
+            176,
+            167,
+            168,
+            169,
+            163,
+            425,
+            426,
+            427,
+            428,
+            429,
+            430,
+            431,
+            432,
+            442,
+            29,
+            64,
+            68,
+            240,
+            62,
+            200,
+            234,
+            129,
+            297,
+            424,
+            105,
+            106,
+            113,
+            114,
+            116,
+            117,
+            119,
+            122,
+            123,
+            438,
+            440,
+        ),
+    ),
+    "aarch64": (
+        0xC00000B7,
+        (
+            221,
+            281,
+            117,
+            219,
+            217,
+            218,
+            97,
+            268,
+            40,
+            39,
+            41,
+            51,
+            280,
+            282,
+            241,
+            270,
+            271,
+            104,
+            294,
+            105,
+            273,
+            106,
+            224,
+            225,
+            142,
+            89,
+            425,
+            426,
+            427,
+            428,
+            429,
+            430,
+            431,
+            432,
+            442,
+            194,
+            190,
+            186,
+            180,
+            129,
+            130,
+            131,
+            138,
+            240,
+            424,
+            146,
+            144,
+            145,
+            143,
+            159,
+            147,
+            149,
+            151,
+            152,
+            438,
+            440,
+        ),
+    ),
 }
 _libc = None
 
@@ -60,6 +174,7 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
 def _load_libc() -> None:
     global _libc
     import ctypes
+
     _libc = ctypes.CDLL(None, use_errno=True)
     _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
@@ -76,17 +191,24 @@ def _build_seccomp() -> None:
     global _seccomp_fprog
     import ctypes
     import struct
+
     arch, denied = _SECCOMP_DENY[os.uname().machine]
     ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
     n = len(denied)
-    program = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, 0x80000000), (ld_abs, 0, 0, 0),
-               (jge, n + 1, 0, 0x40000000)]  # x32 syscall numbers: denied
+    program = [
+        (ld_abs, 0, 0, 4),
+        (jeq, 1, 0, arch),
+        (ret, 0, 0, 0x80000000),
+        (ld_abs, 0, 0, 0),
+        (jge, n + 1, 0, 0x40000000),
+    ]  # x32 syscall numbers: denied
     program += [(jeq, n - i, 0, nr) for i, nr in enumerate(denied)]
     program += [(ret, 0, 0, 0x7FFF0000), (ret, 0, 0, 0x00050000 | 1)]  # allow / errno EPERM
     filters = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *ins) for ins in program))
     fprog = ctypes.create_string_buffer(struct.pack("HxxxxxxQ", len(program), ctypes.addressof(filters)))
     prctl = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, use_errno=True)(
-        ("prctl", _libc))
+        ("prctl", _libc)
+    )
     _seccomp_fprog = (prctl, ctypes.addressof(fprog), fprog, filters)  # the buffers must stay alive
 
 
@@ -172,6 +294,7 @@ def _enter_user_namespace(namespaces: int) -> bool:
 def _drop_capabilities() -> None:
     """capset(all zero): a child that is uid 0 of a user namespace keeps no capabilities in it."""
     import ctypes
+
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
     data = (ctypes.c_uint32 * 6)()
     if _libc.capset(header, data) != 0:
@@ -180,8 +303,15 @@ def _drop_capabilities() -> None:
 
 def isolate_zygote(config: dict) -> tuple[dict, str, int | None]:
     """Enter namespaces and the jail; returns (capabilities, work root, uid for children)."""
-    caps = {"net_namespace": False, "mount_namespace": False, "fs_jail": False, "uid_drop": False,
-            "ipc_namespace": False, "seccomp": False, "root": os.geteuid() == 0}
+    caps = {
+        "net_namespace": False,
+        "mount_namespace": False,
+        "fs_jail": False,
+        "uid_drop": False,
+        "ipc_namespace": False,
+        "seccomp": False,
+        "root": os.geteuid() == 0,
+    }
     skip = set(config.get("skip") or ())  # layers left off on purpose (tests: a machine without them)
     try:
         _load_libc()
@@ -197,8 +327,7 @@ def isolate_zygote(config: dict) -> tuple[dict, str, int | None]:
             caps["net_namespace"] = True
     # an ordinary user (or root without CAP_SYS_ADMIN): a user namespace owns the others; this process
     # holds every capability inside it, over nothing but its own namespaces
-    if (_libc is not None and wanted and not any(caps[layer] for layer in wanted)
-            and _enter_user_namespace(namespaces)):
+    if _libc is not None and wanted and not any(caps[layer] for layer in wanted) and _enter_user_namespace(namespaces):
         caps.update(dict.fromkeys(wanted, True))
         caps["user_namespace"] = True
     workroot = None
@@ -211,6 +340,7 @@ def isolate_zygote(config: dict) -> tuple[dict, str, int | None]:
             caps["jail_error"] = str(error)[:300]
     if workroot is None:
         import tempfile
+
         workroot = tempfile.mkdtemp(prefix="populora-sbx-")
         os.chmod(workroot, 0o711)
     uid = config.get("uid")
@@ -220,11 +350,15 @@ def isolate_zygote(config: dict) -> tuple[dict, str, int | None]:
         if os.uname().machine in _SECCOMP_DENY:
             _build_seccomp()
         caps["seccomp"] = os.uname().machine in _SECCOMP_DENY and _probe_in_child(
-            lambda: (_libc_call("prctl", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), install_seccomp()))
+            lambda: (_libc_call("prctl", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), install_seccomp())
+        )
     if _libc is not None:  # nothing (a child of the same uid, in a user namespace) may attach to the zygote
         _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    caps["mode"] = "user_namespace" if caps.get("user_namespace") else (
-        "root" if any(caps[layer] for layer in flags) else "no_namespaces")
+    caps["mode"] = (
+        "user_namespace"
+        if caps.get("user_namespace")
+        else ("root" if any(caps[layer] for layer in flags) else "no_namespaces")
+    )
     return caps, workroot, uid if caps["uid_drop"] else None
 
 
@@ -240,9 +374,14 @@ def lock_down(request: dict, caps: dict, uid: int | None, write_fd: int, devnull
     # the zygote reads this child's CPU clock instead (zygote._collect) and kills it at the CPU limit.
     memory = int(request["memory_mb"]) << 20
     file_bytes = int(request["file_mb"]) << 20
-    for limit, value in ((resource.RLIMIT_AS, (memory, memory)), (resource.RLIMIT_FSIZE, (file_bytes, file_bytes)),
-                         (resource.RLIMIT_NOFILE, (64, 64)), (resource.RLIMIT_NPROC, (0, 0)),
-                         (resource.RLIMIT_CORE, (0, 0)), (resource.RLIMIT_MSGQUEUE, (0, 0))):
+    for limit, value in (
+        (resource.RLIMIT_AS, (memory, memory)),
+        (resource.RLIMIT_FSIZE, (file_bytes, file_bytes)),
+        (resource.RLIMIT_NOFILE, (64, 64)),
+        (resource.RLIMIT_NPROC, (0, 0)),
+        (resource.RLIMIT_CORE, (0, 0)),
+        (resource.RLIMIT_MSGQUEUE, (0, 0)),
+    ):
         resource.setrlimit(limit, value)
     if uid is not None:
         os.setgroups([])
@@ -256,4 +395,3 @@ def lock_down(request: dict, caps: dict, uid: int | None, write_fd: int, devnull
         if caps.get("user_namespace"):
             _drop_capabilities()
     os.chdir(workdir)  # environment, stdin and SIGXFSZ were set up once in the zygote
-

@@ -30,10 +30,12 @@ class SandboxError(RuntimeError):
     """The sandbox itself could not start (never raised for a program's behaviour)."""
 
 
-_USERNS = ("run where unprivileged user namespaces are allowed (user.max_user_namespaces > 0; on Debian/Ubuntu "
-           "kernels also kernel.unprivileged_userns_clone=1, on Ubuntu 23.10+ "
-           "kernel.apparmor_restrict_unprivileged_userns=0; in a container: one that allows unshare(CLONE_NEWUSER)), "
-           "or as root")
+_USERNS = (
+    "run where unprivileged user namespaces are allowed (user.max_user_namespaces > 0; on Debian/Ubuntu "
+    "kernels also kernel.unprivileged_userns_clone=1, on Ubuntu 23.10+ "
+    "kernel.apparmor_restrict_unprivileged_userns=0; in a container: one that allows unshare(CLONE_NEWUSER)), "
+    "or as root"
+)
 # How to get each layer back, for the messages of callers that require them (populora.verifier).
 LAYER_FIXES = {
     "fs_jail": f"{_USERNS}; see jail_error",
@@ -42,7 +44,7 @@ LAYER_FIXES = {
     "net_namespace": _USERNS,
     "seccomp": "run on Linux x86_64 or aarch64 with seccomp filters enabled (libc reachable through ctypes)",
     "uid_drop": "run as root (e.g. in a container, as uid 0): only root can run the checks under uids of their own "
-                "(an ordinary user's checks keep that user's uid, without capabilities)",
+    "(an ordinary user's checks keep that user's uid, without capabilities)",
 }
 
 
@@ -57,8 +59,11 @@ def missing_layers(capabilities: dict) -> list[str]:
 
 def describe_missing(capabilities: dict, layers=None) -> str:
     """One line per missing layer (of `layers`; default: all) with its fix (empty when all are on)."""
-    lines = [f"{layer}: off. Fix: {LAYER_FIXES[layer]}" for layer in missing_layers(capabilities)
-             if layers is None or layer in layers]
+    lines = [
+        f"{layer}: off. Fix: {LAYER_FIXES[layer]}"
+        for layer in missing_layers(capabilities)
+        if layers is None or layer in layers
+    ]
     if lines and capabilities.get("jail_error"):
         lines.append(f"(jail_error: {capabilities['jail_error']})")
     return "\n".join(lines)
@@ -149,8 +154,13 @@ def parse_result(payload: dict, n_calls: int) -> RunResult:
         raise ValueError("malformed result")
     calls = [CallResult(**{k: c.get(k) for k in CALL_FIELDS}) for c in payload.get("calls") or []]
     status, detail = payload["status"], payload.get("detail")
-    return RunResult(status=status, calls=calls, detail=str(detail)[:500] if detail is not None else None,
-                     wall_s=float(payload.get("wall_s") or 0.0), stdout_chars=int(payload.get("stdout_chars") or 0))
+    return RunResult(
+        status=status,
+        calls=calls,
+        detail=str(detail)[:500] if detail is not None else None,
+        wall_s=float(payload.get("wall_s") or 0.0),
+        stdout_chars=int(payload.get("stdout_chars") or 0),
+    )
 
 
 # ----------------------------------------------------------------------------- parent side
@@ -163,12 +173,21 @@ class _Zygote:
     """Parent-side handle of one zygote process: one JSON line out, one JSON line back."""
 
     def __init__(self, hash_seed: int, uid: int, skip: frozenset[str] = frozenset()):
-        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": str(hash_seed),
-               "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "PYTHONHASHSEED": str(hash_seed),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
         config = json.dumps({"uid": uid, "skip": sorted(skip)})
         self.proc = subprocess.Popen(
             [sys.executable, "-s", _ZYGOTE_SCRIPT, config],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd="/", start_new_session=True, close_fds=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            cwd="/",
+            start_new_session=True,
+            close_fds=True,
         )
         self._buffer = b""
         hello = self._read_message(time.monotonic() + 60)
@@ -193,8 +212,14 @@ class _Zygote:
         return json.loads(line)
 
     def run(self, job: Job, limits: Limits) -> RunResult:
-        request = {"program": job.program, "calls": [[c.expr, c.expect] for c in job.calls], "entry": job.entry,
-                   "roundtrip": job.roundtrip, **vars(limits), "wall_timeout_s": limits.wall_limit_s}
+        request = {
+            "program": job.program,
+            "calls": [[c.expr, c.expect] for c in job.calls],
+            "entry": job.entry,
+            "roundtrip": job.roundtrip,
+            **vars(limits),
+            "wall_timeout_s": limits.wall_limit_s,
+        }
         self.proc.stdin.write(json.dumps(request).encode() + b"\n")
         self.proc.stdin.flush()
         # the zygote ends a check by WALL_CAP_FACTOR x its backstop at the latest (time spent waiting for a CPU)

@@ -39,8 +39,19 @@ CALL_STATUSES = ("ok", "exception", "no_entry", "output_too_large")
 # Imported once in the zygote. Kept short on purpose: every loaded extension module adds mappings
 # that each fork copies (this set: ~0.65 ms per fork+exit, the 30 common stdlib modules: ~1.2 ms);
 # a program importing something else pays for that import itself.
-_PRELOAD = ("bisect", "collections", "copy", "functools", "heapq", "itertools", "math", "operator", "re", "string",
-            "typing")
+_PRELOAD = (
+    "bisect",
+    "collections",
+    "copy",
+    "functools",
+    "heapq",
+    "itertools",
+    "math",
+    "operator",
+    "re",
+    "string",
+    "typing",
+)
 
 
 def zygote_main(config_json: str) -> None:
@@ -79,6 +90,7 @@ def zygote_main(config_json: str) -> None:
         return
     devnull = os.open("/dev/null", os.O_RDWR)
     import gc
+
     gc.freeze()  # the children's collector then leaves the zygote's objects (and their pages) alone
     out.write(json.dumps({"capabilities": caps}).encode() + b"\n")
     out.flush()
@@ -246,9 +258,12 @@ def _collect(pid: int, read_fd: int, request: dict) -> dict:
         return {"status": "timeout", "detail": f"killed after {cpu_used:.2f} s of CPU time (limit {cpu_limit:g} s)"}
     if killed_for == "wall":
         used = "?" if cpu_used is None else f"{cpu_used:.2f}"
-        return {"status": "timeout", "detail": f"killed after {wall_limit:g} s wall clock (the backstop; "
-                                               f"{used} s of CPU time, limit {cpu_limit:g} s; "
-                                               f"{waited:.2f} s waiting for a CPU not counted)"}
+        return {
+            "status": "timeout",
+            "detail": f"killed after {wall_limit:g} s wall clock (the backstop; "
+            f"{used} s of CPU time, limit {cpu_limit:g} s; "
+            f"{waited:.2f} s waiting for a CPU not counted)",
+        }
     if killed_for:
         return {"status": "output_too_large", "detail": f"result larger than {max_bytes} bytes"}
     return _judge_exit(status, b"".join(chunks), request)
@@ -282,11 +297,16 @@ def valid_payload(payload, n_calls: int) -> bool:
     calls = payload.get("calls") or []
     if not isinstance(calls, list) or (payload["status"] == "ok" and len(calls) != n_calls):
         return False
-    return all(isinstance(c, dict) and c.get("status") in CALL_STATUSES and all(
-        c.get(k) is None or isinstance(c[k], t) for k, t in CALL_FIELDS.items()) for c in calls)
+    return all(
+        isinstance(c, dict)
+        and c.get("status") in CALL_STATUSES
+        and all(c.get(k) is None or isinstance(c[k], t) for k, t in CALL_FIELDS.items())
+        for c in calls
+    )
 
 
 # ----------------------------------------------------------------------------- child side
+
 
 class _CountingSink:
     """sys.stdout/sys.stderr of the child: counts characters, keeps none (floods cost nothing)."""
@@ -324,10 +344,9 @@ def _child_main(request: dict, caps: dict, uid: int | None, write_fd: int, devnu
     try:
         data = memoryview(json.dumps(result).encode())
         while data:
-            data = data[os.write(3, data):]
+            data = data[os.write(3, data) :]
     finally:
         _exit(0)
-
 
 
 class _OutOfMemory(Exception):
@@ -400,7 +419,6 @@ def _text(error: BaseException) -> str:
         return str(error)[:300]
     except BaseException:
         return "<unprintable>"
-
 
 
 if __name__ == "__main__":

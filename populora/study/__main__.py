@@ -25,8 +25,14 @@ from populora.study.runs import StudyRunsError, load_runs
 from populora.study.tables import DEFAULT_TITLE, markdown
 
 
-def load_study(runs: str | None = None, *, dvc: bool = False, repo: str = ".", exp_json: str | None = None,
-               all_commits: bool = False) -> tuple[list[dict], list[tuple], list[str]]:
+def load_study(
+    runs: str | None = None,
+    *,
+    dvc: bool = False,
+    repo: str = ".",
+    exp_json: str | None = None,
+    all_commits: bool = False,
+) -> tuple[list[dict], list[tuple], list[str]]:
     """(run records, comparison pairs, notes) from a folder of committed runs or (`dvc`) from DVC
     experiments: the one way runs reach the analyser."""
     if not dvc:
@@ -50,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     if bool(args.runs) == args.dvc:
         parser.error("give a runs folder or --dvc (one of them)")
     try:
-        runs, pairs, notes = load_study(args.runs, dvc=args.dvc, repo=args.repo, exp_json=args.exp_json,
-                                        all_commits=args.all_commits)
+        runs, pairs, notes = load_study(
+            args.runs, dvc=args.dvc, repo=args.repo, exp_json=args.exp_json, all_commits=args.all_commits
+        )
         plan = study_plan.load(args.plan) if args.plan else None
         study = summarize(runs, pairs, plan, notes)
         study["pool_baselines"] = study_plan.pool_baselines(plan, args.plan)

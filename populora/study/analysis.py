@@ -44,8 +44,12 @@ from populora.study.runs import READ_BENCHES, StudyRunsError
 DIAGNOSTICS = ("truncated", "no_answer", "copies_input", "copies_argument")
 # what a comparison compares: per-problem verdicts (pass@1), the same with copies counted wrong, and the
 # gold answer's log-likelihood (nats summed over its tokens: continuous, so it moves before a verdict does)
-SCORES = {"verdicts": "pass@1", "copy_free": "copies wrong", "gold": "gold log-likelihood",
-          "pass_rate": "pass rate at temperature 1"}
+SCORES = {
+    "verdicts": "pass@1",
+    "copy_free": "copies wrong",
+    "gold": "gold log-likelihood",
+    "pass_rate": "pass rate at temperature 1",
+}
 VERDICT_SCORES = ("verdicts", "copy_free")  # 0/1 per problem: the seed-level sd floor applies
 
 
@@ -56,11 +60,23 @@ def nocopy(control: str) -> str:
 
 # the comparisons that answer the study's question (study/README.md: how to read the grid); the same
 # again between `-nocopy` controls, never across the two (a `-nocopy` study runs at a later commit)
-_GRID_COMPARISONS = (("2t2s", "1t1s"), ("2t2s", "baseline"), ("1t1s", "baseline"), ("2t2s", "2t2s-noevo"),
-                     ("2t2s", "2t2s-null"), ("1t1s", "1t1s-null"), ("baseline-roles", "baseline"), ("1t1s", "baseline-roles"),
-                     # issue 51: a population against as many independent pairs (the ensemble), and 4T-4S
-                     ("2t2s", "ensemble"), ("ensemble", "1t1s"), ("ensemble", "baseline"), ("4t4s", "ensemble"),
-                     ("4t4s", "1t1s"), ("4t4s", "baseline"))
+_GRID_COMPARISONS = (
+    ("2t2s", "1t1s"),
+    ("2t2s", "baseline"),
+    ("1t1s", "baseline"),
+    ("2t2s", "2t2s-noevo"),
+    ("2t2s", "2t2s-null"),
+    ("1t1s", "1t1s-null"),
+    ("baseline-roles", "baseline"),
+    ("1t1s", "baseline-roles"),
+    # issue 51: a population against as many independent pairs (the ensemble), and 4T-4S
+    ("2t2s", "ensemble"),
+    ("ensemble", "1t1s"),
+    ("ensemble", "baseline"),
+    ("4t4s", "ensemble"),
+    ("4t4s", "1t1s"),
+    ("4t4s", "baseline"),
+)
 COMPARISONS = _GRID_COMPARISONS + tuple((nocopy(left), nocopy(right)) for left, right in _GRID_COMPARISONS)
 _GRID_ORDER = ("baseline", "baseline-roles", "1t1s", "ensemble", "2t2s", "2t2s-noevo", "4t4s", "1t1s-null", "2t2s-null")
 CONTROL_ORDER = _GRID_ORDER + tuple(nocopy(control) for control in _GRID_ORDER)
@@ -68,7 +84,9 @@ CONTROL_ORDER = _GRID_ORDER + tuple(nocopy(control) for control in _GRID_ORDER)
 
 def _scored(runs: list[dict], bench: str, score: str, base: bool = True) -> bool:
     """Whether every run has the scores `score` names for `bench`, for its students (and the base)."""
-    return all(bench in r[score] and {*(["base"] if base else []), *r["students"]} <= set(r[score][bench]) for r in runs)
+    return all(
+        bench in r[score] and {*(["base"] if base else []), *r["students"]} <= set(r[score][bench]) for r in runs
+    )
 
 
 def _ids(runs: list[dict], bench: str, score: str) -> list[str]:
@@ -99,7 +117,9 @@ def base_row(runs: list[dict], bench: str, score: str = "verdicts") -> np.ndarra
 def curve_matrix(runs: list[dict], gen: int, ids: list[str] | None = None) -> np.ndarray:
     """[seeds, tasks] of the students' mean held-out verdict after generation `gen` (on `ids`: every task)."""
     ids = ids if ids is not None else sorted(runs[0]["verdicts"]["heldout"]["base"])
-    return np.array([[mean(run["heldout_curve"][gen][m][i] for m in run["students"]) for i in ids] for run in runs], dtype=float)
+    return np.array(
+        [[mean(run["heldout_curve"][gen][m][i] for m in run["students"]) for i in ids] for run in runs], dtype=float
+    )
 
 
 def group(runs: list[dict]) -> dict[str, list[dict]]:
@@ -107,7 +127,9 @@ def group(runs: list[dict]) -> dict[str, list[dict]]:
     groups: dict[str, list[dict]] = {}
     for run in sorted(runs, key=lambda r: (r["control"], r["seed"])):
         groups.setdefault(run["control"], []).append(run)
-    return dict(sorted(groups.items(), key=lambda kv: (CONTROL_ORDER.index(kv[0]) if kv[0] in CONTROL_ORDER else 99, kv[0])))
+    return dict(
+        sorted(groups.items(), key=lambda kv: (CONTROL_ORDER.index(kv[0]) if kv[0] in CONTROL_ORDER else 99, kv[0]))
+    )
 
 
 def interval(values, n_problems: int = 0) -> dict:
@@ -115,8 +137,14 @@ def interval(values, n_problems: int = 0) -> dict:
     `resolution(n_problems)`, as the comparisons take it) and the values themselves."""
     values = [float(v) for v in values]
     t = t_interval(values, resolution(n_problems))
-    return {"n": len(values), "mean": round(mean(values), 6), "sd": round(float(np.std(values, ddof=1)), 6) if len(values) > 1 else None,
-            "low": t[1] if t else None, "high": t[2] if t else None, "values": [round(v, 6) for v in values]}
+    return {
+        "n": len(values),
+        "mean": round(mean(values), 6),
+        "sd": round(float(np.std(values, ddof=1)), 6) if len(values) > 1 else None,
+        "low": t[1] if t else None,
+        "high": t[2] if t else None,
+        "values": [round(v, 6) for v in values],
+    }
 
 
 def verdict(c: dict, left: str, right: str) -> str:
@@ -127,37 +155,60 @@ def verdict(c: dict, left: str, right: str) -> str:
     return f"{left} higher" if c["low"] > 0 else f"{right} higher"
 
 
-def compare(left: str, right: str, a: np.ndarray, b: np.ndarray, *, score: str = "verdicts", samples: int = 0,
-            **extra) -> dict:
+def compare(
+    left: str, right: str, a: np.ndarray, b: np.ndarray, *, score: str = "verdicts", samples: int = 0, **extra
+) -> dict:
     """`left` - `right` by `seed_comparison` (`right == "base"`: `b` is the base's row; for the pass rate over
     `samples` answers per task, the base's own sampling variance goes into the interval)."""
     base_variance = sampled_mean_variance(b, samples) if right == "base" and score == "pass_rate" else 0.0
-    c = seed_comparison(a, b, right_is_base=right == "base", verdicts=score in VERDICT_SCORES,
-                        base_variance=base_variance)
+    c = seed_comparison(
+        a, b, right_is_base=right == "base", verdicts=score in VERDICT_SCORES, base_variance=base_variance
+    )
     if score == "gold" and c["low"] == c["high"] == 0:
         c["mde"] = None  # a continuous score with no spread anywhere: no bound to give
     seeds = [len(a), len(a) if right == "base" else len(b)]
-    return {"left": left, "right": right, **extra, "score": SCORES[score], "seeds": seeds, **c,
-            "verdict": verdict(c, left, right)}
+    return {
+        "left": left,
+        "right": right,
+        **extra,
+        "score": SCORES[score],
+        "seeds": seeds,
+        **c,
+        "verdict": verdict(c, left, right),
+    }
 
 
 def comparisons(groups: dict[str, list[dict]], pairs) -> list[dict]:
     """Every pair of `pairs` whose controls both ran, then every control against the base model, per
     benchmark and score."""
     out = []
-    for left, right in [(lft, rgt) for lft, rgt in pairs if lft in groups and rgt in groups] + [(c, "base") for c in groups]:
+    for left, right in [(lft, rgt) for lft, rgt in pairs if lft in groups and rgt in groups] + [
+        (c, "base") for c in groups
+    ]:
         for score in SCORES:
             for bench in READ_BENCHES:
                 # the runs benchmarked on it (an experiment DVC cannot read is left out), each with this score
                 # (a control one of whose runs lacks it, e.g. the gold log-likelihood under vLLM, is left out)
                 lefts = [r for r in groups[left] if bench in r["verdicts"]]
                 rights = [] if right == "base" else [r for r in groups[right] if bench in r["verdicts"]]
-                if not lefts or not _scored(lefts, bench, score, base=right == "base") or (
-                        right != "base" and not (rights and _scored(rights, bench, score, base=False))):
+                if (
+                    not lefts
+                    or not _scored(lefts, bench, score, base=right == "base")
+                    or (right != "base" and not (rights and _scored(rights, bench, score, base=False)))
+                ):
                     continue
                 b = base_row(lefts, bench, score) if right == "base" else score_matrix(rights, bench, score=score)
-                out.append(compare(left, right, score_matrix(lefts, bench, score=score), b, score=score, bench=bench,
-                                   samples=int(lefts[0]["params"].get("heldout.samples") or 0)))
+                out.append(
+                    compare(
+                        left,
+                        right,
+                        score_matrix(lefts, bench, score=score),
+                        b,
+                        score=score,
+                        bench=bench,
+                        samples=int(lefts[0]["params"].get("heldout.samples") or 0),
+                    )
+                )
     return out
 
 
@@ -166,25 +217,44 @@ def control_rows(groups: dict[str, list[dict]]) -> list[dict]:
     rows = []
     for control, members in groups.items():
         walls = [float(r["wall_s"]) for r in members if r["wall_s"] is not None]
-        row = {"control": control, "seeds": [r["seed"] for r in members], "arm": members[0]["arm"],
-               "wall_s": interval(walls) if walls else None, "wall_by_machine": wall_by_machine(members),
-               "bench": {}, "accounting": {}, "diagnostics": {}}
+        row = {
+            "control": control,
+            "seeds": [r["seed"] for r in members],
+            "arm": members[0]["arm"],
+            "wall_s": interval(walls) if walls else None,
+            "wall_by_machine": wall_by_machine(members),
+            "bench": {},
+            "accounting": {},
+            "diagnostics": {},
+        }
         for bench in READ_BENCHES:
             if not _scored(members, bench, "verdicts", base=False):
                 continue
             students = score_matrix(members, bench)
             n = students.shape[1]
-            row["bench"][bench] = {"students": interval(students.mean(axis=1), n), "n_problems": n,
-                                   "members": interval(score_matrix(members, bench, "members").mean(axis=1), n)}
+            row["bench"][bench] = {
+                "students": interval(students.mean(axis=1), n),
+                "n_problems": n,
+                "members": interval(score_matrix(members, bench, "members").mean(axis=1), n),
+            }
             if _scored(members, bench, "verdicts"):
                 base = base_row(members, bench).mean()
-                row["bench"][bench] |= {"students_minus_base": interval(students.mean(axis=1) - base, n), "base": round(float(base), 6)}
+                row["bench"][bench] |= {
+                    "students_minus_base": interval(students.mean(axis=1) - base, n),
+                    "base": round(float(base), 6),
+                }
             # a log-likelihood and a pass rate over answers have no resolution floor
             for score, problems in (("copy_free", n), ("gold", 0), ("pass_rate", 0)):
                 if _scored(members, bench, score):
-                    seeds, base = score_matrix(members, bench, score=score).mean(axis=1), base_row(members, bench, score).mean()
-                    row["bench"][bench][score] = {"students": interval(seeds, problems), "base": round(float(base), 6),
-                                                  "students_minus_base": interval(seeds - base, problems)}
+                    seeds, base = (
+                        score_matrix(members, bench, score=score).mean(axis=1),
+                        base_row(members, bench, score).mean(),
+                    )
+                    row["bench"][bench][score] = {
+                        "students": interval(seeds, problems),
+                        "base": round(float(base), 6),
+                        "students_minus_base": interval(seeds - base, problems),
+                    }
             diag = {key: [] for key in (*DIAGNOSTICS, "mean_answer_tokens")}
             for run in members:
                 for d in (run["diagnostics"].get(bench, {}).get(model) or {} for model in run["students"]):
@@ -212,20 +282,34 @@ def heldout_curves(groups: dict[str, list[dict]], pairs) -> dict:
     base = next(iter(groups.values()))[0]["verdicts"]["heldout"]["base"]
     base_verdicts = np.array([base[i] for i in sorted(base)], dtype=float)
     gens = {c: min(len(r["heldout_curve"]) for r in rs) for c, rs in groups.items()}
-    out = {"base": round(float(base_verdicts.mean()), 6), "n_tasks": len(base), "comparisons": [],
-           "controls": {c: [interval(curve_matrix(rs, g).mean(axis=1), len(base)) for g in range(gens[c])]
-                        for c, rs in groups.items()}}
+    out = {
+        "base": round(float(base_verdicts.mean()), 6),
+        "n_tasks": len(base),
+        "comparisons": [],
+        "controls": {
+            c: [interval(curve_matrix(rs, g).mean(axis=1), len(base)) for g in range(gens[c])]
+            for c, rs in groups.items()
+        },
+    }
     out["by_type"] = {}
     for task_type in [t for t in HELDOUT_TYPES if t in {pool_task_type(i) for i in base}]:
         ids = sorted(t for t in base if pool_task_type(t) == task_type)
         out["by_type"][task_type] = {
-            "n_tasks": len(ids), "base": round(float(np.mean([base[t] for t in ids])), 6),
-            "controls": {c: [interval(curve_matrix(rs, g, ids).mean(axis=1), len(ids)) for g in range(gens[c])]
-                         for c, rs in groups.items()}}
-    for left, right in [(lft, rgt) for lft, rgt in pairs if lft in groups and rgt in groups] + [(c, "base") for c in groups]:
+            "n_tasks": len(ids),
+            "base": round(float(np.mean([base[t] for t in ids])), 6),
+            "controls": {
+                c: [interval(curve_matrix(rs, g, ids).mean(axis=1), len(ids)) for g in range(gens[c])]
+                for c, rs in groups.items()
+            },
+        }
+    for left, right in [(lft, rgt) for lft, rgt in pairs if lft in groups and rgt in groups] + [
+        (c, "base") for c in groups
+    ]:
         for g in range(gens[left] if right == "base" else min(gens[left], gens[right])):
             other = base_verdicts if right == "base" else curve_matrix(groups[right], g)
-            out["comparisons"].append(compare(left, right, curve_matrix(groups[left], g), other, bench="heldout", generation=g))
+            out["comparisons"].append(
+                compare(left, right, curve_matrix(groups[left], g), other, bench="heldout", generation=g)
+            )
     return out
 
 
@@ -243,12 +327,21 @@ def summarize(runs: list[dict], pairs=COMPARISONS, plan: dict | None = None, not
     tuned = [r for r in runs if r.get("tuning")]
     with_tuning = heldout_curves(group(runs), pairs)["comparisons"] if tuned and curves else []
     final = max((c["generation"] for c in with_tuning), default=0)
-    summary = {"runs": [r["name"] for r in runs], "tuning_runs": [r["name"] for r in tuned],
-               "controls": control_rows(groups), "comparisons": comparisons(groups, pairs),
-               "per_run": run_rows(runs), "training_copies": training_copy_rows(runs), "signal": signal_rows(runs),
-               "heldout_curves": curves, "with_tuning": [c for c in with_tuning if c["generation"] == final],
-               "proposals": proposal_dynamics(groups, pairs), "passk": passk_summary(groups, pairs),
-               "headline": headline_rows(groups) if any(r.get("headline") for r in runs) else [],
-               "plan": study_plan.findings(runs, plan), "notes": list(notes or [])}
+    summary = {
+        "runs": [r["name"] for r in runs],
+        "tuning_runs": [r["name"] for r in tuned],
+        "controls": control_rows(groups),
+        "comparisons": comparisons(groups, pairs),
+        "per_run": run_rows(runs),
+        "training_copies": training_copy_rows(runs),
+        "signal": signal_rows(runs),
+        "heldout_curves": curves,
+        "with_tuning": [c for c in with_tuning if c["generation"] == final],
+        "proposals": proposal_dynamics(groups, pairs),
+        "passk": passk_summary(groups, pairs),
+        "headline": headline_rows(groups) if any(r.get("headline") for r in runs) else [],
+        "plan": study_plan.findings(runs, plan),
+        "notes": list(notes or []),
+    }
     summary["primary"] = study_plan.primary(summary, plan)
     return summary

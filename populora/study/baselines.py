@@ -35,21 +35,36 @@ def pool_baselines(pool: list[dict], config=None, *, top: int = 5) -> dict:
     """{type: {n_tasks, best, runners_up, copy}} (see the module docstring), `config` a VerifySection
     (None: the defaults)."""
     answers = candidates(pool)
-    rows = [{"task_id": t["task_id"], "member": f"const:{k}", "answer": constant_answer(t, a)}
-            for k, a in enumerate(answers) for t in pool]
-    rows += [{"task_id": t["task_id"], "member": "copy", "answer": (t["outputs"] if t["type"] == "code_i" else t["inputs"])[0]}
-             for t in pool]
+    rows = [
+        {"task_id": t["task_id"], "member": f"const:{k}", "answer": constant_answer(t, a)}
+        for k, a in enumerate(answers)
+        for t in pool
+    ]
+    rows += [
+        {
+            "task_id": t["task_id"],
+            "member": "copy",
+            "answer": (t["outputs"] if t["type"] == "code_i" else t["inputs"])[0],
+        }
+        for t in pool
+    ]
     table = pool_verdicts(pool, rows, config)
     out = {}
     for task_type in sorted({t["type"] for t in pool}):
         ids = [t["task_id"] for t in pool if t["type"] == task_type]
-        scores = sorted(((sum(table[f"const:{k}"].get(i, 0) for i in ids), answer) for k, answer in enumerate(answers)),
-                        key=lambda pair: (-pair[0], pair[1]))
-        ranked = [{"answer": answer, "correct": n, "share": round(n / len(ids), 6)} for n, answer in scores[:top + 1]]
+        scores = sorted(
+            ((sum(table[f"const:{k}"].get(i, 0) for i in ids), answer) for k, answer in enumerate(answers)),
+            key=lambda pair: (-pair[0], pair[1]),
+        )
+        ranked = [{"answer": answer, "correct": n, "share": round(n / len(ids), 6)} for n, answer in scores[: top + 1]]
         copied = sum(table["copy"].get(i, 0) for i in ids)
-        out[task_type] = {"n_tasks": len(ids), "best": ranked[0], "runners_up": ranked[1:],
-                          "copy": {"correct": copied, "share": round(copied / len(ids), 6)},
-                          "candidates": len(answers)}
+        out[task_type] = {
+            "n_tasks": len(ids),
+            "best": ranked[0],
+            "runners_up": ranked[1:],
+            "copy": {"correct": copied, "share": round(copied / len(ids), 6)},
+            "candidates": len(answers),
+        }
     return out
 
 

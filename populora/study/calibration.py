@@ -55,7 +55,7 @@ def simulate(rng: np.random.Generator, studies: int, seeds: int, *, smooth: bool
     base[: s["base_right"]] = 1
     chance = np.clip(seed_gains(rng, studies, seeds, smooth, s) * propensities(s["gainable"]), 0, 1)
     out = np.broadcast_to(base, (studies, seeds, s["tasks"])).copy()
-    out[:, :, s["base_right"]: s["base_right"] + s["gainable"]] = rng.random(chance.shape) < chance
+    out[:, :, s["base_right"] : s["base_right"] + s["gainable"]] = rng.random(chance.shape) < chance
     return out
 
 
@@ -83,8 +83,8 @@ def t_intervals(a: np.ndarray, b: np.ndarray | None, base: np.ndarray | None = N
         centre, df = diff.mean(axis=1), np.full(len(diff), diff.shape[1] - 1.0)
     else:
         mb = b.mean(axis=2)
-        va = np.maximum(ma.var(axis=1, ddof=1), floor ** 2) / ma.shape[1]
-        vb = np.maximum(mb.var(axis=1, ddof=1), floor ** 2) / mb.shape[1]
+        va = np.maximum(ma.var(axis=1, ddof=1), floor**2) / ma.shape[1]
+        vb = np.maximum(mb.var(axis=1, ddof=1), floor**2) / mb.shape[1]
         se = np.sqrt(va + vb)
         df = np.full(len(ma), min(ma.shape[1], mb.shape[1]) - 1.0)  # Hsu's, as `welch_interval` takes them
         centre = ma.mean(axis=1) - mb.mean(axis=1)
@@ -92,14 +92,15 @@ def t_intervals(a: np.ndarray, b: np.ndarray | None, base: np.ndarray | None = N
     return centre - half, centre + half
 
 
-def bootstrap_intervals(rng: np.random.Generator, a: np.ndarray, b: np.ndarray, draws: int = 1000,
-                        chunk: int = 25) -> tuple[np.ndarray, np.ndarray]:
+def bootstrap_intervals(
+    rng: np.random.Generator, a: np.ndarray, b: np.ndarray, draws: int = 1000, chunk: int = 25
+) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) per study of `populora.core.stats.two_level_bootstrap` (seeds within each side, then
     tasks, one task draw for both sides; percentile interval), vectorised over studies in chunks."""
     lows, highs = [], []
     tasks = a.shape[2]
     for start in range(0, len(a), chunk):
-        aa, bb = a[start:start + chunk], b[start:start + chunk]
+        aa, bb = a[start : start + chunk], b[start : start + chunk]
         n = len(aa)
         cols = rng.integers(0, tasks, (n, draws, tasks))
         # each seed's mean over the drawn tasks: [n, draws, seeds]
@@ -107,7 +108,7 @@ def bootstrap_intervals(rng: np.random.Generator, a: np.ndarray, b: np.ndarray, 
         means_b = np.take_along_axis(bb[:, None, :, :], cols[:, :, None, :], 3).mean(axis=3)
         rows_a = rng.integers(0, aa.shape[1], (n, draws, aa.shape[1]))
         rows_b = rng.integers(0, bb.shape[1], (n, draws, bb.shape[1]))
-        diff = (np.take_along_axis(means_a, rows_a, 2).mean(axis=2) - np.take_along_axis(means_b, rows_b, 2).mean(axis=2))
+        diff = np.take_along_axis(means_a, rows_a, 2).mean(axis=2) - np.take_along_axis(means_b, rows_b, 2).mean(axis=2)
         low, high = np.percentile(diff, [2.5, 97.5], axis=1)
         lows.append(low)
         highs.append(high)
@@ -117,8 +118,16 @@ def bootstrap_intervals(rng: np.random.Generator, a: np.ndarray, b: np.ndarray, 
 METHODS = ("t.between", "t.base", "bootstrap.between", "bootstrap.base")
 
 
-def coverage(studies: int = 400, seeds: int = 3, *, smooth: bool = False, seed: int = 0, draws: int = 1000,
-             methods: tuple[str, ...] = METHODS, **shape) -> dict:
+def coverage(
+    studies: int = 400,
+    seeds: int = 3,
+    *,
+    smooth: bool = False,
+    seed: int = 0,
+    draws: int = 1000,
+    methods: tuple[str, ...] = METHODS,
+    **shape,
+) -> dict:
     """Share of simulated null studies whose 95% interval holds the truth, per method and comparison:
     `t`/`bootstrap` x `between` (two controls alike, truth 0) / `base` (a control against the base)."""
     rng = np.random.default_rng(seed)
@@ -128,9 +137,12 @@ def coverage(studies: int = 400, seeds: int = 3, *, smooth: bool = False, seed: 
     base[: (SHAPE | shape)["base_right"]] = 1
     gain = true_gain(smooth, **shape)
     base_rows = np.broadcast_to(base, (studies, 1, len(base)))
-    intervals = {"t.between": (lambda: t_intervals(a, b), 0.0), "t.base": (lambda: t_intervals(a, None, base), gain),
-                 "bootstrap.between": (lambda: bootstrap_intervals(rng, a, b, draws), 0.0),
-                 "bootstrap.base": (lambda: bootstrap_intervals(rng, a, base_rows, draws), gain)}
+    intervals = {
+        "t.between": (lambda: t_intervals(a, b), 0.0),
+        "t.base": (lambda: t_intervals(a, None, base), gain),
+        "bootstrap.between": (lambda: bootstrap_intervals(rng, a, b, draws), 0.0),
+        "bootstrap.base": (lambda: bootstrap_intervals(rng, a, base_rows, draws), gain),
+    }
     out = {}
     for name in methods:
         make, truth = intervals[name]
@@ -139,8 +151,14 @@ def coverage(studies: int = 400, seeds: int = 3, *, smooth: bool = False, seed: 
     return out
 
 
-def paired_coverage(studies: int = 1000, problems: int = 200, only_a: float = 0.08, only_b: float = 0.05,
-                    samples: int = 1000, seed: int = 0) -> float:
+def paired_coverage(
+    studies: int = 1000,
+    problems: int = 200,
+    only_a: float = 0.08,
+    only_b: float = 0.05,
+    samples: int = 1000,
+    seed: int = 0,
+) -> float:
     """Coverage of the run report's paired bootstrap over problems: two models' verdicts on `problems`
     problems drawn from a population where a alone solves `only_a` and b alone `only_b` of the problems
     (truth: only_a - only_b), percentile interval of `samples` resamplings, vectorised over studies."""
@@ -150,7 +168,7 @@ def paired_coverage(studies: int = 1000, problems: int = 200, only_a: float = 0.
     means = np.empty((studies, samples))
     for start in range(0, samples, 250):
         idx = rng.integers(0, problems, (studies, min(250, samples - start), problems))
-        means[:, start:start + idx.shape[1]] = np.take_along_axis(diff[:, None, :], idx, 2).mean(axis=2)
+        means[:, start : start + idx.shape[1]] = np.take_along_axis(diff[:, None, :], idx, 2).mean(axis=2)
     low, high = np.percentile(means, [2.5, 97.5], axis=1)
     truth = only_a - only_b
     return round(float(np.mean((low <= truth + 1e-12) & (truth - 1e-12 <= high))), 4)
@@ -166,10 +184,14 @@ def main(argv: list[str] | None = None) -> int:
     for smooth in (False, True):
         for seeds in (3, 6):
             c = coverage(args.studies, seeds, smooth=smooth, draws=args.draws)
-            print(f"| {'smooth' if smooth else 'take off or not'} | {seeds} | {c['t.between']:.1%} | {c['t.base']:.1%} | "
-                  f"{c['bootstrap.between']:.1%} | {c['bootstrap.base']:.1%} |")
-    print(f"\nthe run report's paired bootstrap (200 problems, 8% / 5% solved by one model only): "
-          f"{paired_coverage(args.studies):.1%}")
+            print(
+                f"| {'smooth' if smooth else 'take off or not'} | {seeds} | {c['t.between']:.1%} | {c['t.base']:.1%} | "
+                f"{c['bootstrap.between']:.1%} | {c['bootstrap.base']:.1%} |"
+            )
+    print(
+        f"\nthe run report's paired bootstrap (200 problems, 8% / 5% solved by one model only): "
+        f"{paired_coverage(args.studies):.1%}"
+    )
     return 0
 
 

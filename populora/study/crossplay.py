@@ -53,12 +53,13 @@ def generation_dirs(results: Path, arm: str, gens: list[int] | None = None) -> d
     found = {}
     for folder in sorted((Path(results) / arm).glob(f"{GEN_PREFIX}[0-9][0-9][0-9]")):
         if (folder / "checkpoint" / "state.json").is_file() and (folder / "tasks.jsonl").is_file():
-            found[int(folder.name[len(GEN_PREFIX):])] = folder
+            found[int(folder.name[len(GEN_PREFIX) :])] = folder
     if gens is not None:
         missing = sorted(set(gens) - set(found))
         if missing:
-            raise ValueError(f"generations {missing} have no checkpoint/state.json and tasks.jsonl under "
-                             f"{Path(results) / arm}")
+            raise ValueError(
+                f"generations {missing} have no checkpoint/state.json and tasks.jsonl under {Path(results) / arm}"
+            )
         found = {g: found[g] for g in sorted(gens)}
     return found
 
@@ -95,8 +96,12 @@ def _mean(values) -> float | None:
     return round(mean(values), 6) if values else None
 
 
-def crossplay_matrix(verdicts: dict[str, dict[str, int]], tasks_by_gen: dict[int, list[dict]],
-                     students_by_gen: dict[int, list[str]], base: str | None = BASE) -> dict:
+def crossplay_matrix(
+    verdicts: dict[str, dict[str, int]],
+    tasks_by_gen: dict[int, list[dict]],
+    students_by_gen: dict[int, list[str]],
+    base: str | None = BASE,
+) -> dict:
     """The matrix from verdicts (member -> task_id -> 0|1; a missing verdict counts wrong).
 
     `matrix[i][j]`: the mean verdict of student generation `student_gens[i]`'s students on teacher
@@ -110,29 +115,49 @@ def crossplay_matrix(verdicts: dict[str, dict[str, int]], tasks_by_gen: dict[int
     types = list(dict.fromkeys(t["type"] for g in teacher_gens for t in tasks_by_gen[g]))
 
     def rows(members_of, only: str | None = None) -> list[list[float | None]]:
-        return [[_cell(verdicts, members_of(s), [t["task_id"] for t in tasks_by_gen[g] if only in (None, t["type"])])
-                 for g in teacher_gens] for s in student_gens]
+        return [
+            [
+                _cell(verdicts, members_of(s), [t["task_id"] for t in tasks_by_gen[g] if only in (None, t["type"])])
+                for g in teacher_gens
+            ]
+            for s in student_gens
+        ]
 
     matrix = rows(lambda s: students_by_gen[s])
     cells = {(s, t): matrix[i][j] for i, s in enumerate(student_gens) for j, t in enumerate(teacher_gens)}
     out = {
-        "student_gens": student_gens, "teacher_gens": teacher_gens, "matrix": matrix,
+        "student_gens": student_gens,
+        "teacher_gens": teacher_gens,
+        "matrix": matrix,
         "students": {str(s): list(students_by_gen[s]) for s in student_gens},
-        "tasks": {str(g): ids[g] for g in teacher_gens}, "n_tasks": [len(ids[g]) for g in teacher_gens],
+        "tasks": {str(g): ids[g] for g in teacher_gens},
+        "n_tasks": [len(ids[g]) for g in teacher_gens],
         "by_type": {tt: rows(lambda s: students_by_gen[s], tt) for tt in types},
         "n_tasks_by_type": {tt: [sum(t["type"] == tt for t in tasks_by_gen[g]) for g in teacher_gens] for tt in types},
-        "per_student": {m: [_cell(verdicts, [m], ids[g]) for g in teacher_gens]
-                        for s in student_gens for m in students_by_gen[s]},
-        "triangles": {"diagonal": _mean(v for (s, t), v in cells.items() if s == t),
-                      "later_students_on_earlier_tasks": _mean(v for (s, t), v in cells.items() if s > t),
-                      "earlier_students_on_later_tasks": _mean(v for (s, t), v in cells.items() if s < t)},
-        "row_means": [_cell(verdicts, students_by_gen[s], [i for g in teacher_gens for i in ids[g]]) for s in student_gens],
-        "column_means": [_cell(verdicts, [m for s in student_gens for m in students_by_gen[s]], ids[g]) for g in teacher_gens],
+        "per_student": {
+            m: [_cell(verdicts, [m], ids[g]) for g in teacher_gens] for s in student_gens for m in students_by_gen[s]
+        },
+        "triangles": {
+            "diagonal": _mean(v for (s, t), v in cells.items() if s == t),
+            "later_students_on_earlier_tasks": _mean(v for (s, t), v in cells.items() if s > t),
+            "earlier_students_on_later_tasks": _mean(v for (s, t), v in cells.items() if s < t),
+        },
+        "row_means": [
+            _cell(verdicts, students_by_gen[s], [i for g in teacher_gens for i in ids[g]]) for s in student_gens
+        ],
+        "column_means": [
+            _cell(verdicts, [m for s in student_gens for m in students_by_gen[s]], ids[g]) for g in teacher_gens
+        ],
     }
     if base is not None and base in verdicts:
         out["base"] = [_cell(verdicts, [base], ids[g]) for g in teacher_gens]
-        out["base_by_type"] = {tt: [_cell(verdicts, [base], [t["task_id"] for t in tasks_by_gen[g] if t["type"] == tt])
-                                    for g in teacher_gens] for tt in types}
+        out["base_by_type"] = {
+            tt: [
+                _cell(verdicts, [base], [t["task_id"] for t in tasks_by_gen[g] if t["type"] == tt])
+                for g in teacher_gens
+            ]
+            for tt in types
+        }
     return out
 
 
@@ -151,27 +176,55 @@ def plot_matrix(doc: dict, path: Path) -> None:
         labels, rows = ["base model", *labels], [doc["base"], *rows]
     values = np.array([[np.nan if v is None else 100 * v for v in row] for row in rows], dtype=float)
     fig, ax = plt.subplots(figsize=(max(6.0, 2.5 + 0.75 * len(doc["teacher_gens"])), 1.6 + 0.5 * max(len(rows), 3)))
-    image = ax.imshow(values, cmap="viridis", vmin=0, vmax=max(10.0, float(np.nanmax(values)) if np.isfinite(values).any() else 10.0),
-                      aspect="auto")
+    image = ax.imshow(
+        values,
+        cmap="viridis",
+        vmin=0,
+        vmax=max(10.0, float(np.nanmax(values)) if np.isfinite(values).any() else 10.0),
+        aspect="auto",
+    )
     for i in range(values.shape[0]):
         for j in range(values.shape[1]):
             if np.isfinite(values[i, j]):
-                ax.text(j, i, f"{values[i, j]:.0f}", ha="center", va="center", fontsize=8,
-                        color="white" if values[i, j] < 0.6 * image.get_clim()[1] else "black")
-    ax.set_xticks(range(len(doc["teacher_gens"])), [f"g{t}\n(n={n})" for t, n in zip(doc["teacher_gens"], doc["n_tasks"])],
-                  fontsize=8)
+                ax.text(
+                    j,
+                    i,
+                    f"{values[i, j]:.0f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if values[i, j] < 0.6 * image.get_clim()[1] else "black",
+                )
+    ax.set_xticks(
+        range(len(doc["teacher_gens"])),
+        [f"g{t}\n(n={n})" for t, n in zip(doc["teacher_gens"], doc["n_tasks"])],
+        fontsize=8,
+    )
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.set_xlabel("teachers' generation (frozen sample of its valid tasks)")
-    ax.set_title(f"cross-play ({doc.get('arm', '')}): students' greedy accuracy (points)\n"
-                 "on every generation's teachers' tasks, frozen", fontsize=9)
+    ax.set_title(
+        f"cross-play ({doc.get('arm', '')}): students' greedy accuracy (points)\n"
+        "on every generation's teachers' tasks, frozen",
+        fontsize=9,
+    )
     fig.colorbar(image, ax=ax, label="points")
     fig.tight_layout()
     write_figure(path, fig)
     plt.close(fig)
 
 
-def crossplay(params, results: Path, arm: str, base_model: Path, *, tasks_per_gen: int, types: tuple[str, ...],
-              seed: int = 0, gens: list[int] | None = None, with_base: bool = True) -> dict:
+def crossplay(
+    params,
+    results: Path,
+    arm: str,
+    base_model: Path,
+    *,
+    tasks_per_gen: int,
+    types: tuple[str, ...],
+    seed: int = 0,
+    gens: list[int] | None = None,
+    with_base: bool = True,
+) -> dict:
     """Sample, answer and grade (see the module docstring); returns the crossplay.json document."""
     from populora.heldout.pool import verified_seeds
     from populora.heldout.scoring import score_members
@@ -188,28 +241,60 @@ def crossplay(params, results: Path, arm: str, base_model: Path, *, tasks_per_ge
         for slot in state.students:
             name = member_name(g, slot)
             adapters[name] = trained_adapter_dir(folder / "checkpoint", state, slot)
-            members[name] = {"generation": g, "slot": slot, "member": state.trained_members.get(slot, state.members[slot]),
-                             "adapter": str(adapters[name])}
+            members[name] = {
+                "generation": g,
+                "slot": slot,
+                "member": state.trained_members.get(slot, state.members[slot]),
+                "adapter": str(adapters[name]),
+            }
             students_by_gen[g].append(name)
     with sandbox_for(params.verify) as sandbox:
         seeds = verified_seeds(params, sandbox)
-        tasks_by_gen = {g: attach_examples(sample_tasks(read_rows(folder / "tasks.jsonl", Task), tasks_per_gen,
-                                                        derive_seed(seed, "crossplay", arm, g), types),
-                                           seeds, params.solve.worked_examples, derive_seed(seed, "crossplay-examples", g))
-                        for g, folder in folders.items()}
+        tasks_by_gen = {
+            g: attach_examples(
+                sample_tasks(
+                    read_rows(folder / "tasks.jsonl", Task),
+                    tasks_per_gen,
+                    derive_seed(seed, "crossplay", arm, g),
+                    types,
+                ),
+                seeds,
+                params.solve.worked_examples,
+                derive_seed(seed, "crossplay-examples", g),
+            )
+            for g, folder in folders.items()
+        }
         pool = [t for g in tasks_by_gen for t in tasks_by_gen[g]]
         if not pool:
-            raise ValueError(f"no valid task of types {list(types)} in any generation's tasks.jsonl under {Path(results) / arm}")
+            raise ValueError(
+                f"no valid task of types {list(types)} in any generation's tasks.jsonl under {Path(results) / arm}"
+            )
         answerers = [*adapters, *([None] if with_base else [])]
-        log.info("%d students of %d generations (+ base: %s) x %d tasks: %d greedy answers", len(adapters), len(folders),
-                 with_base, len(pool), len(answerers) * len(pool))
+        log.info(
+            "%d students of %d generations (+ base: %s) x %d tasks: %d greedy answers",
+            len(adapters),
+            len(folders),
+            with_base,
+            len(pool),
+            len(answerers) * len(pool),
+        )
         tokenizer, model = load_sampler(base_model, adapters, params)
         _, verdicts = score_members(params, model, tokenizer, pool, answerers, {}, sandbox)
     doc = crossplay_matrix(verdicts, tasks_by_gen, students_by_gen, BASE if with_base else None)
-    return {"arm": arm, "results": str(results), "tasks_per_gen": tasks_per_gen, "types": list(types), "seed": seed,
-            **doc, "members": members, "verdicts": verdicts,
-            "sampled_tasks": {str(g): [{k: t[k] for k in ("task_id", "type", "teacher", "program", "inputs", "outputs")}
-                                       for t in ts] for g, ts in tasks_by_gen.items()}}
+    return {
+        "arm": arm,
+        "results": str(results),
+        "tasks_per_gen": tasks_per_gen,
+        "types": list(types),
+        "seed": seed,
+        **doc,
+        "members": members,
+        "verdicts": verdicts,
+        "sampled_tasks": {
+            str(g): [{k: t[k] for k in ("task_id", "type", "teacher", "program", "inputs", "outputs")} for t in ts]
+            for g, ts in tasks_by_gen.items()
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,7 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", default="params.yaml", help="the run's params (solver, verifier, engine settings)")
     parser.add_argument("--base-model", help="default: <results>/base_model")
     parser.add_argument("--out", required=True, help="folder for crossplay.json and crossplay.png")
-    parser.add_argument("--tasks-per-gen", type=int, default=8, help="valid tasks drawn per teacher generation (default 8)")
+    parser.add_argument(
+        "--tasks-per-gen", type=int, default=8, help="valid tasks drawn per teacher generation (default 8)"
+    )
     parser.add_argument("--types", nargs="+", default=None, help="task types drawn (default: propose.types)")
     parser.add_argument("--gens", nargs="+", type=int, default=None, help="generations to include (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the task sample and the worked examples")
@@ -232,9 +319,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         params = load_params(args.params)
         types = tuple(args.types or params.propose.types)
-        doc = crossplay(params, Path(args.results), args.arm, Path(args.base_model or Path(args.results) / "base_model"),
-                        tasks_per_gen=args.tasks_per_gen, types=types, seed=args.seed, gens=args.gens,
-                        with_base=not args.no_base)
+        doc = crossplay(
+            params,
+            Path(args.results),
+            args.arm,
+            Path(args.base_model or Path(args.results) / "base_model"),
+            tasks_per_gen=args.tasks_per_gen,
+            types=types,
+            seed=args.seed,
+            gens=args.gens,
+            with_base=not args.no_base,
+        )
     except (ParamsError, ValueError, OSError, IsolationError) as error:
         print(f"crossplay: {error}", file=sys.stderr)
         return 1
@@ -243,8 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "crossplay.json", doc)
     plot_matrix(doc, out / "crossplay.png")
-    print(f"cross-play matrix of {len(doc['student_gens'])} x {len(doc['teacher_gens'])} generations in "
-          f"{out}/crossplay.json, crossplay.png", file=sys.stderr)
+    print(
+        f"cross-play matrix of {len(doc['student_gens'])} x {len(doc['teacher_gens'])} generations in "
+        f"{out}/crossplay.json, crossplay.png",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -121,8 +121,8 @@ def welch(ma: np.ndarray, mb: np.ndarray, floor: float) -> tuple[np.ndarray, np.
     (the smaller side's seeds - 1, as `seed_comparison` takes them): (low, high)."""
     from scipy.stats import t
 
-    va = np.maximum(ma.var(axis=1, ddof=1), floor ** 2) / ma.shape[1]
-    vb = np.maximum(mb.var(axis=1, ddof=1), floor ** 2) / mb.shape[1]
+    va = np.maximum(ma.var(axis=1, ddof=1), floor**2) / ma.shape[1]
+    vb = np.maximum(mb.var(axis=1, ddof=1), floor**2) / mb.shape[1]
     df = min(ma.shape[1], mb.shape[1]) - 1.0
     centre, half = ma.mean(axis=1) - mb.mean(axis=1), t.ppf(0.975, df) * np.sqrt(va + vb)
     return centre - half, centre + half
@@ -140,8 +140,15 @@ def one_sample(ma: np.ndarray, base: np.ndarray, floor: float, base_var: np.ndar
     return diff.mean(axis=1) - half, diff.mean(axis=1) + half
 
 
-def scenario_coverage(controls: dict[str, Control], p: np.ndarray, *, samples: int, studies: int = 2000,
-                      seed: int = 0, gainable: float = 0.3) -> dict[str, dict[str, float]]:
+def scenario_coverage(
+    controls: dict[str, Control],
+    p: np.ndarray,
+    *,
+    samples: int,
+    studies: int = 2000,
+    seed: int = 0,
+    gainable: float = 0.3,
+) -> dict[str, dict[str, float]]:
     """{comparison: {"study": coverage, "unadjusted": coverage, "truth": points}} for every pair of controls
     (Welch) and every control against the base (one-sample t), at one endpoint (`samples` answers per task
     at temperature 1, or 0 for greedy verdicts). "study": the interval `seed_comparison` gives (the sd floor on
@@ -160,10 +167,14 @@ def scenario_coverage(controls: dict[str, Control], p: np.ndarray, *, samples: i
     floor = 1 / len(p) if not samples else 0.0  # seed_comparison floors verdicts only (`resolution`)
     out: dict[str, dict[str, float]] = {}
     names = list(controls)
-    cases = [(f"{a} - {b}", truth[a] - truth[b], lambda f, a=a, b=b: welch(scores[a], scores[b], f))
-             for i, a in enumerate(names) for b in names[i + 1:]]
-    cases += [(f"{a} - base", truth[a] - base_truth, lambda f, v, a=a: one_sample(scores[a], base, f, v))
-              for a in names]
+    cases = [
+        (f"{a} - {b}", truth[a] - truth[b], lambda f, a=a, b=b: welch(scores[a], scores[b], f))
+        for i, a in enumerate(names)
+        for b in names[i + 1 :]
+    ]
+    cases += [
+        (f"{a} - base", truth[a] - base_truth, lambda f, v, a=a: one_sample(scores[a], base, f, v)) for a in names
+    ]
     for label, true_diff, interval in cases:
         row = {"truth": round(100 * true_diff, 2)}
         for key, f, v in (("study", floor, base_var), ("unadjusted", 0.0, 0.0)):
@@ -173,7 +184,9 @@ def scenario_coverage(controls: dict[str, Control], p: np.ndarray, *, samples: i
     return out
 
 
-def design_table(seeds: dict[str, int] | int, p: np.ndarray, *, studies: int, samples: int, seed: int = 0) -> list[dict]:
+def design_table(
+    seeds: dict[str, int] | int, p: np.ndarray, *, studies: int, samples: int, seed: int = 0
+) -> list[dict]:
     """Every scenario at the design's seeds per control (an int: the same for all; a dict: the first two
     controls of each scenario take the first two values, in order), both endpoints: one row per comparison."""
     counts = [seeds, seeds] if isinstance(seeds, int) else list(seeds.values())[:2]
@@ -182,8 +195,17 @@ def design_table(seeds: dict[str, int] | int, p: np.ndarray, *, studies: int, sa
         controls = {k: replace(c, seeds=n) for (k, c), n in zip(controls.items(), counts)}
         for endpoint, n_answers in (("pass rate", samples), ("greedy", 0)):
             result = scenario_coverage(controls, p, samples=n_answers, studies=studies, seed=seed)
-            rows += [{"scenario": name, "limit": name in LIMITS, "seeds": "/".join(str(c.seeds) for c in controls.values()),
-                      "endpoint": endpoint, "comparison": label, **row} for label, row in result.items()]
+            rows += [
+                {
+                    "scenario": name,
+                    "limit": name in LIMITS,
+                    "seeds": "/".join(str(c.seeds) for c in controls.values()),
+                    "endpoint": endpoint,
+                    "comparison": label,
+                    **row,
+                }
+                for label, row in result.items()
+            ]
     return rows
 
 
@@ -207,13 +229,17 @@ def main(argv: list[str] | None = None) -> int:
     print("| scenario | seeds | endpoint | comparison | truth (points) | coverage, the study's interval | unadjusted |")
     print("|---|---|---|---|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['scenario']} | {r['seeds']} | {r['endpoint']} | {r['comparison']} | {r['truth']:+.2f} | "
-              f"{r['study']:.1%} | {r['unadjusted']:.1%} |")
+        print(
+            f"| {r['scenario']} | {r['seeds']} | {r['endpoint']} | {r['comparison']} | {r['truth']:+.2f} | "
+            f"{r['study']:.1%} | {r['unadjusted']:.1%} |"
+        )
     worst = min((r for r in rows if not r["limit"]), key=lambda r: r["study"])
-    print(f"\nlowest coverage of the study's intervals: {worst['study']:.1%} "
-          f"({worst['scenario']}, {worst['endpoint']}, {worst['comparison']}); the rule: at least {MIN_COVERAGE:.0%} "
-          f"within two Monte Carlo standard errors of {args.studies} studies: "
-          f"{'kept' if keeps_promise(worst['study'], args.studies) else 'BROKEN'}")
+    print(
+        f"\nlowest coverage of the study's intervals: {worst['study']:.1%} "
+        f"({worst['scenario']}, {worst['endpoint']}, {worst['comparison']}); the rule: at least {MIN_COVERAGE:.0%} "
+        f"within two Monte Carlo standard errors of {args.studies} studies: "
+        f"{'kept' if keeps_promise(worst['study'], args.studies) else 'BROKEN'}"
+    )
     if args.json:
         from populora.core.io import write_json
 

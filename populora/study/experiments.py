@@ -26,7 +26,9 @@ from populora.core.stats import is_finite_number
 from populora.study.runs import empty_run, flatten
 
 METRICS_FILE = "results/headline.json"  # the DVC metrics of a run (workflow/dag.py HEADLINE)
-BENCH_DIR = "results/bench"  # <arm>/<benchmark>/<model>.json and base/<benchmark>/base.json, as workflow/dag.py writes them
+BENCH_DIR = (
+    "results/bench"  # <arm>/<benchmark>/<model>.json and base/<benchmark>/base.json, as workflow/dag.py writes them
+)
 PARAMS_FILE = "params.yaml"
 NOT_ABLATIONS = ("base.seed", "dag.arms")
 
@@ -50,8 +52,14 @@ def experiments(shown: list[dict]) -> list[dict]:
             params = ((data.get("params") or {}).get(PARAMS_FILE) or {}).get("data")
             if not metrics or not params or state.get("error"):
                 continue
-            found.append({"name": exp_range.get("name") or state.get("name") or state["rev"][:7], "rev": state["rev"],
-                          "params": flatten(params), "metrics": flatten(metrics)})
+            found.append(
+                {
+                    "name": exp_range.get("name") or state.get("name") or state["rev"][:7],
+                    "rev": state["rev"],
+                    "params": flatten(params),
+                    "metrics": flatten(metrics),
+                }
+            )
     return found
 
 
@@ -102,24 +110,43 @@ def control_name(arms: str, ablation: str) -> str:
     return f"{arms} ({ablation})"
 
 
-def experiment_runs(found: list[dict], verdicts: dict[str, dict] | None = None) -> tuple[list[dict], list[tuple], list[str]]:
+def experiment_runs(
+    found: list[dict], verdicts: dict[str, dict] | None = None
+) -> tuple[list[dict], list[tuple], list[str]]:
     """(run records, comparison pairs, notes): one run per one-arm experiment (`verdicts`: experiment name
     -> `experiment_verdicts`, none: headline metrics only), the population control against the baseline
     one within each ablation, and a note for every such pair without verdicts to compare."""
     if not found:
-        raise StudyError("no finished experiment with results/headline.json in `dvc exp show`. Fix: run experiments "
-                         "first (dvc exp run / dvc queue start) and wait until they succeed.")
+        raise StudyError(
+            "no finished experiment with results/headline.json in `dvc exp show`. Fix: run experiments "
+            "first (dvc exp run / dvc queue start) and wait until they succeed."
+        )
     ablations, verdicts = ablation_keys(found), verdicts or {}
     runs, notes = [], []
     for experiment in found:
         arms, ablation = group_of(experiment, ablations)
         arm, students = students_of(experiment) if len(experiment["params"].get("dag.arms", ())) == 1 else (arms, [])
-        run = empty_run(experiment["name"], control_name(arms, ablation), experiment["params"].get("base.seed"), arm,
-                        students, students)
-        bench_verdicts = {b: table for b, table in verdicts.get(experiment["name"], {}).items()
-                          if set(students) <= set(table)}
-        runs.append({**run, "verdicts": bench_verdicts, "params": experiment["params"], "arms": arms,
-                     "ablation": ablation, "headline": {k: v for k, v in experiment["metrics"].items() if is_finite_number(v)}})
+        run = empty_run(
+            experiment["name"],
+            control_name(arms, ablation),
+            experiment["params"].get("base.seed"),
+            arm,
+            students,
+            students,
+        )
+        bench_verdicts = {
+            b: table for b, table in verdicts.get(experiment["name"], {}).items() if set(students) <= set(table)
+        }
+        runs.append(
+            {
+                **run,
+                "verdicts": bench_verdicts,
+                "params": experiment["params"],
+                "arms": arms,
+                "ablation": ablation,
+                "headline": {k: v for k, v in experiment["metrics"].items() if is_finite_number(v)},
+            }
+        )
     pairs = []
     for ablation in sorted({r["ablation"] for r in runs}):
         left, right = control_name("population", ablation), control_name("baseline", ablation)
@@ -127,8 +154,10 @@ def experiment_runs(found: list[dict], verdicts: dict[str, dict] | None = None) 
         if all(sides):
             pairs.append((left, right))
             if not all(r["verdicts"] for side in sides for r in side):
-                notes.append(f"{ablation}: an experiment has no per-problem verdicts to compare (run with --repo at the "
-                             "DVC project); the comparison uses those that have")
+                notes.append(
+                    f"{ablation}: an experiment has no per-problem verdicts to compare (run with --repo at the "
+                    "DVC project); the comparison uses those that have"
+                )
     return runs, pairs, notes
 
 
@@ -137,8 +166,10 @@ def exp_show(repo: Path, all_commits: bool) -> list[dict]:
     command = ["dvc", "exp", "show", "--json", *(["-A"] if all_commits else [])]
     done = subprocess.run(command, cwd=repo, capture_output=True, text=True)
     if done.returncode != 0:
-        raise StudyError(f"`{' '.join(command)}` failed in {repo}: {done.stderr.strip()[-500:]}. Fix: run from a DVC "
-                         "project with experiments (dvc exp run ...).")
+        raise StudyError(
+            f"`{' '.join(command)}` failed in {repo}: {done.stderr.strip()[-500:]}. Fix: run from a DVC "
+            "project with experiments (dvc exp run ...)."
+        )
     return json.loads(done.stdout)
 
 
@@ -151,6 +182,9 @@ def read_verdicts(repo: Path, found: list[dict]) -> dict[str, dict]:
         try:
             verdicts[experiment["name"]] = experiment_verdicts(repo, experiment)
         except Exception as error:  # noqa: BLE001  (DVC raises many kinds: no project, no such rev, no cache)
-            print(f"study: {experiment['name']}: its per-problem verdicts are not readable through DVC "
-                  f"({type(error).__name__}: {error}); left out of the comparisons", file=sys.stderr)
+            print(
+                f"study: {experiment['name']}: its per-problem verdicts are not readable through DVC "
+                f"({type(error).__name__}: {error}); left out of the comparisons",
+                file=sys.stderr,
+            )
     return verdicts

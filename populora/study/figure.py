@@ -20,17 +20,31 @@ COMPLEXITY, COVERAGE = "task complexity", "coverage"  # what the proposers wrote
 PASSK = "pass@k"  # the final students' pass@k on the pool (populora/study/passk.py)
 COMPLEXITY_KEYS = ("code_o.program.ast_depth", "code_i.program.ast_depth")
 COVERAGE_KEYS = ("coverage.matched.distinct_programs",)
-CONTROL_COLORS = ["tab:blue", "tab:green", "tab:purple", "tab:brown", "tab:gray", "tab:olive", "tab:cyan"]  # one per control, both curve panels
+CONTROL_COLORS = [
+    "tab:blue",
+    "tab:green",
+    "tab:purple",
+    "tab:brown",
+    "tab:gray",
+    "tab:olive",
+    "tab:cyan",
+]  # one per control, both curve panels
+
 
 def figure_panels(study: dict) -> list[str]:
     """The study figure's panels: one per benchmark scored (the bottom row), the held-out learning curves
     and the same by task type where the pool holds more than one type (the top row, where there are curves)."""
     curves = study.get("heldout_curves") or {}
     keys = set((study.get("proposals") or {}).get("keys") or [])
-    return ([b for b in READ_BENCHES if any(b in r["bench"] for r in study["controls"])]
-            + ([CURVES] if curves else []) + ([BY_TYPE] if len(curves.get("by_type") or {}) > 1 else [])
-            + ([COMPLEXITY] if keys & set(COMPLEXITY_KEYS) else []) + ([COVERAGE] if keys & set(COVERAGE_KEYS) else [])
-            + ([PASSK] if study.get("passk") else []))
+    return (
+        [b for b in READ_BENCHES if any(b in r["bench"] for r in study["controls"])]
+        + ([CURVES] if curves else [])
+        + ([BY_TYPE] if len(curves.get("by_type") or {}) > 1 else [])
+        + ([COMPLEXITY] if keys & set(COMPLEXITY_KEYS) else [])
+        + ([COVERAGE] if keys & set(COVERAGE_KEYS) else [])
+        + ([PASSK] if study.get("passk") else [])
+    )
+
 
 def plot(study: dict, path: Path) -> None:
     import matplotlib
@@ -49,7 +63,7 @@ def plot(study: dict, path: Path) -> None:
     width = max(len(row) for row in grid)
     fig, axes = plt.subplots(len(grid), width, figsize=(5.5 * width, 4.2 * len(grid)), squeeze=False)
     for r, row in enumerate(grid):
-        for ax in axes[r][len(row):]:
+        for ax in axes[r][len(row) :]:
             ax.set_visible(False)
     panel = {name: axes[r][c] for r, row in enumerate(grid) for c, name in enumerate(row)}
     if CURVES in names:
@@ -58,32 +72,62 @@ def plot(study: dict, path: Path) -> None:
         plot_type_curves(panel[BY_TYPE], curves["by_type"], study.get("pool_baselines"))
     if COMPLEXITY in names:
         keys = tuple(k for k in COMPLEXITY_KEYS if k in study["proposals"]["keys"])
-        plot_proposals(panel[COMPLEXITY], study["proposals"], keys, CONTROL_COLORS, "mean AST depth of valid programs",
-                       "proposed tasks' complexity: seeds (thin), mean (thick)")
+        plot_proposals(
+            panel[COMPLEXITY],
+            study["proposals"],
+            keys,
+            CONTROL_COLORS,
+            "mean AST depth of valid programs",
+            "proposed tasks' complexity: seeds (thin), mean (thick)",
+        )
     if PASSK in names:
         plot_passk_panel(panel[PASSK], study["passk"], CONTROL_COLORS)
     if COVERAGE in names:
-        plot_proposals(panel[COVERAGE], study["proposals"], COVERAGE_KEYS, CONTROL_COLORS, "distinct programs so far",
-                       "coverage (one adapter's proposals, compute-matched)")
+        plot_proposals(
+            panel[COVERAGE],
+            study["proposals"],
+            COVERAGE_KEYS,
+            CONTROL_COLORS,
+            "distinct programs so far",
+            "coverage (one adapter's proposals, compute-matched)",
+        )
     for ax, bench in [(panel[b], b) for b in benches]:
         rows = [r for r in study["controls"] if bench in r["bench"]]
         for x, row in enumerate(rows):
             entry = row["bench"][bench]["students"]
             ax.scatter([x] * len(entry["values"]), [100 * v for v in entry["values"]], color="0.4", s=16, zorder=3)
             if entry["low"] is not None:
-                ax.errorbar([x], [100 * entry["mean"]], yerr=[[100 * (entry["mean"] - entry["low"])], [100 * (entry["high"] - entry["mean"])]],
-                            fmt="o", color="tab:blue", capsize=4, zorder=4)
+                ax.errorbar(
+                    [x],
+                    [100 * entry["mean"]],
+                    yerr=[[100 * (entry["mean"] - entry["low"])], [100 * (entry["high"] - entry["mean"])]],
+                    fmt="o",
+                    color="tab:blue",
+                    capsize=4,
+                    zorder=4,
+                )
             else:
                 ax.scatter([x], [100 * entry["mean"]], color="tab:blue", zorder=4)
             free = row["bench"][bench].get("copy_free")
             if free:  # the same students with copied answers counted wrong
-                ax.scatter([x + 0.15], [100 * free["students"]["mean"]], marker="x", color="tab:orange", zorder=4,
-                           label="copies counted wrong" if x == 0 else None)
+                ax.scatter(
+                    [x + 0.15],
+                    [100 * free["students"]["mean"]],
+                    marker="x",
+                    color="tab:orange",
+                    zorder=4,
+                    label="copies counted wrong" if x == 0 else None,
+                )
         if rows and rows[0]["bench"][bench].get("base") is not None:
             ax.axhline(100 * rows[0]["bench"][bench]["base"], color="tab:red", ls="--", lw=1, label="base model")
             if rows[0]["bench"][bench].get("copy_free"):
-                ax.axhline(100 * rows[0]["bench"][bench]["copy_free"]["base"], color="tab:orange", ls=":", lw=1,
-                           label="base, copies counted wrong")
+                ax.axhline(
+                    100 * rows[0]["bench"][bench]["copy_free"]["base"],
+                    color="tab:orange",
+                    ls=":",
+                    lw=1,
+                    label="base, copies counted wrong",
+                )
             ax.legend(fontsize=8)
         ax.set_xticks(range(len(rows)), [r["control"] for r in rows], fontsize=8, rotation=15)
         ax.set_ylabel("students' accuracy (points)" if bench == "heldout" else "students' pass@1 (points)")
@@ -93,6 +137,7 @@ def plot(study: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
 
 def plot_curves(ax, curves: dict, baselines: dict | None = None) -> None:
     """Held-out accuracy per generation: every control's seeds (thin lines) and their mean (thick), the base."""
@@ -112,19 +157,33 @@ def plot_curves(ax, curves: dict, baselines: dict | None = None) -> None:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
 
+
 def plot_type_curves(ax, by_type: dict, baselines: dict | None = None) -> None:
     """Held-out accuracy per generation by task type: every control's mean over seeds, one line style per
     type; each type's base level in red, in that type's line style."""
     styles = ["-", "--", ":", "-."]
     for t, (task_type, entry) in enumerate(by_type.items()):
         for k, (control, points) in enumerate(entry["controls"].items()):
-            ax.plot(range(len(points)), [100 * p["mean"] for p in points], color=CONTROL_COLORS[k % len(CONTROL_COLORS)],
-                    ls=styles[t % len(styles)], lw=1.8, marker="o", ms=3, label=f"{control}, {task_type}")
+            ax.plot(
+                range(len(points)),
+                [100 * p["mean"] for p in points],
+                color=CONTROL_COLORS[k % len(CONTROL_COLORS)],
+                ls=styles[t % len(styles)],
+                lw=1.8,
+                marker="o",
+                ms=3,
+                label=f"{control}, {task_type}",
+            )
         ax.axhline(100 * entry["base"], color="tab:red", ls=styles[t % len(styles)], lw=0.8, label=f"base, {task_type}")
         if task_type in (baselines or {}):
             best = baselines[task_type]["best"]
-            ax.axhline(100 * best["share"], color="black", ls=styles[t % len(styles)], lw=1.0,
-                       label=f"constant {best['answer']}, {task_type}")
+            ax.axhline(
+                100 * best["share"],
+                color="black",
+                ls=styles[t % len(styles)],
+                lw=1.0,
+                label=f"constant {best['answer']}, {task_type}",
+            )
     ax.set_xlabel("generation")
     ax.set_ylabel("students' held-out accuracy (points)")
     ax.set_title("held-out pool by task type: mean over seeds", fontsize=9)
@@ -141,8 +200,10 @@ def plot_headline(study: dict, path: Path, max_keys: int = 6) -> None:
     import matplotlib.pyplot as plt
 
     rows = study.get("headline") or []
-    keys = sorted({r["key"] for r in rows if r["key"].endswith((".mean", ".baseline", ".delta"))},
-                  key=lambda k: (not k.startswith("overall"), k))[:max_keys] or ["(none)"]
+    keys = sorted(
+        {r["key"] for r in rows if r["key"].endswith((".mean", ".baseline", ".delta"))},
+        key=lambda k: (not k.startswith("overall"), k),
+    )[:max_keys] or ["(none)"]
     fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 4.2), squeeze=False)
     for ax, key in zip(axes[0], keys):
         shown = [r for r in rows if r["key"] == key]

@@ -50,21 +50,34 @@ def step_growth(rows: list[dict], births: dict[int, set[str]] | None, role: str 
             if now[key] is None or before.get(key) is None:
                 continue
             slot = key.removeprefix("delta_norm.")
-            out.append({"generation": gen, "slot": slot, "norm": round(now[key], 4),
-                        "growth": round(now[key] - before[key], 4),
-                        "after_birth": None if births is None else slot in births.get(gen - 1, set()),
-                        "replaced": None if births is None else slot in births.get(gen, set())})
+            out.append(
+                {
+                    "generation": gen,
+                    "slot": slot,
+                    "norm": round(now[key], 4),
+                    "growth": round(now[key] - before[key], 4),
+                    "after_birth": None if births is None else slot in births.get(gen - 1, set()),
+                    "replaced": None if births is None else slot in births.get(gen, set()),
+                }
+            )
     return out
 
 
 def summarize(steps: list[dict]) -> dict:
     """Median and minimum growth of the clean steps (not `replaced`), split by `after_birth`."""
+
     def stats(values: list[float]) -> dict:
-        return {"n": len(values), "median": round(median(values), 4) if values else None,
-                "min": round(min(values), 4) if values else None}
+        return {
+            "n": len(values),
+            "median": round(median(values), 4) if values else None,
+            "min": round(min(values), 4) if values else None,
+        }
+
     clean = [s for s in steps if s["replaced"] is not True]
-    return {"after_birth": stats([s["growth"] for s in clean if s["after_birth"] is True]),
-            "other": stats([s["growth"] for s in clean if s["after_birth"] is not True])}
+    return {
+        "after_birth": stats([s["growth"] for s in clean if s["after_birth"] is True]),
+        "other": stats([s["growth"] for s in clean if s["after_birth"] is not True]),
+    }
 
 
 def read_run(folder: Path, arm: str = "population") -> tuple[list[dict], dict[int, set[str]] | None]:
@@ -82,14 +95,18 @@ def read_run(folder: Path, arm: str = "population") -> tuple[list[dict], dict[in
 
 def table(runs: dict[str, list[dict]]) -> str:
     """Markdown: one line per run, generation and slot."""
+
     def tag(step: dict) -> str:
         if step["replaced"] is None:
             return "?"
         return "replaced after this step" if step["replaced"] else ("child's first step" if step["after_birth"] else "")
+
     lines = ["| run | generation | slot | sum ‖BA‖_F | growth | step |", "|---|---:|---|---:|---:|---|"]
     for name, steps in runs.items():
-        lines += [f"| {name} | {s['generation']} | {s['slot']} | {s['norm']:.2f} | {s['growth']:+.2f} | {tag(s)} |"
-                  for s in steps]
+        lines += [
+            f"| {name} | {s['generation']} | {s['slot']} | {s['norm']:.2f} | {s['growth']:+.2f} | {tag(s)} |"
+            for s in steps
+        ]
     return "\n".join(lines)
 
 

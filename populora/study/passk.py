@@ -79,20 +79,26 @@ def subsample(pool: list[dict], max_tasks: int | None, seed: int) -> list[dict]:
     return [t for t in pool if t["task_id"] in kept]
 
 
-def curves(counts: dict[str, dict[str, int]], pool: list[dict], samples: int, ks: list[int],
-           groups: dict[str, list[str]]) -> dict:
+def curves(
+    counts: dict[str, dict[str, int]], pool: list[dict], samples: int, ks: list[int], groups: dict[str, list[str]]
+) -> dict:
     """Per member and per group (a run's students: the mean of its members' curves) pass@k, overall and by
     task type: `{"members": {m: {"all": {k: v}, "<type>": {...}}}, "groups": {...}}` (k as text, JSON keys)."""
     types = list(dict.fromkeys(t["type"] for t in pool))
     ids = {"all": [t["task_id"] for t in pool], **{tt: [t["task_id"] for t in pool if t["type"] == tt] for tt in types}}
 
     def member_curve(member: str) -> dict:
-        return {part: {str(k): v for k, v in pass_at_k_curve({i: counts[member][i] for i in task_ids}, samples, ks).items()}
-                for part, task_ids in ids.items()}
+        return {
+            part: {str(k): v for k, v in pass_at_k_curve({i: counts[member][i] for i in task_ids}, samples, ks).items()}
+            for part, task_ids in ids.items()
+        }
 
     members = {m: member_curve(m) for m in counts}
-    grouped = {label: {part: {str(k): round(mean(members[m][part][str(k)] for m in names), 6) for k in ks}
-                       for part in ids} for label, names in groups.items() if names}
+    grouped = {
+        label: {part: {str(k): round(mean(members[m][part][str(k)] for m in names), 6) for k in ks} for part in ids}
+        for label, names in groups.items()
+        if names
+    }
     return {"members": members, "groups": grouped}
 
 
@@ -109,13 +115,22 @@ def plot_curves(doc: dict, path: Path) -> None:
     ks = doc["ks"]
     for ax, part in zip(axes[0], parts):
         if BASE in doc["members"]:
-            ax.plot(ks, [100 * doc["members"][BASE][part][str(k)] for k in ks], color="tab:red", ls="--", marker="o",
-                    ms=3, label="base model")
+            ax.plot(
+                ks,
+                [100 * doc["members"][BASE][part][str(k)] for k in ks],
+                color="tab:red",
+                ls="--",
+                marker="o",
+                ms=3,
+                label="base model",
+            )
         for label, curve in doc["groups"].items():
             ax.plot(ks, [100 * curve[part][str(k)] for k in ks], marker="o", ms=3, label=f"{label} (students)")
         _pass_at_k_axes(ax, ks, constant_share(doc.get("baselines") or {}, part), "pass@k (points)")
         n = doc["n_tasks"] if part == "all" else sum(t == part for t in doc["task_types"])
-        ax.set_title(f"held-out pool, {'all types' if part == 'all' else part} ({n} tasks, n={doc['samples']})", fontsize=9)
+        ax.set_title(
+            f"held-out pool, {'all types' if part == 'all' else part} ({n} tasks, n={doc['samples']})", fontsize=9
+        )
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -141,8 +156,18 @@ def constant_share(baselines: dict, part: str) -> float | None:
     return sum(v["best"]["correct"] for v in rows) / sum(v["n_tasks"] for v in rows)
 
 
-def passk(params, pool: list[dict], base_model: Path, runs: dict[str, Path], *, samples: int, ks: list[int],
-          temperature: float = 1.0, seed: int = 0, with_base: bool = True) -> dict:
+def passk(
+    params,
+    pool: list[dict],
+    base_model: Path,
+    runs: dict[str, Path],
+    *,
+    samples: int,
+    ks: list[int],
+    temperature: float = 1.0,
+    seed: int = 0,
+    with_base: bool = True,
+) -> dict:
     """Answer, grade and estimate (see the module docstring); returns the passk.json document."""
     from populora.heldout.scoring import pass_counts
     from populora.lm.engines import load_sampler
@@ -153,7 +178,11 @@ def passk(params, pool: list[dict], base_model: Path, runs: dict[str, Path], *, 
         checkpoint = checkpoint_of(path)
         state = load_state(checkpoint)
         groups[label] = []
-        sources[label] = {"checkpoint": str(checkpoint), "generation": state.generation, "students": list(state.students)}
+        sources[label] = {
+            "checkpoint": str(checkpoint),
+            "generation": state.generation,
+            "students": list(state.students),
+        }
         for slot in state.students:
             name = f"{label}.{slot}"
             adapters[name] = trained_adapter_dir(checkpoint, state, slot)
@@ -161,15 +190,30 @@ def passk(params, pool: list[dict], base_model: Path, runs: dict[str, Path], *, 
     members = [*adapters, *([None] if with_base else [])]
     if not members:
         raise ValueError("nothing to score: give --run LABEL=PATH, or leave out --no-base")
-    log.info("%d members x %d tasks x %d samples: %d answers", len(members), len(pool), samples,
-             len(members) * len(pool) * samples)
+    log.info(
+        "%d members x %d tasks x %d samples: %d answers",
+        len(members),
+        len(pool),
+        samples,
+        len(members) * len(pool) * samples,
+    )
     with sandbox_for(params.verify) as sandbox:
         tokenizer, model = load_sampler(base_model, adapters, params)
-        counts = pass_counts(params, model, tokenizer, pool, members, sandbox, samples=samples,
-                             temperature=temperature, seed=seed)
-    return {"samples": samples, "ks": ks, "temperature": temperature, "seed": seed, "n_tasks": len(pool),
-            "types": list(dict.fromkeys(t["type"] for t in pool)), "task_types": [t["type"] for t in pool],
-            "runs": sources, **curves(counts, pool, samples, ks, groups), "counts": counts}
+        counts = pass_counts(
+            params, model, tokenizer, pool, members, sandbox, samples=samples, temperature=temperature, seed=seed
+        )
+    return {
+        "samples": samples,
+        "ks": ks,
+        "temperature": temperature,
+        "seed": seed,
+        "n_tasks": len(pool),
+        "types": list(dict.fromkeys(t["type"] for t in pool)),
+        "task_types": [t["type"] for t in pool],
+        "runs": sources,
+        **curves(counts, pool, samples, ks, groups),
+        "counts": counts,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,15 +221,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", required=True, help="the held-out pool (jsonl with worked examples, e.g. pool v2)")
     parser.add_argument("--params", default="params.yaml", help="the run's params (solver, verifier, engine settings)")
     parser.add_argument("--base-model", default="results/base_model")
-    parser.add_argument("--run", action="append", default=[], metavar="LABEL=PATH",
-                        help="a run's final students: a checkpoint folder or results/<arm> (repeatable)")
+    parser.add_argument(
+        "--run",
+        action="append",
+        default=[],
+        metavar="LABEL=PATH",
+        help="a run's final students: a checkpoint folder or results/<arm> (repeatable)",
+    )
     parser.add_argument("--samples", type=int, default=64, help="answers per task and member, n (default 64)")
     parser.add_argument("--ks", nargs="+", type=int, default=list(DEFAULT_KS), help="the ks reported (k <= samples)")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (and the --max-tasks subsample's)")
     parser.add_argument("--max-tasks", type=int, default=None, help="score a seeded subsample of the pool")
     parser.add_argument("--no-base", action="store_true", help="leave the base model out (scored once elsewhere)")
-    parser.add_argument("--baselines", help="the pool's pool_baselines JSON (populora.study.baselines); default: computed")
+    parser.add_argument(
+        "--baselines", help="the pool's pool_baselines JSON (populora.study.baselines); default: computed"
+    )
     parser.add_argument("--out", required=True, help="folder for passk.json and passk.png")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -207,8 +258,17 @@ def main(argv: list[str] | None = None) -> int:
         pool = subsample(whole, args.max_tasks, args.seed)
         if not pool:
             raise ValueError(f"{args.pool} holds no task")
-        doc = passk(params, pool, Path(args.base_model), runs, samples=args.samples, ks=ks_for(args.samples, args.ks),
-                    temperature=args.temperature, seed=args.seed, with_base=not args.no_base)
+        doc = passk(
+            params,
+            pool,
+            Path(args.base_model),
+            runs,
+            samples=args.samples,
+            ks=ks_for(args.samples, args.ks),
+            temperature=args.temperature,
+            seed=args.seed,
+            with_base=not args.no_base,
+        )
         if args.baselines and len(pool) == len(whole):  # the file's figures are the whole pool's
             doc["baselines"] = json.loads(Path(args.baselines).read_text())["by_type"]
         else:
@@ -223,7 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     write_json(out / "passk.json", doc)
     plot_curves(doc, out / "passk.png")
     shown = {**({BASE: doc["members"][BASE]} if BASE in doc["members"] else {}), **doc["groups"]}
-    summary = {name: {f"pass@{k}": curve["all"][str(k)] for k in (doc["ks"][0], doc["ks"][-1])} for name, curve in shown.items()}
+    summary = {
+        name: {f"pass@{k}": curve["all"][str(k)] for k in (doc["ks"][0], doc["ks"][-1])}
+        for name, curve in shown.items()
+    }
     print(f"pass@k in {out}/passk.json, passk.png: {summary}", file=sys.stderr)
     return 0
 
@@ -251,17 +314,27 @@ def passk_summary(groups: dict[str, list[dict]], pairs=()) -> dict:
     ks = sorted(set.intersection(*(set(p["ks"]) for p in every)))
     base = next((p["base"]["all"] for p in every if p.get("base")), None)
     values = {c: {k: [r["passk"]["students"]["all"][str(k)] for r in runs] for k in ks} for c, runs in measured.items()}
-    out = {"ks": ks, "samples": sorted({p["samples"] for p in every}),
-           "base": {str(k): base[str(k)] for k in ks} if base else None,
-           "baselines": next((p["baselines"] for p in every if p.get("baselines")), {}),
-           "controls": {c: {str(k): summary(v[k]) for k in ks} for c, v in values.items()}, "comparisons": []}
+    out = {
+        "ks": ks,
+        "samples": sorted({p["samples"] for p in every}),
+        "base": {str(k): base[str(k)] for k in ks} if base else None,
+        "baselines": next((p["baselines"] for p in every if p.get("baselines")), {}),
+        "controls": {c: {str(k): summary(v[k]) for k in ks} for c, v in values.items()},
+        "comparisons": [],
+    }
     for left, right in [(a, b) for a, b in pairs if a in values and b in values]:
         for k in dict.fromkeys([ks[0], ks[-1]]):
             a, b = values[left][k], values[right][k]
             if len(a) >= 2 and len(b) >= 2:
                 welch = welch_interval(a, b)
-                out["comparisons"].append({"left": left, "right": right, "k": k,
-                                           **{key: welch[key] for key in ("delta", "low", "high", "mde")}})
+                out["comparisons"].append(
+                    {
+                        "left": left,
+                        "right": right,
+                        "k": k,
+                        **{key: welch[key] for key in ("delta", "low", "high", "mde")},
+                    }
+                )
     return out
 
 
@@ -279,12 +352,17 @@ def passk_table(doc: dict) -> list[str]:
         return f"{100 * entry['mean']:.1f} [{100 * entry['low']:.1f}, {100 * entry['high']:.1f}]"
 
     ks = doc["ks"]
-    lines = ["## pass@k on the held-out pool", "",
-             f"The final students' pass@k (unbiased estimate from n = {', '.join(map(str, doc['samples']))} answers per "
-             "task at temperature 1, Chen et al. 2021; `python -m populora.study.passk`), points, mean over seeds [95% "
-             "t-interval]. RL that only sharpens raises pass@1 and leaves pass@k at large k where the base has it; RL that "
-             "widens what is solvable raises it too.", "",
-             "| control | " + " | ".join(f"pass@{k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
+    lines = [
+        "## pass@k on the held-out pool",
+        "",
+        f"The final students' pass@k (unbiased estimate from n = {', '.join(map(str, doc['samples']))} answers per "
+        "task at temperature 1, Chen et al. 2021; `python -m populora.study.passk`), points, mean over seeds [95% "
+        "t-interval]. RL that only sharpens raises pass@1 and leaves pass@k at large k where the base has it; RL that "
+        "widens what is solvable raises it too.",
+        "",
+        "| control | " + " | ".join(f"pass@{k}" for k in ks) + " |",
+        "|---|" + "---|" * len(ks),
+    ]
     if doc.get("base"):
         lines.append("| base model | " + " | ".join(f"{100 * doc['base'][str(k)]:.1f}" for k in ks) + " |")
     best = constant_share(doc.get("baselines") or {}, "all")
@@ -295,8 +373,10 @@ def passk_table(doc: dict) -> list[str]:
     if doc["comparisons"]:
         lines += ["", "| comparison | k | difference [Welch 95% interval] | MDE |", "|---|---|---|---|"]
         for c in doc["comparisons"]:
-            lines.append(f"| {c['left']} - {c['right']} | {c['k']} | {100 * c['delta']:+.1f} [{100 * c['low']:+.1f}, "
-                         f"{100 * c['high']:+.1f}] | {100 * c['mde']:.1f} |")
+            lines.append(
+                f"| {c['left']} - {c['right']} | {c['k']} | {100 * c['delta']:+.1f} [{100 * c['low']:+.1f}, "
+                f"{100 * c['high']:+.1f}] | {100 * c['mde']:.1f} |"
+            )
     return lines + [""]
 
 
@@ -304,10 +384,19 @@ def plot_passk_panel(ax, doc: dict, colors: list[str]) -> None:
     """The study figure's pass@k panel: per control the mean over seeds against k (log scale), the base."""
     ks = doc["ks"]
     if doc.get("base"):
-        ax.plot(ks, [100 * doc["base"][str(k)] for k in ks], color="tab:red", ls="--", marker="o", ms=3, label="base model")
+        ax.plot(
+            ks, [100 * doc["base"][str(k)] for k in ks], color="tab:red", ls="--", marker="o", ms=3, label="base model"
+        )
     for i, (control, by_k) in enumerate(doc["controls"].items()):
-        ax.plot(ks, [100 * by_k[str(k)]["mean"] for k in ks], color=colors[i % len(colors)], marker="o", ms=3, lw=2,
-                label=control)
+        ax.plot(
+            ks,
+            [100 * by_k[str(k)]["mean"] for k in ks],
+            color=colors[i % len(colors)],
+            marker="o",
+            ms=3,
+            lw=2,
+            label=control,
+        )
     _pass_at_k_axes(ax, ks, constant_share(doc.get("baselines") or {}, "all"), "final students' pass@k (points)")
     ax.set_title("held-out pool: pass@k, mean over seeds", fontsize=9)
     ax.grid(alpha=0.3)

@@ -94,12 +94,16 @@ def findings(runs: list[dict], plan: dict | None) -> list[str]:
     """What departs from the plan, one sentence each (see the module docstring); without a plan, one
     finding saying so."""
     if not plan:
-        return ["no plan: the seeds were not declared before the runs, so none is set apart as tuning "
-                "(study/<name>/plan.yaml, populora/study/plan.py)"]
+        return [
+            "no plan: the seeds were not declared before the runs, so none is set apart as tuning "
+            "(study/<name>/plan.yaml, populora/study/plan.py)"
+        ]
     out = []
     if plan.get("retroactive"):
-        out.append(f"the plan was written after the runs ({plan.get('written', 'date not given')}): it declares "
-                   "what the runs were, it did not constrain them")
+        out.append(
+            f"the plan was written after the runs ({plan.get('written', 'date not given')}): it declares "
+            "what the runs were, it did not constrain them"
+        )
     declared, tuning = set(plan["seeds"]), set(plan.get("tuning_seeds") or [])
     for run in runs:
         if run["control"] not in plan["controls"]:
@@ -108,9 +112,11 @@ def findings(runs: list[dict], plan: dict | None) -> list[str]:
         if run["seed"] not in declared | tuning:
             out.append(f"{run['name']}: seed {run['seed']} is neither a declared nor a tuning seed")
         if run["params"]:
-            differ = [f"{key} = {run['params'].get(key)!r} (plan: {value!r})"
-                      for key, value in expected_params(plan, run["control"]).items()
-                      if _norm(run["params"].get(key)) != _norm(value)]
+            differ = [
+                f"{key} = {run['params'].get(key)!r} (plan: {value!r})"
+                for key, value in expected_params(plan, run["control"]).items()
+                if _norm(run["params"].get(key)) != _norm(value)
+            ]
             if differ:
                 out.append(f"{run['name']}: params differ from the plan: {'; '.join(differ)}")
             pool = run["params"].get("heldout.pool_file")
@@ -121,8 +127,10 @@ def findings(runs: list[dict], plan: dict | None) -> list[str]:
         by_control.setdefault(run["control"], set()).add(run["seed"])
     for control, seeds in sorted(by_control.items()):
         if seeds & tuning and seeds & declared:
-            out.append(f"{control} mixes tuning seed(s) {sorted(seeds & tuning)} with declared seed(s) "
-                       f"{sorted(seeds & declared)}: the tuning runs are left out of its figures")
+            out.append(
+                f"{control} mixes tuning seed(s) {sorted(seeds & tuning)} with declared seed(s) "
+                f"{sorted(seeds & declared)}: the tuning runs are left out of its figures"
+            )
     return out
 
 
@@ -141,12 +149,22 @@ def primary(summary: dict, plan: dict | None) -> dict | None:
     if not plan:
         return None
     spec = plan["primary"]
-    found = next((c for c in summary["comparisons"] if (c["left"], c["right"], c["bench"], c["score"])
-                  == (spec["left"], spec["right"], spec["endpoint"], "pass@1")), None)
+    found = next(
+        (
+            c
+            for c in summary["comparisons"]
+            if (c["left"], c["right"], c["bench"], c["score"])
+            == (spec["left"], spec["right"], spec["endpoint"], "pass@1")
+        ),
+        None,
+    )
     if found is None:
         return {**spec, "missing": True}
-    return {**spec, "test_name": TESTS[spec.get("test", "welch")], **{k: found[k] for k in
-            ("delta", "low", "high", "mde", "method", "seeds", "verdict")}}
+    return {
+        **spec,
+        "test_name": TESTS[spec.get("test", "welch")],
+        **{k: found[k] for k in ("delta", "low", "high", "mde", "method", "seeds", "verdict")},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,10 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     plan = load(args[0])
     run = {"name": f"{args[1]}-s{args[2]}", "control": args[1], "seed": int(args[2]), "params": {}}
     problems = [f for f in findings([run], plan) if f.startswith(run["name"])]
-    problems += [f"{run['name']}: the plan names {name}, which this checkout does not have" for name in missing_files(plan)]
+    problems += [
+        f"{run['name']}: the plan names {name}, which this checkout does not have" for name in missing_files(plan)
+    ]
     for problem in problems:
-        print(f"plan: {problem}. Fix: declare it in {args[0]} before the run (a new seed is a new plan entry).",
-              file=sys.stderr)
+        print(
+            f"plan: {problem}. Fix: declare it in {args[0]} before the run (a new seed is a new plan entry).",
+            file=sys.stderr,
+        )
     return 1 if problems else 0
 
 

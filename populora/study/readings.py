@@ -30,7 +30,9 @@ def wall_by_machine(members: list[dict]) -> list[dict]:
     for run in members:
         if run["wall_s"] is not None:
             kinds.setdefault((run.get("machine") or {}).get("features"), []).append(float(run["wall_s"]))
-    return [{"features": features, "n": len(walls), "mean_s": round(mean(walls), 1)} for features, walls in kinds.items()]
+    return [
+        {"features": features, "n": len(walls), "mean_s": round(mean(walls), 1)} for features, walls in kinds.items()
+    ]
 
 
 def training_copy_rows(runs: list[dict]) -> list[dict]:
@@ -41,8 +43,14 @@ def training_copy_rows(runs: list[dict]) -> list[dict]:
         for task_type in TRAINING_TYPES:
             gens = [counts[task_type] for _, counts in sorted(run["training"].items()) if task_type in counts]
             if gens:
-                rows.append({"run": run["name"], "control": run["control"], "type": task_type,
-                             **{key: [g[key] for g in gens] for key in ("n", "correct", "copies", "copies_correct")}})
+                rows.append(
+                    {
+                        "run": run["name"],
+                        "control": run["control"],
+                        "type": task_type,
+                        **{key: [g[key] for g in gens] for key in ("n", "correct", "copies", "copies_correct")},
+                    }
+                )
     return rows
 
 
@@ -56,8 +64,12 @@ def signal_generation(row: dict, slots: list[str], params: dict) -> dict:
     the row's `signal.*` keys, else the bound (see the module docstring; `format_only` then a lower
     bound, `correctness` an upper one); `{}` where neither can be read."""
     if row.get("signal.solve_with_signal") is not None:
-        return {"with_signal": row["signal.solve_with_signal"], "format_only": row["signal.format_only"],
-                "correctness": row["signal.correctness"], "exact": True}
+        return {
+            "with_signal": row["signal.solve_with_signal"],
+            "format_only": row["signal.format_only"],
+            "correctness": row["signal.correctness"],
+            "exact": True,
+        }
     if params.get("reward.advantage_baseline") != "per_task" or not params.get("solve.samples"):
         return {}  # a type-wide baseline: one right answer gives a whole type's rollouts a correctness signal
     counts = [row.get(f"rollouts_with_signal.{slot}") for slot in slots]
@@ -68,8 +80,12 @@ def signal_generation(row: dict, slots: list[str], params: dict) -> dict:
     with_signal = max(sum(counts) - proposals, 0)
     right = sum(row.get(f"{t}.solved") or 0 for t in ("code_o", "code_i", "code_f"))
     correctness = min(with_signal, int(params["solve.samples"]) * right)
-    return {"with_signal": with_signal, "format_only": with_signal - correctness, "correctness": correctness,
-            "exact": False}
+    return {
+        "with_signal": with_signal,
+        "format_only": with_signal - correctness,
+        "correctness": correctness,
+        "exact": False,
+    }
 
 
 def signal_rows(runs: list[dict]) -> list[dict]:
@@ -80,8 +96,16 @@ def signal_rows(runs: list[dict]) -> list[dict]:
         if not gens or not all(gens):
             continue
         total = {key: sum(g[key] for g in gens) for key in ("with_signal", "format_only", "correctness")}
-        out.append({"run": run["name"], "control": run["control"], "tuning": bool(run.get("tuning")),
-                    "exact": all(g["exact"] for g in gens), "generations": gens, "total": total})
+        out.append(
+            {
+                "run": run["name"],
+                "control": run["control"],
+                "tuning": bool(run.get("tuning")),
+                "exact": all(g["exact"] for g in gens),
+                "generations": gens,
+                "total": total,
+            }
+        )
     return out
 
 
@@ -97,18 +121,27 @@ def run_rows(runs: list[dict]) -> list[dict]:
     rows = []
     for run in [runs[0], *runs] if runs else []:
         is_base = not rows
-        row = {"run": "base" if is_base else run["name"], "control": None if is_base else run["control"],
-               "seed": None if is_base else run["seed"], "wall_s": None if is_base else run["wall_s"],
-               "attempts": None if is_base else run.get("attempts", 1), "tuning": not is_base and bool(run.get("tuning")),
-               "machine": None if is_base else run["machine"], "bench": {}}
+        row = {
+            "run": "base" if is_base else run["name"],
+            "control": None if is_base else run["control"],
+            "seed": None if is_base else run["seed"],
+            "wall_s": None if is_base else run["wall_s"],
+            "attempts": None if is_base else run.get("attempts", 1),
+            "tuning": not is_base and bool(run.get("tuning")),
+            "machine": None if is_base else run["machine"],
+            "bench": {},
+        }
         models = ["base"] if is_base else run["students"]
         for bench in READ_BENCHES:
             if bench not in run["verdicts"] or not all(m in run["verdicts"][bench] for m in models):
                 continue
-            entry = {"pass@1": round(float(np.mean([np.mean(list(run["verdicts"][bench][m].values())) for m in models])), 6)}
+            entry = {
+                "pass@1": round(float(np.mean([np.mean(list(run["verdicts"][bench][m].values())) for m in models])), 6)
+            }
             if all(m in run["copy_free"].get(bench, {}) for m in models):
-                entry["copies_wrong"] = round(float(np.mean([np.mean(list(run["copy_free"][bench][m].values()))
-                                                             for m in models])), 6)
+                entry["copies_wrong"] = round(
+                    float(np.mean([np.mean(list(run["copy_free"][bench][m].values())) for m in models])), 6
+                )
             if not is_base:
                 diag = [run["diagnostics"].get(bench, {}).get(m) or {} for m in models]
                 for key in ("copies_input", "copies_argument"):
@@ -117,8 +150,10 @@ def run_rows(runs: list[dict]) -> list[dict]:
                         entry[key] = round(mean(shares), 6)
             row["bench"][bench] = entry
         if not is_base and run["summary"]:
-            row["accounting"] = {role: {what: run["summary"].get(f"per_adapter.{role}.{what}") for what in ACCOUNTING}
-                                 for role in ("students", "teachers")}
+            row["accounting"] = {
+                role: {what: run["summary"].get(f"per_adapter.{role}.{what}") for what in ACCOUNTING}
+                for role in ("students", "teachers")
+            }
         rows.append(row)
     return rows
 
@@ -136,9 +171,19 @@ def headline_rows(groups: dict[str, list[dict]]) -> list[dict]:
         for key in keys:
             kept = [r for r in members if _is_number((r.get("headline") or {}).get(key))]
             values = [float(r["headline"][key]) for r in kept]
-            rows.append({"control": control, "arms": kept[0].get("arms"), "ablation": kept[0].get("ablation"), "key": key,
-                         "n": len(values), "mean": round(mean(values), 6),
-                         "sd": round(float(np.std(values, ddof=1)), 6) if len(values) > 1 else 0.0,
-                         "min": min(values), "max": max(values), "interval": t_interval(values),
-                         "seeds": sorted(r["seed"] for r in kept)})
+            rows.append(
+                {
+                    "control": control,
+                    "arms": kept[0].get("arms"),
+                    "ablation": kept[0].get("ablation"),
+                    "key": key,
+                    "n": len(values),
+                    "mean": round(mean(values), 6),
+                    "sd": round(float(np.std(values, ddof=1)), 6) if len(values) > 1 else 0.0,
+                    "min": min(values),
+                    "max": max(values),
+                    "interval": t_interval(values),
+                    "seeds": sorted(r["seed"] for r in kept),
+                }
+            )
     return rows

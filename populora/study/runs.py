@@ -50,10 +50,29 @@ def flatten(tree: dict, prefix: str = "") -> dict:
 
 def empty_run(name: str, control: str, seed: int, arm: str, students: list[str], models: list[str]) -> dict:
     """A run record with nothing measured yet (the fields every reader may look up)."""
-    return {"name": name, "control": control, "seed": seed, "arm": arm, "models": models, "students": students,
-            "verdicts": {}, "copy_free": {}, "gold": {}, "pass_rate": {}, "diagnostics": {}, "summary": {}, "rows": [],
-            "training": {}, "params": {}, "wall_s": None, "attempts": 1, "machine": None, "heldout_curve": [],
-            "generations": None, "passk": {}}
+    return {
+        "name": name,
+        "control": control,
+        "seed": seed,
+        "arm": arm,
+        "models": models,
+        "students": students,
+        "verdicts": {},
+        "copy_free": {},
+        "gold": {},
+        "pass_rate": {},
+        "diagnostics": {},
+        "summary": {},
+        "rows": [],
+        "training": {},
+        "params": {},
+        "wall_s": None,
+        "attempts": 1,
+        "machine": None,
+        "heldout_curve": [],
+        "generations": None,
+        "passk": {},
+    }
 
 
 def load_run(folder: Path) -> dict:
@@ -69,8 +88,10 @@ def load_run(folder: Path) -> dict:
     for bench in BENCHES:  # the benchmark results; the held-out pool comes from the dynamics below
         # a job of its own, or the together job (bench.together); `_*.json` are notes, not results
         own = [folder / "bench" / side / bench for side in (arm, "base")]
-        arm_dir, base_dir = (path if path.is_dir() and not (path / "_together.json").is_file()
-                             else path.parent / TOGETHER / bench for path in own)
+        arm_dir, base_dir = (
+            path if path.is_dir() and not (path / "_together.json").is_file() else path.parent / TOGETHER / bench
+            for path in own
+        )
         results = sorted(path for path in arm_dir.glob("*.json") if not path.name.startswith("_"))
         base = base_dir / "base.json"
         for result_file in [*results, *([base] if base.is_file() else [])]:
@@ -83,7 +104,9 @@ def load_run(folder: Path) -> dict:
                 diagnostics.setdefault(bench, {})[model] = result.get("diagnostics") or {}
             answers = result_file.with_suffix("") / "answers.json"
             if answers.is_file():
-                copy_free.setdefault(bench, {})[model] = without_copies(result["per_problem"], json.loads(answers.read_text()))
+                copy_free.setdefault(bench, {})[model] = without_copies(
+                    result["per_problem"], json.loads(answers.read_text())
+                )
     refs_of = arm_refs(arm, params["population"]["teachers"], params["population"]["students"])
     curve = heldout_generations(dynamics / HELDOUT_VERDICTS, refs_of)
     pass_rate: dict[str, dict[str, dict[str, float]]] = {}
@@ -98,13 +121,24 @@ def load_run(folder: Path) -> dict:
     # paused_s: time the run spent stopped (SIGSTOP, to time something else on the machine), not running
     wall_s = run["wall_s"] - run.get("paused_s", 0) if run.get("wall_s") is not None else None
     rows = _read_optional(dynamics / DYNAMICS_TABLE)
-    return {**empty_run(folder.name, run["control"], run["seed"], arm, students, models),
-            "wall_s": wall_s, "attempts": int(run.get("attempts") or 1), "machine": run.get("machine"),
-            "verdicts": verdicts, "copy_free": copy_free, "gold": gold, "pass_rate": pass_rate, "diagnostics": diagnostics,
-            "summary": _read_optional(dynamics / DYNAMICS_SUMMARY), "rows": rows if isinstance(rows, list) else [],
-            "training": _read_optional(folder / "training_answers.json"), "params": flatten(params),
-            "generations": params["dag"]["generations"], "heldout_curve": curve.get("generations", []),
-            "passk": read_passk(folder / "passk" / "passk.json")}
+    return {
+        **empty_run(folder.name, run["control"], run["seed"], arm, students, models),
+        "wall_s": wall_s,
+        "attempts": int(run.get("attempts") or 1),
+        "machine": run.get("machine"),
+        "verdicts": verdicts,
+        "copy_free": copy_free,
+        "gold": gold,
+        "pass_rate": pass_rate,
+        "diagnostics": diagnostics,
+        "summary": _read_optional(dynamics / DYNAMICS_SUMMARY),
+        "rows": rows if isinstance(rows, list) else [],
+        "training": _read_optional(folder / "training_answers.json"),
+        "params": flatten(params),
+        "generations": params["dag"]["generations"],
+        "heldout_curve": curve.get("generations", []),
+        "passk": read_passk(folder / "passk" / "passk.json"),
+    }
 
 
 def read_passk(path: Path) -> dict:
@@ -113,8 +147,13 @@ def read_passk(path: Path) -> dict:
     doc = _read_optional(path)
     if not doc.get("groups"):
         return {}
-    return {"samples": doc["samples"], "ks": doc["ks"], "students": next(iter(doc["groups"].values())),
-            "base": (doc.get("members") or {}).get("base"), "baselines": doc.get("baselines") or {}}
+    return {
+        "samples": doc["samples"],
+        "ks": doc["ks"],
+        "students": next(iter(doc["groups"].values())),
+        "base": (doc.get("members") or {}).get("base"),
+        "baselines": doc.get("baselines") or {},
+    }
 
 
 def heldout_generations(path: Path, refs: dict) -> dict:
@@ -126,8 +165,10 @@ def heldout_generations(path: Path, refs: dict) -> dict:
     if not doc.get("base") or not doc.get("generations"):
         return {}
     names = {ref.slot: ref.name for group in refs.values() for ref in group}
-    out = {"base": doc["base"],
-           "generations": [{names.get(slot, slot): table for slot, table in gen.items()} for gen in doc["generations"]]}
+    out = {
+        "base": doc["base"],
+        "generations": [{names.get(slot, slot): table for slot, table in gen.items()} for gen in doc["generations"]],
+    }
     rates = doc.get("pass_rates") or []
     if doc.get("base_pass_rates") and rates and rates[-1]:  # the final generation was sampled at temperature 1
         out["base_pass_rates"] = doc["base_pass_rates"]

@@ -27,10 +27,13 @@ _THINK_TO_ANSWER = re.compile(r"</think>\s*<answer>")
 PARSE_REASONS = {
     "truncated": "the generation hit max_new_tokens before the format was complete",
     "format": "free_form: no <think>...</think><answer>...</answer>",
-    "no_program": "no ```python block", "no_input": "no (non-empty) ```input block",
+    "no_program": "no ```python block",
+    "no_input": "no (non-empty) ```input block",
     "too_few_inputs": "code_f: fewer ```input blocks than propose.code_f_inputs",
-    "no_message": "code_f: no ```message block", "no_answer_block": "no block of the answer's kind",
-    "syntax": "no prefix of the program parses", "no_entry_function": "no top-level def f",
+    "no_message": "code_f: no ```message block",
+    "no_answer_block": "no block of the answer's kind",
+    "syntax": "no prefix of the program parses",
+    "no_entry_function": "no top-level def f",
     "too_long": f"a program block over {MAX_PROGRAM_CHARS} characters",
     "duplicate": "a code_o/code_i program already in the buffer (populora.tasks.tasks.mark_duplicates)",
 }
@@ -144,7 +147,9 @@ def clean_program(src: str) -> tuple[str | None, str | None]:
         if id(stmt) in keep:
             continue
         keep.add(id(stmt))
-        frontier.extend(defined[name] for name in _names_used(stmt) if name in defined and id(defined[name]) not in keep)
+        frontier.extend(
+            defined[name] for name in _names_used(stmt) if name in defined and id(defined[name]) not in keep
+        )
     kept = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom)) or id(s) in keep]
     # Offsets from a prefix parse are valid in the full text: only trailing lines were dropped.
     try:

@@ -98,8 +98,12 @@ def lines_of_code(src: str) -> int:
 
 def program_metrics(src: str) -> dict[str, int]:
     tree = ast.parse(src)
-    return {"ast_depth": ast_depth(tree), "cyclomatic_complexity": cyclomatic_complexity(src),
-            "loc": lines_of_code(src), "distinct_variables": distinct_variables(tree)}
+    return {
+        "ast_depth": ast_depth(tree),
+        "cyclomatic_complexity": cyclomatic_complexity(src),
+        "loc": lines_of_code(src),
+        "distinct_variables": distinct_variables(tree),
+    }
 
 
 def bound_names(tree: ast.AST, *, imports: bool = True) -> set[str]:
@@ -175,4 +179,3 @@ def coverage(seen: Iterable[str], new_hashes: Iterable[str]) -> tuple[frozenset[
     before = frozenset(seen)
     after = before | frozenset(new_hashes)
     return after, len(after) - len(before)
-

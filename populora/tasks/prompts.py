@@ -39,8 +39,9 @@ CODE_REQUIREMENTS = """### Code Requirements:
 PROGRAM_STOPS = (FENCE, "\ndef f(", "\nf(", "\nprint(", "\nassert ")
 INPUT_STOPS = (FENCE, "\n")
 
-SHORT_BLOCK_TOKENS = 32  # one input or message: a 135M model rambles on if not cut; each decode step costs ~0.1 s on CPU
-
+SHORT_BLOCK_TOKENS = (
+    32  # one input or message: a 135M model rambles on if not cut; each decode step costs ~0.1 s on CPU
+)
 
 
 def _reference_block(index: int, ref: dict) -> str:
@@ -54,12 +55,15 @@ def _reference_block(index: int, ref: dict) -> str:
 # model copies it verbatim (a two-argument signature with a list input, or `[3, 1, 2]` whatever the
 # signature). Measured on SmolLM2-135M, code_o + code_i at generation 0, 24 proposals
 # (perf/proposer_validity.py): 3/16 valid with it (fence-only stops), 14/24 without (PROGRAM_STOPS).
-AZR_IO_EXAMPLE = ("def f(name: str, info: dict):\n    # code logic here\n    return result",
-                  "'John', {'age': 20, 'city': 'New York'}")
+AZR_IO_EXAMPLE = (
+    "def f(name: str, info: dict):\n    # code logic here\n    return result",
+    "'John', {'age': 20, 'city': 'New York'}",
+)
 
 
-def proposer_io_prompt(task_type: str, references: list[dict], banned: list[str],
-                       example: tuple[str, str] | None = AZR_IO_EXAMPLE) -> str:
+def proposer_io_prompt(
+    task_type: str, references: list[dict], banned: list[str], example: tuple[str, str] | None = AZR_IO_EXAMPLE
+) -> str:
     """AZR's code_i / code_o proposer prompt (with AZR's swapped difficulty sentence fixed)."""
     hard = "your input from the output" if task_type == "code_i" else "the output from your input"
     refs = "".join(_reference_block(i, ref) for i, ref in enumerate(references))
@@ -162,13 +166,20 @@ def proposer_steps(task_type: str, n_inputs: int) -> list[Step]:
         # Blocks must not be empty: after one empty block the model repeats empty blocks (measured:
         # 8/8 code_f proposals with an empty message, most with 9 empty inputs, at generation 0).
         first = [Step(f"{FENCE}input\n", stop=INPUT_STOPS, max_tokens=SHORT_BLOCK_TOKENS, non_empty=True)]
-        more = [Step(f"{FENCE}\n{FENCE}input\n", stop=INPUT_STOPS, max_tokens=SHORT_BLOCK_TOKENS, non_empty=True)
-                for _ in range(n_inputs - 1)]
+        more = [
+            Step(f"{FENCE}\n{FENCE}input\n", stop=INPUT_STOPS, max_tokens=SHORT_BLOCK_TOKENS, non_empty=True)
+            for _ in range(n_inputs - 1)
+        ]
         # The message is free text: if the model does not close its block, what it wrote is kept.
-        return first + more + [Step(f"{FENCE}\n{FENCE}message\n", max_tokens=SHORT_BLOCK_TOKENS, must_stop=False,
-                                    non_empty=True)]
-    return [Step(f"{FENCE}python\ndef f(", stop=PROGRAM_STOPS),
-            Step(f"{FENCE}\n{FENCE}input\n", stop=INPUT_STOPS, max_tokens=SHORT_BLOCK_TOKENS, non_empty=True)]
+        return (
+            first
+            + more
+            + [Step(f"{FENCE}\n{FENCE}message\n", max_tokens=SHORT_BLOCK_TOKENS, must_stop=False, non_empty=True)]
+        )
+    return [
+        Step(f"{FENCE}python\ndef f(", stop=PROGRAM_STOPS),
+        Step(f"{FENCE}\n{FENCE}input\n", stop=INPUT_STOPS, max_tokens=SHORT_BLOCK_TOKENS, non_empty=True),
+    ]
 
 
 def solver_steps(task_type: str) -> list[Step]:
@@ -187,10 +198,12 @@ def free_form_suffix(task_type: str, role: str) -> str:
 
 def chat_wrapper(tokenizer):
     """`prompt -> text` in the tokenizer's chat format (a plain User/Assistant frame without one)."""
+
     def chat(prompt: str) -> str:
         if tokenizer.chat_template is None:
             return f"User: {prompt}\nAssistant: "
-        return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                             add_generation_prompt=True)
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
 
     return chat

@@ -24,8 +24,18 @@ from populora.tasks.tasks import (
     sample_references,
 )
 
-BANNED_FOR_PROMPT = ["logging", "random", "multiprocessing", "subprocess", "threading", "datetime", "time",
-                     "hashlib", "os", "sys"]
+BANNED_FOR_PROMPT = [
+    "logging",
+    "random",
+    "multiprocessing",
+    "subprocess",
+    "threading",
+    "datetime",
+    "time",
+    "hashlib",
+    "os",
+    "sys",
+]
 
 
 def make_plan(prompt: str, steps: list[prompts.Step], mode: str, chat: Callable[[str], str], task_type: str, role: str):
@@ -34,8 +44,9 @@ def make_plan(prompt: str, steps: list[prompts.Step], mode: str, chat: Callable[
     return prompts.scaffolded_plan(prompt, steps, chat)
 
 
-def buffer_of(buffer: list[dict], pairing: dict | None, *, teacher: str | None = None,
-              student: str | None = None) -> list[dict]:
+def buffer_of(
+    buffer: list[dict], pairing: dict | None, *, teacher: str | None = None, student: str | None = None
+) -> list[dict]:
     """What a teacher or a student may read of the buffer: all of it, or under `pairs` its pair's
     part (`pair_buffer`)."""
     pairs = pair_of(pairing)
@@ -61,9 +72,21 @@ def mark_pair_duplicates(proposals: list[dict], buffer: list[dict], pairing: dic
     return [marked[i] for i in range(len(proposals))]
 
 
-def proposer_jobs(teachers: list[str], buffer: list[dict], *, per_type: int, references: int, n_inputs: int,
-                  mode: str, chat: Callable[[str], str], rng: random.Random, arm: str, gen: int,
-                  types: tuple[str, ...] = TASK_TYPES, pairing: dict | None = None) -> list[tuple[dict, prompts.Plan]]:
+def proposer_jobs(
+    teachers: list[str],
+    buffer: list[dict],
+    *,
+    per_type: int,
+    references: int,
+    n_inputs: int,
+    mode: str,
+    chat: Callable[[str], str],
+    rng: random.Random,
+    arm: str,
+    gen: int,
+    types: tuple[str, ...] = TASK_TYPES,
+    pairing: dict | None = None,
+) -> list[tuple[dict, prompts.Plan]]:
     """Every teacher's proposal jobs: reference tasks and code_f programs drawn from the buffer it
     reads (`buffer_of`: all of it, or under `pairs` the seeds and its own pair's tasks)."""
     jobs = []
@@ -72,8 +95,14 @@ def proposer_jobs(teachers: list[str], buffer: list[dict], *, per_type: int, ref
         buffer = buffer_of(full, pairing, teacher=teacher)
         for task_type in types:
             for k in range(per_type):
-                meta = {"task_id": f"{arm}-g{gen:03d}-{teacher}-{task_type}-{k}", "type": task_type,
-                        "teacher": teacher, "arm": arm, "gen": gen, "origin": "proposed"}
+                meta = {
+                    "task_id": f"{arm}-g{gen:03d}-{teacher}-{task_type}-{k}",
+                    "type": task_type,
+                    "teacher": teacher,
+                    "arm": arm,
+                    "gen": gen,
+                    "origin": "proposed",
+                }
                 if task_type == "code_f":
                     source = sample_code_f_program(buffer, rng)
                     meta["program"] = source["program"]
@@ -84,7 +113,14 @@ def proposer_jobs(teachers: list[str], buffer: list[dict], *, per_type: int, ref
                     meta["references"] = [r["task_id"] for r in refs]
                     example = prompts.AZR_IO_EXAMPLE if mode == "free_form" else None
                     prompt = prompts.proposer_io_prompt(task_type, refs, BANNED_FOR_PROMPT, example)
-                jobs.append((meta, make_plan(prompt, prompts.proposer_steps(task_type, n_inputs), mode, chat, task_type, "propose")))
+                jobs.append(
+                    (
+                        meta,
+                        make_plan(
+                            prompt, prompts.proposer_steps(task_type, n_inputs), mode, chat, task_type, "propose"
+                        ),
+                    )
+                )
     return jobs
 
 
@@ -108,8 +144,15 @@ def fill_in_order(buffer: list[dict], task_type: str, fill_in: str, rng: random.
     return pool
 
 
-def assign_tasks(pairing: dict, tasks: list[dict], buffer: list[dict], *, fill_in: str = "newest",
-                 rng: random.Random | None = None, types: tuple[str, ...] = TASK_TYPES) -> dict[str, dict[str, list[dict]]]:
+def assign_tasks(
+    pairing: dict,
+    tasks: list[dict],
+    buffer: list[dict],
+    *,
+    fill_in: str = "newest",
+    rng: random.Random | None = None,
+    types: tuple[str, ...] = TASK_TYPES,
+) -> dict[str, dict[str, list[dict]]]:
     """students -> type -> tasks. Slot j of a student solves a task of the teacher in that slot,
     preferring that teacher's tasks no student has been given yet. When the teacher has no valid
     task of the type, the slot is filled from the buffer (`fill_in_order`: newest first, AZR's
@@ -145,13 +188,26 @@ def worked_example_pool(task: dict, buffer: list[dict]) -> list[dict]:
     """Buffer tasks of the task's type that may be shown as worked examples: never one with the
     same normalised program (whatever its type or input), which would hand over the answer."""
     key = program_key(task.get("program"))
-    return [b for b in buffer if b["type"] == task["type"] and b["task_id"] != task["task_id"]
-            and (key is None or program_key(b.get("program")) != key)]
+    return [
+        b
+        for b in buffer
+        if b["type"] == task["type"]
+        and b["task_id"] != task["task_id"]
+        and (key is None or program_key(b.get("program")) != key)
+    ]
 
 
-def solver_jobs(assignment: dict[str, dict[str, list[dict]]], buffer: list[dict], *, samples: int, worked_examples: int,
-                mode: str, chat: Callable[[str], str], rng: random.Random,
-                pairing: dict | None = None) -> list[tuple[dict, prompts.Plan]]:
+def solver_jobs(
+    assignment: dict[str, dict[str, list[dict]]],
+    buffer: list[dict],
+    *,
+    samples: int,
+    worked_examples: int,
+    mode: str,
+    chat: Callable[[str], str],
+    rng: random.Random,
+    pairing: dict | None = None,
+) -> list[tuple[dict, prompts.Plan]]:
     """Every student's answer jobs, worked examples drawn from the buffer it reads (`buffer_of`)."""
     jobs = []
     for student, by_type in assignment.items():
@@ -163,11 +219,20 @@ def solver_jobs(assignment: dict[str, dict[str, list[dict]]], buffer: list[dict]
                     # A fresh draw of worked examples per sample: a fixed example gets copied.
                     examples = rng.sample(pool, min(worked_examples, len(pool)))
                     prompt = prompts.solver_prompt(task, examples)
-                    meta = {"answer_id": f"{task['task_id']}:{student}:{sample}", "task_id": task["task_id"],
-                            "type": task_type, "student": student, "sample": sample, "teacher": task.get("teacher"),
-                            "task_origin": task.get("origin"), "task_gen": task.get("gen"),
-                            "examples": [e["task_id"] for e in examples]}
-                    jobs.append((meta, make_plan(prompt, prompts.solver_steps(task_type), mode, chat, task_type, "solve")))
+                    meta = {
+                        "answer_id": f"{task['task_id']}:{student}:{sample}",
+                        "task_id": task["task_id"],
+                        "type": task_type,
+                        "student": student,
+                        "sample": sample,
+                        "teacher": task.get("teacher"),
+                        "task_origin": task.get("origin"),
+                        "task_gen": task.get("gen"),
+                        "examples": [e["task_id"] for e in examples],
+                    }
+                    jobs.append(
+                        (meta, make_plan(prompt, prompts.solver_steps(task_type), mode, chat, task_type, "solve"))
+                    )
     return jobs
 
 
@@ -175,7 +240,9 @@ def proposal_rows(jobs, results, *, mode: str, n_inputs: int) -> list[dict]:
     """Parsed proposal rows (verifier input plus provenance and the raw segments), one per job."""
     rows = []
     for (meta, _), result in zip(jobs, results):
-        parsed = parse_proposal(result.completion, meta["type"], mode=mode, n_inputs=n_inputs, truncated=result.truncated)
+        parsed = parse_proposal(
+            result.completion, meta["type"], mode=mode, n_inputs=n_inputs, truncated=result.truncated
+        )
         if meta["type"] == "code_f":
             parsed["program"] = meta["program"]  # code_f proposals bring inputs + message for a buffer program
         rows.append({**meta, **parsed, "segments": result.segments, "tokens": result.tokens_generated})

@@ -41,50 +41,145 @@ def code_f_split(items: list) -> tuple[list, list]:
     half = len(items) // 2
     return list(items[:half]), list(items[half:])
 
+
 IDENTITY_PROGRAM = "def f(a):\n    return a"
 IDENTITY_SEED = {"program": IDENTITY_PROGRAM, "inputs": ["'Hello world'"], "message": None}
 IDENTITY_CODE_F_SEED = {  # AZR's six inputs, plus four to reach 10 (5 shown, 5 hidden)
     "program": IDENTITY_PROGRAM,
-    "inputs": ["'Hello world'", "1", "dict(a=1, b=2)", "(1.1, 1.2, 1.3)", "'[[1, 0, 0], [0, 0, 0], [0, 0, 0]]'",
-               "1001101100010001", "[3, 1, 2]", "'abc'", "True", "None"],
+    "inputs": [
+        "'Hello world'",
+        "1",
+        "dict(a=1, b=2)",
+        "(1.1, 1.2, 1.3)",
+        "'[[1, 0, 0], [0, 0, 0], [0, 0, 0]]'",
+        "1001101100010001",
+        "[3, 1, 2]",
+        "'abc'",
+        "True",
+        "None",
+    ],
     "message": "Write a function that returns whatever you input",
 }
 
 
 # (program, input for code_o/code_i, ten inputs for code_f, message) -- simple on purpose.
 BUILTIN_SEEDS = [
-    ("def f(a, b):\n    return a * b", "3, 4",
-     ["2, 3", "0, 5", "-1, 4", "7, 7", "10, 0", "1, 1", "6, -2", "3, 9", "12, 2", "5, 5"], "Combine the two numbers"),
-    ("def f(s):\n    return s[::-1]", "'hello'",
-     ["'abc'", "'racecar'", "''", "'ab'", "'python'", "'12345'", "'a b'", "'xyz'", "'level'", "'data'"], "Transform the string"),
-    ("def f(xs):\n    return sorted(xs)", "[3, 1, 2]",
-     ["[5, 4]", "[]", "[1]", "[2, 2, 1]", "[9, -1, 3]", "[0, 0]", "[7, 8, 6]", "[3, 2, 1, 0]", "[10, 1]", "[4, 6, 5]"], "Order matters"),
-    ("def f(xs):\n    return len(xs)", "[1, 2, 3, 4]",
-     ["[]", "[1]", "'abc'", "(1, 2)", "[0, 0, 0]", "'hello world'", "{1: 2}", "[[1], [2]]", "'x'", "[5, 6, 7, 8, 9]"], "Count something"),
-    ("def f(n):\n    total = 0\n    for i in range(n):\n        total += i\n    return total", "5",
-     ["0", "1", "2", "3", "4", "6", "7", "10", "12", "20"], "Accumulate over a range"),
-    ("def f(d, key):\n    return d.get(key, 0) + 1", "{'a': 1}, 'a'",
-     ["{}, 'a'", "{'a': 5}, 'a'", "{'b': 2}, 'a'", "{'b': 2}, 'b'", "{'x': -1}, 'x'",
-      "{'a': 1, 'b': 2}, 'b'", "{'k': 10}, 'k'", "{'k': 10}, 'z'", "{'a': 0}, 'a'", "{'q': 3}, 'q'"], "Look it up"),
-    ("def f(s):\n    return [c for c in s if c.isupper()]", "'HeLLo'",
-     ["'ABC'", "'abc'", "'aBc'", "''", "'Hello World'", "'XyZ'", "'PyThOn'", "'123A'", "'a'", "'QQ'"], "Filter the characters"),
+    (
+        "def f(a, b):\n    return a * b",
+        "3, 4",
+        ["2, 3", "0, 5", "-1, 4", "7, 7", "10, 0", "1, 1", "6, -2", "3, 9", "12, 2", "5, 5"],
+        "Combine the two numbers",
+    ),
+    (
+        "def f(s):\n    return s[::-1]",
+        "'hello'",
+        ["'abc'", "'racecar'", "''", "'ab'", "'python'", "'12345'", "'a b'", "'xyz'", "'level'", "'data'"],
+        "Transform the string",
+    ),
+    (
+        "def f(xs):\n    return sorted(xs)",
+        "[3, 1, 2]",
+        [
+            "[5, 4]",
+            "[]",
+            "[1]",
+            "[2, 2, 1]",
+            "[9, -1, 3]",
+            "[0, 0]",
+            "[7, 8, 6]",
+            "[3, 2, 1, 0]",
+            "[10, 1]",
+            "[4, 6, 5]",
+        ],
+        "Order matters",
+    ),
+    (
+        "def f(xs):\n    return len(xs)",
+        "[1, 2, 3, 4]",
+        [
+            "[]",
+            "[1]",
+            "'abc'",
+            "(1, 2)",
+            "[0, 0, 0]",
+            "'hello world'",
+            "{1: 2}",
+            "[[1], [2]]",
+            "'x'",
+            "[5, 6, 7, 8, 9]",
+        ],
+        "Count something",
+    ),
+    (
+        "def f(n):\n    total = 0\n    for i in range(n):\n        total += i\n    return total",
+        "5",
+        ["0", "1", "2", "3", "4", "6", "7", "10", "12", "20"],
+        "Accumulate over a range",
+    ),
+    (
+        "def f(d, key):\n    return d.get(key, 0) + 1",
+        "{'a': 1}, 'a'",
+        [
+            "{}, 'a'",
+            "{'a': 5}, 'a'",
+            "{'b': 2}, 'a'",
+            "{'b': 2}, 'b'",
+            "{'x': -1}, 'x'",
+            "{'a': 1, 'b': 2}, 'b'",
+            "{'k': 10}, 'k'",
+            "{'k': 10}, 'z'",
+            "{'a': 0}, 'a'",
+            "{'q': 3}, 'q'",
+        ],
+        "Look it up",
+    ),
+    (
+        "def f(s):\n    return [c for c in s if c.isupper()]",
+        "'HeLLo'",
+        ["'ABC'", "'abc'", "'aBc'", "''", "'Hello World'", "'XyZ'", "'PyThOn'", "'123A'", "'a'", "'QQ'"],
+        "Filter the characters",
+    ),
 ]
 
 
 def seed_proposals(kind: str, code_f_inputs: int = CODE_F_INPUTS) -> list[dict]:
     """Seed rows in the verifier's input format (outputs are computed by verifying them); code_f
     seeds carry their first `code_f_inputs` inputs."""
-    seeds = [(IDENTITY_SEED["program"], IDENTITY_SEED["inputs"][0], IDENTITY_CODE_F_SEED["inputs"],
-              IDENTITY_CODE_F_SEED["message"])]
+    seeds = [
+        (
+            IDENTITY_SEED["program"],
+            IDENTITY_SEED["inputs"][0],
+            IDENTITY_CODE_F_SEED["inputs"],
+            IDENTITY_CODE_F_SEED["message"],
+        )
+    ]
     if kind == "builtin":
         seeds += BUILTIN_SEEDS
     rows = []
     for index, (program, single, many, message) in enumerate(seeds):
         for task_type in ("code_o", "code_i"):
-            rows.append({"task_id": f"seed-{task_type}-{index}", "type": task_type, "program": program,
-                         "inputs": [single], "message": None, "gen": -1, "origin": "seed"})
-        rows.append({"task_id": f"seed-code_f-{index}", "type": "code_f", "program": program,
-                     "inputs": list(many[:code_f_inputs]), "message": message, "gen": -1, "origin": "seed"})
+            rows.append(
+                {
+                    "task_id": f"seed-{task_type}-{index}",
+                    "type": task_type,
+                    "program": program,
+                    "inputs": [single],
+                    "message": None,
+                    "gen": -1,
+                    "origin": "seed",
+                }
+            )
+        rows.append(
+            {
+                "task_id": f"seed-code_f-{index}",
+                "type": "code_f",
+                "program": program,
+                "inputs": list(many[:code_f_inputs]),
+                "message": message,
+                "gen": -1,
+                "origin": "seed",
+            }
+        )
     return rows
 
 
@@ -206,7 +301,11 @@ def mark_copyable(tasks: list[dict]) -> list[dict]:
     out = []
     for row in tasks:
         if isinstance(row, dict) and row.get("valid") and is_copyable(row):
-            row = {**row, "valid": False, "reason": "copyable",
-                   "reason_detail": f"output {row['outputs'][0][:80]} is an argument of the input"}
+            row = {
+                **row,
+                "valid": False,
+                "reason": "copyable",
+                "reason_detail": f"output {row['outputs'][0][:80]} is an argument of the input",
+            }
         out.append(row)
     return out

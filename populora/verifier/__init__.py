@@ -44,7 +44,25 @@ from populora.verifier.rules import (
 )
 from populora.verifier.validity import VERIFY_REASONS, judge_runs, verify_rows
 
-__all__ = ["FORBIDDEN_ATTRIBUTES", "FORBIDDEN_MODULES", "FORBIDDEN_NAMES", "GRADERS", "GRADE_REASONS",
-           "MAX_INPUT_CHARS", "MAX_PROGRAM_CHARS", "VERIFY_REASONS", "IsolationError", "ensure_isolation",
-           "grade_rows", "isolation_report", "judge_runs", "limits_of", "log_layers", "open_sandbox", "sandbox_for",
-           "static_check", "verify_config", "verify_rows"]
+__all__ = [
+    "FORBIDDEN_ATTRIBUTES",
+    "FORBIDDEN_MODULES",
+    "FORBIDDEN_NAMES",
+    "GRADERS",
+    "GRADE_REASONS",
+    "MAX_INPUT_CHARS",
+    "MAX_PROGRAM_CHARS",
+    "VERIFY_REASONS",
+    "IsolationError",
+    "ensure_isolation",
+    "grade_rows",
+    "isolation_report",
+    "judge_runs",
+    "limits_of",
+    "log_layers",
+    "open_sandbox",
+    "sandbox_for",
+    "static_check",
+    "verify_config",
+    "verify_rows",
+]

@@ -27,16 +27,48 @@ from populora.verifier.grading import grade_rows
 
 BASELINE_OF = {"code_o": "copy", "code_i": "echo"}
 # small literals a model reaches for when it does not know; a pool's own gold inputs and outputs are added per pool
-SIMPLE_CONSTANTS = ("0", "1", "-1", "2", "3", "5", "10", "100", "''", "'a'", "'hello'", '"hello"', "'Hello'", "'HeLLo'",
-                    "'abc'", "'hello world'", "[]", "[0]", "[1]", "[1, 2, 3]", "[0, 2, 4]", "[1, 2, 3, 4]", "{}", "()",
-                    "True", "False", "None")
+SIMPLE_CONSTANTS = (
+    "0",
+    "1",
+    "-1",
+    "2",
+    "3",
+    "5",
+    "10",
+    "100",
+    "''",
+    "'a'",
+    "'hello'",
+    '"hello"',
+    "'Hello'",
+    "'HeLLo'",
+    "'abc'",
+    "'hello world'",
+    "[]",
+    "[0]",
+    "[1]",
+    "[1, 2, 3]",
+    "[0, 2, 4]",
+    "[1, 2, 3, 4]",
+    "{}",
+    "()",
+    "True",
+    "False",
+    "None",
+)
 
 
 def constant_candidates(tasks: list[dict]) -> list[str]:
     """The constants a best-constant check tries on `tasks`: the simple literals, then every gold input and output of
     every task (both types: a list some `code_o` task is shown is a likely `code_i` answer), without repeats."""
-    golds = sorted({value for t in tasks for value in (*t.get("inputs", []), *t.get("outputs", []))
-                    if isinstance(value, str) and value.strip()})
+    golds = sorted(
+        {
+            value
+            for t in tasks
+            for value in (*t.get("inputs", []), *t.get("outputs", []))
+            if isinstance(value, str) and value.strip()
+        }
+    )
     return list(dict.fromkeys([*SIMPLE_CONSTANTS, *golds]))
 
 

@@ -65,19 +65,23 @@ def _batched(tasks: list[dict], todo: dict[str, list[str]], config, sandbox) -> 
     return rejected
 
 
-def accepted_answers(tasks: list[dict], answers: dict[str, list[str]], config, sandbox,
-                     cache: dict | None = None) -> dict[str, list[str]]:
+def accepted_answers(
+    tasks: list[dict], answers: dict[str, list[str]], config, sandbox, cache: dict | None = None
+) -> dict[str, list[str]]:
     """task_id -> the answers of `answers[task_id]` the grader accepts (`code_o` and `code_i` tasks with gold
     outputs), in their order."""
     cache = {} if cache is None else cache
     by_id = {t["task_id"]: t for t in tasks}
-    todo = {t["task_id"]: [a for a in dict.fromkeys(answers[t["task_id"]]) if _key(t, a) not in cache]
-            for t in tasks}
+    todo = {t["task_id"]: [a for a in dict.fromkeys(answers[t["task_id"]]) if _key(t, a) not in cache] for t in tasks}
     rejected = _batched(tasks, todo, config, sandbox)
     for task_id, answer in rejected:
         cache[_key(by_id[task_id], answer)] = False
-    rows = [{"task_id": task_id, "answer": answer} for task_id, pending in todo.items() for answer in pending
-            if (task_id, answer) not in rejected]
+    rows = [
+        {"task_id": task_id, "answer": answer}
+        for task_id, pending in todo.items()
+        for answer in pending
+        if (task_id, answer) not in rejected
+    ]
     for row in grade_rows([{**t, "valid": True} for t in tasks], rows, config, sandbox=sandbox) if rows else []:
         cache[_key(by_id[row["task_id"]], row["answer"])] = bool(row.get("correct"))
     return {t["task_id"]: [a for a in answers[t["task_id"]] if cache[_key(t, a)]] for t in tasks}

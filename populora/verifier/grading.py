@@ -113,8 +113,9 @@ def grade_code_f(ctx: Context, task: dict, tree: ast.Module, answer: str) -> Thu
         ast.parse(answer)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return _done(False, "syntax")
-    imports = [ast.get_source_segment(task["program"], n) for n in tree.body
-               if isinstance(n, (ast.Import, ast.ImportFrom))]
+    imports = [
+        ast.get_source_segment(task["program"], n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+    ]
     program = "\n".join([*imports, answer])
     hidden_inputs, gold = code_f_split(task["inputs"])[1], code_f_split(task["outputs"])[1]
     # the gold outputs never enter the process that runs the solver's program
@@ -166,10 +167,17 @@ def _task_index(tasks: Iterable) -> dict[str, tuple[dict, ast.Module]]:
     """Valid, well-formed task rows by task_id (first one wins); invalid rows are ignored."""
     index: dict[str, tuple[dict, ast.Module]] = {}
     for task in tasks:
-        if not (isinstance(task, dict) and task.get("valid") is True and task.get("type") in TASK_TYPES
-                and isinstance(task.get("task_id"), str) and isinstance(task.get("program"), str)
-                and isinstance(task.get("outputs"), list) and isinstance(task.get("inputs"), list)
-                and len(task["outputs"]) == len(task["inputs"]) and _shape_ok(task["type"], len(task["inputs"]))):
+        if not (
+            isinstance(task, dict)
+            and task.get("valid") is True
+            and task.get("type") in TASK_TYPES
+            and isinstance(task.get("task_id"), str)
+            and isinstance(task.get("program"), str)
+            and isinstance(task.get("outputs"), list)
+            and isinstance(task.get("inputs"), list)
+            and len(task["outputs"]) == len(task["inputs"])
+            and _shape_ok(task["type"], len(task["inputs"]))
+        ):
             continue
         try:
             index.setdefault(task["task_id"], (task, ast.parse(task["program"])))
@@ -178,9 +186,15 @@ def _task_index(tasks: Iterable) -> dict[str, tuple[dict, ast.Module]]:
     return index
 
 
-def grade_rows(tasks: Iterable, answers: Iterable, config: VerifySection | None = None, *,
-               sandbox: Sandbox | None = None, progress: Callable[[int], None] | None = None,
-               **overrides) -> list[dict]:
+def grade_rows(
+    tasks: Iterable,
+    answers: Iterable,
+    config: VerifySection | None = None,
+    *,
+    sandbox: Sandbox | None = None,
+    progress: Callable[[int], None] | None = None,
+    **overrides,
+) -> list[dict]:
     """One output row per answer row, in order: the row plus correct, reason, reason_detail.
     Identical (task_id, answer) pairs are executed once. `config`, `overrides` and `sandbox` as
     for verify_rows (IsolationError likewise)."""
@@ -199,8 +213,10 @@ def grade_rows(tasks: Iterable, answers: Iterable, config: VerifySection | None 
             else:
                 key = (row["task_id"], row["answer"])
                 if key not in thunks:
-                    thunks[key] = guarded(lambda row=row: start_grading(ctx, *index[row["task_id"]], row["answer"]),
-                                          lambda d: _done(False, "sandbox_error", d))
+                    thunks[key] = guarded(
+                        lambda row=row: start_grading(ctx, *index[row["task_id"]], row["answer"]),
+                        lambda d: _done(False, "sandbox_error", d),
+                    )
                 plan.append(thunks[key])
         verdicts: dict[int, Verdict] = {}
         out = []

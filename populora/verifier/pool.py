@@ -37,15 +37,22 @@ def verify_config(config: VerifySection | None = None, **overrides) -> VerifySec
 
 
 def limits_of(config: VerifySection) -> Limits:
-    return Limits(timeout_s=config.timeout_s, memory_mb=config.memory_mb, max_output_chars=config.max_output_chars,
-                  wall_timeout_s=config.wall_timeout_s)
+    return Limits(
+        timeout_s=config.timeout_s,
+        memory_mb=config.memory_mb,
+        max_output_chars=config.max_output_chars,
+        wall_timeout_s=config.wall_timeout_s,
+    )
 
 
 def isolation_report(box: Sandbox, config: VerifySection) -> dict:
     """What `--isolation` writes: {"layers": {layer: active}, "required": [layers verify.required_layers
     names], "mode": "root" | "user_namespace" | "no_namespaces" (how the sandbox got its layers)}."""
-    return {"layers": dict(box.layers), "required": list(config.required_layers),
-            "mode": box.capabilities.get("mode", "?")}
+    return {
+        "layers": dict(box.layers),
+        "required": list(config.required_layers),
+        "mode": box.capabilities.get("mode", "?"),
+    }
 
 
 def missing_required(box: Sandbox, config: VerifySection) -> list[str]:
@@ -54,12 +61,14 @@ def missing_required(box: Sandbox, config: VerifySection) -> list[str]:
 
 def refusal_message(box: Sandbox, config: VerifySection) -> str:
     missing = missing_required(box, config)
-    return (f"refusing to run model code: the sandbox is missing required containment layers ({', '.join(missing)}; "
-            f"verify.required_layers: [{', '.join(config.required_layers)}]).\n"
-            + describe_missing(box.capabilities, missing)
-            + f"\nOr remove {', '.join(missing)} from verify.required_layers in params.yaml to run without "
-              f"{'it' if len(missing) == 1 else 'them'} (a program may then reach what "
-              f"{'it guards' if len(missing) == 1 else 'they guard'}).")
+    return (
+        f"refusing to run model code: the sandbox is missing required containment layers ({', '.join(missing)}; "
+        f"verify.required_layers: [{', '.join(config.required_layers)}]).\n"
+        + describe_missing(box.capabilities, missing)
+        + f"\nOr remove {', '.join(missing)} from verify.required_layers in params.yaml to run without "
+        f"{'it' if len(missing) == 1 else 'them'} (a program may then reach what "
+        f"{'it guards' if len(missing) == 1 else 'they guard'})."
+    )
 
 
 def ensure_isolation(box: Sandbox, config: VerifySection, log: logging.Logger | None = None) -> None:
@@ -72,18 +81,26 @@ def ensure_isolation(box: Sandbox, config: VerifySection, log: logging.Logger | 
     if not off:
         return
     if set(off) & set(DEFAULT_REQUIRED):
-        (log or LOG).warning("!!! SANDBOX DEGRADED (not in verify.required_layers): model code runs WITHOUT these "
-                             "layers:\n%s", describe_missing(box.capabilities))
+        (log or LOG).warning(
+            "!!! SANDBOX DEGRADED (not in verify.required_layers): model code runs WITHOUT these layers:\n%s",
+            describe_missing(box.capabilities),
+        )
     else:
-        (log or LOG).warning("sandbox layers off (not in verify.required_layers): %s",
-                             describe_missing(box.capabilities))
+        (log or LOG).warning(
+            "sandbox layers off (not in verify.required_layers): %s", describe_missing(box.capabilities)
+        )
 
 
 def log_layers(box: Sandbox, log: logging.Logger | None = None, config: VerifySection | None = None) -> None:
     required = f"; required: {', '.join(config.required_layers) or 'none'}" if config is not None else ""
-    (log or LOG).info("sandbox layers: %s (%s%s; CPU limit %g s, wall backstop %g s)",
-                      ", ".join(f"{k}={'on' if v else 'OFF'}" for k, v in box.layers.items()),
-                      box.capabilities.get("mode", "?"), required, box.limits.timeout_s, box.limits.wall_limit_s)
+    (log or LOG).info(
+        "sandbox layers: %s (%s%s; CPU limit %g s, wall backstop %g s)",
+        ", ".join(f"{k}={'on' if v else 'OFF'}" for k, v in box.layers.items()),
+        box.capabilities.get("mode", "?"),
+        required,
+        box.limits.timeout_s,
+        box.limits.wall_limit_s,
+    )
 
 
 def open_sandbox(config: VerifySection, log: logging.Logger | None = None) -> Sandbox:
@@ -100,8 +117,9 @@ def open_sandbox(config: VerifySection, log: logging.Logger | None = None) -> Sa
 
 
 @contextmanager
-def sandbox_for(config: VerifySection, sandbox: Sandbox | None = None,
-                log: logging.Logger | None = None) -> Iterator[Sandbox]:
+def sandbox_for(
+    config: VerifySection, sandbox: Sandbox | None = None, log: logging.Logger | None = None
+) -> Iterator[Sandbox]:
     """The caller's pool (its isolation checked against `config`), or a new one closed on exit."""
     if sandbox is not None:
         ensure_isolation(sandbox, config, log)

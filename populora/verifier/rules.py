@@ -19,28 +19,140 @@ from populora.tasks.tasks import CODE_F_INPUTS, input_count
 
 MAX_INPUT_CHARS = 5_000
 
-FORBIDDEN_MODULES = frozenset({
-    # AZR's list (the dotted entries it could never match are covered by their first component)
-    "logging", "random", "multiprocessing", "pebble", "subprocess", "threading", "datetime", "time", "hashlib",
-    "hmac", "bcrypt", "calendar", "os", "sys",
-    # processes, files, network, interpreter internals, nondeterminism
-    "_thread", "asyncio", "atexit", "builtins", "code", "codecs", "concurrent", "ctypes", "faulthandler", "fcntl",
-    "ftplib", "gc", "getpass", "glob", "grp", "http", "imp", "importlib", "inspect", "io", "marshal", "mmap",
-    "nt", "pathlib", "pickle", "pkgutil", "platform", "posix", "pty", "pwd", "resource", "runpy", "secrets",
-    "select", "selectors", "shelve", "shutil", "signal", "site", "smtplib", "socket", "socketserver", "ssl",
-    "sysconfig", "tempfile", "tracemalloc", "urllib", "uuid", "weakref", "webbrowser", "zipimport", "zoneinfo",
-})
-FORBIDDEN_NAMES = frozenset({  # builtins, rejected unless the program binds the name itself
-    "__import__", "__builtins__", "__loader__", "__spec__", "open", "input", "breakpoint", "exec", "eval",
-    "compile", "globals", "exit", "quit", "help",
-})
-FORBIDDEN_ATTRIBUTES = frozenset({
-    "__subclasses__", "__globals__", "__builtins__", "__code__", "__closure__", "__import__", "__loader__",
-    "__spec__", "__self__", "__reduce__", "__reduce_ex__", "import_module", "f_globals", "f_locals",
-    "f_builtins", "f_back", "f_code", "gi_frame", "gi_code", "cr_frame", "ag_frame", "tb_frame",
-})
-SAFE_CALLABLES = frozenset({"set", "frozenset", "tuple", "list", "dict", "int", "float", "complex", "str", "bytes",
-                            "bytearray", "bool", "range", "slice"})
+FORBIDDEN_MODULES = frozenset(
+    {
+        # AZR's list (the dotted entries it could never match are covered by their first component)
+        "logging",
+        "random",
+        "multiprocessing",
+        "pebble",
+        "subprocess",
+        "threading",
+        "datetime",
+        "time",
+        "hashlib",
+        "hmac",
+        "bcrypt",
+        "calendar",
+        "os",
+        "sys",
+        # processes, files, network, interpreter internals, nondeterminism
+        "_thread",
+        "asyncio",
+        "atexit",
+        "builtins",
+        "code",
+        "codecs",
+        "concurrent",
+        "ctypes",
+        "faulthandler",
+        "fcntl",
+        "ftplib",
+        "gc",
+        "getpass",
+        "glob",
+        "grp",
+        "http",
+        "imp",
+        "importlib",
+        "inspect",
+        "io",
+        "marshal",
+        "mmap",
+        "nt",
+        "pathlib",
+        "pickle",
+        "pkgutil",
+        "platform",
+        "posix",
+        "pty",
+        "pwd",
+        "resource",
+        "runpy",
+        "secrets",
+        "select",
+        "selectors",
+        "shelve",
+        "shutil",
+        "signal",
+        "site",
+        "smtplib",
+        "socket",
+        "socketserver",
+        "ssl",
+        "sysconfig",
+        "tempfile",
+        "tracemalloc",
+        "urllib",
+        "uuid",
+        "weakref",
+        "webbrowser",
+        "zipimport",
+        "zoneinfo",
+    }
+)
+FORBIDDEN_NAMES = frozenset(
+    {  # builtins, rejected unless the program binds the name itself
+        "__import__",
+        "__builtins__",
+        "__loader__",
+        "__spec__",
+        "open",
+        "input",
+        "breakpoint",
+        "exec",
+        "eval",
+        "compile",
+        "globals",
+        "exit",
+        "quit",
+        "help",
+    }
+)
+FORBIDDEN_ATTRIBUTES = frozenset(
+    {
+        "__subclasses__",
+        "__globals__",
+        "__builtins__",
+        "__code__",
+        "__closure__",
+        "__import__",
+        "__loader__",
+        "__spec__",
+        "__self__",
+        "__reduce__",
+        "__reduce_ex__",
+        "import_module",
+        "f_globals",
+        "f_locals",
+        "f_builtins",
+        "f_back",
+        "f_code",
+        "gi_frame",
+        "gi_code",
+        "cr_frame",
+        "ag_frame",
+        "tb_frame",
+    }
+)
+SAFE_CALLABLES = frozenset(
+    {
+        "set",
+        "frozenset",
+        "tuple",
+        "list",
+        "dict",
+        "int",
+        "float",
+        "complex",
+        "str",
+        "bytes",
+        "bytearray",
+        "bool",
+        "range",
+        "slice",
+    }
+)
 
 
 def forbidden_use(tree: ast.AST, bound: set[str]) -> tuple[str, str] | None:
@@ -61,8 +173,11 @@ def forbidden_use(tree: ast.AST, bound: set[str]) -> tuple[str, str] | None:
             return "forbidden_name", node.id
         if isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRIBUTES:
             return "forbidden_name", f".{node.attr}"
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and (
-                node.value in FORBIDDEN_ATTRIBUTES or node.value in ("__import__", "__builtins__")):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and (node.value in FORBIDDEN_ATTRIBUTES or node.value in ("__import__", "__builtins__"))
+        ):
             return "forbidden_name", f"string {node.value!r}"
     return None
 
@@ -85,7 +200,8 @@ def parse_arguments(arguments: str) -> ast.Call | None:
 def values_only(call: ast.Call, names: frozenset[str]) -> bool:
     """Every argument of `call` (positional and keyword) a value expression (`is_value_expression`)."""
     return all(is_value_expression(arg, names) for arg in call.args) and all(
-        kw.arg and is_value_expression(kw.value, names) for kw in call.keywords)
+        kw.arg and is_value_expression(kw.value, names) for kw in call.keywords
+    )
 
 
 def answer_names(program_tree: ast.Module) -> frozenset[str]:
@@ -100,8 +216,25 @@ def answer_names(program_tree: ast.Module) -> frozenset[str]:
     return frozenset(n for n in names if not n.startswith("__"))
 
 
-_VALUE_NODES = (ast.Expression, ast.Constant, ast.Tuple, ast.List, ast.Set, ast.Dict, ast.UnaryOp, ast.BinOp,
-                ast.Name, ast.Call, ast.keyword, ast.Load, ast.UAdd, ast.USub, ast.Add, ast.Sub, ast.Mult)
+_VALUE_NODES = (
+    ast.Expression,
+    ast.Constant,
+    ast.Tuple,
+    ast.List,
+    ast.Set,
+    ast.Dict,
+    ast.UnaryOp,
+    ast.BinOp,
+    ast.Name,
+    ast.Call,
+    ast.keyword,
+    ast.Load,
+    ast.UAdd,
+    ast.USub,
+    ast.Add,
+    ast.Sub,
+    ast.Mult,
+)
 
 
 def is_value_expression(node: ast.AST, names: frozenset[str]) -> bool:
@@ -131,10 +264,14 @@ def literal_equal(a: str, b: str) -> bool | None:
 def static_check(row: dict, code_f_inputs: int = CODE_F_INPUTS) -> tuple[str | None, str | None, ast.Module | None]:
     """(reason, detail, None) when the proposal row is invalid before running it, else (None, None, AST).
     A code_f row must carry `code_f_inputs` inputs (`populora.tasks.tasks.input_count`)."""
-    if not (isinstance(row.get("task_id"), str) and row.get("type") in TASK_TYPES
-            and isinstance(row.get("program"), str) and isinstance(row.get("inputs"), list)
-            and all(isinstance(i, str) for i in row["inputs"])
-            and isinstance(row.get("message"), (str, type(None)))):
+    if not (
+        isinstance(row.get("task_id"), str)
+        and row.get("type") in TASK_TYPES
+        and isinstance(row.get("program"), str)
+        and isinstance(row.get("inputs"), list)
+        and all(isinstance(i, str) for i in row["inputs"])
+        and isinstance(row.get("message"), (str, type(None)))
+    ):
         return "malformed_row", None, None
     if len(row["inputs"]) != input_count(row["type"], code_f_inputs):
         return "wrong_input_count", f"{len(row['inputs'])} inputs", None

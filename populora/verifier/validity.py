@@ -48,7 +48,7 @@ VERIFY_REASONS = {
     "nondeterministic": "two separate executions gave different values",
     "sandbox_error": "the sandbox failed; not the program's fault",
     "copyable": "code_o/code_i output equals an argument of the input (only with propose.reject_copyable; "
-                "populora.tasks.tasks.mark_copyable)",
+    "populora.tasks.tasks.mark_copyable)",
     "heldout": "the program is a held-out pool program (stages.verify --heldout; populora.heldout.pool.mark_heldout)",
 }
 
@@ -102,9 +102,15 @@ def _verify_failure(detail: str) -> Callable[[], Outcome]:
     return lambda: ("sandbox_error", detail, [])
 
 
-def verify_rows(rows: Iterable, config: VerifySection | None = None, *, sandbox: Sandbox | None = None,
-                progress: Callable[[int], None] | None = None, code_f_inputs: int = CODE_F_INPUTS,
-                **overrides) -> list[dict]:
+def verify_rows(
+    rows: Iterable,
+    config: VerifySection | None = None,
+    *,
+    sandbox: Sandbox | None = None,
+    progress: Callable[[int], None] | None = None,
+    code_f_inputs: int = CODE_F_INPUTS,
+    **overrides,
+) -> list[dict]:
     """One output row per input row, in order: the row plus valid, reason, outputs, reason_detail.
 
     `config` is the `verify` section (default: its defaults); keyword `overrides` are its field
@@ -116,13 +122,15 @@ def verify_rows(rows: Iterable, config: VerifySection | None = None, *, sandbox:
     config = verify_config(config, **overrides)
     limits = limits_of(config)
     with sandbox_for(config, sandbox) as box:
-        thunks = [guarded(lambda row=row: _start_verification(row, box, limits, code_f_inputs), _verify_failure) for row in rows]
+        thunks = [
+            guarded(lambda row=row: _start_verification(row, box, limits, code_f_inputs), _verify_failure)
+            for row in rows
+        ]
         out = []
         for row, thunk in zip(rows, thunks):
             reason, detail, outputs = guarded(thunk, lambda d: _verify_failure(d)())
             base = dict(row) if isinstance(row, dict) else {"row": row}
-            out.append({**base, "valid": reason is None, "reason": reason, "outputs": outputs,
-                        "reason_detail": detail})
+            out.append({**base, "valid": reason is None, "reason": reason, "outputs": outputs, "reason_detail": detail})
             if progress:
                 progress(1)
         return out

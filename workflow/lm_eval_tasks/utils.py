@@ -32,8 +32,10 @@ def data_location(benchmark: str, data_dir: str | None = None) -> str:
         return f"{OFFICIAL_MATH_DATA}/{benchmark}/test.jsonl"
     path = Path(chosen).resolve() / "math" / benchmark / "test.jsonl"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found. Fix: pass --metadata '{{\"data_dir\": \"<folder holding math/>\"}}' "
-                                f"(or set {DATA_ENV}), or data_dir official for the published files.")
+        raise FileNotFoundError(
+            f'{path} not found. Fix: pass --metadata \'{{"data_dir": "<folder holding math/>"}}\' '
+            f"(or set {DATA_ENV}), or data_dir official for the published files."
+        )
     return str(path)
 
 
@@ -45,14 +47,18 @@ def _loader(benchmark: str):
 
     return load
 
+
 PROMPT_SUFFIX = "Please reason step by step, and put your final answer within \\boxed{}."
 
 
 def _processor(benchmark: str):
     def process_docs(dataset):
         def uniform(doc: dict) -> dict:
-            return {"populora_question": question_of(doc), "populora_gold": gold_answer(doc, benchmark),
-                    "populora_benchmark": benchmark}
+            return {
+                "populora_question": question_of(doc),
+                "populora_gold": gold_answer(doc, benchmark),
+                "populora_benchmark": benchmark,
+            }
 
         return dataset.map(uniform)
 
