@@ -300,8 +300,8 @@ def two_level_bootstrap(
         rows_a, rows_b = rng.integers(0, len(a), (k, len(a))), rng.integers(0, len(b), (k, len(b)))
         means_a = a[:, cols].mean(axis=2).T  # [k, seeds]: each seed's mean over the drawn problems
         means_b = b[:, cols].mean(axis=2).T
-        out[start : start + k] = np.take_along_axis(means_a, rows_a, 1).mean(axis=1) - np.take_along_axis(
-            means_b, rows_b, 1
-        ).mean(axis=1)
+        resampled_a = np.take_along_axis(means_a, rows_a, 1)  # [k, seeds]: the seeds drawn with replacement
+        resampled_b = np.take_along_axis(means_b, rows_b, 1)
+        out[start : start + k] = resampled_a.mean(axis=1) - resampled_b.mean(axis=1)
     low, high = np.percentile(out, [2.5, 97.5])
     return round(float(a.mean() - b.mean()), 6), round(float(low), 6), round(float(high), 6)
