@@ -3,7 +3,9 @@ families before unseen compositions, and the pool-level baselines (best constant
 sandbox."""
 
 import doctest
+import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -331,3 +333,50 @@ def test_the_ruler_and_the_studys_baselines_try_the_same_constants(sandbox):
     study_best = pool_baselines(pool, VerifySection())["code_i"]["best"]
     assert ruler_best["answer"] == study_best["answer"] == shown
     assert ruler_best["correct"] == study_best["correct"] == 3
+
+
+def _named_pools() -> set[str]:
+    """Every `heldout.pool_file` a params file of this checkout names (params.yaml and the overlays)."""
+    import yaml
+
+    from tests.conftest import REPO
+
+    named = set()
+    for path in [REPO / "params.yaml", *sorted((REPO / "params").glob("*.yaml"))]:
+        pool = ((yaml.safe_load(path.read_text()) or {}).get("heldout") or {}).get("pool_file")
+        if pool:
+            named.add(pool)
+    return named
+
+
+def test_every_pool_a_params_file_names_passes_the_five_percent_rule():
+    """Issue 55: every params file that names a pool names one whose best constant and copy (echo) baselines stay
+    at or under 5% of each type, by its committed `pool_baselines.json` (which the slow test below recomputes)."""
+    from tests.conftest import REPO
+
+    named = _named_pools()
+    assert named, "no params file names a pool"
+    for pool in named:
+        baselines = REPO / Path(pool).parent / "pool_baselines.json"
+        assert baselines.is_file(), f"{pool}: no pool_baselines.json beside it (python -m populora study-baselines)"
+        by_type = json.loads(baselines.read_text())["by_type"]
+        rows = [json.loads(line) for line in (REPO / pool).read_text().splitlines() if line.strip()]
+        for task_type, figures in by_type.items():
+            assert figures["n_tasks"] == sum(r["type"] == task_type for r in rows), f"{pool}: stale baselines"
+            assert figures["best"]["share"] <= 0.05 and figures["copy"]["share"] <= 0.05, (pool, task_type, figures)
+
+
+@pytest.mark.slow
+def test_the_committed_pool_baselines_are_what_the_sandbox_measures():
+    """The default pool's `pool_baselines.json` recomputed: every candidate constant graded in the sandbox
+    (about a minute), the same best counts per type."""
+    from populora.study.baselines import pool_baselines
+    from tests.conftest import REPO
+
+    for pool in _named_pools():
+        rows = [json.loads(line) for line in (REPO / pool).read_text().splitlines() if line.strip()]
+        committed = json.loads((REPO / Path(pool).parent / "pool_baselines.json").read_text())["by_type"]
+        measured = pool_baselines(rows)
+        assert {t: (f["best"]["correct"], f["copy"]["correct"]) for t, f in measured.items()} == {
+            t: (f["best"]["correct"], f["copy"]["correct"]) for t, f in committed.items()
+        }
