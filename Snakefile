@@ -143,7 +143,7 @@ for stage in STAGES:
         log:
             stage.log_template(),
         benchmark:
-            stage.benchmark_template()  # one TSV row per job; the report stage tabulates them
+            stage.timings_template()  # one TSV row per job; the report stage tabulates them
         priority: stage.priority  # the training chain before the benchmarks (workflow/dag.py Stage.priority)
         localrule: stage.local  # seconds-long CPU stages run on the submitting node, not as cluster jobs
         # a few cores per GPU job, not all; the sandbox stages one per worker (verify.workers).

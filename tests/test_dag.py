@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO
 from workflow import render_dvc
-from workflow.dag import BENCHMARKS_DIR, STAGES
+from workflow.dag import TIMINGS_DIR, STAGES
 
 BIN = str(Path(sys.executable).parent)
 
@@ -254,9 +254,9 @@ def test_a_collected_folder_holds_outputs_of_the_stages_it_names():
 
 def test_every_job_is_timed_beside_its_log():
     for stage in STAGES:
-        log, benchmark = stage.log_template(), stage.benchmark_template()
-        assert benchmark.startswith(BENCHMARKS_DIR + "/") and benchmark.endswith(".tsv")
-        assert Path(benchmark).relative_to(BENCHMARKS_DIR).with_suffix("") == Path(log).relative_to(
+        log, benchmark = stage.log_template(), stage.timings_template()
+        assert benchmark.startswith(TIMINGS_DIR + "/") and benchmark.endswith(".tsv")
+        assert Path(benchmark).relative_to(TIMINGS_DIR).with_suffix("") == Path(log).relative_to(
             Path(log).parents[1]
         ).with_suffix("")  # <stage>/<key>, the log's
 
@@ -296,7 +296,7 @@ def test_the_report_runs_after_every_other_stage():
             upstream |= found
     assert upstream == {stage.name for stage in STAGES} - {"report"}
     report = stage_named("report")
-    assert report.untracked == {"timings": BENCHMARKS_DIR} and BENCHMARKS_DIR not in report.inputs.values()
+    assert report.untracked == {"timings": TIMINGS_DIR} and TIMINGS_DIR not in report.inputs.values()
 
 
 def test_rule_all_spells_no_path():

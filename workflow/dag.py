@@ -61,8 +61,8 @@ LIVE = {"history": HISTORY, "steps": UPDATE_STEPS, "progress": PROGRESS, "tracki
 UPDATE_DIR = f"{GEN_DIR}/update/{{part}}"  # one update job's adapters, optimizer moments and statistics
 LOG = f"{RESULTS}/logs/{{stage}}/{{key}}.log"
 # Snakemake's `benchmark:` file of each job (wall seconds, max RSS, CPU time: one TSV row); DVC writes none
-BENCHMARKS_DIR = f"{RESULTS}/timings"  # not results/bench (the model benchmarks)
-BENCHMARK = f"{BENCHMARKS_DIR}/{{stage}}/{{key}}.tsv"
+TIMINGS_DIR = f"{RESULTS}/timings"  # not results/bench (the model benchmarks)
+TIMINGS_FILE = f"{TIMINGS_DIR}/{{stage}}/{{key}}.tsv"
 REPORT_CAPTIONS = "workflow/report"  # captions (reStructuredText) of what `snakemake --report` shows
 
 
@@ -206,9 +206,9 @@ class Stage:
         key = "-".join(f"{{{w}}}" for w in self.wildcards) or "all"
         return LOG.format(stage=self.name, key=key)
 
-    def benchmark_template(self) -> str:
+    def timings_template(self) -> str:
         """Snakemake's timing file of one job (`benchmark:`), beside the log: `<stage>/<key>.tsv`."""
-        return BENCHMARK.format(stage=self.name, key=Path(self.log_template()).stem)
+        return TIMINGS_FILE.format(stage=self.name, key=Path(self.log_template()).stem)
 
     def caption(self) -> str:
         """The caption of this stage's outputs in Snakemake's HTML report (see `Shown`)."""
@@ -601,7 +601,7 @@ STAGES += (
             "warm_start": WARM_START,
         },
         collects={"results": BENCH_WRITERS, "dynamics": ("dynamics",)},
-        untracked={"timings": BENCHMARKS_DIR},  # the other jobs' timings: they all ran before the report
+        untracked={"timings": TIMINGS_DIR},  # the other jobs' timings: they all ran before the report
         outputs={"report": f"{RESULTS}/report"},
         directories=("report",),
         params=("dag.arms", "bench.benchmarks", "bench.together", "sampler.engine", "bench.roles", "population"),

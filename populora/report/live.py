@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import fcntl
 import json
-import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from populora.core.io import write_json
+from populora.core.stats import is_finite_number
 from populora.report.panels import PANELS
 
 UPDATE_STEP = re.compile(r"^update\.(?P<slot>[^.]+)\.step(?P<step>\d+)\.(?P<figure>[a-z_]+)$")
@@ -86,7 +86,7 @@ def step_rows(rows: list[dict]) -> list[dict]:
         steps: dict[int, dict] = {}
         for key, value in row.items():
             match = UPDATE_STEP.match(key)
-            if match and is_number(value):
+            if match and is_finite_number(value):
                 steps.setdefault(int(match["step"]), {})[f"{match['slot']}.{match['figure']}"] = value
         for k in sorted(steps):
             out.append(
@@ -98,12 +98,7 @@ def step_rows(rows: list[dict]) -> list[dict]:
 def progress(rows: list[dict]) -> dict:
     """The last generation's figures of one arm (PROGRESS_KEYS), for progress.json."""
     last = max(rows, key=lambda r: r["generation"]) if rows else {}
-    return {name: last[key] for key, name in PROGRESS_KEYS if is_number(last.get(key))}
-
-
-def is_number(value) -> bool:
-    """A finite int or float (not a bool): what a table or a tracker can plot."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return {name: last[key] for key, name in PROGRESS_KEYS if is_finite_number(last.get(key))}
 
 
 @contextmanager

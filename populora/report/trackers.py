@@ -25,7 +25,8 @@ import uuid
 from pathlib import Path
 
 from populora.core.io import write_json
-from populora.report.live import UPDATE_STEP, is_number
+from populora.core.stats import is_finite_number
+from populora.report.live import UPDATE_STEP
 
 RUN_FILE = "run.json"
 
@@ -33,7 +34,9 @@ RUN_FILE = "run.json"
 def scalars(row: dict, *, skip=("generation", "step", "step_in_generation")) -> dict[str, float]:
     """The numeric figures of a history row, named with `/` between groups (trackers' convention):
     `code_o.solve_rate` -> `code_o/solve_rate`."""
-    return {key.replace(".", "/"): float(value) for key, value in row.items() if key not in skip and is_number(value)}
+    return {
+        key.replace(".", "/"): float(value) for key, value in row.items() if key not in skip and is_finite_number(value)
+    }
 
 
 def generation_scalars(row: dict) -> dict[str, float]:

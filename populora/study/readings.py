@@ -17,7 +17,7 @@ from statistics import mean
 import numpy as np
 
 from populora.bench.diagnostics import TRAINING_TYPES
-from populora.core.stats import t_interval
+from populora.core.stats import is_finite_number, t_interval
 from populora.study.runs import READ_BENCHES
 
 ACCOUNTING = ("optimizer_steps", "trained_tokens", "rollouts_with_signal", "delta_norm")
@@ -158,18 +158,14 @@ def run_rows(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and bool(np.isfinite(value))
-
-
 def headline_rows(groups: dict[str, list[dict]]) -> list[dict]:
     """Per control and numeric headline key (runs from `dvc exp show`: results/headline.json): n, mean,
     sd, min, max, the mean's 95% t-interval across seeds (None with one seed) and the seeds."""
     rows = []
     for control, members in groups.items():
-        keys = sorted({k for r in members for k, v in (r.get("headline") or {}).items() if _is_number(v)})
+        keys = sorted({k for r in members for k, v in (r.get("headline") or {}).items() if is_finite_number(v)})
         for key in keys:
-            kept = [r for r in members if _is_number((r.get("headline") or {}).get(key))]
+            kept = [r for r in members if is_finite_number((r.get("headline") or {}).get(key))]
             values = [float(r["headline"][key]) for r in kept]
             rows.append(
                 {
