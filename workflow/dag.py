@@ -63,7 +63,7 @@ LOG = f"{RESULTS}/logs/{{stage}}/{{key}}.log"
 # Snakemake's `benchmark:` file of each job (wall seconds, max RSS, CPU time: one TSV row); DVC writes none
 TIMINGS_DIR = f"{RESULTS}/timings"  # not results/bench (the model benchmarks)
 TIMINGS_FILE = f"{TIMINGS_DIR}/{{stage}}/{{key}}.tsv"
-REPORT_CAPTIONS = "workflow/report"  # captions (reStructuredText) of what `snakemake --report` shows
+REPORT_CAPTIONS = "workflow/captions"  # captions (reStructuredText) of what `snakemake --report` shows
 
 
 # Wildcards of each scope; a stage runs once per combination (see `scope_items`).
@@ -86,7 +86,7 @@ FAN_IN_SCOPES = ("gen",)  # a fan-in input is listed once per generation of the 
 class Shown:
     """An output shown in Snakemake's HTML report (`snakemake --report report.html`): its category
     and subcategory there (may use the stage's wildcards), and for a folder the patterns of the files
-    shown (`{name}.png`); the caption is `workflow/report/<stage>.rst`."""
+    shown (`{name}.png`); the caption is `workflow/captions/<stage>.rst`."""
 
     category: str
     subcategory: str | None = None
