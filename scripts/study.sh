@@ -8,7 +8,7 @@
 # that folder), so no result lives only in a work tree or cache.
 #
 #   bash scripts/study.sh /path/to/study-clone 2t2s:0 baseline:0 1t1s:0 ...
-#   python -m populora.study study/runs --out study [--plan study/<name>/plan.yaml]   # table + figure across seeds
+#   python -m populora.analysis study/runs --out study [--plan study/<name>/plan.yaml]   # table + figure across seeds
 #
 # STUDY_OVERLAY (default params/cpu-study.yaml) is the overlay the clone applies, STUDY_RUNS (default
 # study/runs) where runs are committed; STUDY_OVERLAY may name several overlays, applied in order
@@ -141,21 +141,21 @@ earlier_attempts() {
 
 # Issue 51's measurements of a run's adapters, taken before the next experiment replaces them (optional):
 # STUDY_PASSK=<answers per task> (e.g. 64): pass@k of the final students on the run's held-out pool
-# (populora.study.passk; the base model too in the first run that measures it, the others leave it out);
-# STUDY_CROSSPLAY=<tasks per generation> (e.g. 8): a population's cross-play matrix (populora.study.crossplay).
+# (populora.analysis.passk; the base model too in the first run that measures it, the others leave it out);
+# STUDY_CROSSPLAY=<tasks per generation> (e.g. 8): a population's cross-play matrix (populora.analysis.crossplay).
 # Each writes into the run folder (passk/, crossplay/); a failure is logged and the run is kept without it.
 # Both run the clone's code (the run's own commit), so that commit must have the modules.
 measure_final() {
   local clone=$1 name=$2 arm=$3 tmp=$4 base_flag=()
   if [ -n "${STUDY_PASSK:-}" ] && [ -s "$clone/results/heldout/pool.jsonl" ]; then
     grep -qs '"base"' "$here/$runs"/*/passk/passk.json && base_flag=(--no-base)
-    (cd "$clone" && PYTHONPATH="$clone" python -m populora.study.passk --pool results/heldout/pool.jsonl \
+    (cd "$clone" && PYTHONPATH="$clone" python -m populora.analysis.passk --pool results/heldout/pool.jsonl \
        --params params.yaml --base-model results/base_model --run "$name=results/$arm" --samples "$STUDY_PASSK" \
        "${base_flag[@]}" --out "$tmp/passk") >> "$clone/$name.log" 2>&1 \
       || echo "$(date -u +%FT%TZ) $name: pass@k failed, kept without it (see $clone/$name.log)" >&2
   fi
   if [ -n "${STUDY_CROSSPLAY:-}" ] && [ "$arm" = population ]; then
-    (cd "$clone" && PYTHONPATH="$clone" python -m populora.study.crossplay results --arm "$arm" --params params.yaml \
+    (cd "$clone" && PYTHONPATH="$clone" python -m populora.analysis.crossplay results --arm "$arm" --params params.yaml \
        --tasks-per-gen "$STUDY_CROSSPLAY" --out "$tmp/crossplay") >> "$clone/$name.log" 2>&1 \
       || echo "$(date -u +%FT%TZ) $name: cross-play failed, kept without it (see $clone/$name.log)" >&2
   fi
@@ -171,11 +171,11 @@ clone=$(realpath -m "$clone")  # commands below cd into it: a relative path woul
 shift
 export PATH="$here/.venv/bin:$PATH"
 
-# STUDY_PLAN (study/<name>/plan.yaml, populora/study/plan.py): every CONTROL:SEED must be declared there
+# STUDY_PLAN (study/<name>/plan.yaml, populora/analysis/plan.py): every CONTROL:SEED must be declared there
 # (a seed of the answer or a tuning seed) before anything runs
 if [ -n "${STUDY_PLAN:-}" ]; then
   for item in "$@"; do
-    PYTHONPATH="$here" python -m populora.study.plan "$here/$STUDY_PLAN" "${item%%:*}" "${item##*:}" || exit 1
+    PYTHONPATH="$here" python -m populora.analysis.plan "$here/$STUDY_PLAN" "${item%%:*}" "${item##*:}" || exit 1
   done
 fi
 

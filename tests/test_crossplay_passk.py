@@ -1,6 +1,6 @@
-"""Issue 51's measuring tools: the cross-play matrix (`populora.study.crossplay`: every generation's
+"""Issue 51's measuring tools: the cross-play matrix (`populora.analysis.crossplay`: every generation's
 students on a frozen sample of every generation's teachers' tasks) and pass@k on the held-out pool
-(`populora.study.passk`, the unbiased estimator of `populora.heldout.scoring.pass_at_k`)."""
+(`populora.analysis.passk`, the unbiased estimator of `populora.heldout.scoring.pass_at_k`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import shutil
 import pytest
 import yaml
 
+from populora.analysis.crossplay import crossplay_matrix, generation_dirs, sample_tasks
+from populora.analysis.passk import curves, ks_for, subsample
 from populora.heldout.scoring import pass_at_k, pass_at_k_curve
-from populora.study.crossplay import crossplay_matrix, generation_dirs, sample_tasks
-from populora.study.passk import curves, ks_for, subsample
 
 # --- pass@k ------------------------------------------------------------------------------------------
 
@@ -189,7 +189,7 @@ def _finished_run(tmp_path, tiny_model_dir, tiny_params_dict):
 
 
 def test_crossplay_command_on_a_tiny_finished_run(tiny_model_dir, tiny_params_dict, tmp_path):
-    from populora.study import crossplay
+    from populora.analysis import crossplay
 
     params, results = _finished_run(tmp_path, tiny_model_dir, tiny_params_dict)
     assert sorted(generation_dirs(results, "population")) == [0, 1]
@@ -225,7 +225,7 @@ def test_crossplay_command_on_a_tiny_finished_run(tiny_model_dir, tiny_params_di
         set(v) == set(sampled) for v in doc["verdicts"].values()
     )
     assert doc["members"]["g001-student1"]["slot"] == "student1" and doc["command"].startswith(
-        "python -m populora.study.crossplay"
+        "python -m populora.analysis.crossplay"
     )
     assert (out / "crossplay.png").stat().st_size > 0
     # a generation that is not there is refused, naming it
@@ -233,8 +233,8 @@ def test_crossplay_command_on_a_tiny_finished_run(tiny_model_dir, tiny_params_di
 
 
 def test_passk_command_on_the_tiny_model(tiny_model_dir, tiny_params_dict, tmp_path):
+    from populora.analysis import passk
     from populora.heldout.pool import accept_into_pool, attach_examples
-    from populora.study import passk
     from populora.tasks.tasks import seed_proposals
     from populora.verifier import verify_rows
 
@@ -307,8 +307,8 @@ def test_passk_command_on_the_tiny_model(tiny_model_dir, tiny_params_dict, tmp_p
 def test_the_study_reports_pass_at_k_per_control_across_seeds(tmp_path):
     """Run folders holding passk/passk.json (scripts/study.sh STUDY_PASSK): per control and k the mean over
     seeds with its interval, the base from the run that measured it, Welch between controls, a table and a panel."""
-    from populora.study.__main__ import main
-    from populora.study.figure import figure_panels
+    from populora.analysis.__main__ import main
+    from populora.analysis.figure import figure_panels
     from tests.test_study_runs import _run
 
     root = tmp_path / "runs"

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO
 from workflow import render_dvc
-from workflow.dag import TIMINGS_DIR, STAGES
+from workflow.dag import STAGES, TIMINGS_DIR
 
 BIN = str(Path(sys.executable).parent)
 

@@ -1,4 +1,4 @@
-"""The study's intervals keep their promise at the design it runs (populora/study/design_coverage.py): seeds
+"""The study's intervals keep their promise at the design it runs (populora/analysis/design_coverage.py): seeds
 per control as run, unequal spreads, a true effect as well as none, both endpoints; and the simulation scores
 with the study's own code (`seed_comparison`)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from populora.analysis import design_coverage as dc
 from populora.core.stats import BASE_MEASURED, WELCH, sampled_mean_variance, seed_comparison
-from populora.study import design_coverage as dc
 
 
 @pytest.fixture(scope="module")

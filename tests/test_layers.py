@@ -12,7 +12,7 @@ from tests.conftest import REPO
 
 PACKAGE = REPO / "populora"
 # folder -> the populora folders it must not import
-# study/ (the study analysis) is the top floor: no other folder imports it; the statistics every floor shares
+# analysis/ (the study analysis) is the top floor: no other folder imports it; the statistics every floor shares
 # live in core/stats.py. tasks/ (the task world: task rows, parsing, prompts, roles, program metrics, the families)
 # is the ground floor beside core/: torch-free, it imports nothing above core. verifier/ sits on it; rl/ (the training
 # step) beside verifier/, neither importing the other. The held-out pool (heldout/) sits above rl and verifier (it
@@ -26,25 +26,25 @@ ABOVE_TASKS = (
     "verifier",
     "sandbox",
     "control",
-    "study",
+    "analysis",
     "heldout",
     "warmstart",
 )
 FORBIDDEN = {
     "core": ("tasks", *ABOVE_TASKS),
     "tasks": ABOVE_TASKS,
-    "lm": ("rl", "population", "bench", "report", "verifier", "sandbox", "control", "study", "heldout", "warmstart"),
-    "population": ("rl", "bench", "report", "control", "study", "heldout", "warmstart"),
-    "bench": ("report", "control", "study", "warmstart"),
-    "report": ("control", "study"),
-    "control": ("report", "study"),
-    "rl": ("verifier", "heldout", "bench", "report", "control", "study", "warmstart"),
-    "verifier": ("rl", "heldout", "bench", "report", "population", "control", "study", "warmstart"),
-    "heldout": ("bench", "report", "population", "control", "study", "warmstart"),
-    "sandbox": ("lm", "rl", "population", "bench", "report", "verifier", "control", "study", "heldout", "warmstart"),
+    "lm": ("rl", "population", "bench", "report", "verifier", "sandbox", "control", "analysis", "heldout", "warmstart"),
+    "population": ("rl", "bench", "report", "control", "analysis", "heldout", "warmstart"),
+    "bench": ("report", "control", "analysis", "warmstart"),
+    "report": ("control", "analysis"),
+    "control": ("report", "analysis"),
+    "rl": ("verifier", "heldout", "bench", "report", "control", "analysis", "warmstart"),
+    "verifier": ("rl", "heldout", "bench", "report", "population", "control", "analysis", "warmstart"),
+    "heldout": ("bench", "report", "population", "control", "analysis", "warmstart"),
+    "sandbox": ("lm", "rl", "population", "bench", "report", "verifier", "control", "analysis", "heldout", "warmstart"),
     # the warm start sits beside the held-out pool (it verifies, prompts, trains; its study scores CRUXEval
     # through bench/); only stages and the controls above it use it
-    "warmstart": ("report", "population", "control", "study"),
+    "warmstart": ("report", "population", "control", "analysis"),
 }
 
 
@@ -117,7 +117,7 @@ def test_no_stage_imports_the_study_analysis():
         f"{path.name} imports {name}"
         for path in sorted((REPO / "stages").glob("*.py"))
         for name in sorted(_imports(path))
-        if name == "populora.study" or name.startswith("populora.study.")
+        if name == "populora.analysis" or name.startswith("populora.analysis.")
     ]
     assert not offending
 

@@ -1,4 +1,4 @@
-"""The study command fed by DVC experiments (populora/study/experiments.py): experiments from `dvc exp
+"""The study command fed by DVC experiments (populora/analysis/experiments.py): experiments from `dvc exp
 show --json` grouped into controls by arm and ablation, through the same analyser as committed runs
 (mean and spread across seeds with the t-interval, population minus baseline across seeds); slow: a real
 DVC queue of two seeds on tiny params.
@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from populora.study import experiments as study
-from populora.study.__main__ import main as study_main
-from populora.study.analysis import summarize, verdict
+from populora.analysis import experiments as study
+from populora.analysis.__main__ import main as study_main
+from populora.analysis.comparisons import summarize, verdict
 from tests.conftest import REPO
 from tests.dvc_project import BIN, new_dvc_project
 from tests.dvc_project import env as dvc_env
@@ -237,7 +237,7 @@ def test_study_of_a_queue_of_two_seeds(tmp_path, tiny_params_dict):
     for seed in (0, 1):
         _run(root, f"{BIN}/dvc", "exp", "run", "--queue", "-n", f"seed{seed}", "-S", f"base.seed={seed}")
     _drain_queue(root, tmp_path / "queue-worker.log")
-    _run(root, f"{BIN}/python", "-m", "populora.study", "--dvc", "--out", str(tmp_path / "study"))
+    _run(root, f"{BIN}/python", "-m", "populora.analysis", "--dvc", "--out", str(tmp_path / "study"))
     result = json.loads((tmp_path / "study" / "study.json").read_text())
     assert sorted(result["runs"]) == ["seed0", "seed1"]
     rows = {r["key"]: r for r in result["headline"]}

@@ -189,8 +189,8 @@ def test_signal_accounting_separates_format_from_correctness():
 
 
 def test_signal_accounting_reaches_the_report_and_the_study_tables():
+    from populora.analysis.readings import signal_generation
     from populora.report.dynamics import signal_table
-    from populora.study.readings import signal_generation
 
     rows = [
         {

@@ -298,7 +298,7 @@ def test_the_ruler_and_the_studys_baselines_try_the_same_constants(sandbox):
     """A list one `code_o` task is shown is a constant `code_i` answer too: pool v3's first pick missed
     `[11, 10, 4, 2]` (7 of 128 code_i tasks) because the ruler tried only the code_i tasks' own inputs, which the
     study's baselines did not. Both now take `populora.verifier.baselines.constant_candidates`."""
-    from populora.study.baselines import pool_baselines
+    from populora.analysis.baselines import pool_baselines
 
     shown = "[11, 10, 4, 2]"
     pool = [
@@ -370,7 +370,7 @@ def test_every_pool_a_params_file_names_passes_the_five_percent_rule():
 def test_the_committed_pool_baselines_are_what_the_sandbox_measures():
     """The default pool's `pool_baselines.json` recomputed: every candidate constant graded in the sandbox
     (about a minute), the same best counts per type."""
-    from populora.study.baselines import pool_baselines
+    from populora.analysis.baselines import pool_baselines
     from tests.conftest import REPO
 
     for pool in _named_pools():

@@ -1,5 +1,5 @@
 """The one statistics module (populora/core/stats.py): intervals that keep their 95% promise in the
-learning study's shape (simulated null studies, populora/study/calibration.py), and an MDE that is
+learning study's shape (simulated null studies, populora/analysis/calibration.py), and an MDE that is
 never 0.
 
     python -m pytest -m "" -n 0 tests/test_stats.py -q      # a few seconds
@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from populora.analysis import calibration
 from populora.core.stats import (
     ONE_SAMPLE,
     ONE_SEED,
@@ -22,7 +23,6 @@ from populora.core.stats import (
     two_level_bootstrap,
     welch_interval,
 )
-from populora.study import calibration
 from tests.mutants import broken_copy
 
 
@@ -30,7 +30,7 @@ from tests.mutants import broken_copy
 def null_coverage() -> dict:
     """1,000 simulated null studies of three seeds per control that take off (~10 gains) or not (~0.5),
     gains on the same 20 tasks, a fixed base verdict vector (the issue's shape); the bootstrap with
-    500 draws a study (the reported one takes 4,000: it covers no better, `python -m populora.study.calibration`)."""
+    500 draws a study (the reported one takes 4,000: it covers no better, `python -m populora.analysis.calibration`)."""
     return calibration.coverage(1000, 3, draws=500, seed=0, methods=("t.between", "bootstrap.between"))
 
 

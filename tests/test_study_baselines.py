@@ -1,4 +1,4 @@
-"""What a held-out pool gives away without reasoning (populora/study/baselines.py): the best constant
+"""What a held-out pool gives away without reasoning (populora/analysis/baselines.py): the best constant
 answer and the copy baseline per task type, graded in the sandbox by the project's grader, and printed
 by the study beside the pool's scores.
 
@@ -7,8 +7,8 @@ by the study beside the pool's scores.
 
 from __future__ import annotations
 
-from populora.study.baselines import candidates, pool_baselines
-from populora.study.tables import baselines_lines
+from populora.analysis.baselines import candidates, pool_baselines
+from populora.analysis.tables import baselines_lines
 
 
 def _task(task_id: str, task_type: str, program: str, inputs: str, outputs: str) -> dict:

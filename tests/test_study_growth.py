@@ -1,8 +1,8 @@
-"""populora.study.growth: per-step growth of sum ||B A||_F, children's first steps told apart."""
+"""populora.analysis.growth: per-step growth of sum ||B A||_F, children's first steps told apart."""
 
 import json
 
-from populora.study.growth import main, read_run, step_growth, summarize
+from populora.analysis.growth import main, read_run, step_growth, summarize
 
 
 def rows(norms: dict[str, list[float]]) -> list[dict]:

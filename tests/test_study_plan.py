@@ -1,4 +1,4 @@
-"""Seeds declared before the runs (populora/study/plan.py): tuning seeds marked and left out of the
+"""Seeds declared before the runs (populora/analysis/plan.py): tuning seeds marked and left out of the
 answer, departures from the plan flagged, the primary comparison reported; the learning study's
 retroactive plan against its committed runs.
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from populora.study import plan as study_plan
-from populora.study.__main__ import main
-from populora.study.analysis import summarize
-from populora.study.runs import load_runs
+from populora.analysis import plan as study_plan
+from populora.analysis.__main__ import main
+from populora.analysis.comparisons import summarize
+from populora.analysis.runs import load_runs
 from tests.conftest import REPO
 from tests.test_study_runs import _heldout, _run, _write
 

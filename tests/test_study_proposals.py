@@ -1,4 +1,4 @@
-"""The study analyser's reading of what the proposers wrote (`populora.study.proposals`): task complexity
+"""The study analyser's reading of what the proposers wrote (`populora.analysis.proposals`): task complexity
 and coverage by generation per control across seeds, their change from first to last generation, the
 comparisons between controls, and their table and figure panels (issue 51)."""
 
@@ -8,12 +8,12 @@ import json
 
 import pytest
 
+from populora.analysis.__main__ import main
+from populora.analysis.comparisons import group
+from populora.analysis.figure import figure_panels
+from populora.analysis.proposals import proposal_dynamics, proposal_tables
+from populora.analysis.runs import empty_run
 from populora.report import DYNAMICS_TABLE
-from populora.study.__main__ import main
-from populora.study.analysis import group
-from populora.study.figure import figure_panels
-from populora.study.proposals import proposal_dynamics, proposal_tables
-from populora.study.runs import empty_run
 from tests.test_study_runs import _run
 
 # per control, the AST depth of each seed's valid code_o programs by generation: the single agent collapses, the

@@ -1,4 +1,4 @@
-"""The study analyser over committed runs (populora/study/): per-control t-intervals over seeds, Welch's
+"""The study analyser over committed runs (populora/analysis/): per-control t-intervals over seeds, Welch's
 interval between controls across seeds, accounting and diagnostics, on hand-made run folders.
 
     python -m pytest -m "" -n 0 tests/test_study_runs.py -q
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import yaml
 
-from populora.study.__main__ import main
-from populora.study.analysis import nocopy, summarize
-from populora.study.figure import figure_panels
-from populora.study.runs import load_runs
-from populora.study.tables import wall_cell
+from populora.analysis.__main__ import main
+from populora.analysis.comparisons import nocopy, summarize
+from populora.analysis.figure import figure_panels
+from populora.analysis.runs import load_runs
+from populora.analysis.tables import wall_cell
 
 N = 60
 
@@ -197,7 +197,7 @@ def test_no_runs_is_a_clear_error(tmp_path, capsys):
 
 
 def test_without_copies_counts_copied_answers_wrong_and_keeps_the_rest():
-    from populora.study.runs import without_copies
+    from populora.analysis.runs import without_copies
 
     verdicts = {"a": 1, "b": 1, "c": 0, "d": 1}
     flags = {"copies_input": ["a"], "copies_argument": ["c", "d"], "correct": ["a", "b", "d"]}
@@ -231,7 +231,7 @@ def test_copy_free_reading_is_left_out_where_a_run_has_no_answer_flags(runs):
 
 
 def test_points_never_print_a_negative_zero():
-    from populora.study.tables import _pts
+    from populora.analysis.tables import _pts
 
     assert (_pts(-1e-9), _pts(0.0), _pts(-0.015), _pts(None), _pts(float("nan"))) == ("0.0", "0.0", "-1.5", "-", "-")
 
@@ -389,7 +389,7 @@ def test_gold_log_likelihood_is_compared_in_nats(runs, tmp_path):
 
 
 def test_curve_table_puts_the_mde_beside_each_null_never_zero():
-    from populora.study.tables import curve_table
+    from populora.analysis.tables import curve_table
 
     point = {"mean": 0.1, "low": 0.05, "high": 0.15, "n": 3}
     comparisons = [  # generation 0: every seed scored the base; 1: a null with spread; 2: an effect; 3: one seed
@@ -508,8 +508,8 @@ def test_the_pass_rate_endpoint_carries_the_sampled_bases_noise(runs, tmp_path):
     """The primary endpoint (issue 57): the pass rate over heldout.samples answers at temperature 1. The base
     was sampled too, so its variance (`sampled_mean_variance`) widens the interval against it; the same seeds
     against a fixed base row would give a narrower one."""
+    from populora.analysis.comparisons import base_row, score_matrix
     from populora.core.stats import BASE_MEASURED, ONE_SAMPLE, sampled_mean_variance, seed_comparison
-    from populora.study.analysis import base_row, score_matrix
 
     for seed in range(3):
         _heldout(runs, "2t2s", seed, [0.2, 0.5])

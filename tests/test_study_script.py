@@ -233,11 +233,11 @@ def test_final_measurements_run_only_when_asked_and_measure_the_base_once(tmp_pa
 
     assert measure("population") == []  # asked for nothing
     passk, crossplay = measure("population", STUDY_PASSK="64", STUDY_CROSSPLAY="8")
-    assert passk.startswith("-m populora.study.passk --pool results/heldout/pool.jsonl") and "--no-base" not in passk
+    assert passk.startswith("-m populora.analysis.passk --pool results/heldout/pool.jsonl") and "--no-base" not in passk
     assert "--run run-s3=results/population --samples 64" in passk and passk.endswith(f"--out {tmp}/passk")
     assert (
         crossplay
-        == f"-m populora.study.crossplay results --arm population --params params.yaml --tasks-per-gen 8 --out {tmp}/crossplay"
+        == f"-m populora.analysis.crossplay results --arm population --params params.yaml --tasks-per-gen 8 --out {tmp}/crossplay"
     )
     committed = here / "study" / "runs" / "run-s1" / "passk"  # an earlier run measured the base
     committed.mkdir(parents=True)

@@ -27,7 +27,7 @@ type, from each generation's solve_tasks.jsonl and graded.jsonl, plus `copies` a
 paid for it, not only in the benchmark.
 
 `answer_flags` keeps the problems behind each count (task ids), so a study can score a model
-with its copied answers left out (`populora.study.runs.without_copies`).
+with its copied answers left out (`populora.analysis.runs.without_copies`).
 """
 
 from __future__ import annotations

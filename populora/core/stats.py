@@ -1,5 +1,5 @@
 """The project's one statistics module: the run report's per-result and paired-problem figures, and
-the study's comparisons across seeds. Pure functions, seeded; `populora.study.calibration` shows by
+the study's comparisons across seeds. Pure functions, seeded; `populora.analysis.calibration` shows by
 simulation which intervals keep their 95% promise in which shape of data.
 
 * `wilson_interval`            one model's score on n problems;
@@ -170,7 +170,7 @@ def resolution(n_problems: int) -> float:
 def welch_interval(a: Sequence[float], b: Sequence[float], sd_floor: float = 0.0, *, df_rule: str = "hsu") -> dict:
     """mean(a) - mean(b) with Welch's 95% interval (unequal variances) and its MDE; both sides need 2 values or
     more; each side's standard deviation is at least `sd_floor` (`resolution`). Degrees of freedom (`df_rule`):
-    Hsu's, the smaller side's values - 1 (the default: `populora.study.design_coverage` shows
+    Hsu's, the smaller side's values - 1 (the default: `populora.analysis.design_coverage` shows
     Welch-Satterthwaite's, which can be near the sum of both sides, covering 92% where 95% is promised when
     seeds take off or not and the two controls' spreads differ), or "satterthwaite". Where neither side
     varies the interval has width 0.
@@ -238,7 +238,7 @@ def seed_comparison(
     answers at temperature 1: `sampled_mean_variance`); the interval against the base then adds it to the
     seeds' squared standard error, with Satterthwaite's degrees of freedom (the base's taken as many). Without
     it a control that barely varies between seeds gets an interval that ignores the base's own noise
-    (`populora.study.design_coverage`: 64% coverage where 95% is promised); the degrees of freedom stay the
+    (`populora.analysis.design_coverage`: 64% coverage where 95% is promised); the degrees of freedom stay the
     seeds' - 1 (conservative: the base's variance is known far better than the seeds').
 
     Where `verdicts` (0/1 per problem) the seed-level standard deviation is at least `resolution` and the
@@ -287,7 +287,7 @@ def two_level_bootstrap(
 ) -> tuple[float, float, float]:
     """(difference, low, high): mean(a) - mean(b) with a 95% percentile interval from resampling
     seeds (rows, independently per side) and then problems (columns, one draw for both sides).
-    Not used for a reported figure: `populora.study.calibration` shows it under-covers with three
+    Not used for a reported figure: `populora.analysis.calibration` shows it under-covers with three
     seeds that either take off or not (the shape of the learning study)."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     if b.shape[1] != a.shape[1]:

@@ -14,7 +14,7 @@
 * `html`        `report.html`: report.md as one self-contained page (figures inlined);
 * `timings`     the per-job timings of a Snakemake run (its `benchmark:` files), summed per stage.
 
-The study analysis across runs and seeds lives in `populora.study` (`python -m populora.study`), the
+The study analysis across runs and seeds lives in `populora.analysis` (`python -m populora.analysis`), the
 statistics both use in `populora.core.stats`.
 """
 

@@ -98,7 +98,7 @@ def write_report(
                 "### Paired differences (same problems)",
                 "",
                 "Per-problem differences resampled over problems (2000 paired-bootstrap samples): the uncertainty of "
-                "these models on other problems, not of another seed's run (`python -m populora.study` compares seeds). "
+                "these models on other problems, not of another seed's run (`python -m populora.analysis` compares seeds). "
                 "An interval that covers 0 means no detectable difference at this sample size. The best / weakest "
                 "student is chosen on the same data, which the intervals do not account for. The minimum detectable "
                 "effect is the true difference found with 80% power at the 5% level, never below the rule-of-three "

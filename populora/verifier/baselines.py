@@ -14,7 +14,7 @@ what it is shown.
     verdicts = baseline_verdicts(tasks, params.verify, sandbox=box)   # task_id -> {"copy": bool} or {"echo": bool}
 
 The best constant's candidates are defined here once (`constant_candidates`, `constant_answer`): the pool ruler
-(`populora.heldout.ruler`) picks a pool under them and the study's baselines (`populora.study.baselines`) report
+(`populora.heldout.ruler`) picks a pool under them and the study's baselines (`populora.analysis.baselines`) report
 them, so the two cannot disagree about a pool.
 """
 

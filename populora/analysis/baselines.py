@@ -1,7 +1,7 @@
 """What a held-out pool gives away without reasoning: the best constant answer and the copy baseline,
 per task type, graded by the project's own grader (`populora.heldout.scoring.pool_verdicts`).
 
-    python -m populora.study.baselines study/learning/heldout_pool.jsonl --out study/learning/pool_baselines.json
+    python -m populora.analysis.baselines study/learning/heldout_pool.jsonl --out study/learning/pool_baselines.json
 
 * **best constant**: one answer given to every task of a type. Candidates: every gold input and output
   in the pool and small literals (`populora.verifier.baselines.constant_candidates`, the ruler's); each is

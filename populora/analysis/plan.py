@@ -1,7 +1,7 @@
 """A study's plan, committed before its first run: `study/<name>/plan.yaml`.
 
-    python -m populora.study study/learning/runs --plan study/learning/plan.yaml --out study/learning
-    python -m populora.study.plan study/learning/plan.yaml 1t1s 3     # is 1t1s seed 3 a declared run? (exit 0/1)
+    python -m populora.analysis study/learning/runs --plan study/learning/plan.yaml --out study/learning
+    python -m populora.analysis.plan study/learning/plan.yaml 1t1s 3     # is 1t1s seed 3 a declared run? (exit 0/1)
 
 The file (YAML; every key but `written` and `note` is read):
 
@@ -9,7 +9,7 @@ The file (YAML; every key but `written` and `note` is read):
     retroactive: false                               # true: written after the runs (say so in `note`)
     question: does the population help where the students learn?
     pool: study/learning/heldout_pool.jsonl          # the held-out pool every run answers
-    pool_baselines: study/learning/pool_baselines.json   # its best constant and copy scores (populora.study.baselines)
+    pool_baselines: study/learning/pool_baselines.json   # its best constant and copy scores (populora.analysis.baselines)
     overlay: params/learning-study.yaml              # the overlay(s) the runs apply (a list: in order); must exist
     params: {dag: {generations: 6}, update: {learning_rate: 0.001}}   # the budget: every run must have these
     controls:                                        # each control's own params on top of the budget
@@ -19,7 +19,7 @@ The file (YAML; every key but `written` and `note` is read):
     primary: {endpoint: heldout, left: 2t2s, right: 1t1s, test: welch}
     comparisons: [[2t2s, 1t1s], [1t1s, base]]        # optional: the pairs to report (default: the grid's)
 
-The analyser (`populora.study.analysis.summarize`) marks the runs of tuning seeds (`mark_tuning`), and
+The analyser (`populora.analysis.comparisons.summarize`) marks the runs of tuning seeds (`mark_tuning`), and
 `findings` lists what departs from the plan: a run of an undeclared control or seed, a run whose params
 differ from the budget or its control's params (key by key), a run whose pool is not the plan's, and a
 control whose runs mix tuning and declared seeds (the tuning runs are then left out of its figures). Before a
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import yaml
 
-from populora.study.runs import flatten
+from populora.analysis.runs import flatten
 
 TESTS = {"welch": "Welch t over seed-level scores, 95%", "t": "one-sample t over the seeds' gains on the base, 95%"}
 
@@ -48,7 +48,7 @@ def load(path: str | Path) -> dict:
     plan = yaml.safe_load(Path(path).read_text()) or {}
     missing = [key for key in ("controls", "seeds", "params", "primary") if key not in plan]
     if missing:
-        raise PlanError(f"{path}: no {', '.join(missing)}. Fix: declare them (see populora/study/plan.py).")
+        raise PlanError(f"{path}: no {', '.join(missing)}. Fix: declare them (see populora/analysis/plan.py).")
     overlap = set(plan["seeds"]) & set(plan.get("tuning_seeds") or [])
     if overlap:
         raise PlanError(f"{path}: seeds {sorted(overlap)} are both declared and tuning seeds. Fix: one or the other.")
@@ -59,7 +59,7 @@ def load(path: str | Path) -> dict:
 
 
 def pool_baselines(plan: dict | None, plan_file: str | Path | None = None) -> dict:
-    """The plan's `pool_baselines` file's per-type figures (`populora.study.baselines`), read from the
+    """The plan's `pool_baselines` file's per-type figures (`populora.analysis.baselines`), read from the
     working directory or beside the plan; {} without one."""
     name = (plan or {}).get("pool_baselines")
     if not name:
@@ -67,7 +67,7 @@ def pool_baselines(plan: dict | None, plan_file: str | Path | None = None) -> di
     for path in (Path(name), Path(plan_file or ".").parent / Path(name).name):
         if path.is_file():
             return json.loads(path.read_text())["by_type"]
-    raise PlanError(f"pool_baselines {name} not found. Fix: python -m populora.study.baselines <pool> --out {name}")
+    raise PlanError(f"pool_baselines {name} not found. Fix: python -m populora.analysis.baselines <pool> --out {name}")
 
 
 def missing_files(plan: dict, root: str | Path = ".") -> list[str]:
@@ -96,7 +96,7 @@ def findings(runs: list[dict], plan: dict | None) -> list[str]:
     if not plan:
         return [
             "no plan: the seeds were not declared before the runs, so none is set apart as tuning "
-            "(study/<name>/plan.yaml, populora/study/plan.py)"
+            "(study/<name>/plan.yaml, populora/analysis/plan.py)"
         ]
     out = []
     if plan.get("retroactive"):
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     control), 1 with the reason otherwise; scripts/study.sh asks before each run when STUDY_PLAN is set."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 3:
-        print("usage: python -m populora.study.plan PLAN CONTROL SEED", file=sys.stderr)
+        print("usage: python -m populora.analysis.plan PLAN CONTROL SEED", file=sys.stderr)
         return 2
     plan = load(args[0])
     run = {"name": f"{args[1]}-s{args[2]}", "control": args[1], "seed": int(args[2]), "params": {}}

@@ -2,9 +2,9 @@
 students: does RL widen what is solvable (pass@64 rises) or only sharpen what already was (pass@1 rises,
 pass@64 stays or falls)? (issue 51)
 
-    python -m populora.study.passk --pool study/pool-v2/pool.jsonl --params params.yaml \
+    python -m populora.analysis.passk --pool study/pool-v2/pool.jsonl --params params.yaml \
         --base-model results/base_model --run 2t2s-s11=results/population --out results/passk
-    python -m populora.study.passk --pool study/pool-v2/pool.jsonl --out study/question/passk-base   # the base only
+    python -m populora.analysis.passk --pool study/pool-v2/pool.jsonl --out study/question/passk-base   # the base only
 
 `--run LABEL=PATH` (repeatable): PATH is a checkpoint folder (`results/<arm>/genNNN/checkpoint`) or an
 arm's folder (`results/<arm>`: its last generation's checkpoint); its students answer as trained in that
@@ -14,7 +14,7 @@ times at `--temperature` (1.0) with the solver's settings and the pool's own wor
 sampler prefills each task's prompt once per adapter for all its samples), the sandbox grades them, and
 pass@k is the unbiased estimate from the n samples (`populora.heldout.scoring.pass_at_k`, Chen et al.
 2021) averaged over the pool's tasks; a run's curve is its students' mean. Beside it, the pool's best
-constant answer and copy baseline (`populora.study.baselines`; a constant is deterministic, so its pass@k
+constant answer and copy baseline (`populora.analysis.baselines`; a constant is deterministic, so its pass@k
 is its pass@1 for every k).
 
 Cost: members x tasks x samples answers (the base and two students on a 256-task pool at 64 samples:
@@ -235,13 +235,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tasks", type=int, default=None, help="score a seeded subsample of the pool")
     parser.add_argument("--no-base", action="store_true", help="leave the base model out (scored once elsewhere)")
     parser.add_argument(
-        "--baselines", help="the pool's pool_baselines JSON (populora.study.baselines); default: computed"
+        "--baselines", help="the pool's pool_baselines JSON (populora.analysis.baselines); default: computed"
     )
     parser.add_argument("--out", required=True, help="folder for passk.json and passk.png")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from populora.analysis.baselines import pool_baselines
     from populora.config import ParamsError, load_params
-    from populora.study.baselines import pool_baselines
     from populora.verifier import IsolationError
 
     try:
@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"passk: {error}", file=sys.stderr)
         return 1
     doc["pool"] = args.pool
-    doc["command"] = "python -m populora.study.passk " + " ".join(argv if argv is not None else sys.argv[1:])
+    doc["command"] = "python -m populora.analysis.passk " + " ".join(argv if argv is not None else sys.argv[1:])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "passk.json", doc)
@@ -295,16 +295,16 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-# --- across a study's runs (populora.study.analysis: study.json `passk`, a table and a figure panel) ---------
+# --- across a study's runs (populora.analysis.comparisons: study.json `passk`, a table and a figure panel) ---------
 
 
 def passk_summary(groups: dict[str, list[dict]], pairs=()) -> dict:
     """Per control and k, the final students' pass@k on the pool over the seeds that measured it (mean,
     95% t-interval), the base's curve (from the run that measured it), and between the controls of `pairs`
     Welch's interval at the smallest and the largest k; {} where no run measured pass@k (run records'
-    `passk`, `populora.study.runs.read_passk`)."""
+    `passk`, `populora.analysis.runs.read_passk`)."""
+    from populora.analysis.proposals import summary
     from populora.core.stats import welch_interval
-    from populora.study.proposals import summary
 
     measured = {c: [r for r in runs if (r.get("passk") or {}).get("students")] for c, runs in groups.items()}
     measured = {c: runs for c, runs in measured.items() if runs}
@@ -356,7 +356,7 @@ def passk_table(doc: dict) -> list[str]:
         "## pass@k on the held-out pool",
         "",
         f"The final students' pass@k (unbiased estimate from n = {', '.join(map(str, doc['samples']))} answers per "
-        "task at temperature 1, Chen et al. 2021; `python -m populora.study.passk`), points, mean over seeds [95% "
+        "task at temperature 1, Chen et al. 2021; `python -m populora.analysis.passk`), points, mean over seeds [95% "
         "t-interval]. RL that only sharpens raises pass@1 and leaves pass@k at large k where the base has it; RL that "
         "widens what is solvable raises it too.",
         "",

@@ -1,10 +1,10 @@
 """Do the study's intervals keep their promise at the design actually run? Coverage by simulation.
 
-    python -m populora.study.design_coverage                      # the default design's table (~20 s, one core)
-    python -m populora.study.design_coverage --seeds 6 --studies 4000 --pool data/pool-v3/pool.jsonl
-    python -m populora.study.design_coverage --seeds population=6 1t1s=8   # seeds per control as run
+    python -m populora.analysis.design_coverage                      # the default design's table (~20 s, one core)
+    python -m populora.analysis.design_coverage --seeds 6 --studies 4000 --pool data/pool-v3/pool.jsonl
+    python -m populora.analysis.design_coverage --seeds population=6 1t1s=8   # seeds per control as run
 
-`populora.study.calibration` checks two controls drawn alike (a null study, equal seeds). A referee asks more of
+`populora.analysis.calibration` checks two controls drawn alike (a null study, equal seeds). A referee asks more of
 the design that runs: seeds per control as run (possibly unequal), controls whose seed-to-seed spreads differ
 (one takes off in half its seeds, another in nearly all, a third never), a true effect as well as none, and
 both endpoints: the mean pass rate over `samples` answers per task at temperature 1 (binomial noise per task,
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from populora.study.calibration import propensities
+from populora.analysis.calibration import propensities
 
 MIN_COVERAGE = 0.93
 

@@ -1,7 +1,7 @@
 """The study analyser: one summary of a grid of runs, whatever fed them (committed run folders,
-`populora.study.runs`, or DVC experiments, `populora.study.experiments`).
+`populora.analysis.runs`, or DVC experiments, `populora.analysis.experiments`).
 
-    python -m populora.study study/learning/runs --plan study/learning/plan.yaml --out study/learning
+    python -m populora.analysis study/learning/runs --plan study/learning/plan.yaml --out study/learning
 
 Per control and benchmark (the held-out pool's last generation, CRUXEval-O/-I): the students' mean per
 seed, minus the base, mean over seeds with a 95% Student-t interval. Between two controls, and each
@@ -11,10 +11,10 @@ one-sample t over the seeds' gains), the MDE from the same t distribution and ne
 rule-of-three bound; one seed on a side falls back to the paired bootstrap over problems, labelled so.
 The same for pass@1, with copied answers counted wrong, and for CRUXEval's gold log-likelihood (nats),
 and on the held-out pool for every generation (learning curves, also by task type). What the proposers
-wrote (`populora.study.proposals`): task complexity and coverage by generation per control across seeds; the
-final students' pass@k on the pool where the runs measured it (`populora.study.passk`).
+wrote (`populora.analysis.proposals`): task complexity and coverage by generation per control across seeds; the
+final students' pass@k on the pool where the runs measured it (`populora.analysis.passk`).
 
-With a plan (`populora.study.plan`): runs of its tuning seeds are marked and left out of every figure of
+With a plan (`populora.analysis.plan`): runs of its tuning seeds are marked and left out of every figure of
 the answer (kept in the per-run tables, and in `with_tuning`, the held-out comparisons with them in, to
 show what they moved); the plan's findings (undeclared seeds, params that differ, a control that mixes
 tuning and declared seeds) head the report. Without one, the report says no seeds were declared.
@@ -26,12 +26,10 @@ from statistics import mean
 
 import numpy as np
 
-from populora.core.stats import resolution, sampled_mean_variance, seed_comparison, t_interval
-from populora.heldout.pool import HELDOUT_TYPES, pool_task_type
-from populora.study import plan as study_plan
-from populora.study.passk import passk_summary
-from populora.study.proposals import proposal_dynamics
-from populora.study.readings import (
+from populora.analysis import plan as study_plan
+from populora.analysis.passk import passk_summary
+from populora.analysis.proposals import proposal_dynamics
+from populora.analysis.readings import (
     ACCOUNTING,
     headline_rows,
     run_rows,
@@ -39,7 +37,9 @@ from populora.study.readings import (
     training_copy_rows,
     wall_by_machine,
 )
-from populora.study.runs import READ_BENCHES, StudyRunsError
+from populora.analysis.runs import READ_BENCHES, StudyRunsError
+from populora.core.stats import resolution, sampled_mean_variance, seed_comparison, t_interval
+from populora.heldout.pool import HELDOUT_TYPES, pool_task_type
 
 DIAGNOSTICS = ("truncated", "no_answer", "copies_input", "copies_argument")
 # what a comparison compares: per-problem verdicts (pass@1), the same with copies counted wrong, and the

@@ -1,7 +1,7 @@
 """Do the study's 95% intervals keep their promise? Coverage in simulated null studies.
 
-    python -m populora.study.calibration                 # the table (about 10 s on one core)
-    python -m populora.study.calibration --studies 2000  # tighter figures
+    python -m populora.analysis.calibration                 # the table (about 10 s on one core)
+    python -m populora.analysis.calibration --studies 2000  # tighter figures
 
 A simulated study has the learning study's shape: a pool of `tasks` tasks with a fixed base verdict
 vector (`base_right` right); per control `seeds` runs, each seed's model either takes off (with
@@ -17,7 +17,7 @@ level resamples three values: the t quantile with 2-4 degrees of freedom is 2.8-
 about 2), Welch's interval (Hsu's degrees of freedom) ~97-99%; against the base neither does (~83-86%: when all
 three seeds happen not to take off nothing in them shows that seeds can), with six seeds both ~97%. The design the
 study runs (seeds per control, unequal spreads, a true effect, both endpoints) is checked by
-`populora.study.design_coverage`. `smooth=True` draws each seed's gain from a normal instead (seed effects varying
+`populora.analysis.design_coverage`. `smooth=True` draws each seed's gain from a normal instead (seed effects varying
 smoothly), where the bootstrap is closer to calibrated. `paired_coverage` does the same for the run
 report's paired bootstrap over problems (one run, two models: problems sampled from a population).
 """

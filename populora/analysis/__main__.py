@@ -1,12 +1,12 @@
 """The study command: one analysis of a grid of runs, from committed run folders or DVC experiments.
 
-    python -m populora.study study/learning/runs --plan study/learning/plan.yaml --out study/learning \
+    python -m populora.analysis study/learning/runs --plan study/learning/plan.yaml --out study/learning \
         --title "Second study: does the population help where the students learn?"
-    python -m populora.study --dvc --out results/study          # the experiments of `dvc exp show` here
-    python -m populora.study --dvc --exp-json shown.json --repo . --out results/study
+    python -m populora.analysis --dvc --out results/study          # the experiments of `dvc exp show` here
+    python -m populora.analysis --dvc --exp-json shown.json --repo . --out results/study
 
-Writes study.md (`populora.study.tables`), study.json (`populora.study.analysis.summarize`) and study.png
-(`populora.study.figure`) under --out.
+Writes study.md (`populora.analysis.tables`), study.json (`populora.analysis.comparisons.summarize`) and study.png
+(`populora.analysis.figure`) under --out.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ import json
 import sys
 from pathlib import Path
 
+from populora.analysis import plan as study_plan
+from populora.analysis.comparisons import COMPARISONS, summarize
+from populora.analysis.experiments import StudyError, exp_show, experiment_runs, experiments, read_verdicts
+from populora.analysis.figure import plot
+from populora.analysis.runs import StudyRunsError, load_runs
+from populora.analysis.tables import DEFAULT_TITLE, markdown
 from populora.core.io import write_json, write_text
-from populora.study import plan as study_plan
-from populora.study.analysis import COMPARISONS, summarize
-from populora.study.experiments import StudyError, exp_show, experiment_runs, experiments, read_verdicts
-from populora.study.figure import plot
-from populora.study.runs import StudyRunsError, load_runs
-from populora.study.tables import DEFAULT_TITLE, markdown
 
 
 def load_study(

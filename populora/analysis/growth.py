@@ -2,7 +2,7 @@
 (issue 47): the per-generation growth of `sum ||B A||_F` (`delta_norm.<slot>` in a run's dynamics,
 measured on the checkpoint after evolution) per slot, each step tagged with what happened around it.
 
-    python -m populora.study.growth study/learning/runs/2t2s-s0 study/learning/population-v2/2t2s-s0 \
+    python -m populora.analysis.growth study/learning/runs/2t2s-s0 study/learning/population-v2/2t2s-s0 \
         [--role students] [--json out.json]
 
 A run folder is one `scripts/study.sh` commits (or a results folder's arm: `results` with `--arm`):

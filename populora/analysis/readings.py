@@ -1,6 +1,6 @@
 """Per-run readings of a study (no statistics across seeds): the per-run table, the students' training
 answers that copy, the signal accounting per generation, wall time per kind of machine, and (runs from
-`dvc exp show`) the spread of each headline metric. Used by `populora.study.analysis.summarize`.
+`dvc exp show`) the spread of each headline metric. Used by `populora.analysis.comparisons.summarize`.
 
 Signal accounting: of the students' rollouts with a nonzero advantage, the share whose group (the
 rollouts its advantage was measured against) differs only in format (-1 malformed against -0.5 wrong, no
@@ -16,9 +16,9 @@ from statistics import mean
 
 import numpy as np
 
+from populora.analysis.runs import READ_BENCHES
 from populora.bench.diagnostics import TRAINING_TYPES
 from populora.core.stats import is_finite_number, t_interval
-from populora.study.runs import READ_BENCHES
 
 ACCOUNTING = ("optimizer_steps", "trained_tokens", "rollouts_with_signal", "delta_norm")
 

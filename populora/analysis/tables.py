@@ -1,16 +1,16 @@
-"""The study's tables (study.md) from `populora.study.analysis.summarize`; the figure is `figure.py`.
+"""The study's tables (study.md) from `populora.analysis.comparisons.summarize`; the figure is `figure.py`.
 
-python -m populora.study study/learning/runs --plan study/learning/plan.yaml --out study/learning
+python -m populora.analysis study/learning/runs --plan study/learning/plan.yaml --out study/learning
 """
 
 from __future__ import annotations
 
 import math
 
-from populora.study.passk import passk_table
-from populora.study.proposals import proposal_tables
-from populora.study.readings import share
-from populora.study.runs import READ_BENCHES
+from populora.analysis.passk import passk_table
+from populora.analysis.proposals import proposal_tables
+from populora.analysis.readings import share
+from populora.analysis.runs import READ_BENCHES
 
 TITLES = {"heldout": "held-out pool (in-distribution, greedy)", "cruxeval_o": "cruxeval_o", "cruxeval_i": "cruxeval_i"}
 DEFAULT_TITLE = "Study: does the population help?"
@@ -21,7 +21,7 @@ INTERVALS = (
     "minimum detectable effect (MDE) is the true difference found with 80% power at the 5% level, from the "
     "same t distribution, and never below the rule-of-three bound 3 / problems (no discordant problem is no "
     'proof of equality): a "no detectable difference" says nothing about effects below it. '
-    "(`python -m populora.study.calibration`: in simulated null studies of three seeds that take off or not, "
+    "(`python -m populora.analysis.calibration`: in simulated null studies of three seeds that take off or not, "
     "these cover ~96% between controls, the old two-level bootstrap ~89%; against the base no 3-seed interval "
     "does when seeds either take off or not: ~83-86%, with six seeds ~97%.)"
 )
@@ -371,13 +371,13 @@ def headline_table(rows: list[dict]) -> list[str]:
 
 def baselines_lines(study: dict) -> list[str]:
     """What the pool gives away without reasoning, beside its scores: per type the best constant answer
-    and the copy baseline (`populora.study.baselines`), and the pooled score of answering each type's
+    and the copy baseline (`populora.analysis.baselines`), and the pooled score of answering each type's
     best constant everywhere."""
     by_type = study.get("pool_baselines") or {}
     if not by_type:
         return []
     lines = [
-        "**What the pool gives away** (graded by the project's grader, `python -m populora.study.baselines`): "
+        "**What the pool gives away** (graded by the project's grader, `python -m populora.analysis.baselines`): "
         + "; ".join(
             f"{t}: the constant `{v['best']['answer']}` is right on {v['best']['correct']} of {v['n_tasks']} "
             f"({_pts(v['best']['share'])}), copying what the task shows on {v['copy']['correct']} "

@@ -1,13 +1,13 @@
-"""DVC experiments as the study analyser's run records: the second source of `populora.study.analysis`.
+"""DVC experiments as the study analyser's run records: the second source of `populora.analysis.comparisons`.
 
     dvc exp run --queue -S base.seed=0 -S 'dag.arms=[population]'   # seeds x arms
     dvc queue start && dvc queue status                                # wait until every run succeeded
-    python -m populora.study --dvc --out results/study                # the same analysis as committed runs get
+    python -m populora.analysis --dvc --out results/study                # the same analysis as committed runs get
 
 Experiments come from `dvc exp show --json` and are grouped into controls by the arms they ran (`dag.arms`)
 and their ablation: every parameter that differs between the experiments, except `base.seed` and
 `dag.arms` (`default` when none does); a control is named `<arms> (<ablation>)`. Each experiment is one
-run record (`populora.study.runs`): its seed (`base.seed`), its students' per-problem verdicts and the
+run record (`populora.analysis.runs`): its seed (`base.seed`), its students' per-problem verdicts and the
 base model's (read from the experiment's commit through DVC: `results/bench/<arm>/<benchmark>/<model>.json`,
 `results/bench/base/<benchmark>/base.json`), and its headline metrics (`results/headline.json`, the run's
 DVC metrics) under `headline`. Within an ablation the population control is compared with the baseline one.
@@ -20,10 +20,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from populora.analysis.runs import empty_run, flatten
 from populora.core.benchmark_data import TOGETHER
 from populora.core.refs import arm_refs
 from populora.core.stats import is_finite_number
-from populora.study.runs import empty_run, flatten
 
 METRICS_FILE = "results/headline.json"  # the DVC metrics of a run (workflow/dag.py HEADLINE)
 BENCH_DIR = (

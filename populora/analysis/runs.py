@@ -1,13 +1,13 @@
-"""The committed runs of a study, read into the analyser's run records (`populora.study.analysis`).
+"""The committed runs of a study, read into the analyser's run records (`populora.analysis.comparisons`).
 
-    python -m populora.study study/learning/runs --plan study/learning/plan.yaml --out study/learning
+    python -m populora.analysis study/learning/runs --plan study/learning/plan.yaml --out study/learning
 
 Each run folder (`<control>-s<seed>/`, written by scripts/study.sh) holds one arm's results: `run.json`
 (control, seed, wall time), `params.yaml`, `dynamics/<arm>/{summary,dynamics,heldout_verdicts}.json`
 (accounting, the per-generation rows, the held-out pool's verdicts), `bench/<base|arm>/<benchmark>/<model>.json`
 (per-problem verdicts, answer diagnostics, the gold answer's log-likelihood) with `<model>/answers.json`
 (which problems each diagnostic holds for), and `training_answers.json` (the students' training answers
-per generation and task type). `populora.study.experiments` makes the same records from `dvc exp show`.
+per generation and task type). `populora.analysis.experiments` makes the same records from `dvc exp show`.
 
 A run record: name, control, seed, arm, models and students, `verdicts` / `copy_free` / `gold`
 ({benchmark: {model: {problem: score}}}, the held-out pool as the benchmark `heldout`: its last
@@ -142,7 +142,7 @@ def load_run(folder: Path) -> dict:
 
 
 def read_passk(path: Path) -> dict:
-    """A run's pass@k on the pool (`passk/passk.json`, `populora.study.passk`, scripts/study.sh STUDY_PASSK):
+    """A run's pass@k on the pool (`passk/passk.json`, `populora.analysis.passk`, scripts/study.sh STUDY_PASSK):
     `{"samples", "ks", "students": {part: {k: value}}, "base": {...} or None}`; {} where not measured."""
     doc = _read_optional(path)
     if not doc.get("groups"):

@@ -1,23 +1,23 @@
-"""The study figure (study.png) from `populora.study.analysis.summarize`: the held-out learning curves
+"""The study figure (study.png) from `populora.analysis.comparisons.summarize`: the held-out learning curves
 (every seed thin, the mean thick; by task type), the proposed tasks' complexity and coverage by generation
-(`populora.study.proposals`), the final students' pass@k where measured (`populora.study.passk`), and per benchmark each control's seeds with their mean and 95% t-interval,
+(`populora.analysis.proposals`), the final students' pass@k where measured (`populora.analysis.passk`), and per benchmark each control's seeds with their mean and 95% t-interval,
 the interval the tables report.
 
-    python -m populora.study study/learning/runs --plan study/learning/plan.yaml --out study/learning
+    python -m populora.analysis study/learning/runs --plan study/learning/plan.yaml --out study/learning
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from populora.study.passk import plot_passk_panel
-from populora.study.proposals import plot_proposals
-from populora.study.runs import READ_BENCHES
-from populora.study.tables import TITLES
+from populora.analysis.passk import plot_passk_panel
+from populora.analysis.proposals import plot_proposals
+from populora.analysis.runs import READ_BENCHES
+from populora.analysis.tables import TITLES
 
 CURVES, BY_TYPE = "held-out curves", "held-out curves by type"
-COMPLEXITY, COVERAGE = "task complexity", "coverage"  # what the proposers wrote (populora/study/proposals.py)
-PASSK = "pass@k"  # the final students' pass@k on the pool (populora/study/passk.py)
+COMPLEXITY, COVERAGE = "task complexity", "coverage"  # what the proposers wrote (populora/analysis/proposals.py)
+PASSK = "pass@k"  # the final students' pass@k on the pool (populora/analysis/passk.py)
 COMPLEXITY_KEYS = ("code_o.program.ast_depth", "code_i.program.ast_depth")
 COVERAGE_KEYS = ("coverage.matched.distinct_programs",)
 CONTROL_COLORS = [

@@ -4,7 +4,7 @@ shows as rows that rise down every column (later students solve earlier and late
 cycling as later students losing what earlier ones solved; TrueSkill, fitted to the games actually
 played, cannot tell the two apart.
 
-    python -m populora.study.crossplay results --arm population --params params.yaml --out results/crossplay \
+    python -m populora.analysis.crossplay results --arm population --params params.yaml --out results/crossplay \
         [--tasks-per-gen 8] [--types code_o code_i] [--gens 0 3 6 9] [--no-base]
 
 Reads `<results>/<arm>/genNNN/tasks.jsonl` (the verified proposals of generation NNN, written by its
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ParamsError, ValueError, OSError, IsolationError) as error:
         print(f"crossplay: {error}", file=sys.stderr)
         return 1
-    doc["command"] = "python -m populora.study.crossplay " + " ".join(argv if argv is not None else sys.argv[1:])
+    doc["command"] = "python -m populora.analysis.crossplay " + " ".join(argv if argv is not None else sys.argv[1:])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "crossplay.json", doc)

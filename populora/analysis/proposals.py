@@ -10,7 +10,7 @@ adapter's worth, `coverage.matched.*`, the compute-matched view; new programs pe
 and generation: the mean over seeds with a 95% t-interval; the change from the first to the last
 generation per seed (mean and interval: does it grow or collapse?); and between the controls of the
 study's comparisons, Welch's interval over the seeds' last-generation values and over their changes.
-Used by `populora.study.analysis.summarize` (study.json `proposals`), tables and figure.
+Used by `populora.analysis.comparisons.summarize` (study.json `proposals`), tables and figure.
 """
 
 from __future__ import annotations
