@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from populora.analysis import design_coverage as dc
+from populora.analysis.calibration import seed_mean_intervals
 from populora.core.stats import BASE_MEASURED, WELCH, sampled_mean_variance, seed_comparison
 
 PLAN = Path(__file__).resolve().parents[1] / "study" / "population-warm" / "plan.yaml"
@@ -64,8 +65,8 @@ def test_the_simulations_intervals_are_seed_comparisons():
     b = dc.seed_scores(rng, dc.Control(seeds=7, takeoff=0.9), p, weights, 5, 8)
     base_rates = rng.binomial(8, p, (5, 64)) / 8
     base_var = np.array([sampled_mean_variance(r, 8) for r in base_rates])
-    low, high = dc.welch(a, b, 0.0)
-    low_b, high_b = dc.one_sample(a, base_rates.mean(axis=1), 0.0, base_var)
+    low, high = seed_mean_intervals(a, b)
+    low_b, high_b = seed_mean_intervals(a, base=base_rates.mean(axis=1), base_var=base_var)
     for s in range(5):
         # seed_comparison takes [seeds, tasks]: rows whose means are the simulated seed means
         left, right = np.repeat(a[s][:, None], 64, 1), np.repeat(b[s][:, None], 64, 1)

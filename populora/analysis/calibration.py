@@ -71,25 +71,42 @@ def true_gain(smooth: bool = False, **shape) -> float:
     return float(np.clip(gains * weights, 0, 1).sum(axis=2).mean()) / s["tasks"]
 
 
-def t_intervals(a: np.ndarray, b: np.ndarray | None, base: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(low, high) per study of `seed_comparison`'s interval, vectorised: Welch of a's and b's seed means,
-    or with `base` the one-sample t of a's seed means minus the base's mean."""
+def seed_mean_intervals(
+    ma: np.ndarray,
+    mb: np.ndarray | None = None,
+    base: np.ndarray | float | None = None,
+    *,
+    floor: float = 0.0,
+    base_var: np.ndarray | float = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) per study (row) of `seed_comparison`'s interval on seed means [studies, seeds], vectorised:
+    Welch of `ma` against `mb` (Hsu's degrees of freedom, as `welch_interval` takes them), or with `base` (a mean
+    per study, or one for all) the one-sample t of `ma - base` with the base's own sampling variance `base_var`
+    added (seeds - 1 degrees of freedom); each side's seed-level sd at least `floor` (`resolution`)."""
     from scipy.stats import t
 
-    ma, floor = a.mean(axis=2), 1 / a.shape[2]  # the seed-level sd is at least one task's worth (`resolution`)
+    n = ma.shape[1]
     if base is not None:
-        diff = ma - base.mean()
-        se = np.maximum(diff.std(axis=1, ddof=1), floor) / np.sqrt(diff.shape[1])
-        centre, df = diff.mean(axis=1), np.full(len(diff), diff.shape[1] - 1.0)
+        diff = ma - np.reshape(base, (-1, 1))
+        se = np.sqrt(np.maximum(diff.std(axis=1, ddof=1), floor) ** 2 / n + base_var)
+        centre, df = diff.mean(axis=1), n - 1.0
     else:
-        mb = b.mean(axis=2)
-        va = np.maximum(ma.var(axis=1, ddof=1), floor**2) / ma.shape[1]
+        va = np.maximum(ma.var(axis=1, ddof=1), floor**2) / n
         vb = np.maximum(mb.var(axis=1, ddof=1), floor**2) / mb.shape[1]
-        se = np.sqrt(va + vb)
-        df = np.full(len(ma), min(ma.shape[1], mb.shape[1]) - 1.0)  # Hsu's, as `welch_interval` takes them
+        se, df = np.sqrt(va + vb), min(n, mb.shape[1]) - 1.0
         centre = ma.mean(axis=1) - mb.mean(axis=1)
     half = t.ppf(0.975, df) * se
     return centre - half, centre + half
+
+
+def t_intervals(a: np.ndarray, b: np.ndarray | None, base: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) per study of `seed_comparison`'s interval on verdicts [studies, seeds, tasks]: Welch of a's
+    and b's seed means, or with `base` (a fixed verdict row) the one-sample t of a's seed means minus the base's
+    mean; the seed-level sd at least one task's worth (`resolution`)."""
+    floor = 1 / a.shape[2]
+    if base is not None:
+        return seed_mean_intervals(a.mean(axis=2), base=float(base.mean()), floor=floor)
+    return seed_mean_intervals(a.mean(axis=2), b.mean(axis=2), floor=floor)
 
 
 def bootstrap_intervals(

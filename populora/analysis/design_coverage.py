@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from populora.analysis.calibration import propensities
+from populora.analysis.calibration import propensities, seed_mean_intervals
 
 MIN_COVERAGE = 0.93
 
@@ -116,30 +116,6 @@ def seed_scores(rng, control: Control, p, weights, studies: int, samples: int) -
     return (rng.random(q.shape) < q).mean(axis=2)
 
 
-def welch(ma: np.ndarray, mb: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray]:
-    """Vectorised `populora.core.stats.welch_interval` over studies (rows), its degrees of freedom Hsu's
-    (the smaller side's seeds - 1, as `seed_comparison` takes them): (low, high)."""
-    from scipy.stats import t
-
-    va = np.maximum(ma.var(axis=1, ddof=1), floor**2) / ma.shape[1]
-    vb = np.maximum(mb.var(axis=1, ddof=1), floor**2) / mb.shape[1]
-    df = min(ma.shape[1], mb.shape[1]) - 1.0
-    centre, half = ma.mean(axis=1) - mb.mean(axis=1), t.ppf(0.975, df) * np.sqrt(va + vb)
-    return centre - half, centre + half
-
-
-def one_sample(ma: np.ndarray, base: np.ndarray, floor: float, base_var: np.ndarray | float = 0.0):
-    """Vectorised `seed_comparison` against the base per study: (seed mean - base mean), its t interval (seeds
-    - 1 degrees of freedom) with the base row's own sampling variance `base_var` added: (low, high)."""
-    from scipy.stats import t
-
-    diff = ma - base[:, None]
-    n = diff.shape[1]
-    se = np.sqrt(np.maximum(diff.std(axis=1, ddof=1), floor) ** 2 / n + base_var)
-    half = t.ppf(0.975, n - 1) * se
-    return diff.mean(axis=1) - half, diff.mean(axis=1) + half
-
-
 def scenario_coverage(
     controls: dict[str, Control],
     p: np.ndarray,
@@ -167,18 +143,18 @@ def scenario_coverage(
     floor = 1 / len(p) if not samples else 0.0  # seed_comparison floors verdicts only (`resolution`)
     out: dict[str, dict[str, float]] = {}
     names = list(controls)
+    # (label, truth, left's seed means, right's seed means or None for the base)
     cases = [
-        (f"{a} - {b}", truth[a] - truth[b], lambda f, a=a, b=b: welch(scores[a], scores[b], f))
-        for i, a in enumerate(names)
-        for b in names[i + 1 :]
+        (f"{a} - {b}", truth[a] - truth[b], scores[a], scores[b]) for i, a in enumerate(names) for b in names[i + 1 :]
     ]
-    cases += [
-        (f"{a} - base", truth[a] - base_truth, lambda f, v, a=a: one_sample(scores[a], base, f, v)) for a in names
-    ]
-    for label, true_diff, interval in cases:
+    cases += [(f"{a} - base", truth[a] - base_truth, scores[a], None) for a in names]
+    for label, true_diff, left, right in cases:
         row = {"truth": round(100 * true_diff, 2)}
         for key, f, v in (("study", floor, base_var), ("unadjusted", 0.0, 0.0)):
-            low, high = interval(f, v) if label.endswith("- base") else interval(f)
+            if right is None:
+                low, high = seed_mean_intervals(left, base=base, floor=f, base_var=v)
+            else:
+                low, high = seed_mean_intervals(left, right, floor=f)
             row[key] = round(float(np.mean((low <= true_diff + 1e-12) & (true_diff - 1e-12 <= high))), 4)
         out[label] = row
     return out
