@@ -18,6 +18,7 @@ from populora.verifier import grade_rows, sandbox_for
 from populora.verifier.families import verified_tasks
 from populora.warmstart import train as train_module
 from populora.warmstart.examples import answer_budget, build_examples, encode_example, gold_answer
+from populora.warmstart.run import verified_inputs
 from populora.warmstart.train import adapter_folder, add_lora, merge_into_base, train
 
 CONFIG = VerifySection(workers=1)
@@ -75,6 +76,20 @@ def test_a_shorter_budget_is_a_prefix_of_a_longer_one(tasks, params, sandbox):
     for task, example in zip(tasks, longer):
         shown = example["prompt"].split("# Now your turn:")[0]
         assert f"```python\n{task['program']}\n```" not in shown
+
+
+def test_the_warm_start_does_not_change_with_a_proposal_filter(tiny_params_dict, sandbox):
+    """propose.reject_copyable filters what enters the buffer; the warm base must not follow it (a study overlay
+    that turned it on once trained a warm base other than the one its pool was calibrated on)."""
+
+    def with_filter(reject: bool):
+        propose = {**tiny_params_dict.get("propose", {}), "reject_copyable": reject}
+        return parse_params({**tiny_params_dict, "propose": propose}, f"reject_copyable={reject}")
+
+    off, on = verified_inputs(with_filter(False), sandbox), verified_inputs(with_filter(True), sandbox)
+    assert off == on
+    # the filter does bite on the buffer's seeds, so the comparison above could have failed
+    assert len(verified_seeds(with_filter(True), sandbox)) < len(on[1])
 
 
 @pytest.fixture(scope="module")

@@ -239,7 +239,6 @@ STAGES: tuple[Stage, ...] = (
             "verify",
             "buffer.seeds",
             "propose.code_f_inputs",
-            "propose.reject_copyable",
             "model.device",
         ),
         gpu="warm_start.enabled",

@@ -116,8 +116,18 @@ def pool_task_type(task_id: str) -> str | None:
 
 def verified_seeds(params, sandbox) -> list[dict]:
     """The seed tasks as the init stage keeps them (verified; without copyable ones under reject_copyable)."""
+    seeds = worked_example_seeds(params, sandbox)
+    return [row for row in seeds if not (params.propose.reject_copyable and is_copyable(row))]
+
+
+def worked_example_seeds(params, sandbox) -> list[dict]:
+    """Every seed task the sandbox verifies: what the pool's and the warm start's prompts draw worked examples from.
+
+    Unlike `verified_seeds` it ignores `propose.reject_copyable`, a filter on what enters the buffer: the frozen
+    warm base and a pool's prompts must not change with a proposal setting (pool v3 was calibrated on the warm base
+    of params.yaml, where the filter is off; a study overlay that turned it on trained another warm base)."""
     code_f_inputs = params.propose.code_f_inputs
-    seeds = [
+    return [
         row
         for row in verify_rows(
             seed_proposals(params.buffer.seeds, code_f_inputs),
@@ -127,7 +137,6 @@ def verified_seeds(params, sandbox) -> list[dict]:
         )
         if row["valid"]
     ]
-    return [row for row in seeds if not (params.propose.reject_copyable and is_copyable(row))]
 
 
 def propose_pool(params, model, tokenizer, seeds: list[dict], sandbox, log) -> list[dict]:

@@ -37,7 +37,7 @@ from collections import Counter
 from pathlib import Path
 
 from populora.core.io import read_jsonl, write_json, write_jsonl, write_text
-from populora.heldout.pool import attach_examples, verified_seeds
+from populora.heldout.pool import attach_examples, worked_example_seeds
 from populora.verifier.baselines import baseline_verdicts, constant_answer, constant_candidates
 from populora.verifier.batched import accepted_answers
 
@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             "pool", args.candidates, seed=args.seed, config=params.verify, sandbox=sandbox, counts=dropped
         )
         counts["verified"] = Counter(t["type"] for t in candidates)
-        seeds = verified_seeds(params, sandbox)
+        seeds = worked_example_seeds(params, sandbox)
         tasks = calibration_order(
             attach_examples(candidates, seeds, params.solve.worked_examples, args.seed), args.seed
         )

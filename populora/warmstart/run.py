@@ -29,6 +29,20 @@ def link_base(base_dir: Path, out_dir: Path) -> None:
             link_or_copy(path, out_dir / path.name)
 
 
+def verified_inputs(params, sandbox, counts: Counter | None = None) -> tuple[list[dict], list[dict]]:
+    """The verified training tasks (the train split's first `warm_start.examples` of `warm_start.types`) and the
+    seed tasks their prompts' worked examples are drawn from: every verified seed, as the pool's prompts show
+    them, whatever `propose.reject_copyable` says (a proposal filter must not change the frozen base)."""
+    from populora.heldout.pool import worked_example_seeds
+    from populora.verifier.families import verified_tasks
+
+    cfg = params.warm_start
+    tasks = verified_tasks(
+        "train", cfg.examples, seed=cfg.seed, config=params.verify, sandbox=sandbox, types=cfg.types, counts=counts
+    )
+    return tasks, worked_example_seeds(params, sandbox)
+
+
 def make_warm_base(params, base_dir: str | Path, out_dir: str | Path, sandbox, log: logging.Logger) -> dict:
     """Fill `out_dir` (an empty staging folder) with the warm base; returns the stage's record."""
     base_dir, out_dir = Path(base_dir), Path(out_dir)
@@ -40,20 +54,16 @@ def make_warm_base(params, base_dir: str | Path, out_dir: str | Path, sandbox, l
     started = time.monotonic()
     import torch
 
-    from populora.heldout.pool import verified_seeds
     from populora.lm.adapters import normalize_config
     from populora.lm.dtype import resolve_dtype
     from populora.lm.model import load_base
     from populora.tasks.prompts import chat_wrapper
-    from populora.verifier.families import type_counts, verified_tasks
+    from populora.verifier.families import type_counts
     from populora.warmstart.examples import answer_budget, build_examples, encode_example
     from populora.warmstart.train import adapter_folder, add_lora, merge_into_base, train
 
     counts: Counter = Counter()
-    tasks = verified_tasks(
-        "train", cfg.examples, seed=cfg.seed, config=params.verify, sandbox=sandbox, types=cfg.types, counts=counts
-    )
-    seeds = verified_seeds(params, sandbox)
+    tasks, seeds = verified_inputs(params, sandbox, counts)
     verified_s = time.monotonic() - started
     log.info(
         "%d verified training tasks %s in %.1f s (candidates dropped: %s)",

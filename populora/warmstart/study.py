@@ -438,12 +438,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     params = load(args)
-    from populora.heldout.pool import verified_seeds
+    from populora.heldout.pool import worked_example_seeds
     from populora.verifier import open_sandbox
 
     sandbox = open_sandbox(params.verify, log)
     try:
-        seeds = verified_seeds(params, sandbox)
+        seeds = worked_example_seeds(params, sandbox)
         if "sweep" in args.phases:
             run_sweep(args, params, sandbox, seeds)
         if "sweep" in args.phases and args.tiebreak:
