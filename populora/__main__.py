@@ -47,6 +47,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "render-dvc": ("workflow.render_dvc", "write (or --check) dvc.yaml from the one DAG declaration"),
     "render-params": ("workflow.render_params", "write each key's help into params.yaml"),
     "adopt": ("workflow.adopt", "one run, both engines: DVC takes what Snakemake made as its own"),
+    "exp-plan": ("workflow.exp_plan", "what `dvc exp run -S ...` would run, on a finished run (a dry run that works)"),
     "time-model": ("workflow.time_model", "how long each job of a GPU run takes, from params (SLURM runtimes)"),
 }
 

@@ -1,0 +1,132 @@
+"""What `dvc exp run -S ...` would run, without running anything: the dry plan DVC's own command cannot give.
+
+    python -m populora exp-plan -S update.learning_rate=0.0002            # the stages it would run, in order
+    python -m populora exp-plan -S update.learning_rate=0.0002 --commands # with each stage's command
+    python -m populora exp-plan -S dag.generations=5                     # says the DAG shape changes (re-render)
+
+DVC 3.67.1 runs `dvc exp run --dry` in a temporary copy of the commit without checking out any output, then
+hashes the missing outputs of the stages upstream of the change for its run cache and stops (`No such file or
+directory: .../.dvc/tmp/exps/standalone/.../results/...`; iterative/dvc#9818, also with --allow-missing). In the
+workspace the outputs are there, so this applies the `-S` overrides to params.yaml exactly as `dvc exp run -S`
+does (DVC's own `apply_overrides`), asks DVC which stages changed (`dvc status`) and adds every stage downstream
+of them (what reruns once their outputs change), then puts params.yaml back byte for byte, also on an error or
+Ctrl-C; a copy waits beside it (`params.yaml.exp-plan`) until then, in case the process is killed outright. The
+DAG-shape guard (`dag_shape`) reruns on every params change but writes the same stamp, so nothing downstream of
+it reruns for its sake. Nothing else is written: no experiment, no output, no dvc.lock change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+BACKUP_SUFFIX = ".exp-plan"
+
+
+def reached_stages(graph, changed: set[str], guard: str) -> list[str]:
+    """The changed stages and every stage downstream of them, dependencies first; the guard's own change
+    reaches nothing (its stamp never changes). `graph` has an edge from each stage to each stage it depends
+    on (DVC's `repo.index.graph`), its nodes anything with an `addressing` name.
+
+    >>> import networkx as nx
+    >>> from collections import namedtuple
+    >>> S = namedtuple("S", "addressing")
+    >>> g, (guard, base, a, b) = nx.DiGraph(), [S(n) for n in ("dag_shape", "base", "a", "b")]
+    >>> g.add_edges_from([(base, guard), (a, base), (b, a)])
+    >>> reached_stages(g, {"dag_shape", "a"}, "dag_shape")
+    ['dag_shape', 'a', 'b']
+    """
+    import networkx as nx
+
+    names = {node.addressing: node for node in graph.nodes}
+    reached = {name for name in changed if name in names}
+    for name in changed - {guard}:
+        if name in names:
+            reached |= {node.addressing for node in nx.ancestors(graph, names[name])}
+    order = [node.addressing for node in reversed(list(nx.topological_sort(graph)))]
+    return [name for name in order if name in reached]
+
+
+def shape_error(root: Path, params: str) -> str | None:
+    """The DAG-shape guard's message when the overridden params need a re-render (`dag.generations`, ...)."""
+    check = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "workflow.render_dvc",
+            "--check",
+            "--shape-only",
+            "--params",
+            params,
+            "--out",
+            "dvc.yaml",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    return None if check.returncode == 0 else (check.stderr or check.stdout).strip()
+
+
+def plan(root: Path, overrides: list[str], params: str = "params.yaml") -> list[tuple[str, str]]:
+    """(stage, command) for each stage `dvc exp run -S overrides` would run, with params.yaml restored after."""
+    from dvc.repo import Repo
+    from dvc.utils.hydra import apply_overrides
+
+    from workflow.render_dvc import GUARD
+
+    path = root / params
+    original = path.read_bytes()
+    backup = path.with_name(path.name + BACKUP_SUFFIX)
+    shutil.copy2(path, backup)
+    try:
+        apply_overrides(str(path), overrides)
+        if (error := shape_error(root, params)) is not None:
+            raise SystemExit(
+                f"{' '.join(overrides)} changes the DAG's shape, so `dvc exp run` would stop at its first stage (params.yaml is as it was):\n"
+                f"{error}"
+            )
+        with Repo(str(root)) as repo:
+            graph = repo.index.graph
+            commands = {node.addressing: node.cmd or "" for node in graph.nodes}
+            stages = reached_stages(graph, set(repo.status()), GUARD)
+    finally:
+        path.write_bytes(original)
+        backup.unlink(missing_ok=True)
+    return [(name, commands[name]) for name in stages]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m populora exp-plan", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "-S", "--set-param", action="append", default=[], metavar="KEY=VALUE", help="as `dvc exp run -S` (repeat)"
+    )
+    parser.add_argument("--params", default="params.yaml", help="the params file the -S values edit")
+    parser.add_argument("--commands", action="store_true", help="print each stage's command too")
+    args = parser.parse_args(argv)
+    root = Path.cwd()
+    leftover = root / (args.params + BACKUP_SUFFIX)
+    if leftover.exists():
+        raise SystemExit(
+            f"{leftover} exists: an earlier exp-plan was killed before it put {args.params} back. "
+            f"Fix: compare the two, keep the right one as {args.params}, delete {leftover.name}."
+        )
+    stages = plan(root, args.set_param, args.params)
+    run = " ".join(["dvc exp run", *(f"-S {o}" for o in args.set_param)])
+    if not stages:
+        print(f"`{run}` would run nothing: the change reaches no stage")
+    else:
+        print(f"`{run}` would run {len(stages)} stages, in this order:")
+        for name, command in stages:
+            print(f"  {name}" + (f"\n    > {command}" if args.commands else ""))
+    return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
