@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from populora.analysis.gate import gate_lines
 from populora.analysis.passk import passk_table
 from populora.analysis.proposals import proposal_tables
 from populora.analysis.readings import share
@@ -401,6 +402,7 @@ def markdown(study: dict, title: str = DEFAULT_TITLE) -> str:
         "t-interval across seeds.",
         "",
         *plan_section(study),
+        *gate_lines(study.get("gate")),
         *baselines_lines(study),
         *bench_tables(study),
     ]
