@@ -25,11 +25,14 @@ def _mean_logprobs(model, tokenizer, rollouts) -> list[float]:
     return out
 
 
-def _one_step(tiny_model_dir, tmp_path, **knobs) -> tuple[dict, list[float], list[float]]:
+def _one_step(tiny_model_dir, tmp_path, without_signal: int = 0, **knobs) -> tuple[dict, list[float], list[float]]:
+    """One step on the adapter's sampled rollouts (advantages +1, -1, ...), plus `without_signal` copies of the
+    first with advantage 0."""
     adapters = _adapters(tiny_model_dir, tmp_path)
     rows, results = _sampled_rollouts(tiny_model_dir, adapters)
     mine = [r for row, r in zip(rows, results) if row.adapter == "a"]
     rollouts = [{"segments": r.segments, "advantage": 1.0 if k % 2 == 0 else -1.0} for k, r in enumerate(mine)]
+    rollouts += [{"segments": mine[0].segments, "advantage": 0.0} for _ in range(without_signal)]
     tokenizer, model = load_base(tiny_model_dir)
     tokenizer.padding_side = "right"
     model = attach_adapters(model, adapters, trainable="a")
@@ -74,6 +77,20 @@ def test_every_loss_type_and_importance_correction_moves_the_right_way(tiny_mode
     """The update's knobs (issue 49: TRL's loss_type, its importance sampling modes) change the weights, not
     the direction: on-policy in float32 every importance ratio is 1 up to rounding."""
     _, positive, negative = _one_step(tiny_model_dir, tmp_path, **knobs)
+    assert sum(positive) / len(positive) > 0 > sum(negative) / len(negative), (positive, negative)
+
+
+def test_batch_normalisation_averages_over_every_rollout(tiny_model_dir, tmp_path):
+    """update.normalize: batch counts the rollouts without signal in the mean (GRPO's group mean), so the same
+    rollouts with signal beside as many without take half the step's loss; signal ignores them."""
+    for arm in ("signal", "batch"):
+        (tmp_path / arm).mkdir()
+    signal, _, _ = _one_step(tiny_model_dir, tmp_path / "signal", without_signal=4)
+    batch, positive, negative = _one_step(tiny_model_dir, tmp_path / "batch", without_signal=4, normalize="batch")
+    with_signal = signal["rollouts_with_signal"]
+    assert batch["rollouts"] == with_signal + 4 and batch["rollouts_with_signal"] == with_signal
+    share = with_signal / (with_signal + 4)
+    assert batch["steps"][0]["loss"] == pytest.approx(signal["steps"][0]["loss"] * share, rel=1e-5)
     assert sum(positive) / len(positive) > 0 > sum(negative) / len(negative), (positive, negative)
 
 

@@ -527,6 +527,13 @@ class UpdateSection(Section):
         "GRPO); token, every trained token of the batch weighs the same (DAPO); constant, each token weighs A / "
         "(rollouts x update.max_seq_len) whatever its answer's length or the batch's (Dr. GRPO).",
     )
+    normalize: Literal["signal", "batch"] = Field(
+        "signal",
+        description="Over how many rollouts the loss averages: signal, the rollouts with a nonzero advantage (the "
+        "others carry no gradient and are left out, so a step on 8 such rollouts moves as far as one on 96); "
+        "batch, every rollout of the adapter's batch (GRPO's mean over the group's completions, zeros included), "
+        "so a step shrinks with the share of rollouts that carry signal. Per role under role_steps per_role.",
+    )
     diagnostics: bool = Field(
         True,
         description="After each optimizer step, score the step's tokens again to report how the log-prob of "

@@ -108,8 +108,9 @@ def role_parts(rollouts: list[dict]) -> list[list[dict]]:
     return [part for role in ("propose", "solve") if (part := [r for r in rollouts if r["role"] == role])]
 
 
-def _plan(rollouts: list[dict], config) -> dict:
-    """Sequences, micro-batches and per-token weights of one loss over `rollouts`."""
+def _plan(rollouts: list[dict], config, counted: int | None = None) -> dict:
+    """Sequences, micro-batches and per-token weights of one loss over `rollouts` (those with signal);
+    `counted`: the rollouts the loss averages over when more than those (`update.normalize: batch`)."""
     sequences, truncated = [], 0
     for index, rollout in enumerate(rollouts):
         built, cut = rollout_sequences(rollout["segments"], index, config.max_seq_len)
@@ -126,10 +127,27 @@ def _plan(rollouts: list[dict], config) -> dict:
         if _shares(config)
         else plan_micro_batches([len(s.ids) for s in sequences], config.micro_batch, config.max_tokens_per_micro_batch),
         "advantages": [float(r["advantage"]) for r in rollouts],
-        "weights": token_weights(
-            sequences, [float(r["advantage"]) for r in rollouts], config.loss_type, config.max_seq_len
+        "weights": normalized_weights(
+            token_weights(sequences, [float(r["advantage"]) for r in rollouts], config.loss_type, config.max_seq_len),
+            len(rollouts),
+            counted,
         ),
     }
+
+
+def normalized_weights(weights: list[float], with_signal: int, counted: int | None) -> list[float]:
+    """`weights` averaged over `counted` rollouts instead of the `with_signal` they were made for (the zeros
+    added to the mean: GRPO's normalisation over the whole group); as they are when `counted` is None.
+
+    >>> normalized_weights([0.5, -0.5], 2, None), normalized_weights([0.5, -0.5], 2, 8)
+    ([0.5, -0.5], [0.125, -0.125])
+    """
+    if counted is None or counted == with_signal:
+        return weights
+    if counted < with_signal:
+        raise ValueError(f"the loss cannot average over {counted} rollouts when {with_signal} carry signal")
+    share = with_signal / counted
+    return [w * share for w in weights]
 
 
 def _shares(config) -> bool:
@@ -280,8 +298,11 @@ class AdapterUpdate:
         useful = with_signal(rollouts)
         # joint: one loss over every rollout; per_role: the propose and the solve rollouts of an adapter
         # in both roles (the baseline) each get their own `steps`, as a teacher and a student would
-        parts = role_parts(useful) if config.role_steps == "per_role" else [useful]
-        plans = [_plan(part, config) for part in parts]
+        groups = role_parts(rollouts) if config.role_steps == "per_role" else [rollouts]
+        parts = [(with_signal(group), len(group)) for group in groups]
+        plans = [
+            _plan(part, config, counted if config.normalize == "batch" else None) for part, counted in parts if part
+        ]
         flat, groups = tasks_without_spread(rollouts)
         stats = {
             "rollouts": len(rollouts),
