@@ -205,13 +205,13 @@ class VllmEngine:
     ):
         from vllm import SamplingParams
 
-        seed = seed if self.request_seeds and temperature > 0 else None  # seeds only where they change a draw
+        request_seed = seed if self.request_seeds and temperature > 0 else None  # seeds only where they change a draw
         return SamplingParams(
             n=1,
             max_tokens=max_tokens,
             temperature=temperature,
             top_p=top_p,
-            seed=seed,
+            seed=request_seed,
             stop=list(stops) or None,
             stop_token_ids=self.eos,
             include_stop_str_in_output=True,
