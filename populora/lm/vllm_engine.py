@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from populora.lm.sampling import Sampled, stop_window
@@ -101,7 +102,7 @@ class VllmEngine:
     def __init__(
         self,
         base_model: str | Path,
-        adapters: dict[str, str | Path],
+        adapters: Mapping[str, str | Path],
         *,
         dtype: str,
         lora_rank: int,
