@@ -84,7 +84,7 @@ def covers_zero(low: float, high: float) -> bool:
     return low <= 0 <= high
 
 
-def mcnemar_exact(first: Sequence[bool], second: Sequence[bool]) -> dict:
+def mcnemar_exact(first: Sequence[int], second: Sequence[int]) -> dict:
     """Exact McNemar test of two models' verdicts on the same problems: `first_only` and
     `second_only` count the problems only one of them solves, `p` is the two-sided exact binomial
     p-value of that split under "equally good" (1.0 when they never disagree).

@@ -110,6 +110,6 @@ def pick_sampler(params) -> HfSampler | VllmSampler:
     return HfSampler(dtype=dtype, device=params.model.device)
 
 
-def load_sampler(model_dir: str | Path, adapters: dict[str, str | Path], params):
+def load_sampler(model_dir: str | Path, adapters: Mapping[str, str | Path], params):
     """(tokenizer, sampler) of the engine params pick, with `adapters` (name -> PEFT folder) on it."""
     return pick_sampler(params).load(model_dir, adapters)
