@@ -230,13 +230,13 @@ def _members_lm_class():
         (`rows`, and with `store` a JSONL file appended after each batch, which a rerun reads back:
         `populora.bench.partial`), and the other members take theirs from there."""
 
-        def __init__(self, multilora, tokenizer, members: list[str | None], batch_size: int, store: Path | None = None):
+        def __init__(self, multilora, tokenizer, members: list[str], batch_size: int, store: Path | None = None):
             super().__init__(pretrained=multilora.model, tokenizer=tokenizer, batch_size=batch_size)
             self.multilora, self.members, self.member = multilora, list(members), members[0]
             self.rows: dict[str, dict[str, list[int]]] = {}  # row key -> member -> generated ids
             self.store = store
             self.generated: set[str] = set()
-            self.asked: dict[str | None, set[str]] = {name: set() for name in self.members}
+            self.asked: dict[str, set[str]] = {name: set() for name in self.members}
             for line in store.read_text().splitlines() if store is not None and store.is_file() else []:
                 try:
                     batch = json.loads(line)
@@ -246,7 +246,7 @@ def _members_lm_class():
                     self.rows.setdefault(key, {}).update(outputs)
             self.kept_rows = len(self.rows)
 
-        def _model_generate(self, context, max_length, stop, **generation_kwargs):
+        def _model_generate(self, context, max_length, stop, **generation_kwargs) -> torch.Tensor:
             mask = generation_kwargs.pop("attention_mask", None)
             width = context.shape[1]
             keys = [
@@ -289,7 +289,7 @@ def _members_lm_class():
                 tail[r, : len(ids)] = torch.tensor(ids, dtype=context.dtype)
             return torch.cat([context, tail], dim=1)
 
-        def unasked(self) -> dict[str | None, int]:
+        def unasked(self) -> dict[str, int]:
             """Rows this run generated that a member never asked for (members asking different batches: a bug)."""
             return {name: len(self.generated - asked) for name, asked in self.asked.items() if self.generated - asked}
 
