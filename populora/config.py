@@ -318,7 +318,8 @@ def cannot_learn(params: Params) -> list[tuple[str, object, str, str]]:
       `solve.tasks_per_type` slots in the baseline arm and in a population whose students' slots cover
       its teachers (else pairing adds slots), so 1 x 1, or 1 task with identical answers, gives 0.
     """
-    solve, problems = params.solve, []
+    solve = params.solve
+    problems: list[tuple[str, object, str, str]] = []
     identical = solve.temperature == 0 and solve.worked_examples == 0  # every sample of a task gets one prompt, greedy
     if params.propose.per_type < 2:
         problems.append(

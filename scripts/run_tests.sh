@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: install (if needed), lint (ruff), then run every test (unit tests on a tiny random model,
+# The test command: install (if needed), lint (ruff, mypy), then run every test (unit tests on a tiny random model,
 # the hostile-code suite, the Snakemake smoke test of the whole DAG on tiny params) and, beside them, the
 # vLLM lane (scripts/run_vllm_tests.sh: the vllm engine on CPU in .venv-vllm). Plain `pytest` is the fast lane
 # (pyproject's addopts leave out `slow`); `-m ""` here puts the slow tests back (a `-m` of the caller's wins).
@@ -32,6 +32,7 @@ if [ "$lane" = 1 ]; then
 fi
 .venv/bin/ruff format --check .   # code as the formatter lays it out ([tool.ruff], line-length 120)
 .venv/bin/ruff check .          # the lint rules of pyproject.toml ([tool.ruff.lint]), unused noqa included (RUF100)
+.venv/bin/mypy                  # the type checker on populora/ ([tool.mypy] of pyproject.toml: the pydantic plugin)
 .venv/bin/snakefmt --check Snakefile   # [tool.snakefmt] of pyproject.toml
 # snakemake --lint: clean but for one finding, justified: "Specify a conda environment or container for each
 # rule". Every rule runs in the one environment scripts/setup_env.sh builds (torch, PEFT, lm-eval pinned in

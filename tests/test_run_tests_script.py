@@ -46,7 +46,7 @@ def _fake_checkout(
         shutil.copy(REPO / "scripts" / name, root / "scripts" / name)
     _script(root / "scripts" / "setup_env.sh", "exit 0")
     _script(root / "scripts" / "setup_vllm_env.sh", install_body)
-    for linter in ("ruff", "snakefmt", "snakemake"):
+    for linter in ("ruff", "mypy", "snakefmt", "snakemake"):
         _script(root / ".venv" / "bin" / linter, "exit 0")
     wait = _wait_for(suite_waits_for) if suite_waits_for else ""
     _script(

@@ -37,6 +37,8 @@ def load_study(
     """(run records, comparison pairs, notes) from a folder of committed runs or (`dvc`) from DVC
     experiments: the one way runs reach the analyser."""
     if not dvc:
+        if runs is None:
+            raise StudyRunsError("load_study needs a runs folder, or dvc=True")
         return load_runs(Path(runs)), list(COMPARISONS), []
     shown = json.loads(Path(exp_json).read_text()) if exp_json else exp_show(Path(repo), all_commits)
     found = experiments(shown)

@@ -90,6 +90,8 @@ def seed_mean_intervals(
         diff = ma - np.reshape(base, (-1, 1))
         se = np.sqrt(np.maximum(diff.std(axis=1, ddof=1), floor) ** 2 / n + base_var)
         centre, df = diff.mean(axis=1), n - 1.0
+    elif mb is None:
+        raise ValueError("seed_mean_intervals needs the other side (mb) or a base")
     else:
         va = np.maximum(ma.var(axis=1, ddof=1), floor**2) / n
         vb = np.maximum(mb.var(axis=1, ddof=1), floor**2) / mb.shape[1]
@@ -106,6 +108,8 @@ def t_intervals(a: np.ndarray, b: np.ndarray | None, base: np.ndarray | None = N
     floor = 1 / a.shape[2]
     if base is not None:
         return seed_mean_intervals(a.mean(axis=2), base=float(base.mean()), floor=floor)
+    if b is None:
+        raise ValueError("t_intervals needs the other side (b) or a base")
     return seed_mean_intervals(a.mean(axis=2), b.mean(axis=2), floor=floor)
 
 

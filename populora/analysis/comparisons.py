@@ -23,6 +23,7 @@ tuning and declared seeds) head the report. Without one, the report says no seed
 from __future__ import annotations
 
 from statistics import mean
+from typing import Any
 
 import numpy as np
 
@@ -255,7 +256,7 @@ def control_rows(groups: dict[str, list[dict]]) -> list[dict]:
                         "base": round(float(base), 6),
                         "students_minus_base": interval(seeds - base, problems),
                     }
-            diag = {key: [] for key in (*DIAGNOSTICS, "mean_answer_tokens")}
+            diag: dict[str, list[float]] = {key: [] for key in (*DIAGNOSTICS, "mean_answer_tokens")}
             for run in members:
                 for d in (run["diagnostics"].get(bench, {}).get(model) or {} for model in run["students"]):
                     if d.get("n"):
@@ -282,7 +283,7 @@ def heldout_curves(groups: dict[str, list[dict]], pairs) -> dict:
     base = next(iter(groups.values()))[0]["verdicts"]["heldout"]["base"]
     base_verdicts = np.array([base[i] for i in sorted(base)], dtype=float)
     gens = {c: min(len(r["heldout_curve"]) for r in rs) for c, rs in groups.items()}
-    out = {
+    out: dict[str, Any] = {
         "base": round(float(base_verdicts.mean()), 6),
         "n_tasks": len(base),
         "comparisons": [],
@@ -327,7 +328,7 @@ def summarize(runs: list[dict], pairs=COMPARISONS, plan: dict | None = None, not
     tuned = [r for r in runs if r.get("tuning")]
     with_tuning = heldout_curves(group(runs), pairs)["comparisons"] if tuned and curves else []
     final = max((c["generation"] for c in with_tuning), default=0)
-    summary = {
+    summary: dict[str, Any] = {
         "runs": [r["name"] for r in runs],
         "tuning_runs": [r["name"] for r in tuned],
         "controls": control_rows(groups),

@@ -234,7 +234,9 @@ def crossplay(
     folders = generation_dirs(results, arm, gens)
     if not folders:
         raise ValueError(f"no generation with checkpoint/state.json and tasks.jsonl under {Path(results) / arm}")
-    adapters, students_by_gen, members = {}, {}, {}
+    adapters: dict[str, Path] = {}
+    students_by_gen: dict[int, list[str]] = {}
+    members: dict[str, dict] = {}
     for g, folder in folders.items():
         state = load_state(folder / "checkpoint")
         students_by_gen[g] = []

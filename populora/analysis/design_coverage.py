@@ -144,19 +144,19 @@ def scenario_coverage(
     out: dict[str, dict[str, float]] = {}
     names = list(controls)
     # (label, truth, left's seed means, right's seed means or None for the base)
-    cases = [
+    cases: list[tuple[str, float, np.ndarray, np.ndarray | None]] = [
         (f"{a} - {b}", truth[a] - truth[b], scores[a], scores[b]) for i, a in enumerate(names) for b in names[i + 1 :]
     ]
     cases += [(f"{a} - base", truth[a] - base_truth, scores[a], None) for a in names]
     for label, true_diff, left, right in cases:
-        row = {"truth": round(100 * true_diff, 2)}
+        covered = {"truth": round(100 * true_diff, 2)}
         for key, f, v in (("study", floor, base_var), ("unadjusted", 0.0, 0.0)):
             if right is None:
                 low, high = seed_mean_intervals(left, base=base, floor=f, base_var=v)
             else:
                 low, high = seed_mean_intervals(left, right, floor=f)
-            row[key] = round(float(np.mean((low <= true_diff + 1e-12) & (true_diff - 1e-12 <= high))), 4)
-        out[label] = row
+            covered[key] = round(float(np.mean((low <= true_diff + 1e-12) & (true_diff - 1e-12 <= high))), 4)
+        out[label] = covered
     return out
 
 

@@ -175,7 +175,7 @@ def plot_type_curves(ax, by_type: dict, baselines: dict | None = None) -> None:
                 label=f"{control}, {task_type}",
             )
         ax.axhline(100 * entry["base"], color="tab:red", ls=styles[t % len(styles)], lw=0.8, label=f"base, {task_type}")
-        if task_type in (baselines or {}):
+        if baselines and task_type in baselines:
             best = baselines[task_type]["best"]
             ax.axhline(
                 100 * best["share"],

@@ -34,6 +34,7 @@ import random
 import sys
 from pathlib import Path
 from statistics import mean
+from typing import Any
 
 from populora.core.io import read_jsonl, write_figure, write_json
 from populora.core.state import load_state, trained_adapter_dir
@@ -65,7 +66,7 @@ def subsample(pool: list[dict], max_tasks: int | None, seed: int) -> list[dict]:
     if not max_tasks or len(pool) <= max_tasks:
         return list(pool)
     rng = random.Random(seed)
-    by_type = {}
+    by_type: dict[str, list[str]] = {}
     for task in pool:
         by_type.setdefault(task["type"], []).append(task["task_id"])
     for ids in by_type.values():
@@ -173,7 +174,9 @@ def passk(
     from populora.lm.engines import load_sampler
     from populora.verifier import sandbox_for
 
-    adapters, groups, sources = {}, {}, {}
+    adapters: dict[str, Path] = {}
+    groups: dict[str, list[str]] = {}
+    sources: dict[str, dict] = {}
     for label, path in runs.items():
         checkpoint = checkpoint_of(path)
         state = load_state(checkpoint)
@@ -314,7 +317,7 @@ def passk_summary(groups: dict[str, list[dict]], pairs=()) -> dict:
     ks = sorted(set.intersection(*(set(p["ks"]) for p in every)))
     base = next((p["base"]["all"] for p in every if p.get("base")), None)
     values = {c: {k: [r["passk"]["students"]["all"][str(k)] for r in runs] for k in ks} for c, runs in measured.items()}
-    out = {
+    out: dict[str, Any] = {
         "ks": ks,
         "samples": sorted({p["samples"] for p in every}),
         "base": {str(k): base[str(k)] for k in ks} if base else None,

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m populora.analysis.plan PLAN CONTROL SEED", file=sys.stderr)
         return 2
     plan = load(args[0])
-    run = {"name": f"{args[1]}-s{args[2]}", "control": args[1], "seed": int(args[2]), "params": {}}
+    run: dict[str, Any] = {"name": f"{args[1]}-s{args[2]}", "control": args[1], "seed": int(args[2]), "params": {}}
     problems = [f for f in findings([run], plan) if f.startswith(run["name"])]
     problems += [
         f"{run['name']}: the plan names {name}, which this checkout does not have" for name in missing_files(plan)

@@ -16,6 +16,7 @@ Used by `populora.analysis.comparisons.summarize` (study.json `proposals`), tabl
 from __future__ import annotations
 
 from statistics import mean
+from typing import Any
 
 from populora.core.stats import is_finite_number, t_interval, welch_interval
 
@@ -64,7 +65,7 @@ def proposal_dynamics(groups: dict[str, list[dict]], pairs=()) -> dict:
     keys = [k for k in KEYS if any(v is not None for runs in groups.values() for r in runs for v in series(r, k))]
     if not keys:
         return {}
-    out = {
+    out: dict[str, Any] = {
         "keys": keys,
         "titles": {k: TITLES[k] for k in keys},
         "controls": {},

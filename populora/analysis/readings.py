@@ -13,6 +13,7 @@ so at most `solve.samples` x (answers right) rollouts do, the rest with signal d
 from __future__ import annotations
 
 from statistics import mean
+from typing import Any
 
 import numpy as np
 
@@ -72,8 +73,9 @@ def signal_generation(row: dict, slots: list[str], params: dict) -> dict:
         }
     if params.get("reward.advantage_baseline") != "per_task" or not params.get("solve.samples"):
         return {}  # a type-wide baseline: one right answer gives a whole type's rollouts a correctness signal
-    counts = [row.get(f"rollouts_with_signal.{slot}") for slot in slots]
-    if not slots or any(c is None for c in counts):
+    recorded = [row.get(f"rollouts_with_signal.{slot}") for slot in slots]
+    counts = [c for c in recorded if c is not None]
+    if not slots or len(counts) < len(recorded):
         return {}
     # an adapter in both roles (the baseline's solo) counts its proposals' signal too: take them all off
     proposals = sum(row.get(f"samples.{slot}/propose") or 0 for slot in slots)
@@ -118,10 +120,10 @@ def run_rows(runs: list[dict]) -> list[dict]:
     """Per run: the students' mean score per benchmark (raw and with copies counted wrong), the
     students' copying share, the accounting per role (the run's totals per adapter), wall time, the
     machine it was taken on and whether it is a tuning run; first a row for the base model."""
-    rows = []
+    rows: list[dict] = []
     for run in [runs[0], *runs] if runs else []:
         is_base = not rows
-        row = {
+        row: dict[str, Any] = {
             "run": "base" if is_base else run["name"],
             "control": None if is_base else run["control"],
             "seed": None if is_base else run["seed"],

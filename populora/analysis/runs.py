@@ -115,7 +115,7 @@ def load_run(folder: Path) -> dict:
         if curve.get("pass_rates"):  # and the primary endpoint: pass rates over heldout.samples answers at T=1
             pass_rate["heldout"] = {**curve["pass_rates"][-1], "base": curve["base_pass_rates"]}
     first = next((b for b in READ_BENCHES if b in verdicts), None)
-    models = sorted(m for m in verdicts.get(first, {}) if m != "base")
+    models = sorted(m for m in (verdicts[first] if first is not None else {}) if m != "base")
     # the roles as the run's own params assigned them (runs of older code record no role in their results)
     students = [m for m in models if m in {ref.name for ref in refs_of["students"]}]
     # paused_s: time the run spent stopped (SIGSTOP, to time something else on the machine), not running

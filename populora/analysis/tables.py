@@ -179,12 +179,12 @@ def curve_table(curves: dict, baselines: dict | None = None) -> list[str]:
             "|---|" + "---|" * gens,
         ]
         for left, right in dict.fromkeys((c["left"], c["right"]) for c in curves["comparisons"]):
-            cells = {
+            by_generation = {
                 c["generation"]: f"{_pts(c['delta'])} [{_pts(c['low'])}, {_pts(c['high'])}]{_null_note(c)}"
                 for c in curves["comparisons"]
                 if (c["left"], c["right"]) == (left, right)
             }
-            lines.append(f"| {left} - {right} | " + " | ".join(cells.get(g, "") for g in range(gens)) + " |")
+            lines.append(f"| {left} - {right} | " + " | ".join(by_generation.get(g, "") for g in range(gens)) + " |")
     return lines + [""]
 
 

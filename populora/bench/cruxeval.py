@@ -239,13 +239,14 @@ def gold_scores(outputs: list[dict], items: list[GoldItem], lm, tokenizer, setti
     teacher-forced pass of its own (`gold_logprobs`: pieces kept from a run before this was scored
     in the prefill, or a sampler without a carried cache); None where the engine gives no forward
     pass (vllm)."""
-    gold = [tuple(o["gold"]) if o.get("gold") is not None else None for o in outputs]
+    gold: list[tuple[float, int] | None] = [tuple(o["gold"]) if o.get("gold") is not None else None for o in outputs]
     missing = [k for k, value in enumerate(gold) if value is None]
     if missing and hasattr(lm, "parameters"):
         scored = gold_logprobs(lm, tokenizer, [items[k] for k in missing], batch_size=settings.batch_size)
         for k, value in zip(missing, scored):
             gold[k] = value
-    return None if any(value is None for value in gold) else gold
+    scores = [value for value in gold if value is not None]
+    return scores if len(scores) == len(gold) else None
 
 
 # ---------------------------------------------------------------- the runner

@@ -98,7 +98,7 @@ def _evalplus_loader(dataset: str):
 
 def first_rows(path: Path, limit: int | None) -> list[dict]:
     """The first `limit` JSON lines of a (gzipped) JSONL file, in file order."""
-    rows = []
+    rows: list[dict] = []
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as handle:
         for line in handle:
@@ -183,8 +183,9 @@ def _check_serially(
     from evalplus.eval import PASS
     from evalplus.evaluate import check_correctness
 
-    def failed(status, details, inputs, task_id):
+    def failed(outcome, inputs, task_id):
         # evalplus.evaluate's get_failed_tests with fast_check: the last (first failing) input
+        status, details = outcome
         tests = [] if status == PASS or not details else [inputs[len(details) - 1]]
         return mbpp_serialize_inputs(task_id, tests) if dataset == "mbpp" else tests
 
@@ -207,8 +208,8 @@ def _check_serially(
             "plus_status": result["plus"][0],
             "base_passed_tests": int(sum(bool(x) for x in result["base"][1])),
             "plus_passed_tests": int(sum(bool(x) for x in result["plus"][1])),
-            "base_fail_tests": failed(*result["base"], problems[task_id]["base_input"], task_id),
-            "plus_fail_tests": failed(*result["plus"], problems[task_id]["plus_input"], task_id),
+            "base_fail_tests": failed(result["base"], problems[task_id]["base_input"], task_id),
+            "plus_fail_tests": failed(result["plus"], problems[task_id]["plus_input"], task_id),
         }
     return verdicts
 
@@ -366,7 +367,8 @@ def greedy_generate(
     model (`populora.lm.multilora`), so several models' prompts share the batches. Progress counts
     prompts (`populora.core.progress`, as `desc`), on `progress` when the caller passes its own."""
     own = progress is None
-    progress = Progress(len(prompts), desc, unit="prompts", log=log) if own else progress
+    if progress is None:
+        progress = Progress(len(prompts), desc, unit="prompts", log=log)
     with progress if own else nullcontext():
         if hasattr(model, "generate_texts"):  # the vllm engine (populora.lm.vllm_engine): it batches itself
             outputs = model.generate_texts(
@@ -395,7 +397,17 @@ def greedy_generate(
         )
 
 
-def _generate_batches(model, tokenizer, prompts, *, max_new_tokens, batch_size, stops, adapter_names, progress):
+def _generate_batches(
+    model,
+    tokenizer,
+    prompts: list[str],
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    stops: list[str],
+    adapter_names: list[str | None] | None,
+    progress: Progress,
+) -> list[tuple[str, int, bool]]:
     import torch
 
     device = next(model.parameters()).device
@@ -427,7 +439,9 @@ def _generate_batches(model, tokenizer, prompts, *, max_new_tokens, batch_size, 
             stopped = tokenizer.eos_token_id in ids or any(s in text for s in stops)
             results[index] = (cut_at_stops(text, stops), len(ids), len(ids) >= max_new_tokens and not stopped)
         progress.update(len(batch))
-    return results  # type: ignore[return-value]
+    done = [result for result in results if result is not None]
+    assert len(done) == len(results)  # the batches cover every prompt
+    return done
 
 
 def generate_member_solutions(

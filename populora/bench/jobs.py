@@ -29,6 +29,8 @@ def selected_models(params, arm: str | None, models_dir: str | None) -> list:
     """The bare base model (no `models_dir`), or the arm's exported members of the roles in bench.roles."""
     if not models_dir:
         return [base_model_entry()]
+    if arm is None:  # the refs would name no arm: no exported model would match
+        raise ValueError(f"the members of {models_dir} need their arm (--arm population or baseline)")
     wanted = set(benchmarked_refs(params, arm))
     return [model for model in exported_models(Path(models_dir)) if model.ref in wanted]
 

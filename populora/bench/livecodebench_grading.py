@@ -154,7 +154,9 @@ def clean_if_name(code: str) -> str:
         tree = ast.parse(code)
         last = tree.body[-1]
         if isinstance(last, ast.If) and ast.unparse(last.test).strip() == "__name__ == '__main__'":
-            code = ast.unparse(tree.body[:-1]) + "\n" + ast.unparse(last.body)
+            # lcb_runner unparses lists of statements, which ast.unparse takes (typeshed: one node)
+            body, block = ast.unparse(tree.body[:-1]), ast.unparse(last.body)  # type: ignore[arg-type]  # a list
+            code = body + "\n" + block
     except Exception:  # noqa: BLE001  (as lcb_runner: any failure leaves the code as it is)
         pass
     return code
@@ -173,7 +175,8 @@ def make_function(code: str) -> str:
             decorator_list=[],
             lineno=-1,
         )
-        return IMPORT_STRING + "\n" + ast.unparse(imports) + "\n" + ast.unparse(function)
+        hoisted = ast.unparse(imports)  # type: ignore[arg-type]  # a list of statements, as in clean_if_name
+        return IMPORT_STRING + "\n" + hoisted + "\n" + ast.unparse(function)
     except Exception:  # noqa: BLE001
         return code
 
@@ -244,7 +247,7 @@ def judge(problem: dict, run: RunResult, expected: str) -> tuple[bool, str | Non
     if call.status != "ok":
         return False, call.status if call.status in REASONS else "sandbox_error", None
     try:
-        value = ast.literal_eval(call.repr)
+        value = ast.literal_eval(call.repr or "")  # no repr (a forged result): no literal either
     except Exception:  # noqa: BLE001  (no literal repr: a custom object, inf, ...)
         return False, "wrong_answer", f"result has no literal repr: {truncated(call.repr)}"
     if problem["fn_name"]:

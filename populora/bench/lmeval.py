@@ -202,7 +202,7 @@ def _progress_lm_class():
 
         def generate_until(self, requests, disable_tqdm: bool = False):
             with Progress(len(requests), self.progress_desc, unit="requests", log=log) as progress:
-                hook = self.cache_hook
+                hook = self.cache_hook  # type: ignore[has-type]  # lm-eval's LM sets it untyped in __init__
                 self.cache_hook = _CountingHook(hook, progress.update)
                 try:
                     return super().generate_until(requests, disable_tqdm=True)
@@ -230,11 +230,13 @@ def _members_lm_class():
         (`rows`, and with `store` a JSONL file appended after each batch, which a rerun reads back:
         `populora.bench.partial`), and the other members take theirs from there."""
 
-        def __init__(self, multilora, tokenizer, members: list[str | None], batch_size: int, store: Path | None = None):
+        def __init__(self, multilora, tokenizer, members: list[str], batch_size: int, store: Path | None = None):
             super().__init__(pretrained=multilora.model, tokenizer=tokenizer, batch_size=batch_size)
             self.multilora, self.members, self.member = multilora, list(members), members[0]
             self.rows: dict[str, dict[str, list[int]]] = {}  # row key -> member -> generated ids
-            self.store, self.generated, self.asked = store, set(), {name: set() for name in self.members}
+            self.store = store
+            self.generated: set[str] = set()
+            self.asked: dict[str, set[str]] = {name: set() for name in self.members}
             for line in store.read_text().splitlines() if store is not None and store.is_file() else []:
                 try:
                     batch = json.loads(line)
@@ -244,7 +246,7 @@ def _members_lm_class():
                     self.rows.setdefault(key, {}).update(outputs)
             self.kept_rows = len(self.rows)
 
-        def _model_generate(self, context, max_length, stop, **generation_kwargs):
+        def _model_generate(self, context, max_length, stop, **generation_kwargs) -> torch.Tensor:
             mask = generation_kwargs.pop("attention_mask", None)
             width = context.shape[1]
             keys = [
@@ -481,6 +483,7 @@ def run(
     bench = settings.benchmark
     data_dir = settings.data_dir
     limit = settings.limit
+    tasks_dir = settings.tasks_dir or TASKS_DIR  # settings_for without tasks_dir: evaluate's default
     log.info(
         "%s through lm-eval (%s, first %s problems), %d model(s)",
         bench,
@@ -514,7 +517,7 @@ def run(
                     dtype=settings.dtype,
                     device=settings.device,
                     harness_dir=out / model.name / "harness",
-                    tasks_dir=settings.tasks_dir,
+                    tasks_dir=tasks_dir,
                     vllm=vllm,
                     cache=partial.lm_eval_cache(model) if partial is not None else None,
                 ).result()
@@ -532,11 +535,13 @@ def run(
                 dtype=settings.dtype,
                 device=settings.device,
                 harness_dir=out / model.name / "harness",
-                tasks_dir=settings.tasks_dir,
+                tasks_dir=tasks_dir,
                 cache=partial.lm_eval_cache(model) if partial is not None else None,
             )
     if members:
-        tokenizer, multilora = settings.load_model(base_model, {m.name: m.adapter for m in members})
+        tokenizer, multilora = settings.load_model(
+            base_model, {m.name: m.adapter for m in members if m.adapter is not None}
+        )
         runs.update(
             evaluate_members(
                 bench,
@@ -544,12 +549,12 @@ def run(
                 tokenizer=tokenizer,
                 members={m.name: out / m.name / "harness" for m in members},
                 base_model=base_model,
-                adapters={m.name: m.adapter for m in members},
+                adapters={m.name: m.adapter for m in members if m.adapter is not None},
                 data_dir=data_dir,
                 limit=limit,
                 max_new_tokens=settings.max_new_tokens,
                 batch_size=settings.batch_size,
-                tasks_dir=settings.tasks_dir,
+                tasks_dir=tasks_dir,
                 store=partial.members_store(members) if partial is not None else None,
                 log=log,
             )

@@ -157,6 +157,7 @@ def generate_in_pieces(
                 outputs[name][i] = output
     remaining = [i for _, piece in todo for i in piece]
     if len(remaining) < len(ids):
+        assert partial is not None  # pieces are kept only with a partial
         log.info(
             "%s: %d of %d problems kept from an earlier attempt (%s)",
             desc,

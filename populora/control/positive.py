@@ -370,7 +370,8 @@ def run_in_processes(arms: list[str], args: argparse.Namespace) -> None:
         args.out,
         *(["--overlay", *args.overlay] if args.overlay else []),
     ]
-    pending, running = list(arms), []
+    pending = list(arms)
+    running: list[tuple[str, subprocess.Popen]] = []
     while pending or running:
         while pending and len(running) < jobs:
             arm = pending.pop(0)

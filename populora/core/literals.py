@@ -29,6 +29,8 @@ def argument_values(arguments: str | None) -> list:
         call = ast.parse(f"f({arguments})", mode="eval").body
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return []
+    if not isinstance(call, ast.Call):  # a ")" in the source closes the call early: "1) if x else (2"
+        return []
     values = []
     for node in [*call.args, *(k.value for k in call.keywords)]:
         try:

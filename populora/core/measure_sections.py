@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from datetime import date
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
@@ -21,7 +21,8 @@ from populora.core.sections import (
     check_sampling_temperature,
 )
 
-BENCHMARKS = (
+# the names bench.benchmarks (and together, raw_base, limits) accept
+Benchmark = Literal[
     "humaneval_plus",
     "mbpp_plus",
     "gsm8k",
@@ -34,11 +35,14 @@ BENCHMARKS = (
     "cruxeval_o",
     "cruxeval_i",
     "livecodebench",
-)
+]
+BENCHMARKS: tuple[Benchmark, ...] = get_args(Benchmark)
 # run when bench.benchmarks is not given: LiveCodeBench needs the hub or a local copy, so it is opt-in
 DEFAULT_BENCHMARKS = tuple(name for name in BENCHMARKS if name != "livecodebench")
 # run together by default (bench.together): the code and math benchmarks, 2 problems each on the CPU
 SMOKE_BENCHMARKS = tuple(name for name in DEFAULT_BENCHMARKS if not name.startswith("cruxeval"))
+# bench.limits when not given (a fresh dict per section)
+_DEFAULT_LIMITS: dict[Benchmark, int | None] = {"cruxeval_o": 60, "cruxeval_i": 60}
 
 
 class CruxevalSection(Section):
@@ -89,7 +93,7 @@ class LiveCodeBenchSection(Section):
 class BenchSection(Section):
     """The benchmarks every final member (and the base model) is scored on."""
 
-    benchmarks: tuple[Literal[BENCHMARKS], ...] = Field(
+    benchmarks: tuple[Benchmark, ...] = Field(
         DEFAULT_BENCHMARKS,
         min_length=1,
         description="Benchmarks to run for every model (livecodebench only when listed), one at least.",
@@ -101,13 +105,13 @@ class BenchSection(Section):
         },
     )
     # the 2-problem smoke subsets, whose jobs of their own were mostly start-up (docs/benchmarks.md)
-    together: tuple[Literal[BENCHMARKS], ...] = Field(
+    together: tuple[Benchmark, ...] = Field(
         SMOKE_BENCHMARKS,
         description="Benchmarks (of those in `benchmarks`) run one after another in one job per arm and one for the "
         "base model, the model loaded once; the others get a job each. Ignored with sampler.engine: vllm (an "
         "engine's memory is only given back when its process ends). [] = every benchmark a job of its own.",
     )
-    raw_base: tuple[Literal[BENCHMARKS], ...] = Field(
+    raw_base: tuple[Benchmark, ...] = Field(
         ("cruxeval_o", "cruxeval_i"),
         description="Benchmarks (of those in `benchmarks` with a job of their own) the raw base, the model before "
         "the warm start, is scored on too, beside the base, in the base's job (warm_start.enabled only; its result "
@@ -138,8 +142,8 @@ class BenchSection(Section):
         },
     )
     limit: int | None = Field(2, ge=1, description="First N problems per benchmark (CPU subset); null = full sets.")
-    limits: dict[Literal[BENCHMARKS], int | None] = Field(
-        default_factory=lambda: {"cruxeval_o": 60, "cruxeval_i": 60},
+    limits: dict[Benchmark, int | None] = Field(
+        default_factory=lambda: _DEFAULT_LIMITS.copy(),
         description="Per-benchmark first-N problems, overriding `limit` (null = the full set).",
     )
     cruxeval: CruxevalSection = CruxevalSection()

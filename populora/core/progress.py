@@ -26,6 +26,7 @@ import os
 import sys
 import threading
 import time
+from typing import Literal
 
 MODES = ("bar", "log", "off")
 DEFAULT_EVERY_S = 30.0
@@ -112,7 +113,7 @@ class Progress:
     def __enter__(self) -> Progress:
         return self
 
-    def __exit__(self, kind, error, traceback) -> bool:
+    def __exit__(self, kind, error, traceback) -> Literal[False]:
         self.close(failed=kind is not None)
         return False
 

@@ -12,8 +12,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-TASK_TYPES = ("code_o", "code_i", "code_f")
-ARMS = ("population", "baseline")
+TaskType = Literal["code_o", "code_i", "code_f"]
+TASK_TYPES: tuple[TaskType, ...] = ("code_o", "code_i", "code_f")
+Arm = Literal["population", "baseline"]
+ARMS: tuple[Arm, ...] = ("population", "baseline")
 EMBEDDED_MODEL = "smollm2"  # populora.lm.model.EMBEDDED_MODEL (that module imports torch)
 MAX_TEMPERATURE = 10.0  # above it every token is about equally likely: no use for sampling or PFSP weights
 MIN_TEMPERATURE = 0.01  # vLLM samples any temperature in (0, 0.01) at 0.01, so the update would score other odds
@@ -194,7 +196,7 @@ class DagSection(Section):
         description="Generations per arm (zero-padded folders gen000...).",
         json_schema_extra={"fix": "Use a whole number of generations, 1 or more."},
     )
-    arms: tuple[Literal["population", "baseline"], ...] = Field(
+    arms: tuple[Arm, ...] = Field(
         ARMS,
         min_length=1,
         description="Which arms to run: population and/or baseline.",
@@ -247,7 +249,7 @@ class ProposeSection(SamplingSection):
         description="scaffolded: prefill code fences and stop at ``` (small models); free_form: AZR format.",
     )
     per_type: int = Field(2, ge=1, description="Proposals per teacher per task type per generation.")
-    types: tuple[Literal["code_o", "code_i", "code_f"], ...] = Field(
+    types: tuple[TaskType, ...] = Field(
         TASK_TYPES,
         min_length=1,
         description="Task types proposed and solved (AZR: all three; the CPU study trains "

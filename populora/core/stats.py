@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -83,7 +84,7 @@ def covers_zero(low: float, high: float) -> bool:
     return low <= 0 <= high
 
 
-def mcnemar_exact(first: Sequence[bool], second: Sequence[bool]) -> dict:
+def mcnemar_exact(first: Sequence[int], second: Sequence[int]) -> dict:
     """Exact McNemar test of two models' verdicts on the same problems: `first_only` and
     `second_only` count the problems only one of them solves, `p` is the two-sided exact binomial
     p-value of that split under "equally good" (1.0 when they never disagree).
@@ -167,7 +168,9 @@ def resolution(n_problems: int) -> float:
     return 1 / n_problems if n_problems else 0.0
 
 
-def welch_interval(a: Sequence[float], b: Sequence[float], sd_floor: float = 0.0, *, df_rule: str = "hsu") -> dict:
+def welch_interval(
+    a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray, sd_floor: float = 0.0, *, df_rule: str = "hsu"
+) -> dict:
     """mean(a) - mean(b) with Welch's 95% interval (unequal variances) and its MDE; both sides need 2 values or
     more; each side's standard deviation is at least `sd_floor` (`resolution`). Degrees of freedom (`df_rule`):
     Hsu's, the smaller side's values - 1 (the default: `populora.analysis.design_coverage` shows
@@ -202,7 +205,7 @@ def welch_interval(a: Sequence[float], b: Sequence[float], sd_floor: float = 0.0
     }
 
 
-def sampled_mean_variance(rates: Sequence[float], samples: int) -> float:
+def sampled_mean_variance(rates: Sequence[float] | np.ndarray, samples: int) -> float:
     """The variance of a pool's mean pass rate measured once with `samples` answers per task at temperature 1
     (`rates`: the measured per-task rates): the sum of the per-task binomial variances, unbiased
     (p(1 - p) / (samples - 1)), over the tasks squared. A base scored this way is not a fixed row: every
@@ -249,7 +252,9 @@ def seed_comparison(
     right = None if right_is_base else np.asarray(right, float)
     n_problems = left.shape[1]
     floor, sd_floor = (rule_of_three(n_problems), resolution(n_problems)) if verdicts else (0.0, 0.0)
-    if right_is_base and len(left) >= 2:
+    # base_row is set with right_is_base, right without it (the other is None)
+    out: dict[str, Any]
+    if base_row is not None and len(left) >= 2:
         gains = left.mean(axis=1) - base_row.mean()
         se, df = (
             math.sqrt(max(float(np.std(gains, ddof=1)), sd_floor) ** 2 / len(gains) + base_variance),
@@ -264,11 +269,11 @@ def seed_comparison(
             "mde": t_mde(se, df),
             "method": BASE_MEASURED if base_variance > 0 else ONE_SAMPLE,
         }
-    elif not right_is_base and len(left) >= 2 and len(right) >= 2:
+    elif right is not None and len(left) >= 2 and len(right) >= 2:
         welch = welch_interval(left.mean(axis=1), right.mean(axis=1), sd_floor)
         out = {key: welch[key] for key in ("delta", "low", "high", "df", "mde")} | {"method": WELCH}
     else:
-        other = base_row if right_is_base else right.mean(axis=0)
+        other = base_row if right is None else right.mean(axis=0)
         delta, low, high = paired_bootstrap(list(left.mean(axis=0) - other))
         out = {
             "delta": delta,

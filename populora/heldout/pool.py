@@ -21,7 +21,7 @@ Scoring is `populora/heldout/scoring.py`.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from populora.core.io import read_jsonl
 from populora.core.paths import shipped_path
@@ -43,7 +43,7 @@ def pool_types(types: Iterable[str]) -> tuple[str, ...]:
 
 
 def accept_into_pool(
-    pool: list[dict], verified: list[dict], seeds: list[dict], *, per_type: int, types: Iterable[str] = HELDOUT_TYPES
+    pool: list[dict], verified: list[dict], seeds: list[dict], *, per_type: int, types: Collection[str] = HELDOUT_TYPES
 ) -> list[dict]:
     """`pool` plus the verified rows that qualify, in order, until `per_type` of each type: valid,
     not copyable, a program that parses and is neither a seed's nor a pool task's (normalised AST).

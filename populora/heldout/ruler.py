@@ -34,6 +34,7 @@ import logging
 import random
 import sys
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 
 from populora.core.io import read_jsonl, write_json, write_jsonl, write_text
@@ -192,12 +193,14 @@ def select(
     high: float,
     per_type: int,
     per_family: int,
-    exclude: set[str] = frozenset(),
+    exclude: Collection[str] = frozenset(),
 ) -> list[dict]:
     """Tasks the warm base solved `low`..`high` of the time, in calibration order: held-out families first,
     then unseen compositions; one task per program text (whatever its type); at most `per_family` of one
     family per type; up to `per_type` per type; none of `exclude` (task ids)."""
-    out, programs, per_group = [], set(), Counter()
+    out: list[dict] = []
+    programs: set[str] = set()
+    per_group: Counter[tuple[str, str]] = Counter()
     for kind in ("family", "composition"):
         for task in calibrated:
             if task.get("held_out") != kind or task["task_id"] in exclude:

@@ -29,7 +29,8 @@ RECORDED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx
 @functools.lru_cache(maxsize=1)
 def cpu_info() -> tuple[str, frozenset[str]]:
     """(CPU model name, its feature flags) from /proc/cpuinfo; ('', {}) where there is none."""
-    name, flags = platform.processor() or platform.machine(), frozenset()
+    name = platform.processor() or platform.machine()
+    flags: frozenset[str] = frozenset()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:

@@ -13,6 +13,7 @@ the base imports, does not pull the generation stack into their DVC code depende
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -27,7 +28,7 @@ class HfSampler:
     dtype: str
     device: str
 
-    def load(self, model_dir: str | Path, adapters: dict[str, str | Path]):
+    def load(self, model_dir: str | Path, adapters: Mapping[str, str | Path]):
         """(tokenizer, model) for `populora.lm.sampling.run_plans`: the base on its device with
         `adapters` (name -> PEFT folder) stacked on it; rows pick theirs by name."""
         from populora.lm.model import load_base
@@ -58,7 +59,7 @@ class VllmSampler:
     max_model_len: int  # update.max_seq_len: the window the update can score
     request_seeds: bool
 
-    def load(self, model_dir: str | Path, adapters: dict[str, str | Path]):
+    def load(self, model_dir: str | Path, adapters: Mapping[str, str | Path]):
         """(tokenizer, engine) for `populora.lm.sampling.run_plans`: a `VllmEngine` serving `adapters`."""
         from populora.lm.vllm_engine import VllmEngine
 
@@ -109,6 +110,6 @@ def pick_sampler(params) -> HfSampler | VllmSampler:
     return HfSampler(dtype=dtype, device=params.model.device)
 
 
-def load_sampler(model_dir: str | Path, adapters: dict[str, str | Path], params):
+def load_sampler(model_dir: str | Path, adapters: Mapping[str, str | Path], params):
     """(tokenizer, sampler) of the engine params pick, with `adapters` (name -> PEFT folder) on it."""
     return pick_sampler(params).load(model_dir, adapters)

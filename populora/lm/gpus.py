@@ -10,6 +10,7 @@ Tests: tests/test_gpu_slots.py.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import shutil
@@ -72,7 +73,7 @@ def claim_gpu(log: logging.Logger, *, poll_s: float = 2.0, count: int = 1) -> st
     lock_dir.mkdir(parents=True, exist_ok=True)
     waited = False
     while True:
-        held: list[tuple[str, object]] = []
+        held: list[tuple[str, io.TextIOWrapper]] = []
         for device in devices:
             handle = open(lock_dir / f"gpu{device}.lock", "a")  # held open on purpose
             try:

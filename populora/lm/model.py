@@ -60,7 +60,7 @@ def convert_embedded_smollm2(out_dir: str | Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
     # A model loaded from GGUF remembers its quantizer; clear it or save_pretrained refuses/labels
     # the folder as quantized although the weights are plain fp32 now.
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]  # torch's Module.__setattr__ stub: Tensor | Module only
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     out_dir = Path(out_dir)
@@ -144,7 +144,7 @@ def lora_config(rank: int, alpha: float, dropout: float, target_modules: list[st
 
     return LoraConfig(
         r=rank,
-        lora_alpha=alpha,
+        lora_alpha=alpha,  # type: ignore[arg-type]  # peft annotates int; a float alpha works (scaling alpha / r)
         lora_dropout=dropout,
         target_modules=list(target_modules),
         bias="none",

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file
@@ -35,7 +37,7 @@ _PREFIX = "base_model.model."
 class _Router:
     """Per-batch row -> adapter selection shared by every stacked module of one model."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.rows: torch.Tensor | None = None  # [batch] adapter index per row, -1 = base only
         self._masks: dict[int, torch.Tensor] = {}
 
@@ -55,6 +57,11 @@ class _Router:
 
 class StackedLoraLinear(torch.nn.Module):
     """A frozen `nn.Linear` plus the LoRA terms of N adapters, selected per row by the router."""
+
+    # buffers (register_buffer), declared for type checkers: nn.Module's __getattr__ says Tensor | Module
+    a_cat: torch.Tensor
+    b_cat: torch.Tensor
+    owner: torch.Tensor
 
     def __init__(
         self,
@@ -129,9 +136,11 @@ def read_peft_adapter(folder: str | Path) -> tuple[dict, dict[str, tuple[torch.T
 class MultiLoraModel(torch.nn.Module):
     """A causal LM whose adapted linears hold N LoRA adapters; `select(names)` routes rows to them."""
 
-    def __init__(self, model: torch.nn.Module, names: list[str], router: _Router, zero: set[str] = frozenset()):
+    def __init__(
+        self, model: torch.nn.Module, names: list[str], router: _Router, zero: Iterable[str] = frozenset()
+    ) -> None:
         super().__init__()
-        self.model = model
+        self.model: Any = model  # an HF causal LM (generate, config), untyped here
         self.adapter_names = list(names)
         # adapters whose B factors are all zero (PEFT's init): their rows compute the base's numbers
         # exactly (x A * 0 adds exact zeros), so they share the base's KV cache (populora.lm.prefix_cache)

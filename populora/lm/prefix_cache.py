@@ -75,6 +75,7 @@ class GrowingLayer(DynamicLayer):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        assert self.keys is not None  # initialized (reset clears keys and is_initialized together)
         length = self.get_seq_length()
         needed = length + key_states.shape[-2]
         buffer = getattr(self, "_buffer", None)
@@ -204,7 +205,7 @@ def shared_prefill(
         return None
     firsts = [owner.index(u) for u in range(len(distinct))]  # a row of each distinct context
     if shared:
-        key_rows = {}
+        key_rows: dict[str | None, int] = {}
         for row in firsts:
             key_rows.setdefault(keys[row], row)
         prefix_ids = torch.tensor([contexts[0][:shared]] * len(key_rows), device=device)
@@ -218,7 +219,8 @@ def shared_prefill(
                 logits_to_keep=1,
             )
         order = list(key_rows)
-        carried.cache.reorder_cache(torch.tensor([order.index(keys[row]) for row in firsts], device=device))
+        reorder = torch.tensor([order.index(keys[row]) for row in firsts], device=device)
+        carried.cache.reorder_cache(reorder)  # type: ignore[arg-type]  # transformers annotates torch.LongTensor
     rests = [contexts[row][shared:] for row in firsts]
     width = max(len(rest) for rest in rests)
     ids = torch.full((len(rests), width), pad, dtype=torch.long)
@@ -239,7 +241,7 @@ def shared_prefill(
             logits_to_keep=max(tails),
         ).logits
     index = torch.tensor(owner, device=device)
-    carried.cache.reorder_cache(index)
+    carried.cache.reorder_cache(index)  # type: ignore[arg-type]  # transformers annotates torch.LongTensor
     carried.attention = attention.index_select(0, index)
     for row, u in enumerate(owner):
         carried.slots[row] = [*range(shared), *range(shared + width - len(rests[u]), shared + width)]

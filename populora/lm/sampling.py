@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import torch
 
@@ -184,7 +185,7 @@ def sample_batch(
     each distinct context once, the batch's common prefix once per adapter (same draws, the same
     scores up to float rounding); off, every row is prefilled on its own, as before.
     """
-    from transformers import DynamicCache, StaticCache
+    from transformers import Cache, DynamicCache, StaticCache
 
     if carried is not None and static_cache:
         raise ValueError("a carried cache is dynamic: static_cache applies to a fresh one only")
@@ -200,7 +201,9 @@ def sample_batch(
         if carried is not None and share_prefixes and not any(done)
         else None
     )
+    cache: Cache
     if logits is not None:
+        assert carried is not None  # the shared prefill's logits
         cache, attention = carried.cache, carried.attention
         positions = torch.tensor([[len(context) - 1] for context in contexts], device=device)
     elif carried is None:
@@ -295,6 +298,17 @@ def _encode(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
 
 
+class _Sampling(TypedDict):
+    """One plan step's sampling settings: sample_batch's (or an engine's sample_contexts') keywords."""
+
+    budget: int
+    stops: tuple[str, ...]
+    temperature: float
+    top_p: float
+    suppress_first: list[int] | None
+    adapters: list[str | None]
+
+
 def run_plans(
     model,
     tokenizer,
@@ -331,7 +345,7 @@ def run_plans(
     device = None if engine else next(model.parameters()).device
     plans = _PlanState(tokenizer, rows)
     own = progress is None
-    if own:
+    if progress is None:
         progress = Progress(sum(len(row.plan.steps) for row in rows), desc, unit="steps", log=log)
 
     def step_key(i: int, step_index: int) -> tuple:
@@ -347,7 +361,7 @@ def run_plans(
             if not skipped:
                 plans.add_prefill(i, rows[i].plan.steps[step_index])
         budget = max(step.max_tokens or max_new_tokens for step in steps)
-        sampling = {
+        sampling: _Sampling = {
             "budget": budget,
             "stops": steps[0].stops,
             "temperature": temperature,
@@ -359,8 +373,8 @@ def run_plans(
         contexts = [plans.contexts[i] for i in batch]
         if carried is not None and step_index == 0 and any(rows[i].gold for i in batch):
             golds = [
-                _encode(tokenizer, rows[i].gold) if rows[i].gold and not skipped else None
-                for i, skipped in zip(batch, skip)
+                _encode(tokenizer, gold) if gold and not skipped else None
+                for gold, skipped in zip([rows[i].gold for i in batch], skip)
             ]
             scored = score_continuations(
                 model,
@@ -451,7 +465,7 @@ class _PlanState:
         self.contexts[i].extend(prefill_ids)
         self.ids_texts[i] = self.texts[i] = wanted
 
-    def record(self, i: int, step_index: int, sample: Sampled, *, budget: int, sampling: dict) -> None:
+    def record(self, i: int, step_index: int, sample: Sampled, *, budget: int, sampling: _Sampling) -> None:
         tokenizer, step = self.tokenizer, self.rows[i].plan.steps[step_index]
         text = tokenizer.decode(sample.ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         full = tokenizer.decode(sample.ids, clean_up_tokenization_spaces=False)

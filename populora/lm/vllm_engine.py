@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from populora.lm.sampling import Sampled, stop_window
@@ -101,7 +102,7 @@ class VllmEngine:
     def __init__(
         self,
         base_model: str | Path,
-        adapters: dict[str, str | Path],
+        adapters: Mapping[str, str | Path],
         *,
         dtype: str,
         lora_rank: int,
@@ -205,13 +206,13 @@ class VllmEngine:
     ):
         from vllm import SamplingParams
 
-        seed = seed if self.request_seeds and temperature > 0 else None  # seeds only where they change a draw
+        request_seed = seed if self.request_seeds and temperature > 0 else None  # seeds only where they change a draw
         return SamplingParams(
             n=1,
             max_tokens=max_tokens,
             temperature=temperature,
             top_p=top_p,
-            seed=seed,
+            seed=request_seed,
             stop=list(stops) or None,
             stop_token_ids=self.eos,
             include_stop_str_in_output=True,

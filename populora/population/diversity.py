@@ -79,8 +79,8 @@ def verdict_diversity(
     role: str, table: Mapping[str, Mapping[str, int]], members: Sequence[str], task_ids: Sequence[str]
 ) -> dict[str, float | int | None]:
     """Flat metrics of one sub-population's held-out verdicts: mean pairwise agreement and clone pairs."""
-    agreements = [verdict_agreement(table.get(a, {}), table.get(b, {}), task_ids) for a, b in pairwise(members)]
-    agreements = [a for a in agreements if a is not None]
+    pairs = [verdict_agreement(table.get(a, {}), table.get(b, {}), task_ids) for a, b in pairwise(members)]
+    agreements = [a for a in pairs if a is not None]
     return {
         f"diversity.{role}.verdict_agreement": round(mean(agreements), 6) if agreements else None,
         f"diversity.{role}.clone_pairs": sum(a == 1.0 for a in agreements) if agreements else None,

@@ -250,7 +250,7 @@ def founder_events(
     """Lineage events for the initial members (no parents, operator ``"init"``)."""
     events = []
     for i, m in enumerate(member_ids):
-        event = {
+        event: dict[str, Any] = {
             "child_id": m,
             "parents": [],
             "operator": "init",

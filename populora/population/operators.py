@@ -532,14 +532,15 @@ def extrapolate(
 
 # ---------------------------------------------------------------- registry
 
-MUTATIONS = {
+# (state dict, generator, **params) -> child; (parents, generator, fitness, **params) -> child
+MUTATIONS: dict[str, Callable[..., StateDict]] = {
     "svd_scale_rotate": svd_scale_rotate,
     "gaussian_subset": gaussian_subset,
     "mask_components": mask_components,
     "gaussian_all": gaussian_all,
     "neftune": neftune,
 }
-CROSSOVERS = {
+CROSSOVERS: dict[str, Callable[..., StateDict]] = {
     "layerwise": layerwise,
     "svd_split": svd_split,
     "dare": dare,

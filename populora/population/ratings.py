@@ -208,7 +208,7 @@ def pfsp_pairing(
         draws = rng.choice(n_t, size=slots_per_student, p=weights[:, j] / weights[:, j].sum())
         np.add.at(counts[:, j], draws, 1)
 
-    repairs = []
+    repairs: list[dict[str, str | None]] = []
     for i in range(n_t):
         if counts[i].sum() > 0:
             continue

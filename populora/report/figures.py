@@ -31,7 +31,7 @@ def model_order(refs: Iterable[ModelRef]) -> list[ModelRef]:
 def model_colors(refs: list[ModelRef]) -> dict[str, object]:
     """Students in blues, teachers in greens, the baseline orange, the base grey (by model name)."""
     roles = role_members(refs, POPULATION)
-    colors = {}
+    colors: dict[str, object] = {}
     for role, cmap in (("students", "Blues"), ("teachers", "Greens")):
         members = roles[role]
         colors.update(
@@ -61,8 +61,8 @@ def plot_benchmarks(
         xs = [c + (index - (len(models) - 1) / 2) * width for c in range(len(columns))]
         heights = [100 * column_value(table, model, col) for col in columns]
         ax.bar(xs, heights, width, label=model, color=colors[model], edgecolor="white", linewidth=0.5)
-        bars = [(x, h, intervals.get(model, {}).get(col)) for x, h, col in zip(xs, heights, columns)]
-        bars = [(x, h, ci) for x, h, ci in bars if ci is not None]
+        cis = [(x, h, intervals.get(model, {}).get(col)) for x, h, col in zip(xs, heights, columns)]
+        bars = [(x, h, ci) for x, h, ci in cis if ci is not None]
         if bars:  # 95% Wilson intervals (benchmarks only; group averages have none)
             ax.errorbar(
                 [x for x, _, _ in bars],

@@ -44,8 +44,9 @@ def headline_metrics(metrics: dict, summaries: dict[str, dict]) -> dict:
             _put(out, f"{group}.{stat}", metrics.get(side + stat))
         _put(out, f"{group}.base", metrics.get(f"{prefix}.base"))
         raw = [metrics.get(f"bench.{b}.raw_base") for b in _benchmarks(metrics) if benchmark_kind(b) == group]
-        if raw and None not in raw:  # every benchmark of the group ran on the raw base too
-            _put(out, f"{group}.raw_base", sum(raw) / len(raw))
+        scores = [score for score in raw if score is not None]
+        if raw and len(scores) == len(raw):  # every benchmark of the group ran on the raw base too
+            _put(out, f"{group}.raw_base", sum(scores) / len(scores))
         if both:
             _put(out, f"{group}.baseline", metrics.get(f"{prefix}.baseline"))
         _differences(out, group)

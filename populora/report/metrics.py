@@ -58,7 +58,7 @@ account for that selection. A difference whose interval covers 0 is no detectabl
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from statistics import mean
 
@@ -248,7 +248,7 @@ def arm_statistics(
     return out
 
 
-def _per_problem_mean(verdicts: dict[str, dict[str, int]], models: list[str], ids: list[str]) -> list[float]:
+def _per_problem_mean(verdicts: Mapping[str, Mapping[str, float]], models: list[str], ids: list[str]) -> list[float]:
     return [mean(verdicts[m][i] for m in models) for i in ids]
 
 
@@ -263,7 +263,7 @@ def _paired(prefix: str, name: str, left: list[float], right: list[float], out: 
 
 def paired_differences(
     bench: str,
-    verdicts: dict[str, dict[str, float]],
+    verdicts: Mapping[str, Mapping[str, float]],
     table: dict[str, dict[str, float]],
     refs: dict[str, ModelRef],
     arms: list[str],
@@ -293,7 +293,9 @@ def paired_differences(
             baseline,
             out,
         )
-        best, weakest = extremes(table, students[POPULATION])
+        pair = extremes(table, students[POPULATION])
+        assert pair is not None  # the population has students (checked above)
+        best, weakest = pair
         _paired(prefix, "best_minus_baseline", [verdicts[best][i] for i in ids], baseline, out)
         _paired(prefix, "weakest_minus_baseline", [verdicts[weakest][i] for i in ids], baseline, out)
         if BASE in verdicts:  # what each arm did to the base model it started from

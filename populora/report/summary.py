@@ -32,7 +32,7 @@ def accounting(rows: list[dict], roles: dict[str, list[str]]) -> dict:
     tokens, rollouts with signal) and how far it moved (`final.delta_norm.<slot>`), with the mean
     per adapter of each role (`per_adapter.<role>.<what>`): the figures that show whether two arms
     were compute-matched."""
-    out: dict[str, float] = {}
+    out: dict[str, float | None] = {}
     slots = sorted({s for members in roles.values() for s in members})
     for what in ACCOUNTED:
         for slot in slots:
@@ -42,14 +42,16 @@ def accounting(rows: list[dict], roles: dict[str, list[str]]) -> dict:
     for role, members in roles.items():
         for what in (*ACCOUNTED, "delta_norm"):
             keys = [f"final.delta_norm.{slot}" if what == "delta_norm" else f"total.{what}.{slot}" for slot in members]
-            values = [out[key] for key in keys if out.get(key) is not None]
+            values = [value for value in (out.get(key) for key in keys) if value is not None]
             out[f"per_adapter.{role}.{what}"] = mean(values) if values else None
     return out
 
 
 def arm_summary(rows: list[dict], roles: dict[str, list[str]] | None = None) -> dict:
     last = rows[-1]
-    summary = {f"final.{k}": v for k, v in last.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    summary: dict[str, float | None] = {
+        f"final.{k}": v for k, v in last.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
     for key in MEAN_KEYS:
         values = [r[key] for r in rows if r.get(key) is not None]
         summary[f"mean.{key}"] = mean(values) if values else None

@@ -25,6 +25,8 @@ TIMINGS_NOTE = (
 
 
 def _parsed(value: str | None) -> float | None:
+    if value is None:
+        return None
     try:
         return float(value)
     except (TypeError, ValueError):  # Snakemake writes NA for a value it has not sampled

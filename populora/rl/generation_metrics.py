@@ -76,7 +76,7 @@ def signal_metrics(signal: dict | None) -> dict:
 
 def complexity_metrics(tasks: list[dict]) -> dict:
     """Mean complexity of the valid code_o / code_i programs proposed this generation."""
-    metrics = {}
+    metrics: dict[str, float | None] = {}
     for task_type in IO_TYPES:
         programs = [program_metrics(t["program"]) for t in tasks if t["type"] == task_type and is_valid_task(t)]
         metrics[f"{task_type}.program.n"] = len(programs)

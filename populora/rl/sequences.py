@@ -231,6 +231,7 @@ def _shared_features(decoder, sequences: list[Sequence], pad_id: int, device) ->
     through the expanded cache into the one prompt computation, summed over the rows, as the unshared forward's
     would be. Sequences alone with their prompt run as usual. None when no group shares anything."""
     from transformers import DynamicCache
+    from transformers.cache_utils import CacheLayerMixin
 
     from populora.lm.prefix_cache import MIN_SHARED_PREFIX
 
@@ -250,6 +251,10 @@ def _shared_features(decoder, sequences: list[Sequence], pad_id: int, device) ->
         prompt = torch.tensor([list(prefix)], device=device)
         decoder(input_ids=prompt, attention_mask=torch.ones_like(prompt), past_key_values=cache, use_cache=True)
         for layer in cache.layers:
+            # filled by the prompt's forward; a layer with no keys and values (linear attention, a layer
+            # reading another's cache) has no prompt to share
+            if not isinstance(layer, CacheLayerMixin) or layer.keys is None or layer.values is None:
+                raise ValueError(f"sharing a prompt needs key/value cache layers, not {type(layer).__name__}")
             layer.keys = layer.keys.expand(len(members), -1, -1, -1)
             layer.values = layer.values.expand(len(members), -1, -1, -1)
         rests = [sequences[k].ids[shared:] for k in members]
@@ -272,12 +277,20 @@ def _shared_features(decoder, sequences: list[Sequence], pad_id: int, device) ->
             columns = torch.tensor([t - 1 - shared for t in sequences[k].targets], device=device)
             per_sequence[k] = hidden[row, columns]
     if alone:
-        rest = [sequences[k] for k in alone]
-        ids, attention = _pad(rest, pad_id, device)
+        lone = [sequences[k] for k in alone]
+        ids, attention = _pad(lone, pad_id, device)
         hidden = decoder(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
-        for row, (k, sequence) in enumerate(zip(alone, rest)):
+        for row, (k, sequence) in enumerate(zip(alone, lone)):
             per_sequence[k] = hidden[row, torch.tensor(sequence.targets, device=device) - 1]
-    return torch.cat(per_sequence)
+    return torch.cat(_every_one(per_sequence))
+
+
+def _every_one(parts: list[torch.Tensor | None]) -> list[torch.Tensor]:
+    """`parts` with every sequence's part computed (each sequence is in one shared group or alone)."""
+    done = [part for part in parts if part is not None]
+    if len(done) != len(parts):
+        raise RuntimeError(f"{len(parts) - len(done)} of {len(parts)} sequences were left unscored")
+    return done
 
 
 def _score_targets(
@@ -408,7 +421,7 @@ def shared_prefix_logprobs(
         for k in part:
             n = len(sequences[k].targets)
             out[k], offset = scored[offset : offset + n], offset + n
-    return torch.cat(out) if out else torch.zeros(0, device=device)
+    return torch.cat(_every_one(out)) if out else torch.zeros(0, device=device)
 
 
 def _score_rows(logits: torch.Tensor, sequence: Sequence, device) -> torch.Tensor:

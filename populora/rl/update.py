@@ -326,7 +326,7 @@ class AdapterUpdate:
         # computed twice costs at most a quarter of a step). Per role, each step re-scores at once.
         chained = config.diagnostics and len(active) == 1 and self.CHAIN_DIAGNOSTICS
         rescored = (1 if chained else config.steps) * sum(per_step) if config.diagnostics else 0
-        self.timings = []
+        self.timings: list[dict[str, float]] = []
         self.model.train()
         # one unit per micro-batch scored: forward and backward, and with diagnostics the re-scoring after a step
         with Progress(

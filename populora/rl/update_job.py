@@ -88,7 +88,7 @@ def train_job(
     tokenizer, model = load_base(base_model, dtype=runtime["dtype"], device=str(accelerator.device))
     tokenizer.padding_side = "right"
     model = attach_adapters(model, {s: str(p) for s, p in adapter_dirs(state, slots).items()}, trainable=slots[0])
-    tmp = staging_dir(trained) if main_process else None
+    tmp = staging_dir(trained) if main_process else None  # set on the main process only
     stats = {}
     for slot in slots:
         # each adapter its own seed: which adapters share a job cannot change what any of them learns
@@ -102,15 +102,15 @@ def train_job(
             by_adapter[slot],
             config,
             optimizer_file=Path(state) / OPTIMIZER / f"{slot}.safetensors",
-            optimizer_out=tmp / OPTIMIZER / f"{slot}.safetensors" if main_process else None,
+            optimizer_out=tmp / OPTIMIZER / f"{slot}.safetensors" if tmp is not None else None,
         )
         log.info("update %s on %d rollouts took %.1f s", slot, len(by_adapter[slot]), time.perf_counter() - started)
         stats[slot]["advantages_shuffled"] = config.shuffle_advantages
         stats[slot]["runtime"] = runtime
-        if main_process:
+        if tmp is not None:
             save_trained_adapter(model, slot, tmp / ADAPTERS / slot)
         log.info("%s: %s", slot, {k: v for k, v in stats[slot].items() if k != "losses"})
-    if main_process:
+    if tmp is not None:
         write_json(tmp / UPDATE_STATS, stats)
         replace_dir(tmp, trained)
     accelerator.wait_for_everyone()

@@ -12,6 +12,12 @@ import os
 import resource
 import sys
 
+# typing.TYPE_CHECKING without importing typing, which the zygote does not need (type checkers go by the name)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import ctypes  # at run time imported where it is used
+    from typing import Any
+
 LAYERS = ("fs_jail", "ipc_namespace", "mount_namespace", "net_namespace", "seccomp", "uid_drop")
 
 _CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWUSER, _CLONE_NEWNET = 0x00020000, 0x08000000, 0x10000000, 0x40000000
@@ -154,7 +160,7 @@ _SECCOMP_DENY = {  # (audit arch, syscall numbers); the six at the end of the th
         ),
     ),
 }
-_libc = None
+_libc: ctypes.CDLL | None = None  # _load_libc; every caller below checks it was loaded
 
 
 def _libc_call(name: str, *args) -> None:
@@ -183,7 +189,7 @@ def _load_libc() -> None:
     _libc.syscall.restype = ctypes.c_long
 
 
-_seccomp_fprog = None  # built once in the zygote; children only attach it
+_seccomp_fprog: tuple[Any, int, Any, Any] | None = None  # built once in the zygote; children only attach it
 
 
 def _build_seccomp() -> None:
@@ -191,6 +197,8 @@ def _build_seccomp() -> None:
     global _seccomp_fprog
     import ctypes
     import struct
+
+    assert _libc is not None
 
     arch, denied = _SECCOMP_DENY[os.uname().machine]
     ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
@@ -216,6 +224,7 @@ def install_seccomp() -> None:
     """Attach the filter to this process (needs no_new_privs first)."""
     if _seccomp_fprog is None:
         _build_seccomp()
+    assert _seccomp_fprog is not None
     prctl, address = _seccomp_fprog[:2]
     if prctl(22, 2, address) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
         raise OSError(__import__("ctypes").get_errno(), "seccomp filter refused")
@@ -270,6 +279,7 @@ def _build_jail(work_mb: int) -> str:
     os.mkdir(_JAIL + "/sbx", 0o711)
     _mount("tmpfs", _JAIL + "/sbx", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={work_mb}m,nr_inodes=4096,mode=0711")
     os.chdir(_JAIL)
+    assert _libc is not None  # a mount namespace: libc was loaded
     if _libc.syscall(_SYS_PIVOT_ROOT[os.uname().machine], b".", b".") != 0:
         raise OSError(__import__("ctypes").get_errno(), "pivot_root failed")
     _libc_call("umount2", b".", _MNT_DETACH)
@@ -283,6 +293,7 @@ def _enter_user_namespace(namespaces: int) -> bool:
     gid inside (an identity map of that one id, the only map an ordinary user may write), so a child
     that drops its capabilities is the invoking user again, and nobody's root even inside."""
     uid, gid = os.geteuid(), os.getegid()
+    assert _libc is not None
     if _libc.unshare(_CLONE_NEWUSER | namespaces) != 0:
         return False
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
@@ -297,13 +308,14 @@ def _drop_capabilities() -> None:
 
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
     data = (ctypes.c_uint32 * 6)()
+    assert _libc is not None
     if _libc.capset(header, data) != 0:
         raise OSError(ctypes.get_errno(), "capset failed")
 
 
 def isolate_zygote(config: dict) -> tuple[dict, str, int | None]:
     """Enter namespaces and the jail; returns (capabilities, work root, uid for children)."""
-    caps = {
+    caps: dict[str, bool | str] = {
         "net_namespace": False,
         "mount_namespace": False,
         "fs_jail": False,
@@ -345,13 +357,22 @@ def isolate_zygote(config: dict) -> tuple[dict, str, int | None]:
         os.chmod(workroot, 0o711)
     uid = config.get("uid")
     if caps["root"] and uid is not None and "uid_drop" not in skip:
-        caps["uid_drop"] = _probe_in_child(lambda: (os.setgroups([]), os.setgid(uid), os.setuid(uid)))
+
+        def drop_uid() -> None:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+
+        caps["uid_drop"] = _probe_in_child(drop_uid)
     if _libc is not None and "seccomp" not in skip:
         if os.uname().machine in _SECCOMP_DENY:
             _build_seccomp()
-        caps["seccomp"] = os.uname().machine in _SECCOMP_DENY and _probe_in_child(
-            lambda: (_libc_call("prctl", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), install_seccomp())
-        )
+
+        def attach_seccomp() -> None:
+            _libc_call("prctl", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+            install_seccomp()
+
+        caps["seccomp"] = os.uname().machine in _SECCOMP_DENY and _probe_in_child(attach_seccomp)
     if _libc is not None:  # nothing (a child of the same uid, in a user namespace) may attach to the zygote
         _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     caps["mode"] = (
@@ -388,8 +409,8 @@ def lock_down(request: dict, caps: dict, uid: int | None, write_fd: int, devnull
         os.setgid(uid)
         os.setuid(uid)
     if _libc is not None:
-        for option, value in ((_PR_SET_NO_NEW_PRIVS, 1), (_PR_SET_DUMPABLE, 0), (_PR_SET_PDEATHSIG, 9)):
-            _libc_call("prctl", option, value, 0, 0, 0)
+        for option, setting in ((_PR_SET_NO_NEW_PRIVS, 1), (_PR_SET_DUMPABLE, 0), (_PR_SET_PDEATHSIG, 9)):
+            _libc_call("prctl", option, setting, 0, 0, 0)
         if caps.get("seccomp"):
             install_seccomp()
         if caps.get("user_namespace"):

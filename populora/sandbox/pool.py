@@ -197,6 +197,7 @@ class _Zygote:
         self.capabilities: dict = hello["capabilities"]
 
     def _read_message(self, deadline: float) -> dict:
+        assert self.proc.stdout is not None  # stdout=PIPE
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
@@ -220,6 +221,7 @@ class _Zygote:
             **vars(limits),
             "wall_timeout_s": limits.wall_limit_s,
         }
+        assert self.proc.stdin is not None  # stdin=PIPE
         self.proc.stdin.write(json.dumps(request).encode() + b"\n")
         self.proc.stdin.flush()
         # the zygote ends a check by WALL_CAP_FACTOR x its backstop at the latest (time spent waiting for a CPU)
@@ -234,6 +236,7 @@ class _Zygote:
         self.proc.wait()
 
     def close(self) -> None:
+        assert self.proc.stdin is not None  # stdin=PIPE
         try:
             self.proc.stdin.close()
             self.proc.wait(timeout=5)
@@ -268,7 +271,9 @@ class Sandbox:
         if errors:
             self.close()
             raise SandboxError(f"could not start the sandbox: {errors[0]}") from errors[0]
-        self.capabilities: dict = dict(self._zygotes[0].capabilities)
+        first = self._zygotes[0]
+        assert first is not None  # every slot started: no errors
+        self.capabilities: dict = dict(first.capabilities)
         self.layers: dict[str, bool] = layer_report(self.capabilities)  # {layer: active}, every layer
         self._workers = [threading.Thread(target=self._work, args=(slot,), daemon=True) for slot in range(n_zygotes)]
         for thread in self._workers:
@@ -312,8 +317,9 @@ class Sandbox:
             if not future.set_running_or_notify_cancel():
                 continue
             future.set_result(self._run_on(slot, job))
-        if self._zygotes[slot] is not None:
-            self._zygotes[slot].close()
+        zygote = self._zygotes[slot]
+        if zygote is not None:
+            zygote.close()
 
     def _run_on(self, slot: int, job: Job) -> RunResult:
         limits = job.limits or self.limits
@@ -322,12 +328,13 @@ class Sandbox:
             if zygote is None or zygote.proc.poll() is not None:  # never started, or died while idle
                 if zygote is not None:
                     zygote.kill()
-                self._zygotes[slot] = _Zygote(HASH_SEEDS[slot % 2], self._uids[slot], self.skip_layers)
-            return self._zygotes[slot].run(job, limits)
+                zygote = self._zygotes[slot] = _Zygote(HASH_SEEDS[slot % 2], self._uids[slot], self.skip_layers)
+            return zygote.run(job, limits)
         except (EOFError, TimeoutError, OSError, ValueError, SandboxError) as error:
             # the zygote died, hung or spoke garbage: restart it for the next job
-            if self._zygotes[slot] is not None:
-                self._zygotes[slot].kill()
+            broken = self._zygotes[slot]
+            if broken is not None:
+                broken.kill()
                 self._zygotes[slot] = None
             status = "crash" if isinstance(error, (EOFError, ValueError)) else "sandbox_error"
             return RunResult(status=status, detail=f"sandbox worker failed: {error}")

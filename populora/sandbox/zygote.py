@@ -20,7 +20,8 @@ import signal
 import sys
 import time
 
-if __package__:  # imported as populora.sandbox.zygote (by the pool: the protocol below)
+TYPE_CHECKING = False  # as in jail.py: typing.TYPE_CHECKING without importing typing
+if TYPE_CHECKING or __package__:  # imported as populora.sandbox.zygote (by the pool: the protocol below)
     from populora.sandbox import jail
 else:  # run as the zygote script: the sibling module, then this folder leaves sys.path
     import jail
@@ -239,7 +240,7 @@ def _collect(pid: int, read_fd: int, request: dict) -> dict:
                 chunks.append(chunk)
             else:
                 exited = True
-                poller.unregister(pidfd)
+                poller.unregister(fd)  # the pidfd
         if size > max_bytes:
             killed_for = "output_too_large"
             break
@@ -257,11 +258,11 @@ def _collect(pid: int, read_fd: int, request: dict) -> dict:
     if killed_for == "timeout":
         return {"status": "timeout", "detail": f"killed after {cpu_used:.2f} s of CPU time (limit {cpu_limit:g} s)"}
     if killed_for == "wall":
-        used = "?" if cpu_used is None else f"{cpu_used:.2f}"
+        cpu_text = "?" if cpu_used is None else f"{cpu_used:.2f}"
         return {
             "status": "timeout",
             "detail": f"killed after {wall_limit:g} s wall clock (the backstop; "
-            f"{used} s of CPU time, limit {cpu_limit:g} s; "
+            f"{cpu_text} s of CPU time, limit {cpu_limit:g} s; "
             f"{waited:.2f} s waiting for a CPU not counted)",
         }
     if killed_for:
@@ -331,7 +332,7 @@ _exit = os._exit  # captured before any program runs: a program may replace os._
 
 def _child_main(request: dict, caps: dict, uid: int | None, write_fd: int, devnull: int, workdir: str) -> None:
     """Lock down this forked child, run the job, write one JSON result to fd 3 and _exit."""
-    result = {"status": "sandbox_error", "detail": "child setup failed"}
+    result: dict = {"status": "sandbox_error", "detail": "child setup failed"}
     try:
         jail.lock_down(request, caps, uid, write_fd, devnull, workdir)
         result = {"status": "crash", "detail": "the program broke the harness"}  # e.g. a signal handler
@@ -386,7 +387,7 @@ def _one_call(code, expr: str, expect: str | None, entry: str | None, roundtrip:
             raise TypeError("__repr__ returned a non-string")
         if len(text) > limit:
             return {"status": "output_too_large"}
-        result = {"status": "ok", "repr": text}
+        result: dict = {"status": "ok", "repr": text}
         if roundtrip:
             result["roundtrip"] = _roundtrips(text, value, namespace)
         return result

@@ -16,6 +16,7 @@ import ast
 import io
 import re
 import tokenize
+from typing import Any
 
 MAX_PROGRAM_CHARS = 20_000  # longer programs are `too_long` here and in the verifier (populora.verifier.rules)
 _PARSE_ERRORS = (SyntaxError, ValueError, MemoryError, RecursionError)  # what ast.parse raises on hostile text
@@ -136,12 +137,13 @@ def clean_program(src: str) -> tuple[str | None, str | None]:
             defined[stmt.name] = stmt
         elif isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets):
             for target in stmt.targets:
-                defined.setdefault(target.id, stmt)
+                if isinstance(target, ast.Name):  # every one is (checked above)
+                    defined.setdefault(target.id, stmt)
     entry = defined.get("f")
     if not isinstance(entry, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None, "no_entry_function"
     keep: set[int] = set()
-    frontier = [entry]
+    frontier: list[ast.stmt] = [entry]
     while frontier:
         stmt = frontier.pop()
         if id(stmt) in keep:
@@ -160,7 +162,7 @@ def clean_program(src: str) -> tuple[str | None, str | None]:
 
 def parse_proposal(text: str, task_type: str, *, mode: str, n_inputs: int, truncated: bool = False) -> dict:
     """Teacher completion -> {"program", "inputs", "message", "parse_reason"} (reason None when ok)."""
-    result = {"program": "", "inputs": [], "message": None, "parse_reason": None}
+    result: dict[str, Any] = {"program": "", "inputs": [], "message": None, "parse_reason": None}
     if truncated:
         result["parse_reason"] = "truncated"
         return result

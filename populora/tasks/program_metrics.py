@@ -130,7 +130,8 @@ def bound_names(tree: ast.AST, *, imports: bool = True) -> set[str]:
 
 class _Normalizer(ast.NodeTransformer):
     def __init__(self, bound: set[str]):
-        self.bound, self.names = bound, {}
+        self.bound = bound
+        self.names: dict[str, str] = {}
 
     def canon(self, name: str) -> str:
         return self.names.setdefault(name, f"v{len(self.names)}") if name in self.bound else name
@@ -139,7 +140,7 @@ class _Normalizer(ast.NodeTransformer):
         node.id = self.canon(node.id)
         return node
 
-    def visit_arg(self, node: ast.arg) -> ast.arg:
+    def visit_arg(self, node: ast.arg) -> ast.AST:
         node.arg = self.canon(node.arg)
         return self.generic_visit(node)
 
@@ -149,7 +150,7 @@ class _Normalizer(ast.NodeTransformer):
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _visit_def
 
-    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> ast.ExceptHandler:
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> ast.AST:
         node.name = self.canon(node.name) if node.name else None
         return self.generic_visit(node)
 

@@ -8,7 +8,7 @@ task assignment testable without a model.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from populora.core.sections import TASK_TYPES
 from populora.tasks import prompts
@@ -64,7 +64,7 @@ def mark_pair_duplicates(proposals: list[dict], buffer: list[dict], pairing: dic
     another pair already has is no duplicate (the pairs know nothing of each other)."""
     if pair_of(pairing) is None:
         return mark_duplicates(proposals, buffer)
-    marked = {}
+    marked: dict[int, dict] = {}
     for teacher in dict.fromkeys(row["teacher"] for row in proposals):
         mine = [i for i, row in enumerate(proposals) if row["teacher"] == teacher]
         rows = mark_duplicates([proposals[i] for i in mine], buffer_of(buffer, pairing, teacher=teacher))
@@ -84,7 +84,7 @@ def proposer_jobs(
     rng: random.Random,
     arm: str,
     gen: int,
-    types: tuple[str, ...] = TASK_TYPES,
+    types: Sequence[str] = TASK_TYPES,
     pairing: dict | None = None,
 ) -> list[tuple[dict, prompts.Plan]]:
     """Every teacher's proposal jobs: reference tasks and code_f programs drawn from the buffer it

@@ -21,6 +21,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 from functools import lru_cache
+from typing import TypedDict
 
 from populora.core.literals import output_is_an_argument
 from populora.tasks.program_metrics import normalized_ast_hash
@@ -42,9 +43,17 @@ def code_f_split(items: list) -> tuple[list, list]:
     return list(items[:half]), list(items[half:])
 
 
+class SeedRow(TypedDict):
+    """A seed proposal's program, inputs and message."""
+
+    program: str
+    inputs: list[str]
+    message: str | None
+
+
 IDENTITY_PROGRAM = "def f(a):\n    return a"
-IDENTITY_SEED = {"program": IDENTITY_PROGRAM, "inputs": ["'Hello world'"], "message": None}
-IDENTITY_CODE_F_SEED = {  # AZR's six inputs, plus four to reach 10 (5 shown, 5 hidden)
+IDENTITY_SEED: SeedRow = {"program": IDENTITY_PROGRAM, "inputs": ["'Hello world'"], "message": None}
+IDENTITY_CODE_F_SEED: SeedRow = {  # AZR's six inputs, plus four to reach 10 (5 shown, 5 hidden)
     "program": IDENTITY_PROGRAM,
     "inputs": [
         "'Hello world'",

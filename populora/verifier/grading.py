@@ -113,9 +113,12 @@ def grade_code_f(ctx: Context, task: dict, tree: ast.Module, answer: str) -> Thu
         ast.parse(answer)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return _done(False, "syntax")
-    imports = [
-        ast.get_source_segment(task["program"], n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
-    ]
+    imports: list[str] = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            segment = ast.get_source_segment(task["program"], node)
+            assert segment is not None  # the tree was parsed from this program: its nodes have positions
+            imports.append(segment)
     program = "\n".join([*imports, answer])
     hidden_inputs, gold = code_f_split(task["inputs"])[1], code_f_split(task["outputs"])[1]
     # the gold outputs never enter the process that runs the solver's program
@@ -133,6 +136,8 @@ def _hidden_pairs_verdict(ctx: Context, task: dict, tree: ast.Module, run: RunRe
             return False, "exception", f"hidden pair {index}: {call.exc_type}: {call.exc_message}"
         if call.status != "ok":
             return False, call.status, f"hidden pair {index}"
+        if call.repr is None:  # the zygote writes one with every ok call; a forged result may not
+            raise ValueError(f"hidden pair {index}: a call result without its repr")  # guarded: sandbox_error
         same = True if call.repr == expected else literal_equal(expected, call.repr)
         if same is None:
             future = _equal_in_sandbox(ctx, task, tree, expected, call.repr)

@@ -15,12 +15,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from populora.core.sections import VerifySection
 from populora.sandbox import Limits, Sandbox, SandboxError, describe_missing, missing_layers
 
 LOG = logging.getLogger("populora.verifier")
 DEFAULT_REQUIRED = VerifySection.model_fields["required_layers"].default  # all but uid_drop
+T = TypeVar("T")
 
 
 class IsolationError(SandboxError):
@@ -132,7 +134,7 @@ def sandbox_for(
         box.close()
 
 
-def guarded(step: Callable, failure: Callable[[str], tuple]):
+def guarded(step: Callable[..., T], failure: Callable[[str], T]) -> T:
     """A verifier bug on some odd row becomes that row's `sandbox_error`, never a crashed stage."""
     try:
         return step()

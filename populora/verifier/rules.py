@@ -193,8 +193,9 @@ def parse_arguments(arguments: str) -> ast.Call | None:
         call = ast.parse(call_source(arguments), mode="eval").body
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return None
-    ok = isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "f"
-    return call if ok else None
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "f":
+        return call
+    return None
 
 
 def values_only(call: ast.Call, names: frozenset[str]) -> bool:

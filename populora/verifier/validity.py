@@ -60,7 +60,7 @@ def judge_runs(run_a: RunResult, run_b_reversed: RunResult, names: frozenset[str
     for run in (run_a, run_b_reversed):
         if run.status != "ok":
             return run.status, run.detail, []
-    outputs = []
+    outputs: list[str] = []
     for index, (a, b) in enumerate(zip(run_a.calls, reversed(run_b_reversed.calls))):
         for call in (a, b):
             if call.status == "no_entry":
@@ -69,6 +69,8 @@ def judge_runs(run_a: RunResult, run_b_reversed: RunResult, names: frozenset[str
                 return "exception", f"input {index}: {call.exc_type}: {call.exc_message}", []
             if call.status == "output_too_large":
                 return "output_too_large", f"input {index}", []
+        if a.repr is None or b.repr is None:  # the zygote writes one with every ok call; a forged result may not
+            raise ValueError(f"input {index}: a call result without its repr")  # guarded: sandbox_error
         if not (a.roundtrip and b.roundtrip):
             return "unrepresentable", f"input {index}: {a.repr[:100]}", []
         if a.repr != b.repr and not literal_equal(a.repr, b.repr):
@@ -90,6 +92,7 @@ def _start_verification(row, box: Sandbox, limits: Limits, code_f_inputs: int) -
     reason, detail, tree = static_check(row, code_f_inputs)
     if reason:
         return lambda: (reason, detail, [])
+    assert tree is not None  # static_check parsed the program: it found no reason
     calls = tuple(Call(call_source(a)) for a in row["inputs"])
     # two separate processes with different hash seeds; the second evaluates the inputs in reverse
     run_a = box.submit(Job(row["program"], calls, roundtrip=True, limits=limits), group=0)

@@ -60,11 +60,11 @@ def build_examples(
         seeds_by_type.setdefault(row["type"], []).append(row)
     out = []
     for task in tasks:
-        shown = [
+        picked = [
             pick_worked(task, seeds_by_type.get(task["type"], []), earlier.get(task["type"], []), rng)
             for _ in range(worked_examples)
         ]
-        shown = [{k: e.get(k) for k in WORKED_FIELDS} for e in shown if e is not None]
+        shown = [{k: e.get(k) for k in WORKED_FIELDS} for e in picked if e is not None]
         plan = make_plan(
             prompts.solver_prompt(task, shown), prompts.solver_steps(task["type"]), mode, chat, task["type"], "solve"
         )

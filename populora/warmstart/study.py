@@ -26,6 +26,7 @@ import logging
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from populora.core.io import read_json, read_jsonl, write_json, write_jsonl
 
@@ -287,7 +288,7 @@ def run_cruxeval(args, params, out: Path, log) -> dict:
     result = {}
     for bench in ("cruxeval_o", "cruxeval_i"):
         settings = settings_for(params, bench)
-        row = {"n": None}
+        row: dict[str, Any] = {"n": None}
         for name, folder in (("raw", Path(args.base_model)), ("warm", Path(args.warm_base))):
             results = out / "cruxeval" / name / bench
             if not (results / "base.json").is_file():

@@ -36,7 +36,7 @@ def add_lora(model, *, rank: int, alpha: float, target_modules: list[str], seed:
     torch.manual_seed(seed)
     config = LoraConfig(
         r=rank,
-        lora_alpha=alpha,
+        lora_alpha=alpha,  # type: ignore[arg-type]  # peft annotates int; a float alpha works (scaling alpha / r)
         lora_dropout=0.0,
         target_modules=list(target_modules),
         bias="none",
@@ -70,7 +70,9 @@ def answer_scores(model, rows: list[dict], pad_id: int, device) -> tuple[torch.T
     width = max(lengths)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     attention = torch.zeros((len(rows), width), dtype=torch.long)
-    positions, row_index, targets = [], [], []
+    positions: list[int] = []
+    row_index: list[int] = []
+    targets: list[int] = []
     for k, row in enumerate(rows):
         sequence = row["context"] + row["target"]
         ids[k, : len(sequence)] = torch.tensor(sequence)
