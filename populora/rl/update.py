@@ -298,8 +298,8 @@ class AdapterUpdate:
         useful = with_signal(rollouts)
         # joint: one loss over every rollout; per_role: the propose and the solve rollouts of an adapter
         # in both roles (the baseline) each get their own `steps`, as a teacher and a student would
-        groups = role_parts(rollouts) if config.role_steps == "per_role" else [rollouts]
-        parts = [(with_signal(group), len(group)) for group in groups]
+        by_role = role_parts(rollouts) if config.role_steps == "per_role" else [rollouts]
+        parts = [(with_signal(part), len(part)) for part in by_role]
         plans = [
             _plan(part, config, counted if config.normalize == "batch" else None) for part, counted in parts if part
         ]
