@@ -105,74 +105,17 @@ def run_arm(
     arm: str, params, base_model: Path, init_adapter: Path, tasks: dict, buffer: list[dict], sandbox, accelerator
 ) -> dict:
     """Train one arm from the initial adapter; its per-step rows and held-out evaluations."""
-    import torch
-
-    from populora.lm.model import attach_adapters, load_base
-    from populora.rl.advantages import shuffle_within_groups
-    from populora.rl.rollouts import build_rollouts
-    from populora.rl.update import AdapterUpdate
-
     control = params.control
-    tokenizer, base = load_base(base_model, dtype=params.model.dtype, device=str(accelerator.device))
-    tokenizer.padding_side = "left"  # the sampler pads left; the update builds its own right-padded batches
-    model = attach_adapters(base, {ADAPTER: str(init_adapter)}, trainable=ADAPTER)
-    model.eval()
-    torch.manual_seed(seed_of(control.seed, "update"))
-    update = AdapterUpdate(accelerator, model, tokenizer, ADAPTER, params.update)
+    model, tokenizer, update = _trainable_model(params, base_model, init_adapter, accelerator)
     solver = Solver(model, tokenizer, buffer, params, sandbox)
     eval_seed = seed_of(control.seed, "heldout")
     steps, evaluations = [], {}
     started = time.monotonic()
     for step in range(control.steps):
         batch = tasks["train"][step * control.tasks_per_step : (step + 1) * control.tasks_per_step]
-        t0 = time.monotonic()
-        graded = solver.answer(
-            batch,
-            samples=control.samples,
-            temperature=control.temperature,
-            seed=seed_of(control.seed, "train", step),
-            desc=f"{arm} step {step}",
-        )
-        rollouts = build_rollouts(
-            [], graded, params.reward.teacher_mode, params.reward.advantage_baseline, params.reward.scale_rewards
-        )
-        if arm == "shuffled":
-            rollouts = shuffle_within_groups(rollouts, seed_of(control.seed, "null", step))
-        t1 = time.monotonic()
-        stats = update.train(rollouts)
-        row = {
-            "step": step,
-            "solve_rate": sum(r["correct"] for r in graded) / len(graded),
-            "reward_mean": sum(r["reward"] for r in rollouts) / len(rollouts),
-            "malformed": sum(r.get("parse_reason") is not None for r in graded),
-            "sample_s": round(t1 - t0, 1),
-            "update_s": round(time.monotonic() - t1, 1),
-            **{
-                k: stats[k]
-                for k in (
-                    "rollouts_with_signal",
-                    "trained_tokens",
-                    "tasks_without_spread",
-                    "tasks_sampled_more_than_once",
-                )
-            },
-            "optimizer_steps": stats["steps"],
-        }
+        row = _train_step(arm, step, batch, params, solver, update)
         steps.append(row)
-        last = stats["steps"][-1] if stats["steps"] else {}
-        log.info(
-            "%s step %d: solve rate %.3f, %d rollouts with signal, loss %s, logprob change A>0 %s A<0 %s "
-            "(%.0f s sampling+grading, %.0f s update)",
-            arm,
-            step,
-            row["solve_rate"],
-            row["rollouts_with_signal"],
-            _fmt(last.get("loss")),
-            _fmt(last.get("logprob_change_positive")),
-            _fmt(last.get("logprob_change_negative")),
-            row["sample_s"],
-            row["update_s"],
-        )
+        _log_step(arm, row)
         if (step + 1) % control.eval_every == 0 or step + 1 == control.steps:
             verdicts = solver.heldout_verdicts(tasks["heldout"], eval_seed)
             evaluations[step + 1] = verdicts
@@ -185,6 +128,80 @@ def run_arm(
             str(k): {"accuracy": sum(v) / len(v), "verdicts": [int(x) for x in v]} for k, v in evaluations.items()
         },
     }
+
+
+def _trainable_model(params, base_model: Path, init_adapter: Path, accelerator):
+    """(model, tokenizer, update): the base with the initial adapter, trainable, and its seeded update."""
+    import torch
+
+    from populora.lm.model import attach_adapters, load_base
+    from populora.rl.update import AdapterUpdate
+
+    tokenizer, base = load_base(base_model, dtype=params.model.dtype, device=str(accelerator.device))
+    tokenizer.padding_side = "left"  # the sampler pads left; the update builds its own right-padded batches
+    model = attach_adapters(base, {ADAPTER: str(init_adapter)}, trainable=ADAPTER)
+    model.eval()
+    torch.manual_seed(seed_of(params.control.seed, "update"))
+    return model, tokenizer, AdapterUpdate(accelerator, model, tokenizer, ADAPTER, params.update)
+
+
+def _train_step(arm: str, step: int, batch: list[dict], params, solver: Solver, update) -> dict:
+    """One training step on `batch`: answers sampled and graded, rollouts (shuffled in the null arm), the update."""
+    from populora.rl.advantages import shuffle_within_groups
+    from populora.rl.rollouts import build_rollouts
+
+    control = params.control
+    t0 = time.monotonic()
+    graded = solver.answer(
+        batch,
+        samples=control.samples,
+        temperature=control.temperature,
+        seed=seed_of(control.seed, "train", step),
+        desc=f"{arm} step {step}",
+    )
+    rollouts = build_rollouts(
+        [], graded, params.reward.teacher_mode, params.reward.advantage_baseline, params.reward.scale_rewards
+    )
+    if arm == "shuffled":
+        rollouts = shuffle_within_groups(rollouts, seed_of(control.seed, "null", step))
+    t1 = time.monotonic()
+    stats = update.train(rollouts)
+    return {
+        "step": step,
+        "solve_rate": sum(r["correct"] for r in graded) / len(graded),
+        "reward_mean": sum(r["reward"] for r in rollouts) / len(rollouts),
+        "malformed": sum(r.get("parse_reason") is not None for r in graded),
+        "sample_s": round(t1 - t0, 1),
+        "update_s": round(time.monotonic() - t1, 1),
+        **{
+            k: stats[k]
+            for k in (
+                "rollouts_with_signal",
+                "trained_tokens",
+                "tasks_without_spread",
+                "tasks_sampled_more_than_once",
+            )
+        },
+        "optimizer_steps": stats["steps"],
+    }
+
+
+def _log_step(arm: str, row: dict) -> None:
+    """Log a training step's row, with its last optimizer step's loss and log-probability changes."""
+    last = row["optimizer_steps"][-1] if row["optimizer_steps"] else {}
+    log.info(
+        "%s step %d: solve rate %.3f, %d rollouts with signal, loss %s, logprob change A>0 %s A<0 %s "
+        "(%.0f s sampling+grading, %.0f s update)",
+        arm,
+        row["step"],
+        row["solve_rate"],
+        row["rollouts_with_signal"],
+        _fmt(last.get("loss")),
+        _fmt(last.get("logprob_change_positive")),
+        _fmt(last.get("logprob_change_negative")),
+        row["sample_s"],
+        row["update_s"],
+    )
 
 
 def _fmt(value) -> str:
