@@ -257,11 +257,7 @@ def run(
 ) -> dict[str, dict]:
     """CRUXEval-O/-I of every model in one generation pass (rows select their model's adapter), in
     pieces of problems kept in `partial` as they finish (`populora.bench.partial`)."""
-    from populora.bench.diagnostics import answer_diagnostics
-    from populora.bench.partial import generate_in_pieces, piece_size
-    from populora.lm.sampling import GenRow, run_plans
     from populora.tasks.prompts import chat_wrapper
-    from populora.verifier import grade_rows
 
     bench = settings.benchmark
     task_type, cfg = BENCHMARKS[bench], settings.cruxeval
@@ -288,13 +284,62 @@ def run(
         worked_examples=cfg.worked_examples,
         chat=chat_wrapper(tokenizer),
     )
+    gold_items = _gold_items(tasks, built, models, cfg.prompt)
 
-    # what each model should write after each prompt, model by model as `outputs` below
-    gold_items = [
-        gold_item(task, plan, model.name if model.adapter is not None else None, cfg.prompt)
+    start = time.perf_counter()
+    outputs = _generate(lm, tokenizer, settings, models, tasks, built, gold_items, partial, log)
+    generation_s = time.perf_counter() - start
+    start = time.perf_counter()
+    gold = gold_scores(outputs, gold_items, lm, tokenizer, settings)
+    gold_s = time.perf_counter() - start
+    lm = None  # free the model before grading
+    graded = _grade(tasks * len(models), outputs, settings, task_type, cfg.prompt, log)
+    handed_back = handed_back_baseline(tasks, settings.verify)
+    results = {}
+    for index, model in enumerate(models):
+        part = slice(index * len(tasks), (index + 1) * len(tasks))
+        samples = _samples(tasks, built, outputs[part], graded[part], task_type)
+        write_jsonl(out / model.name / "samples.jsonl", samples)
+        results[model.name] = {
+            **_gold_summary(tasks, gold[part] if gold is not None else None, outputs[part], gold_s),
+            **_summary(samples, settings, handed_back),
+            "generation_s": round(generation_s, 1),
+            "models_in_pass": len(models),
+            "s_per_problem": round(generation_s / max(1, len(outputs)), 2),
+            "tokens": sum(row["tokens"] for row in samples),
+            "harness": "populora.verifier",
+            "data": str(data_dir) if data_dir else OFFICIAL_URL,
+        }
+    return results
+
+
+def _gold_items(
+    tasks: list[dict], built: list[tuple[prompts.Plan, list[str]]], models: list[BenchModel], prompt: str
+) -> list[GoldItem]:
+    """What each model should write after each prompt, model by model in the order of the outputs."""
+    return [
+        gold_item(task, plan, model.name if model.adapter is not None else None, prompt)
         for model in models
         for task, (plan, _) in zip(tasks, built)
     ]
+
+
+def _generate(
+    lm,
+    tokenizer,
+    settings: BenchSettings,
+    models: list[BenchModel],
+    tasks: list[dict],
+    built: list[tuple[prompts.Plan, list[str]]],
+    gold_items: list[GoldItem],
+    partial: Partial | None,
+    log,
+) -> list[dict]:
+    """Every model's greedy completion of every plan, model by model, in pieces kept in `partial`."""
+    from populora.bench.partial import generate_in_pieces, piece_size
+    from populora.lm.sampling import GenRow, run_plans
+
+    bench = settings.benchmark
 
     def row(k: int, i: int) -> GenRow:
         # the row carries its gold answer: the hf engine scores it in the prompt's own prefill
@@ -328,7 +373,6 @@ def run(
             for k, model in enumerate(models)
         }
 
-    start = time.perf_counter()
     generated = generate_in_pieces(
         partial,
         models,
@@ -340,78 +384,88 @@ def run(
         unit="steps",
         log=log,
     )
-    outputs = [output for model in models for output in generated[model.name]]
-    generation_s = time.perf_counter() - start
-    start = time.perf_counter()
-    gold = gold_scores(outputs, gold_items, lm, tokenizer, settings)
-    gold_s = time.perf_counter() - start
-    lm = None  # free the model before grading (the generate closure holds it too)
-    all_tasks = tasks * len(models)
+    return [output for model in models for output in generated[model.name]]
+
+
+def _grade(
+    all_tasks: list[dict], outputs: list[dict], settings: BenchSettings, task_type: str, prompt: str, log
+) -> list[dict]:
+    """Each completion's answer, graded against its task in the verifier's sandbox."""
+    from populora.verifier import grade_rows
+
     answers = []
     for task, output in zip(all_tasks, outputs):
         answer, reason = extract(
-            output["completion"], task_type, prompt=cfg.prompt, mode=settings.solve_mode, truncated=output["truncated"]
+            output["completion"], task_type, prompt=prompt, mode=settings.solve_mode, truncated=output["truncated"]
         )
         answers.append({"task_id": task["task_id"], "answer": answer, "parse_reason": reason})
     log.info("grading %d answers in the verifier's sandbox", len(answers))
-    with Progress(len(answers), f"{bench} grading", unit="answers", log=log) as progress:
-        graded = grade_rows(all_tasks, answers, settings.verify, progress=progress.update)
-    handed_back = handed_back_baseline(tasks, settings.verify)
-    results = {}
-    for index, model in enumerate(models):
-        part = slice(index * len(tasks), (index + 1) * len(tasks))
-        samples = [
-            {
-                "task_id": t["task_id"],
-                "type": task_type,
-                "program": t["program"],
-                "input": t["inputs"][0],
-                "gold_output": t["outputs"][0],
-                "examples": examples,
-                "completion": o["completion"],
-                "truncated": o["truncated"],
-                "tokens": o["tokens"],
-                "answer": g["answer"],
-                "parse_reason": g["parse_reason"],
-                "correct": bool(g["correct"]),
-                "reason": g["reason"],
-            }
-            for t, (_, examples), o, g in zip(tasks, built, outputs[part], graded[part])
-        ]
-        write_jsonl(out / model.name / "samples.jsonl", samples)
-        correct = sum(row["correct"] for row in samples)
-        own_gold = gold[part] if gold is not None else None
-        results[model.name] = {
-            **(
-                {
-                    "per_problem_gold_logprob": {t["task_id"]: round(v, 6) for t, (v, _) in zip(tasks, own_gold)},
-                    "gold_loglik": {
-                        "mean": round(sum(v for v, _ in own_gold) / len(own_gold), 6) if own_gold else None,
-                        "tokens": sum(n for _, n in own_gold),
-                        "seconds": round(gold_s, 1),
-                        "in_generation": sum(o.get("gold") is not None for o in outputs[part]),
-                    },
-                }
-                if own_gold is not None
-                else {"gold_loglik": {"skipped": "the vllm engine gives no forward pass"}}
-            ),
-            "diagnostics": answer_diagnostics(samples),
-            "max_new_tokens": settings.max_new_tokens,
-            "baseline": handed_back,
-            "n": len(samples),
-            "per_problem": {row["task_id"]: int(row["correct"]) for row in samples},
-            "metrics": {"pass@1": correct / len(samples) if samples else 0.0},
-            "prompt": cfg.prompt,
-            "mode": settings.solve_mode if cfg.prompt == "project" else "official",
-            "worked_examples": cfg.worked_examples if cfg.prompt == "project" else 2,
-            "generation_s": round(generation_s, 1),
-            "models_in_pass": len(models),
-            "s_per_problem": round(generation_s / max(1, len(outputs)), 2),
-            "tokens": sum(row["tokens"] for row in samples),
-            "harness": "populora.verifier",
-            "data": str(data_dir) if data_dir else OFFICIAL_URL,
+    with Progress(len(answers), f"{settings.benchmark} grading", unit="answers", log=log) as progress:
+        return grade_rows(all_tasks, answers, settings.verify, progress=progress.update)
+
+
+def _samples(
+    tasks: list[dict],
+    built: list[tuple[prompts.Plan, list[str]]],
+    outputs: list[dict],
+    graded: list[dict],
+    task_type: str,
+) -> list[dict]:
+    """One model's rows of samples.jsonl: the problem, its completion and its verdict."""
+    return [
+        {
+            "task_id": t["task_id"],
+            "type": task_type,
+            "program": t["program"],
+            "input": t["inputs"][0],
+            "gold_output": t["outputs"][0],
+            "examples": examples,
+            "completion": o["completion"],
+            "truncated": o["truncated"],
+            "tokens": o["tokens"],
+            "answer": g["answer"],
+            "parse_reason": g["parse_reason"],
+            "correct": bool(g["correct"]),
+            "reason": g["reason"],
         }
-    return results
+        for t, (_, examples), o, g in zip(tasks, built, outputs, graded)
+    ]
+
+
+def _gold_summary(
+    tasks: list[dict], own_gold: list[tuple[float, int]] | None, outputs: list[dict], gold_s: float
+) -> dict:
+    """One model's gold log-likelihoods (per problem and their mean), or why there are none."""
+    if own_gold is None:
+        return {"gold_loglik": {"skipped": "the vllm engine gives no forward pass"}}
+    return {
+        "per_problem_gold_logprob": {t["task_id"]: round(v, 6) for t, (v, _) in zip(tasks, own_gold)},
+        "gold_loglik": {
+            "mean": round(sum(v for v, _ in own_gold) / len(own_gold), 6) if own_gold else None,
+            "tokens": sum(n for _, n in own_gold),
+            "seconds": round(gold_s, 1),
+            "in_generation": sum(o.get("gold") is not None for o in outputs),
+        },
+    }
+
+
+def _summary(samples: list[dict], settings: BenchSettings, handed_back: dict) -> dict:
+    """One model's score and the settings it was scored under."""
+    from populora.bench.diagnostics import answer_diagnostics
+
+    cfg = settings.cruxeval
+    correct = sum(row["correct"] for row in samples)
+    return {
+        "diagnostics": answer_diagnostics(samples),
+        "max_new_tokens": settings.max_new_tokens,
+        "baseline": handed_back,
+        "n": len(samples),
+        "per_problem": {row["task_id"]: int(row["correct"]) for row in samples},
+        "metrics": {"pass@1": correct / len(samples) if samples else 0.0},
+        "prompt": cfg.prompt,
+        "mode": settings.solve_mode if cfg.prompt == "project" else "official",
+        "worked_examples": cfg.worked_examples if cfg.prompt == "project" else 2,
+    }
 
 
 def handed_back_baseline(tasks: list[dict], config) -> dict:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:  # annotations only: the runner table (runners.py) imports thi
     from populora.bench.models import BenchModel
     from populora.bench.partial import Partial
     from populora.bench.settings import BenchSettings
+    from populora.tasks.plans import Plan
 
 FIELDS = (
     "question_title",
@@ -289,19 +290,13 @@ def run(
     """LiveCodeBench of every model in one greedy generation pass (rows select their model's adapter),
     in pieces of problems kept in `partial` as they finish (`populora.bench.partial`); every test case
     of every solution run in the verifier's sandbox (populora/bench/livecodebench*.py)."""
-    from collections import Counter
-
-    from populora.bench.livecodebench_grading import grade
-    from populora.bench.partial import generate_in_pieces, piece_size
-    from populora.lm.sampling import GenRow, run_plans
     from populora.tasks.plans import Plan, Step
 
-    bench = settings.benchmark
     cfg = settings.livecodebench
     problems, source = load_problems(settings.data_dir, cfg, settings.limit)
     log.info(
         "%s: %d problems of %s (contests %s to %s) from %s, %d model(s) in one pass",
-        bench,
+        settings.benchmark,
         len(problems),
         cfg.release,
         cfg.start_date or "the first",
@@ -312,6 +307,41 @@ def run(
     adapters = {name: path for model in models for name, path in model.adapters.items()}
     tokenizer, lm = settings.load_model(base_model, adapters)
     plans = [Plan(prompt=chat_prompt(problem, tokenizer), steps=(Step("", stop=None),)) for problem in problems]
+    start = perf_counter()
+    outputs = _generate(lm, tokenizer, settings, models, problems, plans, partial, log)
+    generation_s = perf_counter() - start
+    lm = None  # free the model before grading
+    codes = [extract_code(output["completion"]) for output in outputs]
+    verdicts = _grade(problems * len(models), codes, settings, log)
+    results = {}
+    for index, model in enumerate(models):
+        part = slice(index * len(problems), (index + 1) * len(problems))
+        samples = _samples(problems, plans, outputs[part], codes[part], verdicts[part])
+        write_jsonl(out / model.name / "samples.jsonl", samples)
+        results[model.name] = {
+            **_summary(samples, settings),
+            "generation_s": round(generation_s, 1),
+            "models_in_pass": len(models),
+            "data": source,
+        }
+    return results
+
+
+def _generate(
+    lm,
+    tokenizer,
+    settings: BenchSettings,
+    models: list[BenchModel],
+    problems: list[dict],
+    plans: list[Plan],
+    partial: Partial | None,
+    log,
+) -> list[dict]:
+    """Every model's greedy completion of every problem, model by model, in pieces kept in `partial`."""
+    from populora.bench.partial import generate_in_pieces, piece_size
+    from populora.lm.sampling import GenRow, run_plans
+
+    bench = settings.benchmark
 
     def generate(indices: list[int], progress) -> dict[str, list[dict]]:
         rows = [
@@ -337,7 +367,6 @@ def run(
             for k, model in enumerate(models)
         }
 
-    start = perf_counter()
     generated = generate_in_pieces(
         partial,
         models,
@@ -349,61 +378,70 @@ def run(
         unit="steps",
         log=log,
     )
-    outputs = [output for model in models for output in generated[model.name]]
-    generation_s = perf_counter() - start
-    lm = None  # free the model before grading (the generate closure holds it too)
-    codes = [extract_code(output["completion"]) for output in outputs]
+    return [output for model in models for output in generated[model.name]]
+
+
+def _grade(problems: list[dict], codes: list[str], settings: BenchSettings, log) -> list[dict]:
+    """Each solution's verdict: every test case of its problem run in the sandbox."""
+    from populora.bench.livecodebench_grading import grade
+
+    cfg = settings.livecodebench
     log.info("running the tests of %d solutions in the sandbox (%g s per test)", len(codes), cfg.timeout_s)
-    verdicts = grade(
-        list(zip(problems * len(models), codes)),
+    return grade(
+        list(zip(problems, codes)),
         settings.verify,
         timeout_s=cfg.timeout_s,
         memory_mb=cfg.memory_mb,
         log=log,
     )
-    results = {}
-    for index, model in enumerate(models):
-        part = slice(index * len(problems), (index + 1) * len(problems))
-        samples = [
-            {
-                "task_id": p["task_id"],
-                "title": p["title"],
-                "platform": p["platform"],
-                "difficulty": p["difficulty"],
-                "contest_date": p["contest_date"],
-                "functional": bool(p["fn_name"]),
-                "prompt": plan.prompt,
-                "completion": o["completion"],
-                "code": code,
-                "tokens": o["tokens"],
-                "hit_token_limit": o["truncated"],
-                **v,
-            }
-            for p, plan, o, code, v in zip(problems, plans, outputs[part], codes[part], verdicts[part])
-        ]
-        write_jsonl(out / model.name / "samples.jsonl", samples)
-        correct = sum(row["passed"] for row in samples)
-        by_difficulty = {
-            level: {
-                "n": sum(r["difficulty"] == level for r in samples),
-                "correct": sum(r["passed"] for r in samples if r["difficulty"] == level),
-            }
-            for level in sorted({r["difficulty"] for r in samples})
+
+
+def _samples(
+    problems: list[dict], plans: list[Plan], outputs: list[dict], codes: list[str], verdicts: list[dict]
+) -> list[dict]:
+    """One model's rows of samples.jsonl: the problem, its prompt, completion, code and verdict."""
+    return [
+        {
+            "task_id": p["task_id"],
+            "title": p["title"],
+            "platform": p["platform"],
+            "difficulty": p["difficulty"],
+            "contest_date": p["contest_date"],
+            "functional": bool(p["fn_name"]),
+            "prompt": plan.prompt,
+            "completion": o["completion"],
+            "code": code,
+            "tokens": o["tokens"],
+            "hit_token_limit": o["truncated"],
+            **v,
         }
-        results[model.name] = {
-            "n": len(samples),
-            "per_problem": {row["task_id"]: int(row["passed"]) for row in samples},
-            "metrics": {"pass@1": correct / len(samples)},
-            "by_difficulty": by_difficulty,
-            "reasons": dict(Counter(row["reason"] for row in samples if row["reason"])),
-            "hit_token_limit": sum(row["hit_token_limit"] for row in samples),
-            "release": cfg.release,
-            "start_date": cfg.start_date and cfg.start_date.isoformat(),
-            "end_date": cfg.end_date and cfg.end_date.isoformat(),
-            "timeout_s": cfg.timeout_s,
-            "harness": "populora.bench.livecodebench_grading (lcb_runner's judging, populora.sandbox)",
-            "generation_s": round(generation_s, 1),
-            "models_in_pass": len(models),
-            "data": source,
+        for p, plan, o, code, v in zip(problems, plans, outputs, codes, verdicts)
+    ]
+
+
+def _summary(samples: list[dict], settings: BenchSettings) -> dict:
+    """One model's score (overall and per difficulty), its failure reasons and the settings it was scored under."""
+    from collections import Counter
+
+    cfg = settings.livecodebench
+    correct = sum(row["passed"] for row in samples)
+    by_difficulty = {
+        level: {
+            "n": sum(r["difficulty"] == level for r in samples),
+            "correct": sum(r["passed"] for r in samples if r["difficulty"] == level),
         }
-    return results
+        for level in sorted({r["difficulty"] for r in samples})
+    }
+    return {
+        "n": len(samples),
+        "per_problem": {row["task_id"]: int(row["passed"]) for row in samples},
+        "metrics": {"pass@1": correct / len(samples)},
+        "by_difficulty": by_difficulty,
+        "reasons": dict(Counter(row["reason"] for row in samples if row["reason"])),
+        "hit_token_limit": sum(row["hit_token_limit"] for row in samples),
+        "release": cfg.release,
+        "start_date": cfg.start_date and cfg.start_date.isoformat(),
+        "end_date": cfg.end_date and cfg.end_date.isoformat(),
+        "timeout_s": cfg.timeout_s,
+        "harness": "populora.bench.livecodebench_grading (lcb_runner's judging, populora.sandbox)",
+    }

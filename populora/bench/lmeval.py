@@ -481,101 +481,135 @@ def run(
     With `partial` (`populora.bench.partial`) finished requests are kept there for a rerun: lm-eval's
     request cache per model, the members' pass its own store of every member's generations."""
     bench = settings.benchmark
-    data_dir = settings.data_dir
-    limit = settings.limit
     tasks_dir = settings.tasks_dir or TASKS_DIR  # settings_for without tasks_dir: evaluate's default
     log.info(
         "%s through lm-eval (%s, first %s problems), %d model(s)",
         bench,
-        data_dir or "official data",
-        limit or "all",
+        settings.data_dir or "official data",
+        settings.limit or "all",
         len(models),
     )
     members = [model for model in models if model.adapter is not None]
     vllm = settings.sampler.lmeval_vllm_args()  # None: lm-eval's hf model and the project's stacked model
-    runs, start = {}, time.perf_counter()
+    runs: dict[str, dict] = {}
+    start = time.perf_counter()
     if vllm is not None:
-        # lm-eval's own vllm model, one engine per model, each in a process of its own: an engine's
-        # memory (weights, KV cache reservation) is only given back when its process ends
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        for model in models:
-            with (
-                _tqdm_on_in_children(),
-                ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool,
-            ):
-                runs[model.name] = pool.submit(
-                    evaluate_jsonable,
-                    bench,
-                    base_model=base_model,
-                    adapter=model.adapter,
-                    data_dir=data_dir,
-                    limit=limit,
-                    max_new_tokens=settings.max_new_tokens,
-                    batch_size=settings.batch_size,
-                    dtype=settings.dtype,
-                    device=settings.device,
-                    harness_dir=out / model.name / "harness",
-                    tasks_dir=tasks_dir,
-                    vllm=vllm,
-                    cache=partial.lm_eval_cache(model) if partial is not None else None,
-                ).result()
-        members = []
+        runs = _evaluate_in_vllm_processes(settings, models, base_model, out, tasks_dir, vllm, partial)
+        members = []  # every model has run: no stacked pass
     for model in models:
         if model.adapter is None and model.name not in runs:
-            runs[model.name] = evaluate(
-                bench,
+            runs[model.name] = _evaluate_base(settings, model, base_model, out, tasks_dir, partial)
+    if members:
+        runs.update(_evaluate_members_in_one_pass(settings, members, base_model, out, tasks_dir, partial, log))
+    run_s = time.perf_counter() - start  # the lm-eval runs whole, generation included
+    results = {}
+    for model in models:
+        rows = _write_samples(runs[model.name], bench, out / model.name)
+        results[model.name] = {
+            "n": len(rows),
+            "per_problem": {str(row["doc_id"]): int(row["correct"]) for row in rows},
+            "metrics": {"accuracy": accuracy(runs[model.name], bench)},
+            "stderr": {"accuracy": stderr(runs[model.name], bench)},
+            "harness": f"lm_eval {version('lm_eval')}",
+            "run_s": round(run_s, 1),
+            "models_in_pass": len(members) if model.adapter is not None else 1,
+            "data": str(settings.data_dir) if settings.data_dir else OFFICIAL_MATH_DATA,
+        }
+    return results
+
+
+def _evaluate_in_vllm_processes(
+    settings: BenchSettings,
+    models: list[BenchModel],
+    base_model: Path,
+    out: Path,
+    tasks_dir: Path,
+    vllm: dict,
+    partial: Partial | None,
+) -> dict[str, dict]:
+    """Every model through lm-eval's own vllm model, one engine per model, each in a process of its own."""
+    # an engine's memory (weights, KV cache reservation) is only given back when its process ends
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    runs = {}
+    for model in models:
+        with (
+            _tqdm_on_in_children(),
+            ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool,
+        ):
+            runs[model.name] = pool.submit(
+                evaluate_jsonable,
+                settings.benchmark,
                 base_model=base_model,
-                adapter=None,
-                data_dir=data_dir,
-                limit=limit,
+                adapter=model.adapter,
+                data_dir=settings.data_dir,
+                limit=settings.limit,
                 max_new_tokens=settings.max_new_tokens,
                 batch_size=settings.batch_size,
                 dtype=settings.dtype,
                 device=settings.device,
                 harness_dir=out / model.name / "harness",
                 tasks_dir=tasks_dir,
+                vllm=vllm,
                 cache=partial.lm_eval_cache(model) if partial is not None else None,
-            )
-    if members:
-        tokenizer, multilora = settings.load_model(
-            base_model, {m.name: m.adapter for m in members if m.adapter is not None}
-        )
-        runs.update(
-            evaluate_members(
-                bench,
-                multilora=multilora,
-                tokenizer=tokenizer,
-                members={m.name: out / m.name / "harness" for m in members},
-                base_model=base_model,
-                adapters={m.name: m.adapter for m in members if m.adapter is not None},
-                data_dir=data_dir,
-                limit=limit,
-                max_new_tokens=settings.max_new_tokens,
-                batch_size=settings.batch_size,
-                tasks_dir=tasks_dir,
-                store=partial.members_store(members) if partial is not None else None,
-                log=log,
-            )
-        )
-        del multilora
-    run_s = time.perf_counter() - start  # the lm-eval runs whole, generation included
-    results = {}
-    for model in models:
-        run, samples = runs[model.name], out / model.name
-        rows = sample_rows(run, bench)
-        write_jsonl(samples / "samples.jsonl", rows)
-        write_jsonl(samples / "harness" / "lm_eval_samples.jsonl", jsonable(run["samples"][task_name(bench)]))
-        write_json(samples / "harness" / "results.json", jsonable({k: v for k, v in run.items() if k != "samples"}))
-        results[model.name] = {
-            "n": len(rows),
-            "per_problem": {str(row["doc_id"]): int(row["correct"]) for row in rows},
-            "metrics": {"accuracy": accuracy(run, bench)},
-            "stderr": {"accuracy": stderr(run, bench)},
-            "harness": f"lm_eval {version('lm_eval')}",
-            "run_s": round(run_s, 1),
-            "models_in_pass": len(members) if model.adapter is not None else 1,
-            "data": str(data_dir) if data_dir else OFFICIAL_MATH_DATA,
-        }
-    return results
+            ).result()
+    return runs
+
+
+def _evaluate_base(
+    settings: BenchSettings, model: BenchModel, base_model: Path, out: Path, tasks_dir: Path, partial: Partial | None
+) -> dict:
+    """A model without adapter through lm-eval's hf model."""
+    return evaluate(
+        settings.benchmark,
+        base_model=base_model,
+        adapter=None,
+        data_dir=settings.data_dir,
+        limit=settings.limit,
+        max_new_tokens=settings.max_new_tokens,
+        batch_size=settings.batch_size,
+        dtype=settings.dtype,
+        device=settings.device,
+        harness_dir=out / model.name / "harness",
+        tasks_dir=tasks_dir,
+        cache=partial.lm_eval_cache(model) if partial is not None else None,
+    )
+
+
+def _evaluate_members_in_one_pass(
+    settings: BenchSettings,
+    members: list[BenchModel],
+    base_model: Path,
+    out: Path,
+    tasks_dir: Path,
+    partial: Partial | None,
+    log,
+) -> dict[str, dict]:
+    """Every member through lm-eval in one generation pass of the base with their adapters stacked."""
+    adapters = {m.name: m.adapter for m in members if m.adapter is not None}
+    tokenizer, multilora = settings.load_model(base_model, adapters)
+    return evaluate_members(
+        settings.benchmark,
+        multilora=multilora,
+        tokenizer=tokenizer,
+        members={m.name: out / m.name / "harness" for m in members},
+        base_model=base_model,
+        adapters=adapters,
+        data_dir=settings.data_dir,
+        limit=settings.limit,
+        max_new_tokens=settings.max_new_tokens,
+        batch_size=settings.batch_size,
+        tasks_dir=tasks_dir,
+        store=partial.members_store(members) if partial is not None else None,
+        log=log,
+    )
+
+
+def _write_samples(run: dict, bench: str, folder: Path) -> list[dict]:
+    """One model's samples.jsonl and lm-eval's own samples and results under `folder`; returns the sample rows."""
+    rows = sample_rows(run, bench)
+    write_jsonl(folder / "samples.jsonl", rows)
+    write_jsonl(folder / "harness" / "lm_eval_samples.jsonl", jsonable(run["samples"][task_name(bench)]))
+    write_json(folder / "harness" / "results.json", jsonable({k: v for k, v in run.items() if k != "samples"}))
+    return rows

@@ -29,6 +29,7 @@ import platform
 import random
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from populora.config import ParamsError, load_overlaid
@@ -105,74 +106,17 @@ def run_arm(
     arm: str, params, base_model: Path, init_adapter: Path, tasks: dict, buffer: list[dict], sandbox, accelerator
 ) -> dict:
     """Train one arm from the initial adapter; its per-step rows and held-out evaluations."""
-    import torch
-
-    from populora.lm.model import attach_adapters, load_base
-    from populora.rl.advantages import shuffle_within_groups
-    from populora.rl.rollouts import build_rollouts
-    from populora.rl.update import AdapterUpdate
-
     control = params.control
-    tokenizer, base = load_base(base_model, dtype=params.model.dtype, device=str(accelerator.device))
-    tokenizer.padding_side = "left"  # the sampler pads left; the update builds its own right-padded batches
-    model = attach_adapters(base, {ADAPTER: str(init_adapter)}, trainable=ADAPTER)
-    model.eval()
-    torch.manual_seed(seed_of(control.seed, "update"))
-    update = AdapterUpdate(accelerator, model, tokenizer, ADAPTER, params.update)
+    model, tokenizer, update = _trainable_model(params, base_model, init_adapter, accelerator)
     solver = Solver(model, tokenizer, buffer, params, sandbox)
     eval_seed = seed_of(control.seed, "heldout")
     steps, evaluations = [], {}
     started = time.monotonic()
     for step in range(control.steps):
         batch = tasks["train"][step * control.tasks_per_step : (step + 1) * control.tasks_per_step]
-        t0 = time.monotonic()
-        graded = solver.answer(
-            batch,
-            samples=control.samples,
-            temperature=control.temperature,
-            seed=seed_of(control.seed, "train", step),
-            desc=f"{arm} step {step}",
-        )
-        rollouts = build_rollouts(
-            [], graded, params.reward.teacher_mode, params.reward.advantage_baseline, params.reward.scale_rewards
-        )
-        if arm == "shuffled":
-            rollouts = shuffle_within_groups(rollouts, seed_of(control.seed, "null", step))
-        t1 = time.monotonic()
-        stats = update.train(rollouts)
-        row = {
-            "step": step,
-            "solve_rate": sum(r["correct"] for r in graded) / len(graded),
-            "reward_mean": sum(r["reward"] for r in rollouts) / len(rollouts),
-            "malformed": sum(r.get("parse_reason") is not None for r in graded),
-            "sample_s": round(t1 - t0, 1),
-            "update_s": round(time.monotonic() - t1, 1),
-            **{
-                k: stats[k]
-                for k in (
-                    "rollouts_with_signal",
-                    "trained_tokens",
-                    "tasks_without_spread",
-                    "tasks_sampled_more_than_once",
-                )
-            },
-            "optimizer_steps": stats["steps"],
-        }
+        row = _train_step(arm, step, batch, params, solver, update)
         steps.append(row)
-        last = stats["steps"][-1] if stats["steps"] else {}
-        log.info(
-            "%s step %d: solve rate %.3f, %d rollouts with signal, loss %s, logprob change A>0 %s A<0 %s "
-            "(%.0f s sampling+grading, %.0f s update)",
-            arm,
-            step,
-            row["solve_rate"],
-            row["rollouts_with_signal"],
-            _fmt(last.get("loss")),
-            _fmt(last.get("logprob_change_positive")),
-            _fmt(last.get("logprob_change_negative")),
-            row["sample_s"],
-            row["update_s"],
-        )
+        _log_step(arm, row)
         if (step + 1) % control.eval_every == 0 or step + 1 == control.steps:
             verdicts = solver.heldout_verdicts(tasks["heldout"], eval_seed)
             evaluations[step + 1] = verdicts
@@ -185,6 +129,80 @@ def run_arm(
             str(k): {"accuracy": sum(v) / len(v), "verdicts": [int(x) for x in v]} for k, v in evaluations.items()
         },
     }
+
+
+def _trainable_model(params, base_model: Path, init_adapter: Path, accelerator):
+    """(model, tokenizer, update): the base with the initial adapter, trainable, and its seeded update."""
+    import torch
+
+    from populora.lm.model import attach_adapters, load_base
+    from populora.rl.update import AdapterUpdate
+
+    tokenizer, base = load_base(base_model, dtype=params.model.dtype, device=str(accelerator.device))
+    tokenizer.padding_side = "left"  # the sampler pads left; the update builds its own right-padded batches
+    model = attach_adapters(base, {ADAPTER: str(init_adapter)}, trainable=ADAPTER)
+    model.eval()
+    torch.manual_seed(seed_of(params.control.seed, "update"))
+    return model, tokenizer, AdapterUpdate(accelerator, model, tokenizer, ADAPTER, params.update)
+
+
+def _train_step(arm: str, step: int, batch: list[dict], params, solver: Solver, update) -> dict:
+    """One training step on `batch`: answers sampled and graded, rollouts (shuffled in the null arm), the update."""
+    from populora.rl.advantages import shuffle_within_groups
+    from populora.rl.rollouts import build_rollouts
+
+    control = params.control
+    t0 = time.monotonic()
+    graded = solver.answer(
+        batch,
+        samples=control.samples,
+        temperature=control.temperature,
+        seed=seed_of(control.seed, "train", step),
+        desc=f"{arm} step {step}",
+    )
+    rollouts = build_rollouts(
+        [], graded, params.reward.teacher_mode, params.reward.advantage_baseline, params.reward.scale_rewards
+    )
+    if arm == "shuffled":
+        rollouts = shuffle_within_groups(rollouts, seed_of(control.seed, "null", step))
+    t1 = time.monotonic()
+    stats = update.train(rollouts)
+    return {
+        "step": step,
+        "solve_rate": sum(r["correct"] for r in graded) / len(graded),
+        "reward_mean": sum(r["reward"] for r in rollouts) / len(rollouts),
+        "malformed": sum(r.get("parse_reason") is not None for r in graded),
+        "sample_s": round(t1 - t0, 1),
+        "update_s": round(time.monotonic() - t1, 1),
+        **{
+            k: stats[k]
+            for k in (
+                "rollouts_with_signal",
+                "trained_tokens",
+                "tasks_without_spread",
+                "tasks_sampled_more_than_once",
+            )
+        },
+        "optimizer_steps": stats["steps"],
+    }
+
+
+def _log_step(arm: str, row: dict) -> None:
+    """Log a training step's row, with its last optimizer step's loss and log-probability changes."""
+    last = row["optimizer_steps"][-1] if row["optimizer_steps"] else {}
+    log.info(
+        "%s step %d: solve rate %.3f, %d rollouts with signal, loss %s, logprob change A>0 %s A<0 %s "
+        "(%.0f s sampling+grading, %.0f s update)",
+        arm,
+        row["step"],
+        row["solve_rate"],
+        row["rollouts_with_signal"],
+        _fmt(last.get("loss")),
+        _fmt(last.get("logprob_change_positive")),
+        _fmt(last.get("logprob_change_negative")),
+        row["sample_s"],
+        row["update_s"],
+    )
 
 
 def _fmt(value) -> str:
@@ -459,6 +477,57 @@ def prepare(params, out: Path, base_model: Path, sandbox) -> tuple[dict, list[di
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    params = _checked_params(args)
+    if params is None:
+        return 2
+    import torch
+    from accelerate import Accelerator
+
+    from populora.lm.model import materialize_base_model
+    from populora.verifier.pool import open_sandbox
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out, base_model = Path(args.out), Path(args.base_model)
+    if not (base_model / "config.json").is_file():
+        log.info("materializing %s into %s", params.model.base_model, base_model)
+        materialize_base_model(params.model.base_model, base_model)
+    started = time.monotonic()
+    accelerator = Accelerator(cpu=params.model.device == "cpu", mixed_precision=params.update.mixed_precision or "no")
+    sandbox = open_sandbox(params.verify, log)
+    base_file = out / "arms" / "base.json"
+    try:
+        tasks, buffer, init = prepare(params, out, base_model, sandbox)
+        log.info(
+            "family %s: %d training and %d held-out tasks; %d worked examples",
+            params.control.family,
+            len(tasks["train"]),
+            len(tasks["heldout"]),
+            len(buffer),
+        )
+        base = _kept_base_verdicts(base_file, params, base_model, tasks, buffer, sandbox, accelerator)
+
+        def train(arm: str) -> dict:
+            return run_arm(arm, params, base_model, init, tasks, buffer, sandbox, accelerator)
+
+        if args.arm:
+            write_json(out / "arms" / f"{args.arm}.json", train(args.arm))
+            return 0
+        arms = _trained_arms(params.control.arms, out / "arms", args, train)
+    finally:
+        sandbox.close()
+    result = _result(params, argv, started, base_file, base, arms)
+    write_json(out / "result.json", result)
+    write_text(out / "control.md", markdown(result))
+    plot(result, out / "curves.png")
+    log.info("%s: %s", "PASS" if result["summary"]["passed"] else "FAIL", result["summary"]["comparisons"])
+    return 0
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line's arguments."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument(
@@ -479,72 +548,63 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--arm", help="train only this arm (what --jobs starts in each process)")
     parser.add_argument("--threads", type=int, help="torch threads of this process (default: torch's)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    return parser.parse_args(argv)
+
+
+def _checked_params(args: argparse.Namespace):
+    """The params of --params and --overlay; None, the error logged, when they fail to load or name no family."""
     try:
         params = load_params(args.params, args.overlay)
     except ParamsError as error:
         log.error("%s", error)
-        return 2
+        return None
     if params.control.family not in FAMILIES:
         log.error(
             "control.family: unknown task family %r. Fix: use one of %s (populora/tasks/families.py).",
             params.control.family,
             ", ".join(sorted(FAMILIES)),
         )
-        return 2
-    import torch
-    from accelerate import Accelerator
+        return None
+    return params
 
-    from populora.lm.model import materialize_base_model
-    from populora.verifier.pool import open_sandbox
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    out, base_model = Path(args.out), Path(args.base_model)
-    if not (base_model / "config.json").is_file():
-        log.info("materializing %s into %s", params.model.base_model, base_model)
-        materialize_base_model(params.model.base_model, base_model)
-    started = time.monotonic()
-    accelerator = Accelerator(cpu=params.model.device == "cpu", mixed_precision=params.update.mixed_precision or "no")
-    sandbox = open_sandbox(params.verify, log)
-    try:
-        tasks, buffer, init = prepare(params, out, base_model, sandbox)
-        log.info(
-            "family %s: %d training and %d held-out tasks; %d worked examples",
-            params.control.family,
-            len(tasks["train"]),
-            len(tasks["heldout"]),
-            len(buffer),
-        )
-        base_file = out / "arms" / "base.json"
-        if base_file.is_file():
-            base = [bool(x) for x in read_json(base_file)["verdicts"]]
-        else:
-            t0 = time.monotonic()
-            base = base_verdicts(params, base_model, tasks, buffer, sandbox, str(accelerator.device))
-            write_json(base_file, {"verdicts": [int(x) for x in base], "wall_s": round(time.monotonic() - t0, 1)})
-        log.info("base held-out accuracy %.3f", sum(base) / len(base))
-        if args.arm:
-            write_json(
-                out / "arms" / f"{args.arm}.json",
-                run_arm(args.arm, params, base_model, init, tasks, buffer, sandbox, accelerator),
-            )
-            return 0
-        todo = [arm for arm in params.control.arms if not (out / "arms" / f"{arm}.json").is_file()]
-        if args.jobs > 1 and len(todo) > 1:
-            run_in_processes(todo, args)
-        arms = {}
-        for arm in params.control.arms:
-            arm_file = out / "arms" / f"{arm}.json"
-            if arm_file.is_file():
-                arms[arm] = read_json(arm_file)
-                log.info("%s: kept from %s", arm, arm_file)
-                continue
-            arms[arm] = run_arm(arm, params, base_model, init, tasks, buffer, sandbox, accelerator)
-            write_json(arm_file, arms[arm])
-    finally:
-        sandbox.close()
+def _kept_base_verdicts(
+    base_file: Path, params, base_model: Path, tasks: dict, buffer: list[dict], sandbox, accelerator
+) -> list[bool]:
+    """The base model's held-out verdicts: kept in `base_file`, else measured and kept there."""
+    if base_file.is_file():
+        base = [bool(x) for x in read_json(base_file)["verdicts"]]
+    else:
+        t0 = time.monotonic()
+        base = base_verdicts(params, base_model, tasks, buffer, sandbox, str(accelerator.device))
+        write_json(base_file, {"verdicts": [int(x) for x in base], "wall_s": round(time.monotonic() - t0, 1)})
+    log.info("base held-out accuracy %.3f", sum(base) / len(base))
+    return base
+
+
+def _trained_arms(
+    names: list[str], folder: Path, args: argparse.Namespace, train: Callable[[str], dict]
+) -> dict[str, dict]:
+    """Every arm's record: kept in `folder`, else trained (in processes of their own with --jobs) and kept there."""
+    todo = [arm for arm in names if not (folder / f"{arm}.json").is_file()]
+    if args.jobs > 1 and len(todo) > 1:
+        run_in_processes(todo, args)
+    arms = {}
+    for arm in names:
+        arm_file = folder / f"{arm}.json"
+        if arm_file.is_file():
+            arms[arm] = read_json(arm_file)
+            log.info("%s: kept from %s", arm, arm_file)
+            continue
+        arms[arm] = train(arm)
+        write_json(arm_file, arms[arm])
+    return arms
+
+
+def _result(
+    params, argv: list[str] | None, started: float, base_file: Path, base: list[bool], arms: dict[str, dict]
+) -> dict:
+    """result.json's record: the settings, the machine, the wall times, every arm and their comparison."""
     result = {
         "control": params.control.model_dump(),
         "update": params.update.model_dump(),
@@ -560,11 +620,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": compare(params, base, arms),
     }
     result["summary"]["base_verdicts"] = [int(x) for x in base]
-    write_json(out / "result.json", result)
-    write_text(out / "control.md", markdown(result))
-    plot(result, out / "curves.png")
-    log.info("%s: %s", "PASS" if result["summary"]["passed"] else "FAIL", result["summary"]["comparisons"])
-    return 0
+    return result
 
 
 if __name__ == "__main__":

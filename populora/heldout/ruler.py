@@ -34,7 +34,7 @@ import logging
 import random
 import sys
 from collections import Counter
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from populora.core.io import read_jsonl, write_json, write_jsonl, write_text
@@ -360,65 +360,27 @@ def calibrated_rows(tasks: list[dict], done: dict[str, int], samples: int) -> li
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from populora.heldout.scoring import pass_counts
     from populora.lm.engines import load_sampler
     from populora.verifier import sandbox_for
-    from populora.verifier.families import verified_tasks
 
     params = load_params(args)
     out = Path(args.out)
     counts: dict[str, Counter] = {}
     dropped: Counter = Counter()
     with sandbox_for(params.verify) as sandbox:
-        candidates = verified_tasks(
-            "pool", args.candidates, seed=args.seed, config=params.verify, sandbox=sandbox, counts=dropped
-        )
-        counts["verified"] = Counter(t["type"] for t in candidates)
-        seeds = worked_example_seeds(params, sandbox)
-        tasks = calibration_order(
-            attach_examples(candidates, seeds, params.solve.worked_examples, args.seed), args.seed
-        )
-        by_id = {t["task_id"]: t for t in tasks}
+        tasks = _candidates(params, args, sandbox, counts, dropped)
         checkpoint = out / "calibration.jsonl"
-        done = resumed(checkpoint, by_id, args.samples)  # a killed calibration resumes from what it measured
+        # a killed calibration resumes from what it measured
+        done = resumed(checkpoint, {t["task_id"]: t for t in tasks}, args.samples)
         tokenizer, model = load_sampler(args.warm_base, {}, params)
-
-        def measure(batch: list[dict]) -> dict[str, int]:
-            new = pass_counts(params, model, tokenizer, batch, [None], sandbox, samples=args.samples, seed=args.seed)[
-                "base"
-            ]
-            rows = calibrated_rows(tasks, {**done, **new}, args.samples)
-            write_jsonl(checkpoint, rows)
-            log.info(
-                "calibrated %d tasks; in the window: %s",
-                len(rows),
-                dict(
-                    Counter(r["type"] for r in rows if in_window(r, samples=args.samples, low=args.low, high=args.high))
-                ),
-            )
-            return new
-
+        measure = _calibration_measure(params, args, model, tokenizer, sandbox, tasks, done, checkpoint)
         verdicts: dict = {}  # the constants' verdicts, kept across pick rounds
         done = calibrate_until_full(tasks, done, measure, args, params.verify, sandbox, verdicts)
         calibrated = calibrated_rows(tasks, done, args.samples)
-        counts["calibrated"] = Counter(t["type"] for t in calibrated)
-        counts["in_window"] = Counter(
-            t["type"] for t in calibrated if in_window(t, samples=args.samples, low=args.low, high=args.high)
-        )
-        pool, guessed, swapped = pick_pool(calibrated, args, params.verify, sandbox, verdicts)
-        counts["guessable"] = Counter(by_id[t]["type"] for t in guessed)
-        counts["swapped_for_the_constant"] = Counter(by_id[t]["type"] for t in swapped)
-        pool = pool_ids(pool, args.seed)
-        counts["pool"] = Counter(t["type"] for t in pool)
-        record = score_record(params, args, pool, model, tokenizer, sandbox)
+        pool = _final_pool(calibrated, args, params.verify, sandbox, verdicts, counts)
+        scores = score_record(params, args, pool, model, tokenizer, sandbox)
     write_jsonl(out / "pool.jsonl", pool)
-    record = {
-        "command": "python -m populora.heldout.ruler " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "counts": {step: dict(sorted(c.items())) for step, c in counts.items()},
-        "candidates_dropped": dict(sorted(dropped.items())),
-        **record,
-        "calibration_by_family": calibration_table(calibrated, args.samples, args.low, args.high),
-    }
+    record = _construction_record(argv, args, counts, dropped, scores, calibrated)
     write_json(out / "construction.json", record)
     write_text(out / "README.md", pool_readme(record))
     log.info(
@@ -427,6 +389,87 @@ def main(argv: list[str] | None = None) -> int:
         {tt: (row["answer"], row["correct"]) for tt, row in record["best_constant"].items()},
     )
     return 0
+
+
+def _candidates(params, args: argparse.Namespace, sandbox, counts: dict[str, Counter], dropped: Counter) -> list[dict]:
+    """The verified candidate tasks with their worked examples, in calibration order (counted into `counts`)."""
+    from populora.verifier.families import verified_tasks
+
+    candidates = verified_tasks(
+        "pool", args.candidates, seed=args.seed, config=params.verify, sandbox=sandbox, counts=dropped
+    )
+    counts["verified"] = Counter(t["type"] for t in candidates)
+    seeds = worked_example_seeds(params, sandbox)
+    return calibration_order(attach_examples(candidates, seeds, params.solve.worked_examples, args.seed), args.seed)
+
+
+def _calibration_measure(
+    params,
+    args: argparse.Namespace,
+    model,
+    tokenizer,
+    sandbox,
+    tasks: list[dict],
+    done: dict[str, int],
+    checkpoint: Path,
+) -> Callable[[list[dict]], dict[str, int]]:
+    """The calibration's measure: a batch's pass counts on the warm base, every count so far checkpointed."""
+    from populora.heldout.scoring import pass_counts
+
+    def measure(batch: list[dict]) -> dict[str, int]:
+        new = pass_counts(params, model, tokenizer, batch, [None], sandbox, samples=args.samples, seed=args.seed)[
+            "base"
+        ]
+        rows = calibrated_rows(tasks, {**done, **new}, args.samples)
+        write_jsonl(checkpoint, rows)
+        log.info(
+            "calibrated %d tasks; in the window: %s",
+            len(rows),
+            dict(Counter(r["type"] for r in rows if in_window(r, samples=args.samples, low=args.low, high=args.high))),
+        )
+        return new
+
+    return measure
+
+
+def _final_pool(
+    calibrated: list[dict],
+    args: argparse.Namespace,
+    config,
+    sandbox,
+    verdicts: dict,
+    counts: dict[str, Counter],
+) -> list[dict]:
+    """The pool picked from the calibrated tasks in its file order and ids (each step's tasks counted into `counts`)."""
+    type_of = {t["task_id"]: t["type"] for t in calibrated}
+    counts["calibrated"] = Counter(t["type"] for t in calibrated)
+    counts["in_window"] = Counter(
+        t["type"] for t in calibrated if in_window(t, samples=args.samples, low=args.low, high=args.high)
+    )
+    pool, guessed, swapped = pick_pool(calibrated, args, config, sandbox, verdicts)
+    counts["guessable"] = Counter(type_of[t] for t in guessed)
+    counts["swapped_for_the_constant"] = Counter(type_of[t] for t in swapped)
+    pool = pool_ids(pool, args.seed)
+    counts["pool"] = Counter(t["type"] for t in pool)
+    return pool
+
+
+def _construction_record(
+    argv: list[str] | None,
+    args: argparse.Namespace,
+    counts: dict[str, Counter],
+    dropped: Counter,
+    scores: dict,
+    calibrated: list[dict],
+) -> dict:
+    """construction.json's record: the command, each step's counts, the drops, `scores`, the calibration per family."""
+    return {
+        "command": "python -m populora.heldout.ruler " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "counts": {step: dict(sorted(c.items())) for step, c in counts.items()},
+        "candidates_dropped": dict(sorted(dropped.items())),
+        **scores,
+        "calibration_by_family": calibration_table(calibrated, args.samples, args.low, args.high),
+    }
 
 
 def load_params(args: argparse.Namespace):
