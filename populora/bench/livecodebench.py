@@ -435,7 +435,7 @@ def _summary(samples: list[dict], settings: BenchSettings) -> dict:
     return {
         "n": len(samples),
         "per_problem": {row["task_id"]: int(row["passed"]) for row in samples},
-        "metrics": {"pass@1": correct / len(samples)},
+        "metrics": {"pass@1": correct / len(samples) if samples else 0.0},
         "by_difficulty": by_difficulty,
         "reasons": dict(Counter(row["reason"] for row in samples if row["reason"])),
         "hit_token_limit": sum(row["hit_token_limit"] for row in samples),

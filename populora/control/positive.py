@@ -264,7 +264,7 @@ def markdown(result: dict) -> str:
         f"advantage baseline {result['advantage_baseline']}, scaled by {result.get('scale_rewards', 'none')}.",
         "",
         "Wall: base model on the held-out pool "
-        + (f"{result['base_wall_s'] / 60:.1f} min" if result.get("base_wall_s") else "(not recorded)")
+        + (f"{result['base_wall_s'] / 60:.1f} min" if result.get("base_wall_s") is not None else "(not recorded)")
         + "; "
         + ", ".join(f"{name} {arm['wall_s'] / 60:.1f} min" for name, arm in result["arms"].items())
         + f" (each in its own process when run with --jobs); this invocation {result['wall_s'] / 60:.1f} min, on "
