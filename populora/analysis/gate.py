@@ -15,6 +15,7 @@ a side), never fewer than the plan's minimum.
 from __future__ import annotations
 
 import math
+import statistics
 
 from populora.core.stats import t_interval, t_mde
 
@@ -70,7 +71,7 @@ def gate_verdict(runs: list[dict], plan: dict | None, mde: float = 5.0) -> dict 
     found = {run["seed"]: run for run in runs if run["control"] == control and run["seed"] in seeds}
     per_seed = [row for seed in seeds if seed in found and (row := seed_against_base(found[seed]))]
     finals = [row["students"] for row in per_seed]
-    sd = float(_sd(finals)) if len(finals) >= 2 else None
+    sd = statistics.stdev(finals) if len(finals) >= 2 else None
     if any(not row["above"] for row in per_seed):
         verdict = "failed"
     elif len(per_seed) == len(seeds):
@@ -88,11 +89,6 @@ def gate_verdict(runs: list[dict], plan: dict | None, mde: float = 5.0) -> dict 
         "seeds_needed": None if sd is None else seeds_for_mde(sd, mde),
         "minimum_seeds": MIN_SEEDS,
     }
-
-
-def _sd(values: list[float]) -> float:
-    mean = sum(values) / len(values)
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 def gate_lines(gate: dict | None) -> list[str]:

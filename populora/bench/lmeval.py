@@ -541,18 +541,8 @@ def _evaluate_in_vllm_processes(
             runs[model.name] = pool.submit(
                 evaluate_jsonable,
                 settings.benchmark,
-                base_model=base_model,
-                adapter=model.adapter,
-                data_dir=settings.data_dir,
-                limit=settings.limit,
-                max_new_tokens=settings.max_new_tokens,
-                batch_size=settings.batch_size,
-                dtype=settings.dtype,
-                device=settings.device,
-                harness_dir=out / model.name / "harness",
-                tasks_dir=tasks_dir,
+                **_evaluate_arguments(settings, model, base_model, out, tasks_dir, partial),
                 vllm=vllm,
-                cache=partial.lm_eval_cache(model) if partial is not None else None,
             ).result()
     return runs
 
@@ -561,20 +551,26 @@ def _evaluate_base(
     settings: BenchSettings, model: BenchModel, base_model: Path, out: Path, tasks_dir: Path, partial: Partial | None
 ) -> dict:
     """A model without adapter through lm-eval's hf model."""
-    return evaluate(
-        settings.benchmark,
-        base_model=base_model,
-        adapter=None,
-        data_dir=settings.data_dir,
-        limit=settings.limit,
-        max_new_tokens=settings.max_new_tokens,
-        batch_size=settings.batch_size,
-        dtype=settings.dtype,
-        device=settings.device,
-        harness_dir=out / model.name / "harness",
-        tasks_dir=tasks_dir,
-        cache=partial.lm_eval_cache(model) if partial is not None else None,
-    )
+    return evaluate(settings.benchmark, **_evaluate_arguments(settings, model, base_model, out, tasks_dir, partial))
+
+
+def _evaluate_arguments(
+    settings: BenchSettings, model: BenchModel, base_model: Path, out: Path, tasks_dir: Path, partial: Partial | None
+) -> dict:
+    """`evaluate`'s arguments for one model (its adapter, its harness folder, its resume cache)."""
+    return {
+        "base_model": base_model,
+        "adapter": model.adapter,
+        "data_dir": settings.data_dir,
+        "limit": settings.limit,
+        "max_new_tokens": settings.max_new_tokens,
+        "batch_size": settings.batch_size,
+        "dtype": settings.dtype,
+        "device": settings.device,
+        "harness_dir": out / model.name / "harness",
+        "tasks_dir": tasks_dir,
+        "cache": partial.lm_eval_cache(model) if partial is not None else None,
+    }
 
 
 def _evaluate_members_in_one_pass(

@@ -534,7 +534,8 @@ class UpdateSection(Section):
         description="Over how many rollouts the loss averages: signal, the rollouts with a nonzero advantage (the "
         "others carry no gradient and are left out, so a step on 8 such rollouts moves as far as one on 96); "
         "batch, every rollout of the adapter's batch (GRPO's mean over the group's completions, zeros included), "
-        "so a step shrinks with the share of rollouts that carry signal. Per role under role_steps per_role.",
+        "so a step shrinks with the share of rollouts that carry signal (with loss_type token, the weights are scaled by "
+        "that share, not recounted over the tokens of the rollouts left out). Per role under role_steps per_role.",
     )
     diagnostics: bool = Field(
         True,
