@@ -14,8 +14,10 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 from populora.config import Params, ParamsError, load_params
+from populora.core.declared import DeclaredParams
 from populora.lm.device import pin_cpu_threads
 from populora.lm.gpus import claim_gpu
 
@@ -60,14 +62,15 @@ def setup(
 ) -> tuple[Params, logging.Logger]:
     """Configure logging (stderr + --log file), claim a GPU when the DAG says so (`--claim-gpu`; unless
     `claim` is false: the stage claims its own, see stages/update.py), load params and check that the
-    device they ask for is here (`require_device`), failing fast with a clear message. A model stage on
+    device they ask for is here (`require_device`), failing fast with a clear message; the params come limited to
+    what the stage's DAG entry declares (`declared`; `stage` names the entry). A model stage on
     the CPU gets the threads the DAG gives it under either engine (`pin_cpu_threads`: `chain`, a job of the training
     chain, model.cpu_threads; `alone`, every core; else one)."""
     configure_logging(args, stage)
     if getattr(args, "claim_gpu", False) and claim:
         claim_gpu(logging.getLogger(stage))
     try:
-        params = load_params(args.params)
+        params = declared(load_params(args.params), stage)
     except ParamsError as error:
         logging.getLogger(stage).error("%s", error)
         raise SystemExit(2) from None
@@ -78,6 +81,14 @@ def setup(
     return params, logging.getLogger(stage)
 
 
+def declared(params: Params, stage: str) -> Params:
+    """`params` as the DAG stage `stage` may read them: the keys its entry in workflow/dag.py declares, which
+    both engines watch (populora.core.declared); a read of any other fails at once, naming the stage and the fix."""
+    from workflow.dag import stage_named  # the declaration, not stage code: workflow.dag.NOT_STAGE_CODE
+
+    return cast(Params, DeclaredParams(params, stage_named(stage).params, stage))
+
+
 def require_device(params: Params, log: logging.Logger, stage: str) -> None:
     """Stop (exit code 2) before any model loads when `model.device: cuda` finds no CUDA here, or the
     vLLM engine of a sampling stage is not vLLM's CUDA build (`populora.lm.device`). Call it after
@@ -85,7 +96,7 @@ def require_device(params: Params, log: logging.Logger, stage: str) -> None:
     from populora.lm.device import DeviceError, check_device
 
     try:
-        check_device(params, samples=stage in ("propose", "solve", "bench"))
+        check_device(params, samples=stage in ("propose", "solve", "bench", "bench_base"))
     except DeviceError as error:
         log.error("%s", error)
         raise SystemExit(2) from None

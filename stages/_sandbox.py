@@ -16,7 +16,7 @@ from populora.config import ParamsError, VerifySection, load_params
 from populora.core.progress import Progress
 from populora.sandbox import Sandbox
 from populora.verifier import IsolationError, open_sandbox, verify_config
-from stages._common import configure_logging
+from stages._common import configure_logging, declared
 
 REFUSED = 3  # exit code: a layer named in verify.required_layers is off
 LIMIT_FLAGS = {
@@ -52,7 +52,7 @@ def setup(args: argparse.Namespace, stage: str) -> tuple[VerifySection, logging.
     log = configure_logging(args, stage)
     overrides = {key: getattr(args, flag) for flag, key in LIMIT_FLAGS.items() if getattr(args, flag) is not None}
     try:
-        config = load_params(args.params).verify if args.params else None
+        config = declared(load_params(args.params), stage).verify if args.params else None
         return verify_config(config, **overrides), log
     except (ParamsError, ValueError) as error:  # a bad params file or override: named, exit 2
         log.error("%s", error)

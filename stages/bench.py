@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", required=True, help="output folder: <model>.json and <model>/ per model")
     parser.add_argument("--tasks", default=str(TASKS_DIR), help="lm-eval task templates (math benchmarks)")
     args = parser.parse_args(argv)
-    params, log = setup(args, "bench")
+    params, log = setup(args, "bench" if args.models else "bench_base")  # the DAG's two entries of this stage
     if runs_together(params, args.bench):  # DVC's matrix runs every (arm, benchmark): a note, no model
         tmp = staging_dir(args.results)
         write_json(

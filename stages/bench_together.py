@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", required=True, help="output folder: <benchmark>/<model>.json per benchmark")
     parser.add_argument("--tasks", default=str(TASKS_DIR), help="lm-eval task templates (math benchmarks)")
     args = parser.parse_args(argv)
-    params, log = setup(args, "bench_together")
+    params, log = setup(args, "bench_together" if args.models else "bench_base_together")
     grouped = together_benchmarks(params)
     out, keep = Path(args.results), Path(f"{args.results}{PARTIAL}")
     if not grouped:

@@ -39,6 +39,7 @@ from populora.core.io import read_jsonl, write_json, write_jsonl
 from populora.heldout.pool import mark_heldout
 from populora.tasks.tasks import CODE_F_INPUTS, mark_copyable
 from populora.verifier import isolation_report, verify_rows
+from stages._common import declared
 from stages._sandbox import REFUSED, add_common_args, progress_bar, read_rows, setup, start_sandbox
 
 
@@ -47,7 +48,7 @@ def code_f_inputs_of(args: argparse.Namespace) -> int:
     `propose.code_f_inputs`, else the default (10)."""
     if args.code_f_inputs is not None:
         return args.code_f_inputs
-    return load_params(args.params).propose.code_f_inputs if args.params else CODE_F_INPUTS
+    return declared(load_params(args.params), "verify").propose.code_f_inputs if args.params else CODE_F_INPUTS
 
 
 def reject_copyable_of(args: argparse.Namespace) -> bool:
@@ -55,7 +56,7 @@ def reject_copyable_of(args: argparse.Namespace) -> bool:
     `propose.reject_copyable`, else no (AZR)."""
     if args.reject_copyable:
         return True
-    return load_params(args.params).propose.reject_copyable if args.params else False
+    return declared(load_params(args.params), "verify").propose.reject_copyable if args.params else False
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -154,17 +154,17 @@ def flow(src: _Source, scope: ast.AST, var: str, seen: set) -> set[str]:
 
 
 def load_params_reads(module: str, root: Path) -> set[str]:
-    """`load_params(...).section[.key]` chains in a module: code that loads the params itself."""
+    """`load_params(...).section[.key]` chains in a module, `declared(load_params(...), stage)...` too (the
+    stage's view, stages._common.declared): code that loads the params itself."""
     src = _source(module, root)
     reads = set()
     for node in ast.walk(src.tree):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id == "load_params"
-            and isinstance(parent := src.parents.get(node), ast.Attribute)
-        ):
-            reads |= _chain(src, parent)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "load_params":
+            parent = src.parents.get(node)
+            if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id == "declared":
+                parent = src.parents.get(parent)
+            if isinstance(parent, ast.Attribute):
+                reads |= _chain(src, parent)
     return reads
 
 

@@ -738,6 +738,10 @@ def resolve_input(stage: Stage, key: str, item: dict[str, str], params) -> list[
 
 REPO = Path(__file__).resolve().parent.parent
 LOCAL_PACKAGES = ("populora", "stages", "workflow")  # imports of these are code dependencies
+# ... except the DAG declaration itself, which every stage reads to limit its params to the keys it declares
+# (stages._common.declared): what in it concerns a stage (its command, deps, params) DVC and Snakemake track from
+# dvc.yaml and the Snakefile already, so adding a stage does not rerun every other
+NOT_STAGE_CODE = ("workflow.dag",)
 
 
 def module_file(module: str, root: Path = REPO) -> Path | None:
@@ -777,7 +781,7 @@ def code_deps(module: str, root: Path = REPO) -> tuple[str, ...]:
     todo = [module]
     while todo:
         name = todo.pop()
-        if name in seen or name.split(".")[0] not in LOCAL_PACKAGES:
+        if name in seen or name.split(".")[0] not in LOCAL_PACKAGES or name in NOT_STAGE_CODE:
             continue
         path = module_file(name, root)
         if path is None:  # `from pkg import name` where name is not a module
