@@ -99,8 +99,8 @@ class ParamsError(ValueError):
 
 class HeldoutSection(Section):
     """The held-out pool (populora/heldout/): verified code_o/code_i tasks made once by the base
-    model as teacher, never proposed, solved or trained on, answered greedily by every member at every
-    generation (stages.heldout_pool, stages.heldout)."""
+    model as teacher, never proposed, solved or trained on, answered greedily by every member after every
+    generation, or every `every`-th and the last (stages.heldout_pool, stages.heldout)."""
 
     per_type: int = Field(
         8,
@@ -124,6 +124,14 @@ class HeldoutSection(Section):
         description="Whose members answer the pool every generation (the "
         "baseline's one adapter is both): [students, teachers] also scores the teachers, twice the cost of a 2T-2S "
         "generation.",
+    )
+    every: int = Field(
+        1,
+        ge=1,
+        description="Greedy verdicts after generations g with (g + 1) % every == 0, and always after the last; "
+        "between, the heldout stage writes an empty record and loads no model unless pass rates are due "
+        "(sample_every). On the CPU greedy scoring of a 256-task pool costs about as much as a generation's "
+        "training: 5 scores a 10-generation study after generations 4 and 9.",
     )
     samples: int = Field(
         0,

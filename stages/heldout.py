@@ -6,6 +6,10 @@
         --history results/dynamics/population/dynamics.json --steps results/dynamics/population/update_steps.json \
         --progress results/progress.json --tracking results/tracking
 
+Greedy verdicts come after the generations due at `heldout.every` (every one by default) and always after
+the last, pass rates after those due at `heldout.sample_every`; a generation with neither writes an empty record
+(`verdicts: {}`, which every reader takes as "not scored") and loads no model.
+
 Members of the roles in `heldout.roles` answer, greedy: each slot's member *as trained in this
 generation* (the same models the benchmarks score: `populora.core.state.trained_adapter_dir`), so a
 curve follows the members that learnt, never an untrained child put in their place. A child born by
@@ -47,19 +51,24 @@ def main(argv: list[str] | None = None) -> int:
     roles = {role: list(getattr(state, role)) for role in params.heldout.roles}  # students, teachers
     members = list(dict.fromkeys(m for role in roles.values() for m in role))
     born = {slot: f"{slot}{BORN}" for slot in members if (Path(args.state) / REPLACED / slot).is_dir()}
-    if not pool:
-        write_json(args.scores, {"metrics": {}, "verdicts": {}, "born": {}, "roles": roles})
-        log.info("empty held-out pool: nothing scored")
+    greedy = due(args.gen, params.heldout.every) or args.gen == params.dag.generations - 1
+    sampled = bool(params.heldout.samples) and due(args.gen, params.heldout.sample_every)
+    if not pool or not (greedy or sampled):
+        write_json(args.scores, {"metrics": {}, "verdicts": {}, "born": {}, "roles": roles, "pass_rates": {}})
+        record_live(args, params.tracking, log, {"generation": args.gen, **read_json(args.heldout_base)["metrics"]})
+        log.info("nothing scored: %s", "empty held-out pool" if not pool else "not due (heldout.every, sample_every)")
         return 0
     adapters = {slot: trained_adapter_dir(args.state, state, slot) for slot in members}
     adapters |= {name: Path(args.state) / ADAPTERS / slot for slot, name in born.items()}
     try:
         with sandbox_for(params.verify) as sandbox:
             tokenizer, model = load_sampler(args.base_model, adapters, params)
-            with timed(log, f"{len(adapters)} members ({len(born)} born) x {len(pool)} held-out tasks"):
-                _, table = score_members(params, model, tokenizer, pool, list(adapters), roles, sandbox)
+            table: dict = {}
+            if greedy:
+                with timed(log, f"{len(adapters)} members ({len(born)} born) x {len(pool)} held-out tasks"):
+                    _, table = score_members(params, model, tokenizer, pool, list(adapters), roles, sandbox)
             rates = {}
-            if params.heldout.samples and (args.gen + 1) % params.heldout.sample_every == 0:
+            if sampled:
                 with timed(log, f"{len(members)} members x {len(pool)} tasks x {params.heldout.samples} answers"):
                     rates = pass_rates(
                         params, model, tokenizer, pool, members, sandbox, samples=params.heldout.samples, seed=args.gen
@@ -67,13 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     except IsolationError as error:
         log.error("%s", error)
         return 3
-    trained = {slot: table.get(slot, {}) for slot in members}
-    metrics = heldout_metrics(trained, pool, roles) | pass_rate_metrics(rates, pool, roles)
-    ids = [task["task_id"] for task in pool]
-    for role, slots in roles.items():
-        metrics |= verdict_diversity(role, trained, slots, ids)
+    trained = {slot: table.get(slot, {}) for slot in members} if greedy else {}
+    metrics = pass_rate_metrics(rates, pool, roles)
+    if greedy:
+        metrics |= heldout_metrics(trained, pool, roles)
+        ids = [task["task_id"] for task in pool]
+        for role, slots in roles.items():
+            metrics |= verdict_diversity(role, trained, slots, ids)
     children = {}
-    for slot, name in born.items():
+    for slot, name in born.items() if greedy else ():
         event = next((e for e in state.lineage if e["child_id"] == state.members[slot]), {})
         children[slot] = {
             "member": state.members[slot],
@@ -99,8 +110,14 @@ def main(argv: list[str] | None = None) -> int:
     record_live(
         args, params.tracking, log, {"generation": args.gen, **metrics, **read_json(args.heldout_base)["metrics"]}
     )
-    log.info("held-out accuracy: %s", {m: metrics[f"heldout.{m}.accuracy"] for m in [*members, *roles]})
+    if greedy:
+        log.info("held-out accuracy: %s", {m: metrics[f"heldout.{m}.accuracy"] for m in [*members, *roles]})
     return 0
+
+
+def due(gen: int, every: int) -> bool:
+    """Whether generation `gen` (0-based) is one scored at a cadence of `every`: after the every-th, 2 x every-th..."""
+    return (gen + 1) % every == 0
 
 
 if __name__ == "__main__":

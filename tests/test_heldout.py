@@ -288,6 +288,20 @@ def test_stages_build_an_empty_pool_and_score_members_on_the_tiny_model(tiny_mod
     assert [row["generation"] for row in live] == [0]
     assert live[0]["heldout.students.accuracy"] == result["metrics"]["heldout.students.accuracy"]
 
+    # heldout.every: 2 of a 3-generation run scores after generation 1 and the last (2), not after 0
+    params.write_text(
+        yaml.safe_dump({**raw, "heldout": {**raw["heldout"], "every": 2}, "dag": {**raw["dag"], "generations": 3}})
+    )
+    stage_args = [str(params), str(tiny_model_dir), str(pool_path), str(base_path), str(checkpoint)]
+    for gen in (0, 1, 2):
+        flags = dict(zip(("--params", "--base-model", "--pool", "--heldout-base", "--state"), stage_args))
+        flags |= {"--arm": "population", "--gen": str(gen), "--scores": str(tmp_path / f"every{gen}.json")}
+        flags |= {f"--{k}": str(tmp_path / f"every-{k}") for k in ("history", "steps", "progress", "tracking")}
+        assert heldout.main([part for flag, value in flags.items() for part in (flag, value)]) == 0
+    skipped, due, last = (json.loads((tmp_path / f"every{gen}.json").read_text()) for gen in (0, 1, 2))
+    assert skipped["verdicts"] == {} and skipped["metrics"] == {} and skipped["roles"] == result["roles"]
+    assert due["verdicts"] == result["verdicts"] == last["verdicts"]  # the same members: the same greedy verdicts
+
 
 def test_a_pool_made_before_is_reused_verified_again(tiny_model_dir, tiny_params_dict, tmp_path):
     """`heldout.pool_file`: no proposals; the file's tasks verified again (a task whose outputs no longer match

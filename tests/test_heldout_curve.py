@@ -30,6 +30,15 @@ def test_rows_pair_each_generation_with_the_base_task_by_task():
     assert later["minus_base_low"] <= later["minus_base"] <= later["minus_base_high"]
 
 
+def test_a_generation_not_scored_is_left_out():
+    """heldout.every: an empty table is a generation the pool did not score, not a student at 0%."""
+    doc = _doc()
+    doc["generations"].insert(0, {})
+    rows = curve_rows(doc)
+    assert [row["generation"] for row in rows] == ["base", 1, 2]
+    assert rows[1:] == [{**row, "generation": row["generation"] + 1} for row in curve_rows(_doc())[1:]]
+
+
 def test_cli_prints_the_table_and_refuses_a_run_without_a_pool(tmp_path, capsys):
     path = tmp_path / "heldout_verdicts.json"
     path.write_text(json.dumps(_doc()))

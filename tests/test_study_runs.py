@@ -255,8 +255,9 @@ def test_training_copies_by_generation_per_run(runs, tmp_path):
     assert "| 1t1s-s0 | code_o | 0/16 (0; 2) | 3/16 (1; 2) | 6/16 (0; 2) |" in text
 
 
-def _heldout(root: Path, control: str, seed: int, rates: list[float], *, arm: str = "population") -> None:
-    """The run's held-out verdicts per generation (students at `rates[g]`, the base at 0.2), by slot."""
+def _heldout(root: Path, control: str, seed: int, rates: list[float | None], *, arm: str = "population") -> None:
+    """The run's held-out verdicts per generation (students at `rates[g]`, the base at 0.2), by slot; a rate of
+    None: that generation was not scored (heldout.every), its table empty."""
     rng = random.Random(f"heldout{control}{seed}")
     ids = [f"heldout-code_o-{i:03d}" for i in range(100)]
     slots = ["solo"] if arm == "baseline" else ["student0", "student1"]
@@ -265,7 +266,10 @@ def _heldout(root: Path, control: str, seed: int, rates: list[float], *, arm: st
         {
             "base": {t: int(k < 20) for k, t in enumerate(ids)},
             "roles": {"students": slots},
-            "generations": [{slot: {t: int(rng.random() < rate) for t in ids} for slot in slots} for rate in rates],
+            "generations": [
+                {slot: {t: int(rng.random() < rate) for t in ids} for slot in slots} if rate is not None else {}
+                for rate in rates
+            ],
         },
     )
 
@@ -293,6 +297,24 @@ def test_heldout_pool_is_read_as_a_benchmark_with_learning_curves(runs, tmp_path
     row = next(line for line in text.splitlines() if line.startswith("| 2t2s - baseline |") and "[" in line)
     cells = row.split(" | ")
     assert "(MDE " in cells[1] and "(MDE " not in cells[3]
+
+
+def test_generations_the_pool_did_not_score_are_gaps_not_zeros(runs, tmp_path):
+    """heldout.every: a generation no run scored is None in the curves, has no comparison, and the table and the
+    figure leave it out; the final generation (always scored) is the endpoint."""
+    for seed in range(3):
+        _heldout(runs, "2t2s", seed, [None, 0.5, None, 0.8])
+        _heldout(runs, "baseline", seed, [None, 0.2, None, 0.2], arm="baseline")
+    study = summarize(load_runs(runs))
+    curves = study["heldout_curves"]
+    assert [point is None for point in curves["controls"]["2t2s"]] == [True, False, True, False]
+    assert {c["generation"] for c in curves["comparisons"]} == {1, 3}
+    final = {row["control"]: row for row in study["controls"]}["2t2s"]["bench"]["heldout"]
+    assert final["students"]["mean"] == pytest.approx(0.8, abs=0.06)
+    assert main([str(runs), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "study.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| 2t2s | ") and "·" in line)
+    assert row.split(" | ")[1] == "·" and row.split(" | ")[3] == "·" and "[" in row.split(" | ")[2]
 
 
 def test_every_control_is_compared_with_the_base_model_problem_by_problem(runs, tmp_path):

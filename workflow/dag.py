@@ -454,8 +454,10 @@ STAGES: tuple[Stage, ...] = (
         outputs={"scores": f"{GEN_DIR}/heldout.json"},
         params=(
             "heldout.roles",
+            "heldout.every",
             "heldout.samples",
             "heldout.sample_every",
+            "dag.generations",
             "solve",
             "verify",
             "model.dtype",

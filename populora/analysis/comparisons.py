@@ -123,6 +123,11 @@ def curve_matrix(runs: list[dict], gen: int, ids: list[str] | None = None) -> np
     )
 
 
+def scored(runs: list[dict], gen: int) -> bool:
+    """Whether every run scored its students greedily on the pool after generation `gen` (heldout.every)."""
+    return all(run["heldout_curve"][gen] for run in runs)
+
+
 def group(runs: list[dict]) -> dict[str, list[dict]]:
     """Runs by control (in CONTROL_ORDER, then by name), each control's runs by seed."""
     groups: dict[str, list[dict]] = {}
@@ -276,7 +281,8 @@ def control_rows(groups: dict[str, list[dict]]) -> list[dict]:
 def heldout_curves(groups: dict[str, list[dict]], pairs) -> dict:
     """The learning curves on the held-out pool: per control and generation the students' accuracy per
     seed (mean and t-interval), by task type too, and per generation the comparisons of `pairs` and each
-    control against the base (`compare`). Empty when no run has a pool."""
+    control against the base (`compare`). A generation some run did not score (heldout.every) is None in the
+    curves and has no comparison. Empty when no run has a pool."""
     groups = {c: rs for c, rs in groups.items() if all(r["heldout_curve"] for r in rs)}
     if not groups:
         return {}
@@ -288,7 +294,9 @@ def heldout_curves(groups: dict[str, list[dict]], pairs) -> dict:
         "n_tasks": len(base),
         "comparisons": [],
         "controls": {
-            c: [interval(curve_matrix(rs, g).mean(axis=1), len(base)) for g in range(gens[c])]
+            c: [
+                interval(curve_matrix(rs, g).mean(axis=1), len(base)) if scored(rs, g) else None for g in range(gens[c])
+            ]
             for c, rs in groups.items()
         },
     }
@@ -299,7 +307,10 @@ def heldout_curves(groups: dict[str, list[dict]], pairs) -> dict:
             "n_tasks": len(ids),
             "base": round(float(np.mean([base[t] for t in ids])), 6),
             "controls": {
-                c: [interval(curve_matrix(rs, g, ids).mean(axis=1), len(ids)) for g in range(gens[c])]
+                c: [
+                    interval(curve_matrix(rs, g, ids).mean(axis=1), len(ids)) if scored(rs, g) else None
+                    for g in range(gens[c])
+                ]
                 for c, rs in groups.items()
             },
         }
@@ -307,6 +318,8 @@ def heldout_curves(groups: dict[str, list[dict]], pairs) -> dict:
         (c, "base") for c in groups
     ]:
         for g in range(gens[left] if right == "base" else min(gens[left], gens[right])):
+            if not scored(groups[left], g) or (right != "base" and not scored(groups[right], g)):
+                continue
             other = base_verdicts if right == "base" else curve_matrix(groups[right], g)
             out["comparisons"].append(
                 compare(left, right, curve_matrix(groups[left], g), other, bench="heldout", generation=g)

@@ -143,7 +143,8 @@ def plot_curves(ax, curves: dict, baselines: dict | None = None) -> None:
     """Held-out accuracy per generation: every control's seeds (thin lines) and their mean (thick), the base."""
     for k, (control, points) in enumerate(curves["controls"].items()):
         color = CONTROL_COLORS[k % len(CONTROL_COLORS)]
-        gens = list(range(len(points)))
+        gens = [g for g, p in enumerate(points) if p]  # the generations scored (heldout.every)
+        points = [p for p in points if p]
         for seed in range(points[0]["n"]):
             ax.plot(gens, [100 * p["values"][seed] for p in points], color=color, lw=0.8, alpha=0.45)
         ax.plot(gens, [100 * p["mean"] for p in points], color=color, lw=2.2, marker="o", label=control)
@@ -165,8 +166,8 @@ def plot_type_curves(ax, by_type: dict, baselines: dict | None = None) -> None:
     for t, (task_type, entry) in enumerate(by_type.items()):
         for k, (control, points) in enumerate(entry["controls"].items()):
             ax.plot(
-                range(len(points)),
-                [100 * p["mean"] for p in points],
+                [g for g, p in enumerate(points) if p],
+                [100 * p["mean"] for p in points if p],
                 color=CONTROL_COLORS[k % len(CONTROL_COLORS)],
                 ls=styles[t % len(styles)],
                 lw=1.8,

@@ -131,6 +131,9 @@ def _totals(acc: dict | None) -> str:
     return f"{steps:g} / {tokens:,.0f} / {signal:g} / {moved:.1f}"
 
 
+NOT_SCORED = "·"  # a generation the held-out pool did not score (heldout.every)
+
+
 def curve_table(curves: dict, baselines: dict | None = None) -> list[str]:
     """The held-out learning curves: per control the students' accuracy after each generation (mean over
     seeds [95% t-interval]), by task type (with each type's best constant answer beside, where known),
@@ -147,7 +150,9 @@ def curve_table(curves: dict, baselines: dict | None = None) -> list[str]:
         "|---|" + "---|" * gens,
     ]
     for control, points in curves["controls"].items():
-        lines.append(f"| {control} | " + " | ".join(_ci(p).split(" (n=")[0] for p in points) + " |")
+        lines.append(
+            f"| {control} | " + " | ".join(_ci(p).split(" (n=")[0] if p else NOT_SCORED for p in points) + " |"
+        )
     if len(curves.get("by_type") or {}) > 1:
         lines += [
             "",
@@ -158,7 +163,7 @@ def curve_table(curves: dict, baselines: dict | None = None) -> list[str]:
         ]
         for control in next(iter(curves["by_type"].values()))["controls"]:
             for task_type, entry in curves["by_type"].items():
-                cells = [_pts(p["mean"]) for p in entry["controls"][control]]
+                cells = [_pts(p["mean"]) if p else NOT_SCORED for p in entry["controls"][control]]
                 lines.append(
                     f"| {control} | {task_type}, {entry['n_tasks']} tasks ({_pts(entry['base'])}) | "
                     + " | ".join(cells + [""] * (gens - len(cells)))

@@ -27,7 +27,7 @@ def curve_rows(doc: dict, role: str = "students") -> list[dict]:
     base = doc["base"]
     ids = sorted(base)
     types = sorted({task.split("-")[1] for task in ids})
-    members = doc.get("roles", {}).get(role) or sorted(doc["generations"][0])
+    members = doc.get("roles", {}).get(role) or sorted(doc["generations"][-1])  # the last is always scored
     rows = [
         {
             "generation": "base",
@@ -36,6 +36,8 @@ def curve_rows(doc: dict, role: str = "students") -> list[dict]:
         }
     ]
     for gen, table in enumerate(doc["generations"]):
+        if not table:  # not scored after this generation (heldout.every)
+            continue
         score = {t: mean(table[m].get(t, 0) for m in members) for t in ids}
         diff, low, high = paired_bootstrap([score[t] - base[t] for t in ids])
         rows.append(
