@@ -53,10 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     born = {slot: f"{slot}{BORN}" for slot in members if (Path(args.state) / REPLACED / slot).is_dir()}
     greedy = due(args.gen, params.heldout.every) or args.gen == params.dag.generations - 1
     sampled = bool(params.heldout.samples) and due(args.gen, params.heldout.sample_every)
-    if not pool or not (greedy or sampled):
+    if not pool:
+        write_json(args.scores, {"metrics": {}, "verdicts": {}, "born": {}, "roles": roles})
+        log.info("empty held-out pool: nothing scored")
+        return 0
+    if not (greedy or sampled):
         write_json(args.scores, {"metrics": {}, "verdicts": {}, "born": {}, "roles": roles, "pass_rates": {}})
         record_live(args, params.tracking, log, {"generation": args.gen, **read_json(args.heldout_base)["metrics"]})
-        log.info("nothing scored: %s", "empty held-out pool" if not pool else "not due (heldout.every, sample_every)")
+        log.info("not scored after generation %d (heldout.every, heldout.sample_every)", args.gen)
         return 0
     adapters = {slot: trained_adapter_dir(args.state, state, slot) for slot in members}
     adapters |= {name: Path(args.state) / ADAPTERS / slot for slot, name in born.items()}
