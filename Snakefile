@@ -19,7 +19,6 @@ import sys
 sys.path.insert(0, workflow.basedir)
 
 from populora.config import ParamsError, load_params
-from populora.core.paths import shipped_path
 from workflow.adopt import after_snakemake
 from workflow.dag import (
     REPORT_CAPTIONS,
@@ -65,9 +64,8 @@ def _inputs(stage):
             k: collected_paths(stage, k, PARAMS, item) if k in stage.collects else resolve_input(stage, k, item, PARAMS)
             for k in stage.inputs
         }
-        # a file a param names (the pool a study made before): its own copy or the checkout's, as the stage reads it
-        files = {f"param_file_{i}": str(shipped_path(path)) for i, path in enumerate(stage.param_files(PARAMS))}
-        return {**inputs, **files}
+        # files a param names (the pool a study made before), relative to the project like every input
+        return {**inputs, **stage.named_inputs(PARAMS)}
 
     return resolve
 
@@ -121,6 +119,7 @@ def _command(stage):
         item = _item(stage, wildcards)
         paths = {
             **{k: stage.inputs[k].format(**item) if k in stage.collects else getattr(input, k) for k in stage.inputs},
+            **{k: getattr(input, k) for k in stage.named_inputs(PARAMS)},
             **{k: getattr(output, k) for k in stage.outputs},
             **{k: template.format(**item) for k, template in stage.side.items()},
         }  # live files, not declared

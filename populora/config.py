@@ -151,19 +151,21 @@ class HeldoutSection(Section):
         "data/pool-v3/pool.jsonl",
         description="A pool made before (a pool.jsonl of `python -m populora.heldout.ruler` "
         "or of a heldout_pool stage) to reuse instead of proposing one: its tasks are verified again, the first "
-        "per_type of each type kept, the base model scored on them. The default is pool v3 (data/pool-v3/), made on "
+        "per_type of each type kept, the base model scored on them. The DAG passes the file to the stage as an "
+        "input (both engines track its content; a change of this key asks for `python -m workflow.render_dvc`); a "
+        "path relative to the project root. The default is pool v3 (data/pool-v3/), made on "
         "SmolLM2-135M's warm base. null: the base model proposes the pool (do so for another base model).",
     )
 
     @field_validator("pool_file")
     @classmethod
     def _pool_file_exists(cls, value: str | None) -> str | None:
-        from populora.core.paths import shipped_path
+        from populora.core.paths import project_path
 
-        if value is not None and not shipped_path(value).is_file():
+        if value is not None and not project_path(value).is_file():
             raise ValueError(
-                f"no such file: {value} (resolved to {shipped_path(value)}); point heldout.pool_file at "
-                "a pool.jsonl written by the heldout_pool stage, or set it to null"
+                f"no such file: {value} (resolved to {project_path(value)}, from the project root); point "
+                "heldout.pool_file at a pool.jsonl written by the heldout_pool stage or the ruler, or set it to null"
             )
         return value
 

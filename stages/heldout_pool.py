@@ -1,7 +1,8 @@
 """Stage heldout_pool: make the held-out pool once (or reuse a committed one) and score the base model on it.
 
     python -m stages.heldout_pool --params params.yaml --base-model results/warm_base \
-        --raw-base results/base_model --pool results/heldout/pool.jsonl --base results/heldout/base.json
+        --raw-base results/base_model --pool-file data/pool-v3/pool.jsonl \
+        --pool results/heldout/pool.jsonl --base results/heldout/base.json
 
 "The base" is the warm base (the frozen base of every stage after the warm start); `--raw-base`, the model
 before it, is scored beside it, greedy (`heldout.raw_base.*`), when the warm start is on.
@@ -17,13 +18,14 @@ asks the base model, in the teacher's prompt, for one batch of proposals (`propo
 over the types; on the 2-core CPU about 8 of 32 SmolLM2-135M proposals enter; references from the
 seed tasks and the pool so far, seed derived from `heldout.seed`, not `base.seed`); rounds stop when
 the pool is full or after `heldout.max_rounds` (a short pool is logged and kept). With
-`heldout.pool_file` the pool is that file's (a study's committed pool), verified again, and no proposal
-is made. With `heldout.per_type: 0` both files are written empty and no model loads.
+`--pool-file` (the DAG passes the file `heldout.pool_file` names, as an input) the pool is that file's (a
+committed pool under data/), verified again, and no proposal is made. With `heldout.per_type: 0` both files are written empty and no model loads.
 """
 
 from __future__ import annotations
 
 from populora.core.io import write_json, write_jsonl
+from populora.core.paths import project_path
 from populora.heldout.pool import pool_types, propose_pool, reuse_pool, verified_seeds
 from populora.heldout.ruler import best_constant
 from populora.heldout.scoring import pass_rate_metrics, pass_rates, score_members
@@ -45,13 +47,27 @@ def constant_metrics(constant: dict) -> dict:
     return out
 
 
+def check_pool_file(given: str | None, named: str | None) -> None:
+    """The pool file the command passes must be the one the params name: a command rendered from other params
+    (a dvc.yaml not re-rendered after `-S heldout.pool_file=...`) would otherwise score the wrong pool."""
+    if (given is None) != (named is None) or (given and named and project_path(given) != project_path(named)):
+        raise SystemExit(
+            f"heldout_pool: the command passes --pool-file {given} but heldout.pool_file is {named}. "
+            "Fix: python -m workflow.render_dvc (the DAG renders the pool file from the params), then run again."
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = stage_parser(__doc__.splitlines()[0], arm=False, gen=False)
     for flag in ("--base-model", "--pool", "--base"):
         parser.add_argument(flag, required=True)
     parser.add_argument("--raw-base", help="the raw base before the warm start, scored beside the base (greedy)")
+    parser.add_argument(
+        "--pool-file", help="a pool made before (the file heldout.pool_file names): reused, no proposals"
+    )
     args = parser.parse_args(argv)
     params, log = setup(args, "heldout_pool", chain=True)
+    check_pool_file(args.pool_file, params.heldout.pool_file)
     if params.heldout.per_type == 0 or not pool_types(params.propose.types):
         write_jsonl(args.pool, [])
         write_json(args.base, {"metrics": {}, "verdicts": {}, "size": {}})
@@ -61,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         with sandbox_for(params.verify) as sandbox:
             seeds = verified_seeds(params, sandbox)
             tokenizer, model = load_sampler(args.base_model, {}, params)
-            if params.heldout.pool_file:  # a pool made before: no proposals
-                pool = reuse_pool(params, sandbox, log)
+            if args.pool_file:  # a pool made before: no proposals
+                pool = reuse_pool(args.pool_file, params, sandbox, log)
             else:
                 with timed(log, "building the held-out pool"):
                     pool = propose_pool(params, model, tokenizer, seeds, sandbox, log)

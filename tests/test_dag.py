@@ -212,7 +212,7 @@ def test_stage_flags_equal_its_declared_inputs_and_outputs(stage):
     }
     declared = {
         f"--{k.replace('_', '-')}"
-        for k in (*stage.wildcards, *stage.inputs, *stage.untracked, *stage.outputs, *stage.side)
+        for k in (*stage.wildcards, *stage.inputs, *stage.param_inputs, *stage.untracked, *stage.outputs, *stage.side)
     }
     declared |= {"--params", "--log", *(["--claim-gpu"] if stage.gpu else [])}
     extra = set(flags) - declared - {"--claim-gpu"}  # every stage_parser offers it; the DAG passes it to gpu stages
@@ -337,45 +337,53 @@ def _params_with(tmp_path, **heldout) -> Path:
     return path
 
 
-def test_the_pool_file_a_study_reuses_is_a_dependency_of_heldout_pool(tmp_path):
-    """An edited `heldout.pool_file` must rerun the pool stage: its path is a param, its content a dependency."""
+def test_the_pool_file_is_an_input_of_heldout_pool(tmp_path):
+    """An edited pool must rerun the pool stage: the file the params name is an input (a dependency, and the
+    flag the stage reads), like every other input; null (the base model proposes the pool): neither."""
     import yaml
 
     from populora.config import load_params
 
     pool = load_params(REPO / "params.yaml").heldout.pool_file
-    assert pool, "params.yaml reuses a committed pool"
-    deps = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["heldout_pool"]["deps"]
-    assert pool in deps
-    # null (the base model proposes the pool): nothing to track
-    assert (
-        render_dvc.main(["--params", str(_params_with(tmp_path, pool_file=None)), "--out", str(tmp_path / "dvc.yaml")])
-        == 0
-    )
-    assert pool not in yaml.safe_load((tmp_path / "dvc.yaml").read_text())["stages"]["heldout_pool"]["deps"]
+    assert pool and pool.startswith("data/"), "params.yaml reuses a pool under data/, never one under study/"
+    stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["heldout_pool"]
+    assert pool in stage["deps"] and f"--pool-file {pool} " in stage["cmd"]
+    out = tmp_path / "dvc.yaml"
+    assert render_dvc.main(["--params", str(_params_with(tmp_path, pool_file=None)), "--out", str(out)]) == 0
+    stage = yaml.safe_load(out.read_text())["stages"]["heldout_pool"]
+    assert pool not in stage["deps"] and "--pool-file" not in stage["cmd"]
 
 
-def test_the_dag_guard_lets_a_run_name_another_pool_file(tmp_path):
-    """`dvc exp run -S heldout.pool_file=null` changes a dependency of the rendered file, not the DAG's
-    shape: the guard (--shape-only) lets it run; the full check (the test above) still sees the difference."""
+def test_the_dag_guard_asks_for_a_re_render_when_the_params_name_another_pool(tmp_path, capsys):
+    """`dvc exp run -S heldout.pool_file=null` changes the rendered DAG (an input and its flag): the guard stops
+    the run before any work, naming the key and the fix, as for a change of generations."""
     other = _params_with(tmp_path, pool_file=None)
     dvc_yaml = str(REPO / "dvc.yaml")
-    assert render_dvc.main(["--check", "--shape-only", "--params", str(other), "--out", dvc_yaml]) == 0
-    assert render_dvc.main(["--check", "--params", str(other), "--out", dvc_yaml]) == 1
-    # a stage's other deps are still compared
-    stale = tmp_path / "stale.yaml"
-    stale.write_text((REPO / "dvc.yaml").read_text().replace("- stages/heldout_pool.py\n", "", 1))
-    assert render_dvc.main(["--check", "--shape-only", "--params", str(REPO / "params.yaml"), "--out", str(stale)]) == 1
+    assert render_dvc.main(["--check", "--shape-only", "--params", str(other), "--out", dvc_yaml]) == 1
+    message = capsys.readouterr().err
+    assert "heldout_pool heldout.pool_file in" in message and "data/pool-v3/pool.jsonl; the params name None" in message
+    assert "Fix: python -m workflow.render_dvc" in message
+    assert render_dvc.main(["--check", "--shape-only", "--params", str(REPO / "params.yaml"), "--out", dvc_yaml]) == 0
+
+
+def test_the_stage_refuses_a_pool_file_other_than_the_params_name(tmp_path):
+    """A command rendered from other params (dvc.yaml not re-rendered) would score the wrong pool: refused."""
+    from stages.heldout_pool import check_pool_file
+
+    check_pool_file("data/pool-v3/pool.jsonl", "data/pool-v3/pool.jsonl")
+    check_pool_file(None, None)
+    for given, named in (("data/pool-v3/pool.jsonl", None), (None, "data/pool-v3/pool.jsonl"), ("a.jsonl", "b.jsonl")):
+        with pytest.raises(SystemExit, match="Fix: python -m workflow.render_dvc"):
+            check_pool_file(given, named)
 
 
 @pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_snakemake_tracks_the_reused_pool_file(snakemake_dry_run):
     from populora.config import load_params
-    from populora.core.paths import shipped_path
 
-    pool = shipped_path(load_params(REPO / "params.yaml").heldout.pool_file)
+    pool = load_params(REPO / "params.yaml").heldout.pool_file
     inputs = re.search(r"rule heldout_pool:\n\s+input: (.*)\n", snakemake_dry_run)
-    assert inputs and str(pool) in inputs.group(1).split(", ")
+    assert inputs and pool in inputs.group(1).split(", ")
 
 
 # Stages that only move rows and numbers: every job of theirs starts a Python process, and importing torch

@@ -329,6 +329,8 @@ def test_a_pool_made_before_is_reused_verified_again(tiny_model_dir, tiny_params
                 str(params),
                 "--base-model",
                 str(tiny_model_dir),
+                "--pool-file",
+                str(source),
                 "--pool",
                 str(pool_path),
                 "--base",

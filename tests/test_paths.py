@@ -56,17 +56,3 @@ def test_a_local_base_model_folder_is_found_from_a_dvc_queue_copy(tmp_path, monk
     monkeypatch.chdir(temp_copy)
     assert describe_source("models/base") == {"source": "local", "path": str((project / "models" / "base").resolve())}
     assert describe_source("Qwen/Qwen2-7B") == {"source": "hub", "id": "Qwen/Qwen2-7B"}
-
-
-def test_a_shipped_file_is_found_from_another_working_directory(tmp_path, monkeypatch):
-    """The default `heldout.pool_file` (committed under data/) from a stage run outside the checkout;
-    a project's own copy wins, and a file neither holds stays missing (params validation names it)."""
-    from populora.core.paths import CHECKOUT, shipped_path
-
-    shipped = "data/pool-v3/pool.jsonl"
-    monkeypatch.chdir(tmp_path)
-    assert shipped_path(shipped) == (CHECKOUT / shipped).resolve()
-    (tmp_path / "data/pool-v3").mkdir(parents=True)
-    (tmp_path / shipped).write_text("")
-    assert shipped_path(shipped) == (tmp_path / shipped).resolve()
-    assert not shipped_path("study/learning/no_such_pool.jsonl").exists()

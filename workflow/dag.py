@@ -135,15 +135,16 @@ class Stage:
     # without it Snakemake's scheduler, which also prefers jobs with large inputs, started the population's
     # benchmarks while the baseline's last generation waited ~7 minutes for a lane (docs/measurements.md)
     priority: int = 1
-    # params keys naming a file the stage reads (`heldout.pool_file`, a pool made before): when set, both
-    # engines list the file as a dependency, so an edited file reruns the stage (its path alone is a param).
-    # dvc.yaml holds the file params.yaml names when rendered: `-S heldout.pool_file=other` reruns the stage
-    # (a params change) but tracks other's content only after `python -m workflow.render_dvc`
-    file_params: tuple[str, ...] = ()
+    # inputs a params key names (input key -> params key; `heldout.pool_file`, a pool made before): a file
+    # like any other input, its flag and dependency rendered from the params' value, absent when that is
+    # null. Both engines track its content; `-S heldout.pool_file=other` changes the rendered DAG, so the
+    # guard asks for a re-render (like a change of dag.generations) instead of running on the old file
+    param_inputs: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         assert self.scope in SCOPES, f"{self.name}: unknown scope {self.scope!r}"
         assert not set(self.inputs) & set(self.outputs), f"{self.name}: a key is both input and output"
+        assert not set(self.param_inputs) & {*self.inputs, *self.outputs}, f"{self.name}: a param input is declared"
         assert not set(self.side) & (set(self.inputs) | set(self.outputs)), f"{self.name}: a side file is declared"
         assert set(self.fan_in) <= set(self.inputs), f"{self.name}: fan_in names a key that is not an input"
         assert set(self.collects) <= set(self.inputs), f"{self.name}: collects names a key that is not an input"
@@ -165,9 +166,13 @@ class Stage:
             return 0
         return int(param_value(params, self.gpu)) if isinstance(self.gpu, str) else self.gpu
 
-    def param_files(self, params) -> list[str]:
-        """The files named by this stage's `file_params`, as written in the params (unset ones left out)."""
-        return [str(value) for key in self.file_params if (value := param_value(params, key)) is not None]
+    def named_inputs(self, params) -> dict[str, str]:
+        """The `param_inputs` the params set: input key -> the path they name."""
+        return {
+            key: str(value)
+            for key, name in self.param_inputs.items()
+            if (value := param_value(params, name)) is not None
+        }
 
     def thread_count(self, params) -> int:
         """CPU threads one job of this stage keeps busy (before Snakemake caps them at --cores)."""
@@ -198,7 +203,8 @@ class Stage:
 
         paths = {**self.untracked, **paths}
         flags = [f"--{w} {wildcards[w]}" for w in self.wildcards]
-        flags += [flag(k) for k in (*self.inputs, *self.untracked, *self.outputs, *self.side)]
+        named = [k for k in self.param_inputs if k in paths]  # a param input the params leave null has no flag
+        flags += [flag(k) for k in (*self.inputs, *named, *self.untracked, *self.outputs, *self.side)]
         claim = " --claim-gpu" if self.gpu else ""  # a stage that runs the model takes a free device of its own
         return f"python -m {self.module} --params params.yaml {' '.join(flags)} --log {log}{claim}"
 
@@ -265,7 +271,7 @@ STAGES: tuple[Stage, ...] = (
             "warm_start.enabled",
         ),
         gpu=1,
-        file_params=("heldout.pool_file",),
+        param_inputs={"pool_file": "heldout.pool_file"},
         chain=True,
     ),
     Stage(

@@ -100,8 +100,9 @@ def render_stage(stage: Stage, params) -> dict:
     paths = {
         key: resolve_input(stage, key, item, params) if key in stage.fan_in else template.format(**item)
         for key, template in {**stage.inputs, **stage.outputs, **stage.side}.items()
-    }
-    deps = [path for key in stage.inputs for path in ([paths[key]] if isinstance(paths[key], str) else paths[key])]
+    } | stage.named_inputs(params)
+    inputs = [*stage.inputs, *stage.named_inputs(params)]
+    deps = [path for key in inputs for path in ([paths[key]] if isinstance(paths[key], str) else paths[key])]
     outs = [paths[key] for key in stage.outputs if key not in stage.metrics]
     metrics = [paths[key] for key in stage.outputs if key in stage.metrics]
     body = {
@@ -109,7 +110,6 @@ def render_stage(stage: Stage, params) -> dict:
         "deps": [
             *code_deps(stage.module),
             *deps,
-            *stage.param_files(params),
             *([GUARD_STAMP] if stage.outputs.get("base_model") == BASE_MODEL else []),
         ],
     }
@@ -163,20 +163,6 @@ def stages_of(text: str) -> dict:
         return {}
 
 
-def without_param_files(stages: dict) -> dict:
-    """The stages less the files their params name (`Stage.file_params`: deps that are neither code nor
-    results): `dvc exp run -S heldout.pool_file=...` changes those without a re-render, and the stage
-    reruns on its params anyway, so the guard compares the rest."""
-    out = dict(stages)
-    for stage in STAGES:
-        body = out.get(stage.name)
-        if stage.file_params and isinstance(body, dict) and isinstance(body.get("deps"), list):
-            code = set(code_deps(stage.module))
-            deps = [d for d in body["deps"] if d in code or str(d).startswith(f"{RESULTS}/")]
-            out[stage.name] = {**body, "deps": deps}
-    return out
-
-
 def generations_of(stages: dict) -> list[str]:
     gens = ((stages.get("propose") or {}).get("matrix") or {}).get("gen") or []
     return [g.get("id") for g in gens if isinstance(g, dict)]
@@ -186,6 +172,18 @@ def update_jobs_of(stages: dict) -> list:
     return ((stages.get("update") or {}).get("matrix") or {}).get("part") or []
 
 
+def named_inputs_of(stages: dict) -> dict[str, str | None]:
+    """The files a stage's params name (`Stage.param_inputs`, e.g. `heldout_pool --pool-file`), as its
+    rendered command passes them: "<stage> <params key>" -> the path, None where the command has no flag."""
+    out: dict[str, str | None] = {}
+    for stage in STAGES:
+        words = str((stages.get(stage.name) or {}).get("cmd", "")).split()
+        for key, name in stage.param_inputs.items():
+            flag = f"--{key.replace('_', '-')}"
+            out[f"{stage.name} {name}"] = words[words.index(flag) + 1] if flag in words[:-1] else None
+    return out
+
+
 def stale_message(path: Path, current: str, wanted: str) -> str:
     old, new = stages_of(current), stages_of(wanted)
     shape = [
@@ -193,14 +191,20 @@ def stale_message(path: Path, current: str, wanted: str) -> str:
         for what, of in (("generations", generations_of), ("update jobs", update_jobs_of))
         if of(old) != of(new)
     ]
+    before, after = named_inputs_of(old), named_inputs_of(new)
+    shape += [
+        f"\n  {key} in {path}: {before[key]}; the params name {after[key]}"
+        for key in after
+        if before.get(key) != after[key]
+    ]
     if shape:
         what, detail = "has the DAG shape of other params", "".join(shape)
     else:
         changed = sorted(name for name in set(old) | set(new) if old.get(name) != new.get(name))
         what, detail = "is out of date with workflow/dag.py", f"\n  stages that differ: {', '.join(changed)}"
     return (
-        f"{path} {what} (dag.generations and dag.update_jobs are rendered into it; dvc exp run -S cannot "
-        f"re-render it)."
+        f"{path} {what} (dag.generations, dag.update_jobs and the files params name, such as heldout.pool_file, "
+        f"are rendered into it; dvc exp run -S cannot re-render it)."
         f"{detail}\nFix: python -m workflow.render_dvc (params.yaml already holds any -S values), then run "
         f"the same dvc command again without -S for those keys; commit dvc.yaml first for --queue/--temp runs."
     )
@@ -229,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = path.read_text() if path.is_file() else ""
         if args.shape_only:
-            stale = without_param_files(stages_of(current)) != without_param_files(stages_of(text))
+            stale = stages_of(current) != stages_of(text)
         else:
             stale = current != text
         if stale:

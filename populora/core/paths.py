@@ -49,16 +49,3 @@ def project_path(value: str | os.PathLike) -> Path:
     if origin is not None and (origin / path).exists():
         return (origin / path).resolve()
     return path.resolve()
-
-
-CHECKOUT = Path(__file__).resolve().parents[2]  # the repository this code runs from
-
-
-def shipped_path(value: str | os.PathLike) -> Path:
-    """A file committed with the code (the default `heldout.pool_file`, the SmolLM2 pool under study/):
-    the project's copy (`project_path`), or, where the working directory is not the checkout (a stage
-    run from elsewhere, a test's scratch project), the checkout's own."""
-    path = project_path(value)
-    if not path.exists() and not Path(value).expanduser().is_absolute() and (CHECKOUT / value).exists():
-        return (CHECKOUT / value).resolve()
-    return path

@@ -1,8 +1,8 @@
 """The held-out pool: a frozen set of verified code_o/code_i tasks that no adapter ever proposes,
 solves or trains on, answered by every member (and the base) at every generation.
 
-Two ways to make one (`stages.heldout_pool`): reuse a pool built before (`heldout.pool_file`: the
-committed pool v2, `populora/heldout/ruler.py`, verified again here), or let the base model propose
+Two ways to make one (`stages.heldout_pool`): reuse a pool built before (the file `heldout.pool_file` names, passed in: the
+committed pool v3 under data/, `populora/heldout/ruler.py`, verified again here), or let the base model propose
 one in the teacher's role (`propose_pool`: the project's proposer prompt, references from the seed
 tasks and the pool so far, `heldout.seed`, independent of `base.seed`, so every run of a study shares
 it). A proposal enters when it is valid, not copyable (echoing what the task shows would be right:
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Collection, Iterable
+from pathlib import Path
 
 from populora.core.io import read_jsonl
-from populora.core.paths import shipped_path
 from populora.core.progress import Progress
 from populora.core.seeds import derive_seed
 from populora.tasks.prompts import chat_wrapper
@@ -203,10 +203,11 @@ def propose_pool(params, model, tokenizer, seeds: list[dict], sandbox, log) -> l
     return attach_examples(pool, seeds, params.solve.worked_examples, derive_seed(params.heldout.seed, "examples"))
 
 
-def reuse_pool(params, sandbox, log) -> list[dict]:
-    """The tasks of `heldout.pool_file` that the sandbox verifies again with the same outputs, the
-    first `heldout.per_type` of each type (their worked examples as they were made)."""
-    made = read_jsonl(shipped_path(params.heldout.pool_file))
+def reuse_pool(pool_file: str | Path, params, sandbox, log) -> list[dict]:
+    """The tasks of `pool_file` (a pool made before: the file `heldout.pool_file` names) that the sandbox
+    verifies again with the same outputs, the first `heldout.per_type` of each type (their worked examples
+    as they were made)."""
+    made = read_jsonl(pool_file)
     types = pool_types(params.propose.types)
     fields = ("task_id", "type", "program", "inputs", "message")
     again = verify_rows(
@@ -224,13 +225,11 @@ def reuse_pool(params, sandbox, log) -> list[dict]:
     dropped = len(made) - len(kept)
     log.info(
         "reused %s: %d tasks kept %s, %d left out (beyond per_type, another type, or not verified again alike)",
-        params.heldout.pool_file,
+        pool_file,
         len(kept),
         counts,
         dropped,
     )
     if any(count < params.heldout.per_type for count in counts.values()):
-        log.warning(
-            "held-out pool short: %s of %d per type in %s", counts, params.heldout.per_type, params.heldout.pool_file
-        )
+        log.warning("held-out pool short: %s of %d per type in %s", counts, params.heldout.per_type, pool_file)
     return kept
