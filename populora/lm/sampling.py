@@ -185,8 +185,6 @@ def sample_batch(
     each distinct context once, the batch's common prefix once per adapter (same draws, the same
     scores up to float rounding); off, every row is prefilled on its own, as before.
     """
-    from transformers import Cache, DynamicCache, StaticCache
-
     if carried is not None and static_cache:
         raise ValueError("a carried cache is dynamic: static_cache applies to a fresh one only")
     device = next(model.parameters()).device
@@ -196,46 +194,14 @@ def sample_batch(
     adapters = adapters or [None] * n
     if carried is None and share_prefixes and not static_cache:
         carried = CarriedCache(model, n)  # the shared prefill fills a carried cache's bookkeeping
-    logits = (
-        shared_prefill(model, carried, contexts, adapters, tails=[1] * n, pad=pad, device=device)
-        if carried is not None and share_prefixes and not any(done)
-        else None
-    )
-    cache: Cache
-    if logits is not None:
-        assert carried is not None  # the shared prefill's logits
-        cache, attention = carried.cache, carried.attention
-        positions = torch.tensor([[len(context) - 1] for context in contexts], device=device)
-    elif carried is None:
-        width = max(len(c) for c in contexts)
-        ids = torch.full((n, width), pad, dtype=torch.long)
-        attention = torch.zeros((n, width), dtype=torch.long)
-        for row, context in enumerate(contexts):
-            ids[row, width - len(context) :] = torch.tensor(context)
-            attention[row, width - len(context) :] = 1
-        ids, attention = ids.to(device), attention.to(device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        cache = (
-            StaticCache(config=model.config, max_cache_len=width + budget)
-            if static_cache
-            else DynamicCache(config=model.config)
-        )
-    else:
-        ids, attention, positions = carried.feed(contexts, done, pad, device)
-        cache = carried.cache
     eos = set(_eos_ids(model, tokenizer))
     window = stop_window(stops)
     rows = [Sampled([], [], False) for _ in contexts]
+    logits, cache, attention, positions = _first_logits(
+        model, contexts, adapters, done, pad, device, budget=budget, static_cache=static_cache,
+        carried=carried, share_prefixes=share_prefixes,
+    )  # fmt: skip
     with select(model, adapters):
-        if logits is None:
-            logits = model(
-                input_ids=ids,
-                attention_mask=attention,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            ).logits
         for step in range(budget):
             logits = logits[:, -1]
             mask = suppress_mask(n, logits.shape[-1], suppress_first, device) if step == 0 else None
@@ -245,19 +211,7 @@ def sample_batch(
             else:
                 token = logprobs.argmax(-1)
             scores = logprobs.gather(-1, token.unsqueeze(-1)).squeeze(-1).tolist()
-            for row, (t, score) in enumerate(zip(token.tolist(), scores)):
-                if done[row]:
-                    continue
-                sampled = rows[row]
-                sampled.ids.append(t)
-                sampled.logprobs.append(score)
-                if t in eos:
-                    sampled.hit_eos = done[row] = True
-                elif stops:
-                    tail = tokenizer.decode(
-                        sampled.ids[-window:], skip_special_tokens=True, clean_up_tokenization_spaces=False
-                    )
-                    done[row] = any(stop in tail for stop in stops)
+            _take(rows, done, token.tolist(), scores, eos=eos, stops=stops, window=window, tokenizer=tokenizer)
             if all(done) or step == budget - 1:
                 break
             stopped = torch.tensor(done, device=device)
@@ -276,6 +230,86 @@ def sample_batch(
                 use_cache=True,
             ).logits
     return rows
+
+
+def _first_logits(
+    model,
+    contexts: list[list[int]],
+    adapters: list[str | None],
+    done: list[bool],
+    pad: int,
+    device,
+    *,
+    budget: int,
+    static_cache: bool,
+    carried: CarriedCache | None,
+    share_prefixes: bool,
+):
+    """The first forward of `sample_batch`, each row under its adapter: the logits of each context's last
+    position, the KV cache, the attention mask and the positions to decode from. Three ways: the shared
+    prefill into a carried cache (each distinct context once), a fresh left-padded batch (dynamic or static
+    cache), or the rest of each context fed into a carried cache that holds the earlier part."""
+    from transformers import Cache, DynamicCache, StaticCache
+
+    cache: Cache
+    if carried is not None and share_prefixes and not any(done):
+        logits = shared_prefill(model, carried, contexts, adapters, tails=[1] * len(contexts), pad=pad, device=device)
+        if logits is not None:
+            positions = torch.tensor([[len(context) - 1] for context in contexts], device=device)
+            return logits, carried.cache, carried.attention, positions
+    if carried is None:
+        width = max(len(c) for c in contexts)
+        ids = torch.full((len(contexts), width), pad, dtype=torch.long)
+        attention = torch.zeros((len(contexts), width), dtype=torch.long)
+        for row, context in enumerate(contexts):
+            ids[row, width - len(context) :] = torch.tensor(context)
+            attention[row, width - len(context) :] = 1
+        ids, attention = ids.to(device), attention.to(device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        cache = (
+            StaticCache(config=model.config, max_cache_len=width + budget)
+            if static_cache
+            else DynamicCache(config=model.config)
+        )
+    else:
+        ids, attention, positions = carried.feed(contexts, done, pad, device)
+        cache = carried.cache
+    with select(model, adapters):  # (the shared prefill selects its own: one adapter per distinct context)
+        logits = model(
+            input_ids=ids,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits
+    return logits, cache, attention, positions
+
+
+def _take(
+    rows: list[Sampled],
+    done: list[bool],
+    tokens: list[int],
+    scores: list[float],
+    *,
+    eos: set[int],
+    stops: tuple[str, ...],
+    window: int,
+    tokenizer,
+) -> None:
+    """Append one decoding step's token and score to each row still going; a row is done after EOS or once
+    its decoded tail (the last `window` tokens) holds a stop string."""
+    for row, (t, score) in enumerate(zip(tokens, scores)):
+        if done[row]:
+            continue
+        sampled = rows[row]
+        sampled.ids.append(t)
+        sampled.logprobs.append(score)
+        if t in eos:
+            sampled.hit_eos = done[row] = True
+        elif stops:
+            tail = tokenizer.decode(sampled.ids[-window:], skip_special_tokens=True, clean_up_tokenization_spaces=False)
+            done[row] = any(stop in tail for stop in stops)
 
 
 def _eos_ids(model, tokenizer) -> list[int]:
@@ -341,18 +375,56 @@ def run_plans(
     steps done, as `desc`; a caller that runs several passes of one job passes its own `progress`
     (counting the steps of all of them), which is updated and left open.
     """
-    engine = model if hasattr(model, "sample_contexts") else None
-    device = None if engine else next(model.parameters()).device
-    plans = _PlanState(tokenizer, rows)
+    run = _PlanRun(model, tokenizer, rows, temperature, top_p, max_new_tokens, seed, share_prefixes)
     own = progress is None
-    if progress is None:
-        progress = Progress(sum(len(row.plan.steps) for row in rows), desc, unit="steps", log=log)
+    run.progress = progress or Progress(sum(len(row.plan.steps) for row in rows), desc, unit="steps", log=log)
+    try:
+        if run.engine:  # the engine batches as it likes: one call per plan step and step kind
+            for step_index in range(max((len(row.plan.steps) for row in rows), default=0)):
+                active = [i for i in range(len(rows)) if run.plans.active(i, step_index)]
+                active.sort(key=lambda i: (*run.step_key(i, step_index), len(run.plans.contexts[i])))
+                for start, batch in _batches(active, len(active) or 1, key=lambda i: run.step_key(i, step_index)):
+                    run.step(batch, step_index, start)
+        else:
+            order = sorted(range(len(rows)), key=lambda i: (run.shape(i), len(run.plans.contexts[i])))
+            for start, batch in _batches(order, batch_size, key=run.shape):
+                carried = CarriedCache(model, len(batch)) if carry_cache else None
+                for step_index in range(len(rows[batch[0]].plan.steps)):
+                    run.step(batch, step_index, start, carried)
+    except BaseException:
+        if own:
+            run.progress.close(failed=True)
+        raise
+    if own:
+        run.progress.close()
+    return run.plans.results
 
-    def step_key(i: int, step_index: int) -> tuple:
-        step = rows[i].plan.steps[step_index]
-        return step.max_tokens or max_new_tokens, step.stops, step.non_empty
 
-    def run_step(batch: list[int], step_index: int, start: int, carried: CarriedCache | None = None) -> None:
+class _PlanRun:
+    """One `run_plans` call: its settings, the rows' state (`_PlanState`) and one batch's plan step at a time."""
+
+    progress: Progress
+
+    def __init__(self, model, tokenizer, rows, temperature, top_p, max_new_tokens, seed, share_prefixes):
+        self.model, self.tokenizer, self.rows = model, tokenizer, rows
+        self.temperature, self.top_p, self.max_new_tokens = temperature, top_p, max_new_tokens
+        self.seed, self.share_prefixes = seed, share_prefixes
+        self.engine = model if hasattr(model, "sample_contexts") else None
+        self.device = None if self.engine else next(model.parameters()).device
+        self.plans = _PlanState(tokenizer, rows)
+
+    def step_key(self, i: int, step_index: int) -> tuple:
+        step = self.rows[i].plan.steps[step_index]
+        return step.max_tokens or self.max_new_tokens, step.stops, step.non_empty
+
+    def shape(self, i: int) -> tuple:
+        """Every step's key of row i: rows of one shape can run all their steps in one batch."""
+        return tuple(self.step_key(i, k) for k in range(len(self.rows[i].plan.steps)))
+
+    def step(self, batch: list[int], step_index: int, start: int, carried: CarriedCache | None = None) -> None:
+        """Plan step `step_index` of the rows in `batch` (those still active): prefill, score the golds on the
+        first step of a carried batch, sample, record; `start` (the batch's place) seeds its draws."""
+        rows, plans = self.rows, self.plans
         skip = [not plans.active(i, step_index) for i in batch]
         if all(skip):
             return
@@ -360,48 +432,19 @@ def run_plans(
         for i, skipped in zip(batch, skip):
             if not skipped:
                 plans.add_prefill(i, rows[i].plan.steps[step_index])
-        budget = max(step.max_tokens or max_new_tokens for step in steps)
+        budget = max(step.max_tokens or self.max_new_tokens for step in steps)
         sampling: _Sampling = {
             "budget": budget,
             "stops": steps[0].stops,
-            "temperature": temperature,
-            "top_p": top_p,
-            "suppress_first": block_enders(tokenizer) if steps[0].non_empty else None,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "suppress_first": block_enders(self.tokenizer) if steps[0].non_empty else None,
             "adapters": [rows[i].adapter for i in batch],
         }
-        batch_seed = seed * 1_000_003 + step_index * 7919 + start
         contexts = [plans.contexts[i] for i in batch]
         if carried is not None and step_index == 0 and any(rows[i].gold for i in batch):
-            golds = [
-                _encode(tokenizer, gold) if gold and not skipped else None
-                for gold, skipped in zip([rows[i].gold for i in batch], skip)
-            ]
-            scored = score_continuations(
-                model,
-                carried,
-                contexts,
-                golds,
-                sampling["adapters"],
-                tokenizer.pad_token_id,
-                device,
-                share_prefixes=share_prefixes,
-            )
-            for i, score in zip(batch, scored):
-                plans.results[i].gold = score
-        if engine:
-            sampled = engine.sample_contexts(contexts, seed=batch_seed, **sampling)
-        else:
-            generator = torch.Generator(device=device).manual_seed(batch_seed)
-            sampled = sample_batch(
-                model,
-                tokenizer,
-                contexts,
-                generator=generator,
-                carried=carried,
-                skip=skip,
-                share_prefixes=share_prefixes,
-                **sampling,
-            )
+            self._score_golds(batch, skip, contexts, carried, sampling["adapters"])
+        sampled = self._sample(contexts, self.seed * 1_000_003 + step_index * 7919 + start, sampling, carried, skip)
         dropped = 0  # later steps of rows that stopped here (truncated): they count as done
         for position, (i, skipped, sample) in enumerate(zip(batch, skip, sampled)):
             if skipped:
@@ -411,32 +454,41 @@ def run_plans(
                 dropped += len(rows[i].plan.steps) - step_index - 1
             if carried is not None:
                 carried.forget(position, len(plans.contexts[i]))
-        progress.update(len(steps) + dropped)
+        self.progress.update(len(steps) + dropped)
 
-    try:
-        if engine:  # the engine batches as it likes: one call per plan step and step kind
-            for step_index in range(max((len(row.plan.steps) for row in rows), default=0)):
-                active = [i for i in range(len(rows)) if plans.active(i, step_index)]
-                active.sort(key=lambda i: (*step_key(i, step_index), len(plans.contexts[i])))
-                for start, batch in _batches(active, len(active) or 1, key=lambda i: step_key(i, step_index)):
-                    run_step(batch, step_index, start)
-        else:
+    def _score_golds(self, batch, skip, contexts, carried: CarriedCache, adapters) -> None:
+        """The gold continuation's log-likelihood of each row that has one, into its result."""
+        golds = [
+            _encode(self.tokenizer, gold) if gold and not skipped else None
+            for gold, skipped in zip([self.rows[i].gold for i in batch], skip)
+        ]
+        scored = score_continuations(
+            self.model,
+            carried,
+            contexts,
+            golds,
+            adapters,
+            self.tokenizer.pad_token_id,
+            self.device,
+            share_prefixes=self.share_prefixes,
+        )
+        for i, score in zip(batch, scored):
+            self.plans.results[i].gold = score
 
-            def shape(i: int) -> tuple:
-                return tuple(step_key(i, k) for k in range(len(rows[i].plan.steps)))
-
-            order = sorted(range(len(rows)), key=lambda i: (shape(i), len(plans.contexts[i])))
-            for start, batch in _batches(order, batch_size, key=shape):
-                carried = CarriedCache(model, len(batch)) if carry_cache else None
-                for step_index in range(len(rows[batch[0]].plan.steps)):
-                    run_step(batch, step_index, start, carried)
-    except BaseException:
-        if own:
-            progress.close(failed=True)
-        raise
-    if own:
-        progress.close()
-    return plans.results
+    def _sample(self, contexts, batch_seed: int, sampling: _Sampling, carried, skip) -> list[Sampled]:
+        if self.engine:
+            return self.engine.sample_contexts(contexts, seed=batch_seed, **sampling)
+        generator = torch.Generator(device=self.device).manual_seed(batch_seed)
+        return sample_batch(
+            self.model,
+            self.tokenizer,
+            contexts,
+            generator=generator,
+            carried=carried,
+            skip=skip,
+            share_prefixes=self.share_prefixes,
+            **sampling,
+        )
 
 
 class _PlanState:
