@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import cast
 
 from populora.config import Params, ParamsError, load_params
-from populora.core.declared import DeclaredParams
+from populora.core.declared import DeclaredParams, record_reads
 from populora.lm.device import pin_cpu_threads
 from populora.lm.gpus import claim_gpu
 
@@ -86,7 +86,9 @@ def declared(params: Params, stage: str) -> Params:
     both engines watch (populora.core.declared); a read of any other fails at once, naming the stage and the fix."""
     from workflow.dag import stage_named  # the declaration, not stage code: workflow.dag.NOT_STAGE_CODE
 
-    return cast(Params, DeclaredParams(params, stage_named(stage).params, stage))
+    view = DeclaredParams(params, stage_named(stage).params, stage)
+    record_reads(view)  # with $POPULORA_PARAM_READS (a test's pipeline run): which declared keys the stage used
+    return cast(Params, view)
 
 
 def require_device(params: Params, log: logging.Logger, stage: str) -> None:

@@ -50,8 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     state = load_state(args.state)
     roles = {role: list(getattr(state, role)) for role in params.heldout.roles}  # students, teachers
     members = list(dict.fromkeys(m for role in roles.values() for m in role))
-    born = {slot: f"{slot}{BORN}" for slot in members if (Path(args.state) / REPLACED / slot).is_dir()}
     greedy = due(args.gen, params.heldout.every) or args.gen == params.dag.generations - 1
+    # a child born this generation, as born, is scored greedily beside its trained self (nothing else reads it)
+    born = {slot: f"{slot}{BORN}" for slot in members if greedy and (Path(args.state) / REPLACED / slot).is_dir()}
     sampled = bool(params.heldout.samples) and due(args.gen, params.heldout.sample_every)
     if not pool:
         write_json(args.scores, {"metrics": {}, "verdicts": {}, "born": {}, "roles": roles})
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         for role, slots in roles.items():
             metrics |= verdict_diversity(role, trained, slots, ids)
     children = {}
-    for slot, name in born.items() if greedy else ():
+    for slot, name in born.items():
         event = next((e for e in state.lineage if e["child_id"] == state.members[slot]), {})
         children[slot] = {
             "member": state.members[slot],

@@ -16,7 +16,7 @@ TINY_PARAMS = REPO / "tests" / "fixtures" / "params.tiny.yaml"
 
 
 # Files committed with the code that the default params name (heldout.pool_file: pool v3, made on the warm base).
-# A scratch project that copies the code (and so resolves paths from its own copy) needs them too.
+# A scratch project needs them too: the DAG passes them to the stages as inputs, relative to the project.
 SHIPPED_FILES = ("data/pool-v3/pool.jsonl",)
 
 
@@ -32,13 +32,14 @@ def copy_shipped_files(root: Path) -> Path:
 
 def copy_snakemake_entry(root: Path) -> Path:
     """A scratch Snakemake project: the Snakefile, workflow/ and profiles/ copied into `root`
-    (stages run from the checkout through PYTHONPATH); params.yaml is the caller's."""
+    (stages run from the checkout through PYTHONPATH), with the data files the default params name
+    (`SHIPPED_FILES`: inputs like any other, read from the project); params.yaml is the caller's."""
     import shutil
 
     for name in ("Snakefile", "workflow", "profiles"):
         src = REPO / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)
-    return root
+    return copy_shipped_files(root)
 
 
 @pytest.fixture(scope="session")

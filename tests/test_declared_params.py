@@ -4,13 +4,18 @@ the view under both engines, so a stage that reads an undeclared key fails them 
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
+import subprocess
+import sys
 
 import pytest
 
 from populora.config import Params
-from populora.core.declared import DeclaredParams, UndeclaredParamError
+from populora.core.declared import READS_ENV, DeclaredParams, UndeclaredParamError, reads_of, unread
 from stages._common import declared
+from tests.conftest import REPO
 from workflow.dag import STAGES, param_value
 
 
@@ -74,3 +79,35 @@ def test_a_stage_view_refuses_what_the_stage_does_not_declare():
     assert not any(key.startswith("update") for key in next(s for s in STAGES if s.name == "pair").params)
     with pytest.raises(UndeclaredParamError, match="stage 'pair' reads params key 'update'"):
         _ = declared(Params(), "pair").update.learning_rate
+
+
+def test_a_section_method_runs_on_the_view():
+    """`bench.limit_of` reads `bench.limits` and `bench.limit`: declared, it answers as the section does; with
+    only `bench.limit` declared, its read of `bench.limits` is refused like any other."""
+    params = Params()
+    name = params.bench.benchmarks[0]
+    both = DeclaredParams(params, ("bench.limit", "bench.limits"), stage="bench")
+    assert both.bench.limit_of(name) == params.bench.limit_of(name)
+    assert {"bench.limit", "bench.limits"} & reads_of(both)
+    with pytest.raises(UndeclaredParamError, match="reads params key 'bench.limits'"):
+        DeclaredParams(params, ("bench.limit",), stage="bench").bench.limit_of(name)
+
+
+def test_the_view_records_the_keys_it_hands_out():
+    view = DeclaredParams(Params(), ("propose", "model.dtype", "model.device"), stage="propose")
+    _ = view.propose.per_type, view.model.dtype
+    assert reads_of(view) == {"propose", "model.dtype"}  # `model` alone (a view of some keys) is no read
+    assert unread(("propose", "model.dtype", "model.device"), reads_of(view)) == ["model.device"]
+    assert unread(("propose.per_type", "verify"), {"propose", "verify.workers"}) == []
+
+
+def test_a_stage_process_writes_its_reads_at_exit(tmp_path):
+    """With $POPULORA_PARAM_READS the stage's view writes the keys it read when the process exits."""
+    code = (
+        "from populora.config import Params\nfrom stages._common import declared\n"
+        "view = declared(Params(), 'pair')\nview.ratings.beta\n"
+    )
+    env = {**os.environ, READS_ENV: str(tmp_path / "reads"), "PYTHONPATH": str(REPO)}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=tmp_path)
+    (written,) = (tmp_path / "reads").glob("pair-*.json")
+    assert json.loads(written.read_text()) == {"stage": "pair", "reads": ["ratings.beta"]}

@@ -1,11 +1,10 @@
-"""DVC reruns only what changed: code deps from the import graph, params a stage reads, bytecode
+"""DVC reruns only what changed: code deps from the import graph, bytecode
 ignored; arms, benchmarks and population size are DVC matrix axes read at run time; a change of
 the rendered generations through `dvc exp run -S` fails before any work, naming the fix; a fresh
 checkout answers `dvc status` and a dry run."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import subprocess
@@ -16,7 +15,6 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, copy_shipped_files
-from tests.params_flow import ParamsFlowError, params_read
 from workflow.dag import STAGES, code_deps
 
 BIN = str(Path(sys.executable).parent)
@@ -98,84 +96,6 @@ def test_declared_code_deps_cover_every_local_module_the_stage_imports(stage):
     assert loaded <= set(_stage_deps(stage)), (
         f"imported but not a dependency: {sorted(loaded - set(_stage_deps(stage)))}"
     )
-
-
-# ---------------------------------------------------------------- params a stage reads
-
-
-# keys a stage's code reads only on a path the stage never takes: bench_base has no members to select;
-# the update checks its device with check_device(samples=False), which never asks for the sampling engine
-UNUSED_PATHS = {
-    "bench_base": {"bench.roles", "population.teachers", "population.students"},
-    "bench_base_together": {"bench.roles", "population.teachers", "population.students"},
-    "update": {"sampler", "lora.rank", "update.max_seq_len"},
-    # only the base's job (bench_base, given --raw-base) scores the raw base beside it
-    "bench": {"bench.raw_base", "warm_start.enabled"},
-}
-
-
-def _check_params(stage) -> None:
-    """The stage tracks exactly the params keys its code reads (tests/params_flow.py follows `params` through
-    every function it is handed to: no hand-kept table of helper modules)."""
-    reads = params_read(stage.module) - UNUSED_PATHS.get(stage.name, set())
-    if stage.chain:  # stages._common.setup(..., chain=True) pins the torch threads from params it loads itself
-        reads |= {"model.cpu_threads"}
-
-    def covered(key, by):
-        return any(key == other or key.startswith(other + ".") for other in by)
-
-    unread = [key for key in stage.params if not any(covered(r, [key]) or covered(key, [r]) for r in reads)]
-    untracked = sorted(r for r in reads if not covered(r, stage.params))
-    assert not unread, f"{stage.name} tracks params it never reads: {unread}"
-    assert not untracked, f"{stage.name} reads params DVC does not track: {untracked}"
-
-
-@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
-def test_a_stage_tracks_exactly_the_params_it_reads(stage):
-    _check_params(stage)
-
-
-def test_the_check_fails_when_the_keys_a_helper_reads_are_untracked():
-    """The broken copy: propose tracking none of the keys that only load_sampler (populora.lm.engines) reads,
-    as if the helper were new. The old check took helper modules from a hand-kept table (PARAMS_HELPERS); with
-    the helper missing from it, it passed this copy (shown by hand, 2026-11-27)."""
-    engine_only = {"sampler", "lora.rank", "update.max_seq_len", "model.dtype", "model.device"}
-    propose = next(s for s in STAGES if s.name == "propose")
-    broken = dataclasses.replace(propose, params=tuple(k for k in propose.params if k not in engine_only))
-    with pytest.raises(
-        AssertionError,
-        match=r"propose reads params DVC does not track: \['lora.rank', "
-        r"'model.device', 'model.dtype', 'sampler', 'update.max_seq_len'\]",
-    ):
-        _check_params(broken)
-
-
-def test_a_new_helper_is_followed_whatever_it_calls_params(tmp_path):
-    files = {
-        "stages/__init__.py": "",
-        "stages/s.py": "from populora.helper import make\nfrom populora import other\n\n\ndef main():\n"
-        "    params = setup()\n    make(1, params)\n    other.use(cfg=params)\n    return params.base.seed\n",
-        "populora/__init__.py": "",
-        "populora/helper.py": "def make(n, config):\n    return config.reward.teacher_mode, deeper(config)\n\n\n"
-        "def deeper(p):\n    return p.evolve\n",
-        "populora/other.py": "def use(*, cfg):\n    return cfg.bench.limit_of('x')\n",
-        "stages/t.py": "def main(params):\n    return {'p': params}\n",
-        "stages/u.py": "import json\n\n\ndef main(params):\n    return json.dumps(params)\n",
-    }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
-    assert params_read("stages.s", tmp_path) == {
-        "base.seed",
-        "reward.teacher_mode",
-        "evolve",
-        "bench.limit",
-        "bench.limits",
-    }
-    with pytest.raises(ParamsFlowError, match=r"stages/t.py:2: `params` goes where the params reader cannot follow"):
-        params_read("stages.t", tmp_path)
-    with pytest.raises(ParamsFlowError, match=r"stages/u.py:5: `params` is handed to json.dumps"):
-        params_read("stages.u", tmp_path)
 
 
 # ---------------------------------------------------------------- DAG shape and fresh checkouts

@@ -18,10 +18,29 @@ import pytest
 import yaml
 from safetensors.torch import load_file
 
+from populora.core.declared import READS_ENV, unread
 from tests.conftest import REPO, copy_snakemake_entry
+from workflow.dag import STAGES
 
 pytestmark = pytest.mark.slow
 BIN = str(Path(sys.executable).parent)
+PARAM_READS = "param_reads"  # under the project: one file per stage process (populora.core.declared.record_reads)
+# Keys a stage declares and reads only on a path this tiny run does not take (stage -> keys, each with its path).
+# The test fails when one of them is read after all, so the table stays exact.
+VLLM_LIMITS = {"lora.rank", "update.max_seq_len"}  # the vLLM engine's sizes (sampler.engine: vllm; the vLLM lane)
+DVC_THREADS = {"model.cpu_threads"}  # a chain stage's threads, read under DVC (Snakemake sets OMP_NUM_THREADS)
+NOT_READ_HERE: dict[str, set[str]] = {
+    "heldout_pool": VLLM_LIMITS | DVC_THREADS,
+    "propose": VLLM_LIMITS | DVC_THREADS,
+    "solve": VLLM_LIMITS | DVC_THREADS,
+    "update": DVC_THREADS,
+    "heldout": VLLM_LIMITS | DVC_THREADS | {"dag.generations"},  # the last generation, with heldout.every > 1
+    # this run gives every benchmark its own limit and CRUXEval its own answer budget (bench.limits, bench.cruxeval)
+    "bench_base": VLLM_LIMITS | {"bench.limit", "bench.max_new_tokens"},
+    "bench": VLLM_LIMITS | {"bench.limit", "bench.max_new_tokens"},
+    "bench_base_together": VLLM_LIMITS,
+    "bench_together": VLLM_LIMITS,
+}
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +67,7 @@ def project(tmp_path_factory, tiny_params_dict) -> Path:
 
 def _snakemake(project: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": BIN + os.pathsep + os.environ["PATH"], "PYTHONPATH": str(REPO)}
+    env[READS_ENV] = str(project / PARAM_READS)  # each stage writes the params keys it read (the test below)
     # targets first: `--resources` takes every following word as a resource
     return subprocess.run(
         [f"{BIN}/snakemake", *args, "--cores", "2", "--resources", "gpu=1"],
@@ -99,6 +119,19 @@ def test_every_generation_leaves_its_artifacts(finished):
     assert any(key.startswith("bench.gsm8k.") for key in summary)
     assert any(key.startswith("bench.cruxeval_o.") for key in summary)
     assert (finished / "report" / "report.md").is_file()
+
+
+def test_every_stage_reads_every_params_key_it_declares(finished):
+    """The declared-params view refuses a read of an undeclared key (every stage of this run went through it);
+    here the other direction: a key a stage declares but never reads would rerun it needlessly when it changes."""
+    reads: dict[str, set[str]] = {}
+    for path in (finished.parent / PARAM_READS).glob("*.json"):
+        row = json.loads(path.read_text())
+        reads.setdefault(row["stage"], set()).update(row["reads"])
+    assert set(reads) == {stage.name for stage in STAGES}, "a stage of the DAG did not run through the view"
+    found = {stage.name: unread(stage.params, reads[stage.name]) for stage in STAGES}
+    found = {name: set(keys) for name, keys in found.items() if keys}
+    assert found == NOT_READ_HERE, f"declared but unread (stage -> keys): {found}"
 
 
 def test_metrics_report_what_the_issue_asks(finished):
@@ -274,7 +307,7 @@ def test_interrupted_run_resumes_to_the_same_artifacts(finished, project, tmp_pa
     import time
 
     other = tmp_path_factory.mktemp("resumed")
-    for name in ("Snakefile", "workflow", "profiles", "params.yaml"):
+    for name in ("Snakefile", "workflow", "profiles", "params.yaml", "data"):
         src = project / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, other / name)
     target = "results/dynamics/population/dynamics.json"

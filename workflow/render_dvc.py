@@ -15,7 +15,7 @@ depend on that folder, so DVC runs every stage writing under it first.
 What DVC reruns. Each stage depends on exactly the code it runs: its stage module and every local
 module it imports, transitively, read from the import graph (`workflow.dag.code_deps`), not a
 hand-kept list and not the whole `populora/` folder; on the params keys it reads (declared per
-stage in workflow/dag.py, checked against the stage code by tests/test_dvc_shape.py); and on its inputs.
+stage in workflow/dag.py; a stage reads no other, populora/core/declared.py); and on its inputs.
 Bytecode is in .dvcignore.
 
 The DAG shape. Arms, benchmarks and the population size are read by DVC itself at run time, so

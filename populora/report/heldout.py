@@ -113,7 +113,7 @@ HELDOUT_NOTE = (
 def learning_note(docs: dict[str, dict], *, measure: str = "greedy") -> str:
     """A sentence on whether any arm's students ended above the base on the pool: the last generation's paired
     interval (students minus base) excluding 0, or no sign of it (params/learning-demo.yaml is the larger budget
-    meant to show it, its header says whether it has)."""
+    that showed it, its header gives the figures)."""
     key, base_key = ("generations", "base") if measure == "greedy" else ("pass_rates", "base_pass_rates")
     found = []
     for arm, doc in docs.items():
@@ -136,6 +136,6 @@ def learning_note(docs: dict[str, dict], *, measure: str = "greedy") -> str:
         )
     return (
         f"No learning shown on the pool ({what}): no arm's students end above the base with a 95% paired interval "
-        "excluding 0 in this run. params/learning-demo.yaml is a larger budget meant to show it (its header "
-        "says whether it has, and its time)."
+        "excluding 0 in this run. params/learning-demo.yaml is a larger budget that showed it (its header gives "
+        "the measured gain, the seeds it holds on and its time)."
     )

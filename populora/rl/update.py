@@ -244,6 +244,25 @@ def tasks_without_spread(rollouts: list[dict]) -> tuple[int, int]:
     return sum(len(set(values)) == 1 for values in groups), len(groups)
 
 
+def batch_stats(rollouts: list[dict], useful: int, plans: list[dict]) -> dict:
+    """What `AdapterUpdate.train` reports of its batch before any step: the rollouts, those with signal
+    (`useful`), the tasks without spread, and the tokens, sequences and micro-batches its `plans` score."""
+    flat, groups = tasks_without_spread(rollouts)
+    return {
+        "rollouts": len(rollouts),
+        "rollouts_with_signal": useful,
+        "optimizer_steps": 0,
+        "zero_advantage_share": round(1 - useful / len(rollouts), 6) if rollouts else None,
+        "tasks_without_spread": flat,
+        "tasks_sampled_more_than_once": groups,
+        "trained_tokens": sum(plan["offsets"][-1] for plan in plans),
+        "sequences": sum(len(plan["sequences"]) for plan in plans),
+        "truncated_sequences": sum(plan["truncated"] for plan in plans),
+        "micro_batches": sum(len(plan["batches"]) for plan in plans if plan["sequences"]),
+        "steps": [],
+    }
+
+
 def _mean_where(values: torch.Tensor, mask: torch.Tensor) -> float | None:
     return float(values[mask].mean()) if bool(mask.any()) else None
 
@@ -303,20 +322,7 @@ class AdapterUpdate:
         plans = [
             _plan(part, config, counted if config.normalize == "batch" else None) for part, counted in parts if part
         ]
-        flat, groups = tasks_without_spread(rollouts)
-        stats = {
-            "rollouts": len(rollouts),
-            "rollouts_with_signal": len(useful),
-            "optimizer_steps": 0,
-            "zero_advantage_share": round(1 - len(useful) / len(rollouts), 6) if rollouts else None,
-            "tasks_without_spread": flat,
-            "tasks_sampled_more_than_once": groups,
-            "trained_tokens": sum(plan["offsets"][-1] for plan in plans),
-            "sequences": sum(len(plan["sequences"]) for plan in plans),
-            "truncated_sequences": sum(plan["truncated"] for plan in plans),
-            "micro_batches": sum(len(plan["batches"]) for plan in plans if plan["sequences"]),
-            "steps": [],
-        }
+        stats = batch_stats(rollouts, len(useful), plans)
         rank, world = self.accelerator.process_index, self.accelerator.num_processes
         active = [plan for plan in plans if plan["sequences"]]
         per_step = [len(plan["batches"][rank::world]) for plan in active]
@@ -380,7 +386,7 @@ class AdapterUpdate:
         import time
 
         accelerator, config = self.accelerator, self.config
-        sequences, batches, weights, offsets = plan["sequences"], plan["batches"], plan["weights"], plan["offsets"]
+        sequences, batches = plan["sequences"], plan["batches"]
         rank, world = accelerator.process_index, accelerator.num_processes
         device = accelerator.device
         n = len(plan["advantages"])
@@ -395,19 +401,8 @@ class AdapterUpdate:
         for batch in mine:
             chunk = [sequences[i] for i in batch]
             logprobs, entropies = self._score(chunk, entropy=True)
-            weight = torch.tensor(
-                [w for i in batch for w in weights[offsets[i] : offsets[i + 1]]],
-                device=logprobs.device,
-                dtype=torch.float32,
-            )
             recorded = [x for s in chunk for x in s.sampler_logprobs]
-            if self.importance == "token_truncate":
-                weight = weight * importance_weights(logprobs, recorded, config.importance_sampling_cap)
-            elif self.importance == "sequence_mask":
-                weight = weight * sequence_mask_weights(
-                    logprobs, recorded, [len(s.targets) for s in chunk], config.importance_sampling_cap
-                )
-            loss = -(weight * logprobs.float()).sum()
+            loss = -(self._weights(plan, batch, logprobs, recorded) * logprobs.float()).sum()
             accelerator.backward(loss)
             owners = torch.tensor([s.rollout for s in chunk for _ in s.targets], device=device)
             before.index_add_(0, owners, logprobs.detach().double())
@@ -445,6 +440,22 @@ class AdapterUpdate:
             "sampler_gap_max": float(gap_max[0]) if totals[3] > 0 else None,
         }
         return row, before, count
+
+    def _weights(self, plan: dict, batch: list[int], logprobs: torch.Tensor, recorded: list[float | None]):
+        """Each trained token's weight in the loss for one micro-batch: its rollout's share of the loss
+        (`token_weights`), times the importance correction (`update.importance_sampling_mode`)."""
+        weights, offsets, cap = plan["weights"], plan["offsets"], self.config.importance_sampling_cap
+        weight = torch.tensor(
+            [w for i in batch for w in weights[offsets[i] : offsets[i + 1]]],
+            device=logprobs.device,
+            dtype=torch.float32,
+        )
+        if self.importance == "token_truncate":
+            weight = weight * importance_weights(logprobs, recorded, cap)
+        elif self.importance == "sequence_mask":
+            lengths = [len(plan["sequences"][i].targets) for i in batch]
+            weight = weight * sequence_mask_weights(logprobs, recorded, lengths, cap)
+        return weight
 
     def _rescore(self, plan: dict, advance=lambda: None) -> torch.Tensor:
         """Per rollout, the summed log-prob of its trained tokens under the weights as they are now."""
