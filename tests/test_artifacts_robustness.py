@@ -17,7 +17,7 @@ import pytest
 
 from populora.core import io
 from populora.core.state import State, save_state
-from tests.conftest import REPO
+from tests.conftest import REPO, copy_shipped_files
 
 
 def _tree(root: Path) -> dict[str, bytes | None]:
@@ -176,6 +176,7 @@ def _export(root: Path, kill_at: int | None = None) -> subprocess.CompletedProce
 @pytest.mark.slow  # subprocesses / whole harness runs: CI's full lane, not the fast one
 def test_sigkill_mid_write_then_rerun_equals_an_uninterrupted_run(tmp_path):
     _fake_checkpoint(tmp_path)
+    copy_shipped_files(tmp_path)  # the stage runs from this project: the pool params.yaml names is read from it
     models = tmp_path / "results" / "models"
     clean = _export(tmp_path)
     assert clean.returncode == 0, clean.stderr
@@ -305,6 +306,7 @@ def test_exported_adapter_loads_with_autopeft_from_another_directory(tmp_path, t
     (project / "results").mkdir(parents=True)
     shutil.copytree(tiny_model_dir, project / "results" / "base_model")
     (project / "results" / "base_model" / "populora_source.json").write_text(json.dumps({"source": "tiny-random"}))
+    copy_shipped_files(project)  # the params' pool, relative to the project the stage runs from
     monkeypatch.chdir(project)
     _, model = load_base("results/base_model")  # relative, as the pipeline loads it
     ckpt = Path("results/population/gen001/checkpoint")
