@@ -69,9 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         with sandbox_for(params.verify) as sandbox:
             tokenizer, model = load_sampler(args.base_model, adapters, params)
             table: dict = {}
+            scored: dict = {}
             if greedy:
                 with timed(log, f"{len(adapters)} members ({len(born)} born) x {len(pool)} held-out tasks"):
-                    _, table = score_members(params, model, tokenizer, pool, list(adapters), roles, sandbox)
+                    scored, table = score_members(params, model, tokenizer, pool, list(adapters), roles, sandbox)
             rates = {}
             if sampled:
                 with timed(log, f"{len(members)} members x {len(pool)} tasks x {params.heldout.samples} answers"):
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics = pass_rate_metrics(rates, pool, roles)
     if greedy:
         metrics |= heldout_metrics(trained, pool, roles)
+        metrics |= {f"heldout.{m}.unanswered": scored[f"heldout.{m}.unanswered"] for m in members}
         ids = [task["task_id"] for task in pool]
         for role, slots in roles.items():
             metrics |= verdict_diversity(role, trained, slots, ids)

@@ -283,6 +283,9 @@ def test_stages_build_an_empty_pool_and_score_members_on_the_tiny_model(tiny_mod
     assert set(result["verdicts"]) == {*state.teachers, *state.students} and len(result["verdicts"]) == 4
     assert all(set(v) == {"heldout-code_o-000", "heldout-code_i-000"} for v in result["verdicts"].values())
     assert result["metrics"]["heldout.students.n"] == 4 and result["roles"]["students"]
+    # how much of each member's score is format: the share of its answers the parser found none in
+    for member in result["verdicts"]:
+        assert 0.0 <= result["metrics"][f"heldout.{member}.unanswered"] <= 1.0
     # the live history got generation 0's held-out accuracies
     live = json.loads((tmp_path / "dynamics.json").read_text())
     assert [row["generation"] for row in live] == [0]

@@ -122,7 +122,22 @@ def score_members(
     rows = _answer_rows(params, model, tokenizer, pool, members, samples=1, temperature=0.0, seed=0)
     with Progress(len(rows), "heldout grading", unit="answers", log=logging.getLogger("heldout")) as progress:
         table = pool_verdicts(pool, rows, params.verify, sandbox=sandbox, progress=progress.update)
-    return heldout_metrics(table, pool, roles), table
+    return heldout_metrics(table, pool, roles) | unanswered_metrics(rows), table
+
+
+def unanswered_metrics(rows: list[dict]) -> dict[str, float]:
+    """`heldout.<member>.unanswered`: the share of a member's answers in which the parser found no answer
+    (truncated, no answer block, no answer section): how much of a score, or of a change in it, is format.
+
+    >>> unanswered_metrics([{"member": "s", "answer": "1"}, {"member": "s", "answer": None}])
+    {'heldout.s.unanswered': 0.5}
+    """
+    counts: dict[str, list[int]] = {}
+    for row in rows:
+        count = counts.setdefault(row["member"], [0, 0])
+        count[0] += 1
+        count[1] += row["answer"] is None
+    return {f"heldout.{member}.unanswered": round(missing / n, 6) for member, (n, missing) in counts.items()}
 
 
 def pass_counts(
