@@ -198,9 +198,17 @@ def sample_batch(
     window = stop_window(stops)
     rows = [Sampled([], [], False) for _ in contexts]
     logits, cache, attention, positions = _first_logits(
-        model, contexts, adapters, done, pad, device, budget=budget, static_cache=static_cache,
-        carried=carried, share_prefixes=share_prefixes,
-    )  # fmt: skip
+        model,
+        contexts,
+        adapters,
+        done,
+        pad,
+        device,
+        budget=budget,
+        static_cache=static_cache,
+        carried=carried,
+        share_prefixes=share_prefixes,
+    )
     with select(model, adapters):
         for step in range(budget):
             logits = logits[:, -1]
@@ -377,7 +385,11 @@ def run_plans(
     """
     run = _PlanRun(model, tokenizer, rows, temperature, top_p, max_new_tokens, seed, share_prefixes)
     own = progress is None
-    run.progress = progress or Progress(sum(len(row.plan.steps) for row in rows), desc, unit="steps", log=log)
+    run.progress = (
+        progress
+        if progress is not None
+        else Progress(sum(len(r.plan.steps) for r in rows), desc, unit="steps", log=log)
+    )
     try:
         if run.engine:  # the engine batches as it likes: one call per plan step and step kind
             for step_index in range(max((len(row.plan.steps) for row in rows), default=0)):
