@@ -20,6 +20,7 @@ into the arm's live history (`--history`, `--steps`, `--progress`, `--tracking`:
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from populora.core.io import read_json, replace_dir, staging_dir, write_json
@@ -31,6 +32,7 @@ from populora.core.state import (
     EVOLUTION,
     RATINGS,
     UPDATE_STATS,
+    State,
     link_checkpoint_adapters,
     load_buffer,
     load_state,
@@ -46,22 +48,7 @@ from stages._live import add_live_flags, record_live
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = stage_parser(__doc__.splitlines()[0])
-    for flag in (
-        "--state",
-        "--trained",
-        "--evolved",
-        "--ratings",
-        "--tasks",
-        "--stats",
-        "--pairing",
-        "--isolation",
-        "--checkpoint",
-        "--metrics",
-    ):
-        parser.add_argument(flag, required=True)
-    add_live_flags(parser)
-    args = parser.parse_args(argv)
+    args = _parse_args(argv)
     params, log = setup(args, "checkpoint")
     prev = load_state(args.state)
     trained, evolved = Path(args.trained), Path(args.evolved)
@@ -79,48 +66,18 @@ def main(argv: list[str] | None = None) -> int:
 
     tmp = staging_dir(args.checkpoint)
     link_checkpoint_adapters(tmp, prev.slots, trained, evolved, {event["slot"] for event in evolution["events"]})
-    write_rows(
-        tmp / BUFFER,
-        extend_pair_buffers(
-            load_buffer(args.state),
-            [t for t in tasks if is_valid_task(t)],
-            params.buffer.max_size,
-            read_json(args.pairing),
-        ),
-        BufferEntry,
-    )
-    state = prev.evolve(
-        generation=args.gen,
+    _write_buffer(tmp, params, args, tasks)
+    save_state(tmp, _next_state(prev, args, evolution, ratings, coverage, matched))
+    metrics = _generation_metrics(
+        args,
+        prev,
+        tmp,
+        tasks=tasks,
+        stats=stats,
         ratings=ratings,
-        members=evolution["members"],
-        fitness=evolution["reward_records"],
-        lineage=append_lineage(prev.lineage, evolution["events"]),
-        coverage_hashes=coverage,
-        matched_coverage_hashes=matched,
-        trained_members=prev.members,
-        trained_ratings=read_json(args.ratings),
+        evolution=evolution,
+        coverage_metrics=coverage_metrics,
     )
-    save_state(tmp, state)
-    metrics = {
-        "generation": args.gen,
-        **gm.rate_metrics(stats),
-        **gm.complexity_metrics(tasks),
-        **coverage_metrics,
-        **gm.rating_metrics(ratings),
-        **gm.compute_metrics(stats, read_json(trained / UPDATE_STATS)),
-        **gm.distance_metrics({slot: delta_norm(read_state_dict(tmp / ADAPTERS / slot)) for slot in prev.slots}),
-        **gm.pairing_metrics(read_json(args.pairing)),
-        **gm.evolution_metrics(evolution),
-        **gm.isolation_metrics(read_json(args.isolation)),
-        # how far apart the members trained this generation are (populora/population/diversity.py)
-        **{
-            key: value
-            for role in ("teachers", "students")
-            for key, value in weight_diversity(
-                role, {slot: read_state_dict(trained / ADAPTERS / slot) for slot in getattr(prev, role)}
-            ).items()
-        },
-    }
     write_json(args.metrics, metrics)
     replace_dir(tmp, args.checkpoint)
     record_live(args, params.tracking, log, metrics, drop_later=True)  # rows after this generation are an earlier run's
@@ -133,6 +90,99 @@ def main(argv: list[str] | None = None) -> int:
         coverage_metrics["coverage.matched.new_programs"],
     )
     return 0
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = stage_parser(__doc__.splitlines()[0])
+    for flag in (
+        "--state",
+        "--trained",
+        "--evolved",
+        "--ratings",
+        "--tasks",
+        "--stats",
+        "--pairing",
+        "--isolation",
+        "--checkpoint",
+        "--metrics",
+    ):
+        parser.add_argument(flag, required=True)
+    add_live_flags(parser)
+    return parser.parse_args(argv)
+
+
+def _write_buffer(tmp: Path, params, args: argparse.Namespace, tasks: list[dict]) -> None:
+    """The next generation's task buffer in the staged checkpoint `tmp`: the previous checkpoint's with this
+    generation's valid tasks appended, capped at buffer.max_size (per pair under `--pairing`'s pairs)."""
+    write_rows(
+        tmp / BUFFER,
+        extend_pair_buffers(
+            load_buffer(args.state),
+            [t for t in tasks if is_valid_task(t)],
+            params.buffer.max_size,
+            read_json(args.pairing),
+        ),
+        BufferEntry,
+    )
+
+
+def _next_state(
+    prev: State, args: argparse.Namespace, evolution: dict, ratings: dict, coverage: list[str], matched: list[str]
+) -> State:
+    """The `State` after generation `--gen`: evolution's members, ratings, reward records and lineage, and the
+    coverage so far; the members as trained and their ratings (`--ratings`) stay beside them for the benchmarks."""
+    return prev.evolve(
+        generation=args.gen,
+        ratings=ratings,
+        members=evolution["members"],
+        fitness=evolution["reward_records"],
+        lineage=append_lineage(prev.lineage, evolution["events"]),
+        coverage_hashes=coverage,
+        matched_coverage_hashes=matched,
+        trained_members=prev.members,
+        trained_ratings=read_json(args.ratings),
+    )
+
+
+def _generation_metrics(
+    args: argparse.Namespace,
+    prev: State,
+    checkpoint: Path,
+    *,
+    tasks: list[dict],
+    stats: dict,
+    ratings: dict,
+    evolution: dict,
+    coverage_metrics: dict,
+) -> dict:
+    """metrics.json (definitions in `populora.rl.generation_metrics`). Adapter distances are measured on the
+    staged `checkpoint`, so a slot evolution refilled counts its child; weight diversity on the members as
+    trained."""
+    trained = Path(args.trained)
+    return {
+        "generation": args.gen,
+        **gm.rate_metrics(stats),
+        **gm.complexity_metrics(tasks),
+        **coverage_metrics,
+        **gm.rating_metrics(ratings),
+        **gm.compute_metrics(stats, read_json(trained / UPDATE_STATS)),
+        **gm.distance_metrics({slot: delta_norm(read_state_dict(checkpoint / ADAPTERS / slot)) for slot in prev.slots}),
+        **gm.pairing_metrics(read_json(args.pairing)),
+        **gm.evolution_metrics(evolution),
+        **gm.isolation_metrics(read_json(args.isolation)),
+        **_weight_diversity(prev, trained),
+    }
+
+
+def _weight_diversity(prev: State, trained: Path) -> dict:
+    """How far apart the members trained this generation are, per role (populora/population/diversity.py)."""
+    return {
+        key: value
+        for role in ("teachers", "students")
+        for key, value in weight_diversity(
+            role, {slot: read_state_dict(trained / ADAPTERS / slot) for slot in getattr(prev, role)}
+        ).items()
+    }
 
 
 if __name__ == "__main__":

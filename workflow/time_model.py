@@ -156,57 +156,45 @@ def _plan(cfg, prompt: int) -> tuple[int, int]:
     return prompt, cfg.max_new_tokens * (1 if cfg.mode == "free_form" else SCAFFOLD_STEPS)
 
 
+@dataclass(frozen=True)
+class _Work:
+    """The rows a generation of an arm makes: prompt and generated tokens per propose and solve row, and,
+    for a job of an arm, its roles and the proposals and answers of one generation (None without an arm)."""
+
+    p_prompt: int
+    p_new: int
+    s_prompt: int
+    s_new: int
+    roles: dict[str, list[str]] | None = None
+    proposals: int | None = None
+    answers: int | None = None
+
+
+def _work_of(params, arm: str | None) -> _Work:
+    prop, solve = params.propose, params.solve
+    p_prompt, p_new = _plan(prop, PROMPT["propose"] + PROMPT["per_reference"] * prop.references)
+    s_prompt, s_new = _plan(solve, PROMPT["solve"] + PROMPT["per_example"] * solve.worked_examples)
+    if not arm:
+        return _Work(p_prompt, p_new, s_prompt, s_new)
+    roles = _roles(params, arm)
+    proposals = len(roles["teachers"]) * prop.per_type * len(prop.types)
+    answers = len(roles["students"]) * solve.tasks_per_type * len(prop.types) * solve.samples
+    return _Work(p_prompt, p_new, s_prompt, s_new, roles, proposals, answers)
+
+
 def job_seconds(stage: str, params, item: dict) -> float | None:
     """Estimated seconds of one job of `stage` (item: its wildcards, as `workflow.dag.scope_items`);
     None on the CPU or for a stage with no model and no sandbox."""
     if params.model.device == "cpu":
         return None
     m, arm = Model(params), item.get("arm")
-    prop, solve = params.propose, params.solve
-    p_prompt, p_new = _plan(prop, PROMPT["propose"] + PROMPT["per_reference"] * prop.references)
-    s_prompt, s_new = _plan(solve, PROMPT["solve"] + PROMPT["per_example"] * solve.worked_examples)
-    if arm:
-        roles = _roles(params, arm)
-        proposals = len(roles["teachers"]) * prop.per_type * len(prop.types)
-        answers = len(roles["students"]) * solve.tasks_per_type * len(prop.types) * solve.samples
-    if stage == "base_model":
-        return PROCESS_S + m.weights / HUB_BYTES_S + 2 * m.weights / READ_BYTES_S
-    if stage == "init":
-        return PROCESS_S + m.weights / READ_BYTES_S
-    if stage == "warm_start":  # verify the tasks, fine-tune, then read the base again and write the merged model
-        ws = params.warm_start
-        if not ws.enabled:
-            return PROCESS_S
-        tokens = ws.examples * (PROMPT["solve"] + PROMPT["per_example"] * solve.worked_examples)
-        return (
-            PROCESS_S
-            + 3 * m.weights / READ_BYTES_S
-            + m.train_s(tokens)
-            + ws.examples * 2 * params.verify.timeout_s / params.verify.workers
-        )
-    if stage == "propose":
-        return m.start_s() + m.generate_s(proposals, p_prompt, p_new, prop.batch_size)
-    if stage == "solve":
-        return m.start_s() + m.generate_s(answers, s_prompt, s_new, solve.batch_size)
-    if stage == "verify":  # two processes per proposal (determinism), each to its CPU limit at worst
-        return PROCESS_S + proposals * 2 * params.verify.timeout_s / params.verify.workers
-    if stage == "grade":
-        return PROCESS_S + answers * params.verify.timeout_s / params.verify.workers
+    work = _work_of(params, arm)
+    if stage in ("base_model", "init", "warm_start"):
+        return _setup_seconds(stage, params, m)
+    if stage in ("propose", "solve", "verify", "grade"):
+        return _self_play_seconds(stage, params, m, work)
     if stage == "update":
-        from populora.core.topology import update_part_slots
-
-        slots = update_part_slots(params, arm, int(item["part"]))
-        window = params.update.max_seq_len
-        tokens = sum(
-            prop.per_type * len(prop.types) * min(p_prompt + p_new, window) * (s in roles["teachers"])
-            + solve.tasks_per_type
-            * len(prop.types)
-            * solve.samples
-            * min(s_prompt + s_new, window)
-            * (s in roles["students"])
-            for s in slots
-        )
-        return PROCESS_S + m.weights / READ_BYTES_S + m.train_s(tokens)
+        return _update_seconds(params, m, work, arm, int(item["part"]))
     if stage in ("bench", "bench_base"):
         return bench_seconds(params, m, item["bench"], arm)
     if stage in ("bench_together", "bench_base_together"):  # the group in one process, the model loaded once
@@ -216,32 +204,90 @@ def job_seconds(stage: str, params, item: dict) -> float | None:
         return (
             m.start_s() + sum(bench_seconds(params, m, b, arm) - m.start_s() for b in grouped) if grouped else PROCESS_S
         )
-    pool_types = [t for t in prop.types if t in ("code_o", "code_i")]
-    pool = params.heldout.per_type * len(pool_types)
-    if stage == "heldout_pool" and pool:  # rounds of one proposal batch, about a quarter of them valid
+    if stage in ("heldout_pool", "heldout"):
+        return _heldout_seconds(stage, params, m, work)
+    if stage == "update_gather":
+        return PROCESS_S
+    return None
+
+
+def _setup_seconds(stage: str, params, m: Model) -> float:
+    """The jobs before the first generation: the base model's download, an arm's initial adapters and
+    the warm start."""
+    if stage == "base_model":
+        return PROCESS_S + m.weights / HUB_BYTES_S + 2 * m.weights / READ_BYTES_S
+    if stage == "init":
+        return PROCESS_S + m.weights / READ_BYTES_S
+    # warm_start: verify the tasks, fine-tune, then read the base again and write the merged model
+    ws = params.warm_start
+    if not ws.enabled:
+        return PROCESS_S
+    tokens = ws.examples * (PROMPT["solve"] + PROMPT["per_example"] * params.solve.worked_examples)
+    return (
+        PROCESS_S
+        + 3 * m.weights / READ_BYTES_S
+        + m.train_s(tokens)
+        + ws.examples * 2 * params.verify.timeout_s / params.verify.workers
+    )
+
+
+def _self_play_seconds(stage: str, params, m: Model, work: _Work) -> float:
+    """A generation's sampling (propose, solve) and sandboxed runs (verify, grade) of one arm."""
+    if stage == "propose":
+        return m.start_s() + m.generate_s(work.proposals, work.p_prompt, work.p_new, params.propose.batch_size)
+    if stage == "solve":
+        return m.start_s() + m.generate_s(work.answers, work.s_prompt, work.s_new, params.solve.batch_size)
+    if stage == "verify":  # two processes per proposal (determinism), each to its CPU limit at worst
+        return PROCESS_S + work.proposals * 2 * params.verify.timeout_s / params.verify.workers
+    return PROCESS_S + work.answers * params.verify.timeout_s / params.verify.workers  # grade
+
+
+def _update_seconds(params, m: Model, work: _Work, arm: str | None, part: int) -> float:
+    """One part of a generation's update: the tokens of its slots' rows (a teacher's proposals, a
+    student's answers), each row cut to the training window."""
+    from populora.core.topology import update_part_slots
+
+    prop, solve = params.propose, params.solve
+    slots = update_part_slots(params, arm, part)
+    window = params.update.max_seq_len
+    tokens = sum(
+        prop.per_type * len(prop.types) * min(work.p_prompt + work.p_new, window) * (s in work.roles["teachers"])
+        + solve.tasks_per_type
+        * len(prop.types)
+        * solve.samples
+        * min(work.s_prompt + work.s_new, window)
+        * (s in work.roles["students"])
+        for s in slots
+    )
+    return PROCESS_S + m.weights / READ_BYTES_S + m.train_s(tokens)
+
+
+def _heldout_seconds(stage: str, params, m: Model, work: _Work) -> float:
+    """The held-out pool of code tasks (heldout_pool, built once) and an arm's answers to it (heldout,
+    every generation); with no pool (no code types, or heldout.per_type 0) the stage writes empty files."""
+    prop, solve, verify = params.propose, params.solve, params.verify
+    pool = params.heldout.per_type * len([t for t in prop.types if t in ("code_o", "code_i")])
+    if not pool:
+        return PROCESS_S
+    if stage == "heldout_pool":  # rounds of one proposal batch, about a quarter of them valid
         rounds = min(params.heldout.max_rounds, math.ceil(pool / (POOL_ACCEPTED * prop.batch_size)))
         return (
             m.start_s()
             + rounds
             * (
-                m.generate_s(prop.batch_size, p_prompt, p_new, prop.batch_size, adapters=False)
-                + prop.batch_size * 2 * params.verify.timeout_s / params.verify.workers
+                m.generate_s(prop.batch_size, work.p_prompt, work.p_new, prop.batch_size, adapters=False)
+                + prop.batch_size * 2 * verify.timeout_s / verify.workers
             )
-            + m.generate_s(pool, s_prompt, s_new, solve.batch_size, adapters=False)
-            + pool * params.verify.timeout_s / params.verify.workers
+            + m.generate_s(pool, work.s_prompt, work.s_new, solve.batch_size, adapters=False)
+            + pool * verify.timeout_s / verify.workers
         )
-    if stage == "heldout" and pool:  # every member of heldout.roles answers the pool, greedy
-        members = len({m_ for role in params.heldout.roles for m_ in roles[role]})
-        return (
-            m.start_s()
-            + m.generate_s(members * pool, s_prompt, s_new, solve.batch_size)
-            + members * pool * params.verify.timeout_s / params.verify.workers
-        )
-    if stage in ("heldout_pool", "heldout"):  # no pool: the stage writes empty files
-        return PROCESS_S
-    if stage == "update_gather":
-        return PROCESS_S
-    return None
+    # heldout: every member of heldout.roles answers the pool, greedy
+    members = len({member for role in params.heldout.roles for member in work.roles[role]})
+    return (
+        m.start_s()
+        + m.generate_s(members * pool, work.s_prompt, work.s_new, solve.batch_size)
+        + members * pool * verify.timeout_s / verify.workers
+    )
 
 
 def bench_models(params, arm: str | None) -> int:

@@ -113,18 +113,7 @@ def crossplay_matrix(
     teacher_gens, student_gens = sorted(tasks_by_gen), sorted(students_by_gen)
     ids = {g: [t["task_id"] for t in tasks_by_gen[g]] for g in teacher_gens}
     types = list(dict.fromkeys(t["type"] for g in teacher_gens for t in tasks_by_gen[g]))
-
-    def rows(members_of, only: str | None = None) -> list[list[float | None]]:
-        return [
-            [
-                _cell(verdicts, members_of(s), [t["task_id"] for t in tasks_by_gen[g] if only in (None, t["type"])])
-                for g in teacher_gens
-            ]
-            for s in student_gens
-        ]
-
-    matrix = rows(lambda s: students_by_gen[s])
-    cells = {(s, t): matrix[i][j] for i, s in enumerate(student_gens) for j, t in enumerate(teacher_gens)}
+    matrix = _student_rows(verdicts, tasks_by_gen, students_by_gen)
     out = {
         "student_gens": student_gens,
         "teacher_gens": teacher_gens,
@@ -132,16 +121,12 @@ def crossplay_matrix(
         "students": {str(s): list(students_by_gen[s]) for s in student_gens},
         "tasks": {str(g): ids[g] for g in teacher_gens},
         "n_tasks": [len(ids[g]) for g in teacher_gens],
-        "by_type": {tt: rows(lambda s: students_by_gen[s], tt) for tt in types},
+        "by_type": {tt: _student_rows(verdicts, tasks_by_gen, students_by_gen, tt) for tt in types},
         "n_tasks_by_type": {tt: [sum(t["type"] == tt for t in tasks_by_gen[g]) for g in teacher_gens] for tt in types},
         "per_student": {
             m: [_cell(verdicts, [m], ids[g]) for g in teacher_gens] for s in student_gens for m in students_by_gen[s]
         },
-        "triangles": {
-            "diagonal": _mean(v for (s, t), v in cells.items() if s == t),
-            "later_students_on_earlier_tasks": _mean(v for (s, t), v in cells.items() if s > t),
-            "earlier_students_on_later_tasks": _mean(v for (s, t), v in cells.items() if s < t),
-        },
+        "triangles": _triangles(matrix, student_gens, teacher_gens),
         "row_means": [
             _cell(verdicts, students_by_gen[s], [i for g in teacher_gens for i in ids[g]]) for s in student_gens
         ],
@@ -150,15 +135,51 @@ def crossplay_matrix(
         ],
     }
     if base is not None and base in verdicts:
-        out["base"] = [_cell(verdicts, [base], ids[g]) for g in teacher_gens]
-        out["base_by_type"] = {
+        out.update(_base_rows(verdicts, tasks_by_gen, base, types))
+    return out
+
+
+def _student_rows(
+    verdicts: dict[str, dict[str, int]],
+    tasks_by_gen: dict[int, list[dict]],
+    students_by_gen: dict[int, list[str]],
+    only: str | None = None,
+) -> list[list[float | None]]:
+    """[student generation][teacher generation] the students' mean verdict, on the tasks of type `only` if given."""
+    return [
+        [
+            _cell(verdicts, students_by_gen[s], [t["task_id"] for t in tasks_by_gen[g] if only in (None, t["type"])])
+            for g in sorted(tasks_by_gen)
+        ]
+        for s in sorted(students_by_gen)
+    ]
+
+
+def _triangles(matrix: list[list[float | None]], student_gens: list[int], teacher_gens: list[int]) -> dict:
+    """The mean cell on the diagonal, below it and above it: steady progress and cycling differ there."""
+    cells = {(s, t): matrix[i][j] for i, s in enumerate(student_gens) for j, t in enumerate(teacher_gens)}
+    return {
+        "diagonal": _mean(v for (s, t), v in cells.items() if s == t),
+        "later_students_on_earlier_tasks": _mean(v for (s, t), v in cells.items() if s > t),
+        "earlier_students_on_later_tasks": _mean(v for (s, t), v in cells.items() if s < t),
+    }
+
+
+def _base_rows(
+    verdicts: dict[str, dict[str, int]], tasks_by_gen: dict[int, list[dict]], base: str, types: list[str]
+) -> dict:
+    """The base model's row (`base`) and the same per task type (`base_by_type`)."""
+    teacher_gens = sorted(tasks_by_gen)
+    return {
+        "base": [_cell(verdicts, [base], [t["task_id"] for t in tasks_by_gen[g]]) for g in teacher_gens],
+        "base_by_type": {
             tt: [
                 _cell(verdicts, [base], [t["task_id"] for t in tasks_by_gen[g] if t["type"] == tt])
                 for g in teacher_gens
             ]
             for tt in types
-        }
-    return out
+        },
+    }
 
 
 def plot_matrix(doc: dict, path: Path) -> None:
@@ -234,36 +255,11 @@ def crossplay(
     folders = generation_dirs(results, arm, gens)
     if not folders:
         raise ValueError(f"no generation with checkpoint/state.json and tasks.jsonl under {Path(results) / arm}")
-    adapters: dict[str, Path] = {}
-    students_by_gen: dict[int, list[str]] = {}
-    members: dict[str, dict] = {}
-    for g, folder in folders.items():
-        state = load_state(folder / "checkpoint")
-        students_by_gen[g] = []
-        for slot in state.students:
-            name = member_name(g, slot)
-            adapters[name] = trained_adapter_dir(folder / "checkpoint", state, slot)
-            members[name] = {
-                "generation": g,
-                "slot": slot,
-                "member": state.trained_members.get(slot, state.members[slot]),
-                "adapter": str(adapters[name]),
-            }
-            students_by_gen[g].append(name)
+    adapters, students_by_gen, members = _trained_students(folders)
     with sandbox_for(params.verify) as sandbox:
         seeds = verified_seeds(params, sandbox)
         tasks_by_gen = {
-            g: attach_examples(
-                sample_tasks(
-                    read_rows(folder / "tasks.jsonl", Task),
-                    tasks_per_gen,
-                    derive_seed(seed, "crossplay", arm, g),
-                    types,
-                ),
-                seeds,
-                params.solve.worked_examples,
-                derive_seed(seed, "crossplay-examples", g),
-            )
+            g: _frozen_tasks(params, folder, seeds, arm, g, tasks_per_gen=tasks_per_gen, types=types, seed=seed)
             for g, folder in folders.items()
         }
         pool = [t for g in tasks_by_gen for t in tasks_by_gen[g]]
@@ -297,6 +293,52 @@ def crossplay(
             for g, ts in tasks_by_gen.items()
         },
     }
+
+
+def _trained_students(folders: dict[int, Path]) -> tuple[dict[str, Path], dict[int, list[str]], dict[str, dict]]:
+    """Every generation's students as trained in it: their adapters by name, their names by generation, and
+    what crossplay.json records of each (generation, slot, the member, the adapter)."""
+    adapters: dict[str, Path] = {}
+    students_by_gen: dict[int, list[str]] = {}
+    members: dict[str, dict] = {}
+    for g, folder in folders.items():
+        state = load_state(folder / "checkpoint")
+        students_by_gen[g] = []
+        for slot in state.students:
+            name = member_name(g, slot)
+            # the adapter trained in generation g, never a child evolution put in the slot after it
+            adapters[name] = trained_adapter_dir(folder / "checkpoint", state, slot)
+            members[name] = {
+                "generation": g,
+                "slot": slot,
+                "member": state.trained_members.get(slot, state.members[slot]),
+                "adapter": str(adapters[name]),
+            }
+            students_by_gen[g].append(name)
+    return adapters, students_by_gen, members
+
+
+def _frozen_tasks(
+    params,
+    folder: Path,
+    seeds: list[dict],
+    arm: str,
+    gen: int,
+    *,
+    tasks_per_gen: int,
+    types: tuple[str, ...],
+    seed: int,
+) -> list[dict]:
+    """Generation `gen`'s seeded sample of its teachers' valid tasks, each with worked examples drawn once:
+    the prompts are frozen, so every student of every generation sees exactly the same ones."""
+    return attach_examples(
+        sample_tasks(
+            read_rows(folder / "tasks.jsonl", Task), tasks_per_gen, derive_seed(seed, "crossplay", arm, gen), types
+        ),
+        seeds,
+        params.solve.worked_examples,
+        derive_seed(seed, "crossplay-examples", gen),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ the interval the tables report.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from populora.analysis.passk import plot_passk_panel
 from populora.analysis.proposals import plot_proposals
@@ -47,30 +48,49 @@ def figure_panels(study: dict) -> list[str]:
 
 
 def plot(study: dict, path: Path) -> None:
+    """study.png: the learning curves and proposal panels on top, where a reader looks first, the final
+    scores per benchmark below; the headline metrics seed by seed where there are no verdicts."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curves = study.get("heldout_curves") or {}
     names = figure_panels(study)
     if not names:  # DVC experiments without verdicts: their headline metrics, seed by seed
         plot_headline(study, path)
         return
+    fig, panel = _panel_grid(names)
+    _plot_trend_panels(panel, study)
+    for bench in (name for name in names if name in READ_BENCHES):
+        _plot_bench(panel[bench], bench, [r for r in study["controls"] if bench in r["bench"]])
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _panel_grid(names: list[str]) -> tuple[Any, dict[str, Any]]:
+    """The figure and its axes by panel name: the curves' row above the benchmarks' (one row when either is
+    empty), the cells a shorter row leaves over hidden."""
+    import matplotlib.pyplot as plt
+
     benches = [name for name in names if name in READ_BENCHES]
-    # the learning curves on top, where a reader looks first; the final scores below (one row when there are no curves)
     grid = [row for row in ([n for n in names if n not in READ_BENCHES], benches) if row]
     width = max(len(row) for row in grid)
     fig, axes = plt.subplots(len(grid), width, figsize=(5.5 * width, 4.2 * len(grid)), squeeze=False)
     for r, row in enumerate(grid):
         for ax in axes[r][len(row) :]:
             ax.set_visible(False)
-    panel = {name: axes[r][c] for r, row in enumerate(grid) for c, name in enumerate(row)}
-    if CURVES in names:
-        plot_curves(panel[CURVES], curves, study.get("pool_baselines"))
-    if BY_TYPE in names:
-        plot_type_curves(panel[BY_TYPE], curves["by_type"], study.get("pool_baselines"))
-    if COMPLEXITY in names:
+    return fig, {name: axes[r][c] for r, row in enumerate(grid) for c, name in enumerate(row)}
+
+
+def _plot_trend_panels(panel: dict[str, Any], study: dict) -> None:
+    """The panels that are not a benchmark's, those of `panel` (`figure_panels` chose them): held-out curves,
+    the proposals' complexity and coverage, pass@k."""
+    if CURVES in panel:
+        plot_curves(panel[CURVES], study["heldout_curves"], study.get("pool_baselines"))
+    if BY_TYPE in panel:
+        plot_type_curves(panel[BY_TYPE], study["heldout_curves"]["by_type"], study.get("pool_baselines"))
+    if COMPLEXITY in panel:
         keys = tuple(k for k in COMPLEXITY_KEYS if k in study["proposals"]["keys"])
         plot_proposals(
             panel[COMPLEXITY],
@@ -80,9 +100,9 @@ def plot(study: dict, path: Path) -> None:
             "mean AST depth of valid programs",
             "proposed tasks' complexity: seeds (thin), mean (thick)",
         )
-    if PASSK in names:
+    if PASSK in panel:
         plot_passk_panel(panel[PASSK], study["passk"], CONTROL_COLORS)
-    if COVERAGE in names:
+    if COVERAGE in panel:
         plot_proposals(
             panel[COVERAGE],
             study["proposals"],
@@ -91,52 +111,63 @@ def plot(study: dict, path: Path) -> None:
             "distinct programs so far",
             "coverage (one adapter's proposals, compute-matched)",
         )
-    for ax, bench in [(panel[b], b) for b in benches]:
-        rows = [r for r in study["controls"] if bench in r["bench"]]
-        for x, row in enumerate(rows):
-            entry = row["bench"][bench]["students"]
-            ax.scatter([x] * len(entry["values"]), [100 * v for v in entry["values"]], color="0.4", s=16, zorder=3)
-            if entry["low"] is not None:
-                ax.errorbar(
-                    [x],
-                    [100 * entry["mean"]],
-                    yerr=[[100 * (entry["mean"] - entry["low"])], [100 * (entry["high"] - entry["mean"])]],
-                    fmt="o",
-                    color="tab:blue",
-                    capsize=4,
-                    zorder=4,
-                )
-            else:
-                ax.scatter([x], [100 * entry["mean"]], color="tab:blue", zorder=4)
-            free = row["bench"][bench].get("copy_free")
-            if free:  # the same students with copied answers counted wrong
-                ax.scatter(
-                    [x + 0.15],
-                    [100 * free["students"]["mean"]],
-                    marker="x",
-                    color="tab:orange",
-                    zorder=4,
-                    label="copies counted wrong" if x == 0 else None,
-                )
-        if rows and rows[0]["bench"][bench].get("base") is not None:
-            ax.axhline(100 * rows[0]["bench"][bench]["base"], color="tab:red", ls="--", lw=1, label="base model")
-            if rows[0]["bench"][bench].get("copy_free"):
-                ax.axhline(
-                    100 * rows[0]["bench"][bench]["copy_free"]["base"],
-                    color="tab:orange",
-                    ls=":",
-                    lw=1,
-                    label="base, copies counted wrong",
-                )
-            ax.legend(fontsize=8)
-        ax.set_xticks(range(len(rows)), [r["control"] for r in rows], fontsize=8, rotation=15)
-        ax.set_ylabel("students' accuracy (points)" if bench == "heldout" else "students' pass@1 (points)")
-        ax.set_title(f"{TITLES[bench]}: seeds (dots), mean and 95% t-interval", fontsize=9)
-        ax.grid(axis="y", alpha=0.3)
-        ax.set_ylim(bottom=-1)  # accuracy is not negative: a two-seed t-interval's lower arm runs off the panel
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+
+
+def _plot_bench(ax, bench: str, rows: list[dict]) -> None:
+    """One benchmark's panel: per control (`rows`, those that scored it) its seeds, mean and interval; the
+    base model's level (from the first control: every control starts from the same base)."""
+    for x, row in enumerate(rows):
+        _plot_control_scores(ax, x, row["bench"][bench])
+    if rows and rows[0]["bench"][bench].get("base") is not None:
+        _plot_base_levels(ax, rows[0]["bench"][bench])
+    ax.set_xticks(range(len(rows)), [r["control"] for r in rows], fontsize=8, rotation=15)
+    ax.set_ylabel("students' accuracy (points)" if bench == "heldout" else "students' pass@1 (points)")
+    ax.set_title(f"{TITLES[bench]}: seeds (dots), mean and 95% t-interval", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_ylim(bottom=-1)  # accuracy is not negative: a two-seed t-interval's lower arm runs off the panel
+
+
+def _plot_control_scores(ax, x: int, scores: dict) -> None:
+    """At `x`, one control's seeds (dots), their mean with its 95% t-interval where there is one, and the
+    mean with copied answers counted wrong where measured."""
+    entry = scores["students"]
+    ax.scatter([x] * len(entry["values"]), [100 * v for v in entry["values"]], color="0.4", s=16, zorder=3)
+    if entry["low"] is not None:
+        ax.errorbar(
+            [x],
+            [100 * entry["mean"]],
+            yerr=[[100 * (entry["mean"] - entry["low"])], [100 * (entry["high"] - entry["mean"])]],
+            fmt="o",
+            color="tab:blue",
+            capsize=4,
+            zorder=4,
+        )
+    else:
+        ax.scatter([x], [100 * entry["mean"]], color="tab:blue", zorder=4)
+    free = scores.get("copy_free")
+    if free:  # the same students with copied answers counted wrong
+        ax.scatter(
+            [x + 0.15],
+            [100 * free["students"]["mean"]],
+            marker="x",
+            color="tab:orange",
+            zorder=4,
+            label="copies counted wrong" if x == 0 else None,  # one legend entry, not one per control
+        )
+
+
+def _plot_base_levels(ax, scores: dict) -> None:
+    """The base model's score as a line (and with copies counted wrong, where measured), with the legend."""
+    ax.axhline(100 * scores["base"], color="tab:red", ls="--", lw=1, label="base model")
+    if scores.get("copy_free"):
+        ax.axhline(
+            100 * scores["copy_free"]["base"],
+            color="tab:orange",
+            ls=":",
+            lw=1,
+            label="base, copies counted wrong",
+        )
+    ax.legend(fontsize=8)
 
 
 def plot_curves(ax, curves: dict, baselines: dict | None = None) -> None:

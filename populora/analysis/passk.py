@@ -220,6 +220,27 @@ def passk(
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from populora.config import ParamsError
+    from populora.verifier import IsolationError
+
+    try:
+        doc = _measure(args)
+    except (ParamsError, ValueError, OSError, IsolationError) as error:
+        print(f"passk: {error}", file=sys.stderr)
+        return 1
+    doc["pool"] = args.pool
+    doc["command"] = "python -m populora.analysis.passk " + " ".join(argv if argv is not None else sys.argv[1:])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "passk.json", doc)
+    plot_curves(doc, out / "passk.png")
+    print(f"pass@k in {out}/passk.json, passk.png: {_ends_of_curves(doc)}", file=sys.stderr)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pool", required=True, help="the held-out pool (jsonl with worked examples, e.g. pool v2)")
     parser.add_argument("--params", default="params.yaml", help="the run's params (solver, verifier, engine settings)")
@@ -241,61 +262,60 @@ def main(argv: list[str] | None = None) -> int:
         "--baselines", help="the pool's pool_baselines JSON (populora.analysis.baselines); default: computed"
     )
     parser.add_argument("--out", required=True, help="folder for passk.json and passk.png")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from populora.analysis.baselines import pool_baselines
-    from populora.config import ParamsError, load_params
-    from populora.verifier import IsolationError
+    return parser
 
-    try:
-        if args.samples < 1:
-            raise ValueError(f"--samples must be 1 or more, got {args.samples}")
-        runs = {}
-        for item in args.run:
-            label, sep, path = item.partition("=")
-            if not sep or not label or not path:
-                raise ValueError(f"--run takes LABEL=PATH, got {item!r}")
-            runs[label] = Path(path)
-        params = load_params(args.params)
-        whole = read_jsonl(args.pool)
-        pool = subsample(whole, args.max_tasks, args.seed)
-        if not pool:
-            raise ValueError(f"{args.pool} holds no task")
-        doc = passk(
-            params,
-            pool,
-            Path(args.base_model),
-            runs,
-            samples=args.samples,
-            ks=ks_for(args.samples, args.ks),
-            temperature=args.temperature,
-            seed=args.seed,
-            with_base=not args.no_base,
-        )
-        if args.baselines and len(pool) == len(whole):  # the file's figures are the whole pool's
-            doc["baselines"] = json.loads(Path(args.baselines).read_text())["by_type"]
-        else:
-            doc["baselines"] = pool_baselines(pool, params.verify)
-    except (ParamsError, ValueError, OSError, IsolationError) as error:
-        print(f"passk: {error}", file=sys.stderr)
-        return 1
-    doc["pool"] = args.pool
-    doc["command"] = "python -m populora.analysis.passk " + " ".join(argv if argv is not None else sys.argv[1:])
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "passk.json", doc)
-    plot_curves(doc, out / "passk.png")
+
+def _parse_runs(items: list[str]) -> dict[str, Path]:
+    """`--run LABEL=PATH` arguments as label -> path; ValueError on one without a label or a path."""
+    runs = {}
+    for item in items:
+        label, sep, path = item.partition("=")
+        if not sep or not label or not path:
+            raise ValueError(f"--run takes LABEL=PATH, got {item!r}")
+        runs[label] = Path(path)
+    return runs
+
+
+def _measure(args: argparse.Namespace) -> dict:
+    """The passk.json document of the command line `args`, less the pool's path and the command; the
+    arguments are checked before anything is loaded."""
+    from populora.analysis.baselines import pool_baselines
+    from populora.config import load_params
+
+    if args.samples < 1:
+        raise ValueError(f"--samples must be 1 or more, got {args.samples}")
+    runs = _parse_runs(args.run)
+    params = load_params(args.params)
+    whole = read_jsonl(args.pool)
+    pool = subsample(whole, args.max_tasks, args.seed)
+    if not pool:
+        raise ValueError(f"{args.pool} holds no task")
+    doc = passk(
+        params,
+        pool,
+        Path(args.base_model),
+        runs,
+        samples=args.samples,
+        ks=ks_for(args.samples, args.ks),
+        temperature=args.temperature,
+        seed=args.seed,
+        with_base=not args.no_base,
+    )
+    if args.baselines and len(pool) == len(whole):  # the file's figures are the whole pool's
+        doc["baselines"] = json.loads(Path(args.baselines).read_text())["by_type"]
+    else:
+        doc["baselines"] = pool_baselines(pool, params.verify)
+    return doc
+
+
+def _ends_of_curves(doc: dict) -> dict[str, dict[str, float]]:
+    """pass@k at the smallest and the largest k, for the base (where scored) and every run's students: the
+    command's one-line summary."""
     shown = {**({BASE: doc["members"][BASE]} if BASE in doc["members"] else {}), **doc["groups"]}
-    summary = {
+    return {
         name: {f"pass@{k}": curve["all"][str(k)] for k in (doc["ks"][0], doc["ks"][-1])}
         for name, curve in shown.items()
     }
-    print(f"pass@k in {out}/passk.json, passk.png: {summary}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 
 
 # --- across a study's runs (populora.analysis.comparisons: study.json `passk`, a table and a figure panel) ---------
@@ -404,3 +424,7 @@ def plot_passk_panel(ax, doc: dict, colors: list[str]) -> None:
     ax.set_title("held-out pool: pass@k, mean over seeds", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -186,8 +186,8 @@ def plan_replacement(
     """Plan which members to replace and how to make their children (see module docstring).
 
     Returns one dict per child: ``child_id`` (``f"{id_prefix}-g{generation:04d}-{i}"``),
-    ``replaces``, ``parents`` (ids, strongest first), ``fitness`` (their conservative
-    ratings), ``operator``, ``seed`` (for ``make_child``), ``generation``, ``inherited_mu``,
+    ``replaces``, ``parents`` (ids, strongest first), ``fitness`` (their ranking values,
+    :func:`fitness_of`), ``operator``, ``seed`` (for ``make_child``), ``generation``, ``inherited_mu``,
     ``sigma``.
     """
     _validate(members, replace_k, operator_mix, fallback_mutation)
@@ -198,39 +198,74 @@ def plan_replacement(
     ranked = rank_members(members, k_sigma)
     n = len(ranked)
     survivors, victims = ranked[: n - replace_k], ranked[n - replace_k :][::-1]  # weakest first
-    pool_size = parent_pool if parent_pool is not None else max(2, math.ceil(n / 2))
-    pool = survivors[: max(1, min(pool_size, len(survivors)))]
+    pool = _parent_pool(survivors, n, parent_pool)
+    partners = ranked if parents == "population" else pool
     mutation_mix = {op: w for op, w in operator_mix.items() if op in MUTATIONS and w > 0}
     rng = np.random.default_rng([int(seed), int(generation)])
     plan = []
     for i, victim in enumerate(victims):
+        # one stream, drawn per child in a fixed order (operator, parents, seed): reordering the draws
+        # would change every plan already made from the same seed
         operator = _draw(rng, operator_mix)
-        partners = ranked if parents == "population" else pool
         if operator in CROSSOVERS and len(partners) < 2:
             operator = _draw(rng, mutation_mix) if mutation_mix else fallback_mutation
-        first = pool[int(rng.integers(len(pool)))]
-        chosen = [first]
-        if operator in CROSSOVERS:
-            others = [m for m in partners if m["id"] != first["id"]]
-            chosen.append(others[int(rng.integers(len(others)))])
-        order = {m["id"]: k for k, m in enumerate(ranked)}
-        chosen.sort(key=lambda m: order[m["id"]])  # strongest first
-        plan.append(
-            {
-                "child_id": f"{id_prefix}-g{int(generation):04d}-{i}",
-                "replaces": victim["id"],
-                "parents": [p["id"] for p in chosen],
-                "fitness": [fitness_of(p, k_sigma) for p in chosen],
-                "operator": operator,
-                "seed": int(rng.integers(0, 2**31 - 1)),
-                "generation": int(generation),
-                "inherited_mu": float(np.mean([float(p["mu"]) for p in chosen])),
-                "sigma": float(
-                    np.mean([float(p["sigma"]) for p in chosen]) if initial_sigma is None else initial_sigma
-                ),
-            }
-        )
+        chosen = _draw_parents(rng, operator, pool, partners, ranked)
+        child_seed = int(rng.integers(0, 2**31 - 1))
+        child_id = f"{id_prefix}-g{int(generation):04d}-{i}"
+        plan.append(_child_plan(child_id, victim, chosen, operator, child_seed, generation, k_sigma, initial_sigma))
     return plan
+
+
+def _parent_pool(
+    survivors: Sequence[Mapping[str, Any]], n: int, parent_pool: int | None
+) -> Sequence[Mapping[str, Any]]:
+    """The strongest survivors a child's first parent is drawn from: ``parent_pool`` of them, by default
+    half the sub-population but at least two; never more than survive, never none."""
+    pool_size = parent_pool if parent_pool is not None else max(2, math.ceil(n / 2))
+    return survivors[: max(1, min(pool_size, len(survivors)))]
+
+
+def _draw_parents(
+    rng: np.random.Generator,
+    operator: str,
+    pool: Sequence[Mapping[str, Any]],
+    partners: Sequence[Mapping[str, Any]],
+    ranked: Sequence[Mapping[str, Any]],
+) -> list[Mapping[str, Any]]:
+    """A child's parents, strongest first (so ``make_child`` knows the fitter one): the first from
+    the parent pool, and for a crossover a second, distinct one from ``partners``."""
+    first = pool[int(rng.integers(len(pool)))]
+    chosen = [first]
+    if operator in CROSSOVERS:
+        others = [m for m in partners if m["id"] != first["id"]]
+        chosen.append(others[int(rng.integers(len(others)))])
+    order = {m["id"]: k for k, m in enumerate(ranked)}
+    return sorted(chosen, key=lambda m: order[m["id"]])
+
+
+def _child_plan(
+    child_id: str,
+    victim: Mapping[str, Any],
+    chosen: Sequence[Mapping[str, Any]],
+    operator: str,
+    child_seed: int,
+    generation: int,
+    k_sigma: float,
+    initial_sigma: float | None,
+) -> dict[str, Any]:
+    """The planned child of `chosen` replacing `victim`; it inherits its parents' mean mu and, unless
+    ``initial_sigma`` resets it, their mean sigma (why: see the module docstring, step 6)."""
+    return {
+        "child_id": child_id,
+        "replaces": victim["id"],
+        "parents": [p["id"] for p in chosen],
+        "fitness": [fitness_of(p, k_sigma) for p in chosen],
+        "operator": operator,
+        "seed": child_seed,
+        "generation": int(generation),
+        "inherited_mu": float(np.mean([float(p["mu"]) for p in chosen])),
+        "sigma": float(np.mean([float(p["sigma"]) for p in chosen]) if initial_sigma is None else initial_sigma),
+    }
 
 
 # ---------------------------------------------------------------- lineage
@@ -339,18 +374,10 @@ def plan_generation_replacement(
     events: list[dict] = []
     for role, reward_role in (("teachers", "propose"), ("students", "solve")):
         by_reward = uses_reward_fitness(role, teacher_mode, fitness_mode)
-        pool = [
-            {
-                "id": slot,
-                **ratings[slot],
-                "fitness": mean_reward(reward_records, f"{slot}/{reward_role}") if by_reward else None,
-            }
-            for slot in getattr(state, role)
-        ]
-        ranked = rank_members(pool)
+        pool = _sub_population(getattr(state, role), ratings, reward_records, reward_role, by_reward)
         rankings[role] = [
             _ranking_row(m, i, members, reward_records.get(f"{m['id']}/{reward_role}"), by_reward)
-            for i, m in enumerate(ranked)
+            for i, m in enumerate(rank_members(pool))
         ]
         plan = plan_replacement(
             pool,
@@ -360,36 +387,11 @@ def plan_generation_replacement(
             generation=generation,
             parents=parents,
         )
-        victims = {entry["replaces"] for entry in plan}
-        survivors = [row for row in rankings[role] if row["slot"] not in victims]
+        events += _replacement_events(plan, rankings[role], members, state.arm, role, generation)
         for entry in plan:
-            slot = entry["replaces"]
-            child = member_id(state.arm, slot, generation + 1)
-            victim = next(row for row in rankings[role] if row["slot"] == slot)
-            confidence = fitter_probability(survivors[-1], victim)
-            events.append(
-                {
-                    "child_id": child,
-                    "slot": slot,
-                    "role": role,
-                    "replaces": members[slot],
-                    "parents": [members[p] for p in entry["parents"]],
-                    "parent_slots": entry["parents"],
-                    "operator": entry["operator"],
-                    "seed": entry["seed"],
-                    "fitness": entry["fitness"],
-                    "generation": generation + 1,
-                    "inherited_mu": entry["inherited_mu"],
-                    "sigma": entry["sigma"],
-                    "weakest_survivor": survivors[-1]["slot"],
-                    "confidence": None if confidence is None else round(confidence, 6),
-                    "within_noise": confidence is None or confidence < CONFIDENT,
-                }
-            )
-            new_ratings[slot] = {"mu": entry["inherited_mu"], "sigma": entry["sigma"]}
-            prior = float(np.mean(entry["fitness"]))
-            key = f"{slot}/{reward_role}"
-            records[key] = {"count": 1, "sum": prior, "sumsq": prior * prior} if by_reward else {"count": 0, "sum": 0.0}
+            new_ratings[entry["replaces"]] = {"mu": entry["inherited_mu"], "sigma": entry["sigma"]}
+            records[f"{entry['replaces']}/{reward_role}"] = _newborn_record(entry["fitness"], by_reward)
+    # slots move to their children only now: every event names the members as the generation left them
     for event in events:
         members[event["slot"]] = event["child_id"]
     return {
@@ -399,3 +401,77 @@ def plan_generation_replacement(
         "ratings": new_ratings,
         "reward_records": records,
     }
+
+
+def _sub_population(
+    slots: Sequence[str],
+    ratings: Mapping[str, Mapping[str, float]],
+    reward_records: Mapping[str, Mapping[str, float]],
+    reward_role: str,
+    by_reward: bool,
+) -> list[dict[str, Any]]:
+    """The members of one sub-population as :func:`plan_replacement` takes them: each slot's rating,
+    and its mean reward as ``fitness`` when the sub-population is ranked by reward."""
+    return [
+        {
+            "id": slot,
+            **ratings[slot],
+            "fitness": mean_reward(reward_records, f"{slot}/{reward_role}") if by_reward else None,
+        }
+        for slot in slots
+    ]
+
+
+def _replacement_events(
+    plan: Sequence[Mapping[str, Any]],
+    ranking: Sequence[Mapping[str, Any]],
+    members: Mapping[str, str],
+    arm: str,
+    role: str,
+    generation: int,
+) -> list[dict[str, Any]]:
+    """Lineage events of one sub-population's planned children (slots turned into member ids), each
+    with how sure its replacement was: the member replaced against the weakest survivor."""
+    if not plan:
+        return []
+    victims = {entry["replaces"] for entry in plan}
+    weakest_survivor = [row for row in ranking if row["slot"] not in victims][-1]
+    events = []
+    for entry in plan:
+        slot = entry["replaces"]
+        victim = next(row for row in ranking if row["slot"] == slot)
+        confidence = fitter_probability(weakest_survivor, victim)
+        events.append(
+            {
+                "child_id": member_id(arm, slot, generation + 1),
+                "slot": slot,
+                "role": role,
+                "replaces": members[slot],
+                "parents": [members[p] for p in entry["parents"]],
+                "parent_slots": entry["parents"],
+                "operator": entry["operator"],
+                "seed": entry["seed"],
+                "fitness": entry["fitness"],
+                "generation": generation + 1,
+                "inherited_mu": entry["inherited_mu"],
+                "sigma": entry["sigma"],
+                "weakest_survivor": weakest_survivor["slot"],
+                "confidence": None if confidence is None else round(confidence, 6),
+                "within_noise": confidence is None or confidence < CONFIDENT,
+            }
+        )
+    return events
+
+
+def _newborn_record(parent_fitness: Sequence[float], by_reward: bool) -> dict[str, float]:
+    """A child's starting reward record. Ranked by reward, it holds one reward at its parents' mean
+    fitness: the child starts where its parents stood, a prior that weighs as one of its own rewards;
+    ranked by TrueSkill, it starts empty.
+
+    >>> _newborn_record([0.5, 0.25], True), _newborn_record([20.0], False)
+    ({'count': 1, 'sum': 0.375, 'sumsq': 0.140625}, {'count': 0, 'sum': 0.0})
+    """
+    if not by_reward:
+        return {"count": 0, "sum": 0.0}
+    prior = float(np.mean(parent_fitness))
+    return {"count": 1, "sum": prior, "sumsq": prior * prior}

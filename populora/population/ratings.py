@@ -188,46 +188,11 @@ def pfsp_pairing(
     ``win_probability[t][s]``, ``weights[t][s]`` (per-student sampling probabilities before
     repair), ``repairs`` (slot moves made to cover every teacher) and the settings used.
     """
-    _check_ids("teacher", teachers)
-    _check_ids("student", students)
-    if slots_per_student < 1:
-        raise ValueError(f"slots_per_student must be >= 1, got {slots_per_student}")
-    missing = [m for m in (*teachers, *students) if m not in ratings]
-    if missing:
-        raise KeyError(f"no rating for {sorted(set(missing))}")
-
-    n_t, n_s = len(teachers), len(students)
+    _check_pairing_inputs(teachers, students, ratings, slots_per_student)
     prob = np.array([[win_probability(ratings[s], ratings[t], beta) for s in students] for t in teachers])
-    raw = np.array([[pfsp_weight(p, weighting, temperature) for p in row] for row in prob])
-    col_sums = raw.sum(axis=0)
-    weights = np.where(col_sums > 0, raw / np.where(col_sums > 0, col_sums, 1.0), 1.0 / n_t)
-
-    rng = np.random.default_rng(seed)
-    counts = np.zeros((n_t, n_s), dtype=np.int64)
-    for j in range(n_s):
-        draws = rng.choice(n_t, size=slots_per_student, p=weights[:, j] / weights[:, j].sum())
-        np.add.at(counts[:, j], draws, 1)
-
-    repairs: list[dict[str, str | None]] = []
-    for i in range(n_t):
-        if counts[i].sum() > 0:
-            continue
-        best = None  # (score, student, donor); strict ">" keeps the first in (s, donor) order
-        for j in range(n_s):
-            for d in range(n_t):
-                if d != i and counts[d, j] > 0 and counts[d].sum() >= 2:
-                    score = weights[i, j] - weights[d, j]
-                    if best is None or score > best[0]:
-                        best = (score, j, d)
-        if best is not None:
-            _, j, d = best
-            counts[d, j] -= 1
-            counts[i, j] += 1
-            repairs.append({"teacher": teachers[i], "student": students[j], "from_teacher": teachers[d]})
-        else:  # fewer student slots than teachers: add a slot with the best-suited student
-            j = int(np.argmax(weights[i]))
-            counts[i, j] += 1
-            repairs.append({"teacher": teachers[i], "student": students[j], "from_teacher": None})
+    weights = _pfsp_weights(prob, weighting, temperature)
+    counts = _draw_slots(weights, slots_per_student, seed)
+    repairs = _cover_every_teacher(counts, weights, teachers, students)
 
     def matrix(values, cast):
         return {t: {s: cast(values[i, j]) for j, s in enumerate(students)} for i, t in enumerate(teachers)}
@@ -246,6 +211,85 @@ def pfsp_pairing(
         "weights": matrix(weights, float),
         "repairs": repairs,
     }
+
+
+def _check_pairing_inputs(
+    teachers: Sequence[str],
+    students: Sequence[str],
+    ratings: Mapping[str, Mapping[str, float]],
+    slots_per_student: int,
+) -> None:
+    _check_ids("teacher", teachers)
+    _check_ids("student", students)
+    if slots_per_student < 1:
+        raise ValueError(f"slots_per_student must be >= 1, got {slots_per_student}")
+    missing = [m for m in (*teachers, *students) if m not in ratings]
+    if missing:
+        raise KeyError(f"no rating for {sorted(set(missing))}")
+
+
+def _pfsp_weights(prob: np.ndarray, weighting: str, temperature: float) -> np.ndarray:
+    """Step 1: each student's sampling probabilities over teachers (a column of ``prob[t, s]``
+    normalised), uniform for a student whose weights are all zero.
+
+    >>> _pfsp_weights(np.array([[0.5, 1.0], [0.9, 1.0]]), "variance", 1.0).round(3).tolist()
+    [[0.735, 0.5], [0.265, 0.5]]
+    """
+    raw = np.array([[pfsp_weight(p, weighting, temperature) for p in row] for row in prob])
+    col_sums = raw.sum(axis=0)
+    return np.where(col_sums > 0, raw / np.where(col_sums > 0, col_sums, 1.0), 1.0 / len(prob))
+
+
+def _draw_slots(weights: np.ndarray, slots_per_student: int, seed: int) -> np.ndarray:
+    """Step 2: ``counts[t, s]``, each student's ``slots_per_student`` teachers drawn i.i.d. from its column."""
+    n_t, n_s = weights.shape
+    rng = np.random.default_rng(seed)
+    counts = np.zeros((n_t, n_s), dtype=np.int64)
+    for j in range(n_s):
+        draws = rng.choice(n_t, size=slots_per_student, p=weights[:, j] / weights[:, j].sum())
+        np.add.at(counts[:, j], draws, 1)
+    return counts
+
+
+def _cover_every_teacher(
+    counts: np.ndarray, weights: np.ndarray, teachers: Sequence[str], students: Sequence[str]
+) -> list[dict[str, str | None]]:
+    """Step 3, in place on ``counts``: give every teacher without a slot one, moved from a teacher
+    holding two or more where there is one (:func:`_cheapest_move`), else an extra slot with the
+    student whose weights favour it most. Returns the moves made, in teacher order."""
+    repairs: list[dict[str, str | None]] = []
+    for i in range(len(teachers)):
+        if counts[i].sum() > 0:
+            continue
+        move = _cheapest_move(counts, weights, i)
+        if move is not None:
+            j, d = move
+            counts[d, j] -= 1
+            counts[i, j] += 1
+            repairs.append({"teacher": teachers[i], "student": students[j], "from_teacher": teachers[d]})
+        else:  # fewer student slots than teachers: add a slot with the best-suited student
+            j = int(np.argmax(weights[i]))
+            counts[i, j] += 1
+            repairs.append({"teacher": teachers[i], "student": students[j], "from_teacher": None})
+    return repairs
+
+
+def _cheapest_move(counts: np.ndarray, weights: np.ndarray, i: int) -> tuple[int, int] | None:
+    """``(student, donor)`` of the slot teacher `i` should take over: from a donor holding two or more
+    slots, the one losing the least weight ``w(i|s) - w(donor|s)``; None if no teacher has a spare.
+
+    >>> _cheapest_move(np.array([[0, 0], [2, 1]]), np.array([[0.3, 0.6], [0.7, 0.4]]), 0)
+    (1, 1)
+    """
+    n_t, n_s = counts.shape
+    best = None  # (score, student, donor); strict ">" keeps the first in (student, donor) order
+    for j in range(n_s):
+        for d in range(n_t):
+            if d != i and counts[d, j] > 0 and counts[d].sum() >= 2:
+                score = weights[i, j] - weights[d, j]
+                if best is None or score > best[0]:
+                    best = (score, j, d)
+    return None if best is None else (best[1], best[2])
 
 
 def round_robin_pairing(

@@ -138,34 +138,55 @@ def draw_family_tree(
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     for e in lineage:
-        m, x, y = e["child_id"], e["generation"], lanes[e["child_id"]]
-        ax.plot([x, died.get(m, end)], [y, y], color="0.85", lw=3, zorder=1)
-        color = "0.5" if e["operator"] == "init" else palette[e["operator"]]
-        ax.scatter([x], [y], s=60, color=color, zorder=3, edgecolors="black", linewidths=0.5)
-        ax.annotate(m, (x, y), xytext=(4, 6), textcoords="offset points", fontsize=7)
-        for parent in e["parents"]:
-            start = (x - 0.5, lanes[parent])  # a point on the parent's lifeline
-            ax.annotate(
-                "",
-                xy=(x, y),
-                xytext=start,
-                zorder=2,
-                arrowprops={"arrowstyle": "->", "color": palette[e["operator"]], "lw": 1.2},
-            )
-            # label near the child end, so the edges of one event do not share a midpoint
-            ax.text(
-                x - 0.3 * (x - start[0]),
-                y - 0.3 * (y - start[1]),
-                e["operator"],
-                fontsize=6,
-                color=palette[e["operator"]],
-                ha="center",
-                va="center",
-                zorder=4,
-                bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
-            )
+        _draw_member(ax, e, lanes, died.get(e["child_id"], end), palette)
+    _family_tree_frame(ax, palette, n_lanes, end, title)
+    fig.tight_layout()
+
+    write_figure(out_png, fig, dpi=120)
+
+
+def _draw_member(ax: Any, event: Mapping[str, Any], lanes: dict[str, int], death: int, palette: dict[str, str]) -> None:
+    """One lineage event's child: its lifeline from birth to `death` in its lane, its birth point (grey for
+    the initial members, else its operator's colour) with its name, and an edge from each parent."""
+    m, x, y = event["child_id"], event["generation"], lanes[event["child_id"]]
+    ax.plot([x, death], [y, y], color="0.85", lw=3, zorder=1)
+    color = "0.5" if event["operator"] == "init" else palette[event["operator"]]
+    ax.scatter([x], [y], s=60, color=color, zorder=3, edgecolors="black", linewidths=0.5)
+    ax.annotate(m, (x, y), xytext=(4, 6), textcoords="offset points", fontsize=7)
+    for parent in event["parents"]:
+        _draw_parent_edge(ax, (x - 0.5, lanes[parent]), (x, y), event["operator"], palette[event["operator"]])
+
+
+def _draw_parent_edge(
+    ax: Any, start: tuple[float, float], child: tuple[float, float], operator: str, color: str
+) -> None:
+    """An arrow from `start` (a point on the parent's lifeline) to the child's birth, labelled by operator."""
+    x, y = child
+    ax.annotate(
+        "",
+        xy=(x, y),
+        xytext=start,
+        zorder=2,
+        arrowprops={"arrowstyle": "->", "color": color, "lw": 1.2},
+    )
+    # label near the child end, so the edges of one event do not share a midpoint
+    ax.text(
+        x - 0.3 * (x - start[0]),
+        y - 0.3 * (y - start[1]),
+        operator,
+        fontsize=6,
+        color=color,
+        ha="center",
+        va="center",
+        zorder=4,
+        bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
+    )
+
+
+def _family_tree_frame(ax: Any, palette: dict[str, str], n_lanes: int, end: int, title: str | None) -> None:
+    """The operators' legend (where any), the axes' labels, ticks and limits, the title."""
     for op, color in palette.items():
-        ax.plot([], [], color=color, label=op)
+        ax.plot([], [], color=color, label=op)  # the edges carry no label: a legend entry per operator
     if palette:
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_xlabel("generation")
@@ -175,6 +196,3 @@ def draw_family_tree(
     ax.set_xlim(-0.8, end + 0.5)
     ax.set_ylim(-0.7, n_lanes - 0.3)
     ax.set_title(title or "PopuLoRA family tree")
-    fig.tight_layout()
-
-    write_figure(out_png, fig, dpi=120)

@@ -52,28 +52,57 @@ def make_warm_base(params, base_dir: str | Path, out_dir: str | Path, sandbox, l
         log.info("warm_start.enabled is false: the warm base is the base itself (%s, hard-linked)", base_dir)
         return {"enabled": False}
     started = time.monotonic()
-    import torch
-
-    from populora.lm.adapters import normalize_config
     from populora.lm.dtype import resolve_dtype
     from populora.lm.model import load_base
-    from populora.tasks.prompts import chat_wrapper
     from populora.verifier.families import type_counts
-    from populora.warmstart.examples import answer_budget, build_examples, encode_example
-    from populora.warmstart.train import adapter_folder, add_lora, merge_into_base, train
+    from populora.warmstart.train import add_lora
 
     counts: Counter = Counter()
     tasks, seeds = verified_inputs(params, sandbox, counts)
-    verified_s = time.monotonic() - started
+    verify_s = time.monotonic() - started
+    _log_verified(log, tasks, counts, verify_s)
+    dtype, reason = resolve_dtype(cfg.dtype, params.model.device)  # for the record; load_base logs its choice
+    tokenizer, model = load_base(base_dir, dtype=cfg.dtype, device=params.model.device)
+    budget = _checked_answer_budget(params, tasks, tokenizer)
+    rows = _training_rows(params, tasks, seeds, tokenizer)
+    peft_model = add_lora(model, rank=cfg.rank, alpha=cfg.alpha, target_modules=list(cfg.target_modules), seed=cfg.seed)
+    steps, train_s = _fine_tune(cfg, peft_model, rows, tokenizer.pad_token_id, log)
+    merge_s = _save_and_merge(peft_model, base_dir, out_dir)
+    write_jsonl(out_dir / TASKS_FILE, tasks)
+    return {
+        "enabled": True,
+        "examples": len(rows),
+        "tasks": type_counts(tasks),
+        "dropped": dict(sorted(counts.items())),
+        "families": dict(sorted(Counter(t["family"] for t in tasks).items())),
+        "dtype": dtype,
+        "dtype_reason": reason,
+        "answer_budget_tokens": budget,
+        **_training_summary(steps, train_s),
+        "wall_s": round(time.monotonic() - started, 1),
+        "verify_s": round(verify_s, 1),
+        "merge_s": round(merge_s, 1),
+        "settings": cfg.model_dump(mode="json"),
+    }
+
+
+def _log_verified(log: logging.Logger, tasks: list[dict], counts: Counter, seconds: float) -> None:
+    from populora.verifier.families import type_counts
+
     log.info(
         "%d verified training tasks %s in %.1f s (candidates dropped: %s)",
         len(tasks),
         type_counts(tasks),
-        verified_s,
+        seconds,
         {k: v for k, v in counts.items() if k not in ("candidates", "kept")},
     )
-    dtype, reason = resolve_dtype(cfg.dtype, params.model.device)  # for the record; load_base logs its choice
-    tokenizer, model = load_base(base_dir, dtype=cfg.dtype, device=params.model.device)
+
+
+def _checked_answer_budget(params, tasks: list[dict], tokenizer) -> int:
+    """The tokens the longest gold answer takes with its closing fence; refused when `solve.max_new_tokens` is
+    shorter (the solver could not write out the answers it is taught: a right answer cut off is graded wrong)."""
+    from populora.warmstart.examples import answer_budget
+
     budget = answer_budget(tasks, tokenizer)
     if budget > params.solve.max_new_tokens:
         raise ValueError(
@@ -81,16 +110,31 @@ def make_warm_base(params, base_dir: str | Path, out_dir: str | Path, sandbox, l
             f"answer ({budget} tokens with its closing fence). Fix: raise solve.max_new_tokens to "
             f"{budget} or more."
         )
+    return budget
+
+
+def _training_rows(params, tasks: list[dict], seeds: list[dict], tokenizer) -> list[dict]:
+    """The tasks as token rows in the solver's exact prompt format (its chat wrapper, worked examples and mode)."""
+    from populora.tasks.prompts import chat_wrapper
+    from populora.warmstart.examples import build_examples, encode_example
+
     examples = build_examples(
         tasks,
         seeds,
         chat=chat_wrapper(tokenizer),
         worked_examples=params.solve.worked_examples,
-        seed=cfg.seed,
+        seed=params.warm_start.seed,
         mode=params.solve.mode,
     )
-    rows = [encode_example(e, tokenizer) for e in examples]
-    peft_model = add_lora(model, rank=cfg.rank, alpha=cfg.alpha, target_modules=list(cfg.target_modules), seed=cfg.seed)
+    return [encode_example(e, tokenizer) for e in examples]
+
+
+def _fine_tune(cfg, peft_model, rows: list[dict], pad_id: int, log: logging.Logger) -> tuple[list[dict], float]:
+    """Train the LoRA adapter on `rows` (`cfg`: params.warm_start); returns the per-step records and the
+    seconds the training took."""
+    import torch
+
+    from populora.warmstart.train import train
 
     def on_step(record: dict) -> None:
         if record["step"] % 10 == 0:
@@ -104,7 +148,7 @@ def make_warm_base(params, base_dir: str | Path, out_dir: str | Path, sandbox, l
             )
 
     torch.manual_seed(cfg.seed)
-    trained_at = time.monotonic()
+    started = time.monotonic()
     steps = train(
         peft_model,
         rows,
@@ -112,39 +156,40 @@ def make_warm_base(params, base_dir: str | Path, out_dir: str | Path, sandbox, l
         micro_batch=cfg.micro_batch,
         learning_rate=cfg.learning_rate,
         warmup_steps=cfg.warmup_steps,
-        pad_id=tokenizer.pad_token_id,
+        pad_id=pad_id,
         on_step=on_step,
     )
-    train_s = time.monotonic() - trained_at
+    return steps, time.monotonic() - started
+
+
+def _save_and_merge(peft_model, base_dir: Path, out_dir: Path) -> float:
+    """Fold the trained adapter into the base's weights in `out_dir`, the adapter kept beside them; returns
+    the seconds the merge took."""
+    from populora.lm.adapters import normalize_config
+    from populora.warmstart.train import adapter_folder, merge_into_base
+
     adapter = out_dir / "_adapter"
     peft_model.save_pretrained(str(adapter))
     normalize_config(adapter_folder(adapter))  # target_modules in a stable order (byte-identical reruns)
-    merged_at = time.monotonic()
+    started = time.monotonic()
     merge_into_base(base_dir, adapter_folder(adapter), out_dir)
-    merge_s = time.monotonic() - merged_at
+    merge_s = time.monotonic() - started
     _move_adapter(adapter, out_dir / "warm_start_adapter")
-    write_jsonl(out_dir / TASKS_FILE, tasks)
+    return merge_s
+
+
+def _training_summary(steps: list[dict], train_s: float) -> dict:
+    """The fine-tune's part of the record: every step, the tokens trained on, the mean loss and accuracies of
+    the last (up to) five steps, and the throughput."""
     tokens = sum(s["tokens"] for s in steps)
     last = steps[-min(5, len(steps)) :]
     return {
-        "enabled": True,
-        "examples": len(rows),
-        "tasks": type_counts(tasks),
-        "dropped": dict(sorted(counts.items())),
-        "families": dict(sorted(Counter(t["family"] for t in tasks).items())),
-        "dtype": dtype,
-        "dtype_reason": reason,
-        "answer_budget_tokens": budget,
         "steps": steps,
         "tokens": tokens,
         "answer_tokens": sum(s["answer_tokens"] for s in steps),
         "final": {k: round(sum(s[k] for s in last) / len(last), 5) for k in ("loss", "token_accuracy", "exact")},
-        "wall_s": round(time.monotonic() - started, 1),
         "train_s": round(train_s, 1),
-        "verify_s": round(verified_s, 1),
-        "merge_s": round(merge_s, 1),
         "tokens_per_s": round(tokens / train_s, 1) if train_s else None,
-        "settings": cfg.model_dump(mode="json"),
     }
 
 
