@@ -317,6 +317,9 @@ class Params(Section):
         return self
 
 
+_Problem = tuple[str, object, str, str]  # (key, value, problem, fix): one of `cannot_learn`'s
+
+
 def cannot_learn(params: Params) -> list[tuple[str, object, str, str]]:
     """(key, value, problem, fix) for each role whose every advantage is 0 by construction.
 
@@ -328,61 +331,81 @@ def cannot_learn(params: Params) -> list[tuple[str, object, str, str]]:
       `solve.tasks_per_type` slots in the baseline arm and in a population whose students' slots cover
       its teachers (else pairing adds slots), so 1 x 1, or 1 task with identical answers, gives 0.
     """
+    identical = _identical_answers(params.solve)
+    checks = (
+        _lone_proposals(params),
+        _per_task_without_spread(params, identical),
+        _trr_without_spread(params, identical),
+    )
+    return [problem for problem in checks if problem is not None]
+
+
+def _identical_answers(solve: SolveSection) -> bool:
+    """Whether every sample of a task gets one prompt and greedy decoding, so its answers are all alike."""
+    return solve.temperature == 0 and solve.worked_examples == 0
+
+
+def _lone_proposals(params: Params) -> _Problem | None:
+    """One proposal per teacher and type: alone in its TRR++ group, so every proposer advantage is 0."""
+    if params.propose.per_type >= 2:
+        return None
+    return (
+        "propose.per_type",
+        params.propose.per_type,
+        "one proposal per teacher and task type is alone in its TRR++ group (adapter, propose, type), "
+        "so every proposer advantage is 0 and teachers never learn",
+        "Set propose.per_type to 2 or more.",
+    )
+
+
+def _per_task_without_spread(params: Params, identical: bool) -> _Problem | None:
+    """Under the per_task baseline: one answer per task, or identical ones, leave nothing to compare with."""
     solve = params.solve
-    problems: list[tuple[str, object, str, str]] = []
-    identical = solve.temperature == 0 and solve.worked_examples == 0  # every sample of a task gets one prompt, greedy
-    if params.propose.per_type < 2:
-        problems.append(
-            (
-                "propose.per_type",
-                params.propose.per_type,
-                "one proposal per teacher and task type is alone in its TRR++ group (adapter, propose, type), "
-                "so every proposer advantage is 0 and teachers never learn",
-                "Set propose.per_type to 2 or more.",
-            )
+    if params.reward.advantage_baseline != "per_task":
+        return None
+    if solve.samples < 2:
+        return (
+            "solve.samples",
+            solve.samples,
+            "reward.advantage_baseline: per_task compares an answer with the other answers to its task, "
+            "and with one sample there are none, so every solve advantage is 0",
+            "Set solve.samples to 2 or more, or reward.advantage_baseline: trr++.",
         )
-    if params.reward.advantage_baseline == "per_task" and solve.samples < 2:
-        problems.append(
-            (
-                "solve.samples",
-                solve.samples,
-                "reward.advantage_baseline: per_task compares an answer with the other answers to its task, "
-                "and with one sample there are none, so every solve advantage is 0",
-                "Set solve.samples to 2 or more, or reward.advantage_baseline: trr++.",
-            )
+    if identical:
+        return (
+            "solve.temperature",
+            solve.temperature,
+            "greedy answers (temperature 0, solve.worked_examples 0: one prompt per task) are identical, so "
+            "with reward.advantage_baseline: per_task every solve advantage is 0",
+            "Sample the answers (solve.temperature above 0, e.g. 0.5), draw worked examples per sample "
+            "(solve.worked_examples 1 or more), or use reward.advantage_baseline: trr++.",
         )
-    elif params.reward.advantage_baseline == "per_task" and identical:
-        problems.append(
-            (
-                "solve.temperature",
-                solve.temperature,
-                "greedy answers (temperature 0, solve.worked_examples 0: one prompt per task) are identical, so "
-                "with reward.advantage_baseline: per_task every solve advantage is 0",
-                "Sample the answers (solve.temperature above 0, e.g. 0.5), draw worked examples per sample "
-                "(solve.worked_examples 1 or more), or use reward.advantage_baseline: trr++.",
-            )
-        )
+    return None
+
+
+def _trr_without_spread(params: Params, identical: bool) -> _Problem | None:
+    """Under the trr++ baseline: a student's (adapter, solve, type) group of exactly one task with one answer,
+    or identical ones, has no spread."""
+    solve = params.solve
     exact_slots = "baseline" in params.dag.arms or (
         params.population.teachers <= params.population.students * solve.tasks_per_type
     )
-    if (
+    if not (
         params.reward.advantage_baseline == "trr++"
         and exact_slots
         and solve.tasks_per_type == 1
         and (solve.samples == 1 or identical)
     ):
-        what = "one answer" if solve.samples == 1 else "identical greedy answers (temperature 0, no worked examples)"
-        problems.append(
-            (
-                "solve.tasks_per_type",
-                solve.tasks_per_type,
-                f"one task per student and type with {what} leaves each TRR++ group (adapter, solve, type) "
-                "without a spread, so every solve advantage is 0",
-                "Set solve.tasks_per_type to 2 or more, or solve.samples to 2 or more with sampled answers "
-                "(solve.temperature above 0).",
-            )
-        )
-    return problems
+        return None
+    what = "one answer" if solve.samples == 1 else "identical greedy answers (temperature 0, no worked examples)"
+    return (
+        "solve.tasks_per_type",
+        solve.tasks_per_type,
+        f"one task per student and type with {what} leaves each TRR++ group (adapter, solve, type) "
+        "without a spread, so every solve advantage is 0",
+        "Set solve.tasks_per_type to 2 or more, or solve.samples to 2 or more with sampled answers "
+        "(solve.temperature above 0).",
+    )
 
 
 # keys renamed to TRL's and verl's names (docs/design.md, "The update's knobs"): old key -> the fix, given its value

@@ -23,6 +23,8 @@ evolved/evolution.json (events, every member's fitness and rank, members, reward
 
 from __future__ import annotations
 
+import argparse
+import logging
 from pathlib import Path
 
 from populora.core.io import read_json, replace_dir, staging_dir, write_json
@@ -46,43 +48,19 @@ def evolves(arm: str, gen: int, evolve) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = stage_parser(__doc__.splitlines()[0])
-    for flag in ("--state", "--trained", "--ratings", "--stats", "--evolved"):
-        parser.add_argument(flag, required=True)
-    args = parser.parse_args(argv)
+    args = _parse_args(argv)
     params, log = setup(args, "evolve")
     state = load_state(args.state)
-    trained = Path(args.trained) / ADAPTERS
     ratings = read_json(args.ratings)
     records = accumulate_rewards(state.fitness, read_json(args.stats)["rewards"])
     scheduled = evolves(args.arm, args.gen, params.evolve)
     result = {"events": [], "rankings": {}, "members": state.members, "ratings": ratings, "reward_records": records}
     if scheduled:
-        result = plan_generation_replacement(
-            state,
-            ratings,
-            records,
-            generation=args.gen,
-            replace=params.evolve.replace,
-            operator_mix=params.evolve.operators,
-            teacher_mode=params.reward.teacher_mode,
-            fitness_mode=params.evolve.fitness,
-            parents=params.evolve.parents,
-            seed_of=lambda role: derive_seed(params.base.seed, "evolve", args.arm, args.gen, role),
-        )
+        result = _plan_replacement(args, params, state, ratings, records)
     tmp = staging_dir(args.evolved)
     (tmp / ADAPTERS).mkdir()
     for event in result["events"]:
-        parents = [read_state_dict(trained / slot) for slot in event["parent_slots"]]
-        child = make_child(parents, event["operator"], event["seed"], fitness=event["fitness"])
-        event["distance_to_parents"] = [round(weight_distance(child, parent), 6) for parent in parents]
-        moments = Path(args.trained) / OPTIMIZER / f"{event['parent_slots'][0]}.safetensors"
-        # a parent that took no step yet has no moments: the child starts fresh, as the parent would
-        carried = moments.is_file() and carry_moments(
-            moments, tmp / OPTIMIZER / f"{event['slot']}.safetensors", event["parent_slots"][0], event["slot"]
-        )
-        event["moments"] = "carried" if carried else "fresh"
-        write_adapter(tmp / ADAPTERS / event["slot"], child, config_from=trained / event["parent_slots"][0])
+        _write_child(event, Path(args.trained), tmp)
         log.info(
             "%s: %s replaced by %s, %s(%s)",
             event["role"],
@@ -91,13 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             event["operator"],
             event["parents"],
         )
-    for role, ranking in result["rankings"].items():
-        log.info(
-            "%s ranked by %s: %s",
-            role,
-            ranking[0]["by"] if ranking else "-",
-            [(r["slot"], round(r["fitness"], 3)) for r in ranking],
-        )
+    _log_rankings(log, result["rankings"])
     write_json(tmp / RATINGS, result["ratings"])
     write_json(
         tmp / EVOLUTION,
@@ -106,6 +78,57 @@ def main(argv: list[str] | None = None) -> int:
     replace_dir(tmp, args.evolved)
     log.info("%d evolution events", len(result["events"]))
     return 0
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = stage_parser(__doc__.splitlines()[0])
+    for flag in ("--state", "--trained", "--ratings", "--stats", "--evolved"):
+        parser.add_argument(flag, required=True)
+    return parser.parse_args(argv)
+
+
+def _plan_replacement(args: argparse.Namespace, params, state, ratings: dict, records: dict) -> dict:
+    """The generation's replacement step as data (`plan_generation_replacement`): events, rankings, members,
+    ratings and reward records; each role's seed derived from the arm and generation."""
+    return plan_generation_replacement(
+        state,
+        ratings,
+        records,
+        generation=args.gen,
+        replace=params.evolve.replace,
+        operator_mix=params.evolve.operators,
+        teacher_mode=params.reward.teacher_mode,
+        fitness_mode=params.evolve.fitness,
+        parents=params.evolve.parents,
+        seed_of=lambda role: derive_seed(params.base.seed, "evolve", args.arm, args.gen, role),
+    )
+
+
+def _write_child(event: dict, trained: Path, out: Path) -> None:
+    """Make the child `event` plans from its parents' trained adapters and write it into `out`: its adapter and
+    its first parent's optimizer moments. Records in `event` its weight distance to each parent and whether
+    the moments were carried."""
+    first = event["parent_slots"][0]
+    parents = [read_state_dict(trained / ADAPTERS / slot) for slot in event["parent_slots"]]
+    child = make_child(parents, event["operator"], event["seed"], fitness=event["fitness"])
+    event["distance_to_parents"] = [round(weight_distance(child, parent), 6) for parent in parents]
+    moments = trained / OPTIMIZER / f"{first}.safetensors"
+    # a parent that took no step yet has no moments: the child starts fresh, as the parent would
+    carried = moments.is_file() and carry_moments(
+        moments, out / OPTIMIZER / f"{event['slot']}.safetensors", first, event["slot"]
+    )
+    event["moments"] = "carried" if carried else "fresh"
+    write_adapter(out / ADAPTERS / event["slot"], child, config_from=trained / ADAPTERS / first)
+
+
+def _log_rankings(log: logging.Logger, rankings: dict) -> None:
+    for role, ranking in rankings.items():
+        log.info(
+            "%s ranked by %s: %s",
+            role,
+            ranking[0]["by"] if ranking else "-",
+            [(r["slot"], round(r["fitness"], 3)) for r in ranking],
+        )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@ committed pool under data/), verified again, and no proposal is made. With `held
 
 from __future__ import annotations
 
+import argparse
+import logging
+
 from populora.core.io import write_json, write_jsonl
 from populora.core.paths import project_path
 from populora.heldout.pool import pool_types, propose_pool, reuse_pool, verified_seeds
@@ -58,14 +61,7 @@ def check_pool_file(given: str | None, named: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = stage_parser(__doc__.splitlines()[0], arm=False, gen=False)
-    for flag in ("--base-model", "--pool", "--base"):
-        parser.add_argument(flag, required=True)
-    parser.add_argument("--raw-base", help="the raw base before the warm start, scored beside the base (greedy)")
-    parser.add_argument(
-        "--pool-file", help="a pool made before (the file heldout.pool_file names): reused, no proposals"
-    )
-    args = parser.parse_args(argv)
+    args = _parse_args(argv)
     params, log = setup(args, "heldout_pool", chain=True)
     check_pool_file(args.pool_file, params.heldout.pool_file)
     if params.heldout.per_type == 0 or not pool_types(params.propose.types):
@@ -82,25 +78,13 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 with timed(log, "building the held-out pool"):
                     pool = propose_pool(params, model, tokenizer, seeds, sandbox, log)
-            with timed(log, f"scoring the base model on {len(pool)} held-out tasks"):
-                metrics, table = score_members(params, model, tokenizer, pool, [None], {}, sandbox)
-            rates = {}
-            if params.heldout.samples:
-                with timed(log, f"the base model's {params.heldout.samples} answers a task"):
-                    rates = pass_rates(params, model, tokenizer, pool, [None], sandbox, samples=params.heldout.samples)
-                metrics |= pass_rate_metrics(rates, pool, {})
+            metrics, table, rates = _score_base(params, model, tokenizer, pool, sandbox, log)
             with timed(log, "the best constant answer and the copy and echo baselines"):
                 constant = best_constant(pool, params.verify, sandbox)
             raw = {}
             if args.raw_base and params.warm_start.enabled and pool:
                 model = None  # one model at a time
-                raw_tokenizer, raw_model = load_sampler(args.raw_base, {}, params)
-                with timed(log, f"scoring the raw base (before the warm start) on {len(pool)} held-out tasks"):
-                    raw_metrics, raw_table = score_members(params, raw_model, raw_tokenizer, pool, [None], {}, sandbox)
-                raw = {
-                    "metrics": {k.replace("heldout.base.", "heldout.raw_base."): v for k, v in raw_metrics.items()},
-                    "verdicts": raw_table.get("base", {}),
-                }
+                raw = _score_raw_base(args.raw_base, params, pool, sandbox, log)
     except IsolationError as error:  # a layer of verify.required_layers is missing
         log.error("%s", error)
         return 3
@@ -120,6 +104,41 @@ def main(argv: list[str] | None = None) -> int:
     )
     log.info("held-out pool of %d tasks %s; base accuracy %s", len(pool), size, metrics.get("heldout.base.accuracy"))
     return 0
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = stage_parser(__doc__.splitlines()[0], arm=False, gen=False)
+    for flag in ("--base-model", "--pool", "--base"):
+        parser.add_argument(flag, required=True)
+    parser.add_argument("--raw-base", help="the raw base before the warm start, scored beside the base (greedy)")
+    parser.add_argument(
+        "--pool-file", help="a pool made before (the file heldout.pool_file names): reused, no proposals"
+    )
+    return parser.parse_args(argv)
+
+
+def _score_base(params, model, tokenizer, pool: list[dict], sandbox, log: logging.Logger) -> tuple[dict, dict, dict]:
+    """The base model's greedy metrics and verdict table on the pool, and with `heldout.samples` its pass rates
+    (their metrics joined to the greedy ones; {} without samples)."""
+    with timed(log, f"scoring the base model on {len(pool)} held-out tasks"):
+        metrics, table = score_members(params, model, tokenizer, pool, [None], {}, sandbox)
+    rates = {}
+    if params.heldout.samples:
+        with timed(log, f"the base model's {params.heldout.samples} answers a task"):
+            rates = pass_rates(params, model, tokenizer, pool, [None], sandbox, samples=params.heldout.samples)
+        metrics |= pass_rate_metrics(rates, pool, {})
+    return metrics, table, rates
+
+
+def _score_raw_base(raw_base: str, params, pool: list[dict], sandbox, log: logging.Logger) -> dict:
+    """The raw base's (before the warm start) greedy `metrics`, named `heldout.raw_base.*`, and its `verdicts`."""
+    raw_tokenizer, raw_model = load_sampler(raw_base, {}, params)
+    with timed(log, f"scoring the raw base (before the warm start) on {len(pool)} held-out tasks"):
+        raw_metrics, raw_table = score_members(params, raw_model, raw_tokenizer, pool, [None], {}, sandbox)
+    return {
+        "metrics": {k.replace("heldout.base.", "heldout.raw_base."): v for k, v in raw_metrics.items()},
+        "verdicts": raw_table.get("base", {}),
+    }
 
 
 if __name__ == "__main__":

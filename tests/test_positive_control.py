@@ -116,3 +116,12 @@ def test_control_refuses_a_bad_overlay_before_any_work(tmp_path, capsys):
     overlay.write_text("control:\n  family: nope\n")
     assert main(["--overlay", str(overlay), "--base-model", str(tmp_path / "none"), "--out", str(tmp_path / "o")]) == 2
     assert not (tmp_path / "none").exists()
+
+
+def test_the_committed_control_still_renders():
+    """study/positive-control/ ran a family of the generator issue 55 replaced: its page renders all the same."""
+    from populora.control.positive import markdown
+    from tests.conftest import REPO
+
+    page = markdown(json.loads((REPO / "study" / "positive-control" / "result.json").read_text()))
+    assert page.startswith("# Positive control: `maximum` (a family of an earlier task generator)")

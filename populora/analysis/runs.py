@@ -81,17 +81,50 @@ def load_run(folder: Path) -> dict:
     params = yaml.safe_load((folder / "params.yaml").read_text())
     arm = params["dag"]["arms"][0]
     dynamics = folder / "dynamics" / arm
+    tables = _bench_tables(folder, arm)  # the held-out pool comes from the dynamics below
+    refs_of = arm_refs(arm, params["population"]["teachers"], params["population"]["students"])
+    curve = heldout_generations(dynamics / HELDOUT_VERDICTS, refs_of)
+    pass_rate = _add_heldout(tables["verdicts"], curve)
+    models, students = _models_and_students(tables["verdicts"], refs_of)
+    rows = _read_optional(dynamics / DYNAMICS_TABLE)
+    return {
+        **empty_run(folder.name, run["control"], run["seed"], arm, students, models),
+        "wall_s": _wall_s(run),
+        "attempts": int(run.get("attempts") or 1),
+        "machine": run.get("machine"),
+        **tables,
+        "pass_rate": pass_rate,
+        "summary": _read_optional(dynamics / DYNAMICS_SUMMARY),
+        "rows": rows if isinstance(rows, list) else [],
+        "training": _read_optional(folder / "training_answers.json"),
+        "params": flatten(params),
+        "generations": params["dag"]["generations"],
+        "heldout_curve": curve.get("generations", []),
+        "passk": read_passk(folder / "passk" / "passk.json"),
+    }
+
+
+def _bench_dirs(folder: Path, arm: str, bench: str) -> tuple[Path, Path]:
+    """The folders holding the arm's and the base's results of `bench`: a job of its own, or the together job
+    (bench.together)."""
+    own = [folder / "bench" / side / bench for side in (arm, "base")]
+    arm_dir, base_dir = (
+        path if path.is_dir() and not (path / "_together.json").is_file() else path.parent / TOGETHER / bench
+        for path in own
+    )
+    return arm_dir, base_dir
+
+
+def _bench_tables(folder: Path, arm: str) -> dict[str, dict]:
+    """The benchmark results of a run folder as the record's `verdicts`, `copy_free`, `gold` and `diagnostics`
+    ({benchmark: {model: ...}}; the base model as `base`, with no diagnostics)."""
     verdicts: dict[str, dict[str, dict[str, int]]] = {}
     copy_free: dict[str, dict[str, dict[str, int]]] = {}
     gold: dict[str, dict[str, dict[str, float]]] = {}
     diagnostics: dict[str, dict[str, dict]] = {}
-    for bench in BENCHES:  # the benchmark results; the held-out pool comes from the dynamics below
-        # a job of its own, or the together job (bench.together); `_*.json` are notes, not results
-        own = [folder / "bench" / side / bench for side in (arm, "base")]
-        arm_dir, base_dir = (
-            path if path.is_dir() and not (path / "_together.json").is_file() else path.parent / TOGETHER / bench
-            for path in own
-        )
+    for bench in BENCHES:
+        arm_dir, base_dir = _bench_dirs(folder, arm, bench)
+        # `_*.json` are notes, not results
         results = sorted(path for path in arm_dir.glob("*.json") if not path.name.startswith("_"))
         base = base_dir / "base.json"
         for result_file in [*results, *([base] if base.is_file() else [])]:
@@ -107,38 +140,35 @@ def load_run(folder: Path) -> dict:
                 copy_free.setdefault(bench, {})[model] = without_copies(
                     result["per_problem"], json.loads(answers.read_text())
                 )
-    refs_of = arm_refs(arm, params["population"]["teachers"], params["population"]["students"])
-    curve = heldout_generations(dynamics / HELDOUT_VERDICTS, refs_of)
+    return {"verdicts": verdicts, "copy_free": copy_free, "gold": gold, "diagnostics": diagnostics}
+
+
+def _add_heldout(verdicts: dict, curve: dict) -> dict[str, dict[str, dict[str, float]]]:
+    """Add the held-out pool to `verdicts` as one more benchmark, `heldout` (the final generation's verdicts and
+    the base's), and return its pass rates over `heldout.samples` answers at T=1 (the primary endpoint) as
+    {"heldout": {model: {task: rate}}}; {} where the run has no pool or no pass rates."""
     pass_rate: dict[str, dict[str, dict[str, float]]] = {}
-    if curve:  # the held-out pool, read as one more benchmark: the final generation's verdicts and the base's
+    if curve:
         verdicts["heldout"] = {**curve["generations"][-1], "base": curve["base"]}
-        if curve.get("pass_rates"):  # and the primary endpoint: pass rates over heldout.samples answers at T=1
+        if curve.get("pass_rates"):
             pass_rate["heldout"] = {**curve["pass_rates"][-1], "base": curve["base_pass_rates"]}
+    return pass_rate
+
+
+def _models_and_students(verdicts: dict, refs_of: dict) -> tuple[list[str], list[str]]:
+    """The run's models (all but the base, as the first benchmark read names them, sorted) and which of them
+    are students."""
     first = next((b for b in READ_BENCHES if b in verdicts), None)
     models = sorted(m for m in (verdicts[first] if first is not None else {}) if m != "base")
     # the roles as the run's own params assigned them (runs of older code record no role in their results)
     students = [m for m in models if m in {ref.name for ref in refs_of["students"]}]
-    # paused_s: time the run spent stopped (SIGSTOP, to time something else on the machine), not running
-    wall_s = run["wall_s"] - run.get("paused_s", 0) if run.get("wall_s") is not None else None
-    rows = _read_optional(dynamics / DYNAMICS_TABLE)
-    return {
-        **empty_run(folder.name, run["control"], run["seed"], arm, students, models),
-        "wall_s": wall_s,
-        "attempts": int(run.get("attempts") or 1),
-        "machine": run.get("machine"),
-        "verdicts": verdicts,
-        "copy_free": copy_free,
-        "gold": gold,
-        "pass_rate": pass_rate,
-        "diagnostics": diagnostics,
-        "summary": _read_optional(dynamics / DYNAMICS_SUMMARY),
-        "rows": rows if isinstance(rows, list) else [],
-        "training": _read_optional(folder / "training_answers.json"),
-        "params": flatten(params),
-        "generations": params["dag"]["generations"],
-        "heldout_curve": curve.get("generations", []),
-        "passk": read_passk(folder / "passk" / "passk.json"),
-    }
+    return models, students
+
+
+def _wall_s(run: dict) -> float | None:
+    """The run's wall time less the time it spent paused (`paused_s`: stopped by SIGSTOP, to time something
+    else on the machine, not running); None where not recorded."""
+    return run["wall_s"] - run.get("paused_s", 0) if run.get("wall_s") is not None else None
 
 
 def read_passk(path: Path) -> dict:

@@ -361,15 +361,7 @@ def _generate(
             progress=progress,
         )
         return {
-            model.name: [
-                {
-                    "completion": o.completion,
-                    "truncated": o.truncated,
-                    "tokens": o.tokens_generated,
-                    "gold": list(o.gold) if o.gold is not None else None,
-                }
-                for o in made[k * len(indices) : (k + 1) * len(indices)]
-            ]
+            model.name: [_kept_output(o) for o in made[k * len(indices) : (k + 1) * len(indices)]]
             for k, model in enumerate(models)
         }
 
@@ -385,6 +377,16 @@ def _generate(
         log=log,
     )
     return [output for model in models for output in generated[model.name]]
+
+
+def _kept_output(output) -> dict:
+    """What is kept of one completion (`run_plans`'s output), JSON-safe as `partial` stores it."""
+    return {
+        "completion": output.completion,
+        "truncated": output.truncated,
+        "tokens": output.tokens_generated,
+        "gold": list(output.gold) if output.gold is not None else None,
+    }
 
 
 def _grade(

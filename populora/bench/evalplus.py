@@ -461,8 +461,6 @@ def generate_member_solutions(
     (the base, or adapters of a stacked multi-LoRA model), in one pass (every problem once per model,
     sharing batches), in pieces of `size` problems kept in `partial` as they finish
     (`populora.bench.partial`)."""
-    from evalplus.sanitize import sanitize
-
     from populora.bench.partial import generate_in_pieces
 
     stops = stop_strings(tokenizer, dataset)
@@ -498,16 +496,24 @@ def generate_member_solutions(
         unit="prompts",
         log=log,
     )
-    per_model = {}
-    for m in models:
-        completions = []
-        for task_id, prompt, (text, n_tokens, hit_limit) in zip(task_ids, prompts, outputs[m.name]):
-            # evalplus.codegen: a chat model's output is the solution; a base model continues the prompt.
-            raw = problems[task_id]["prompt"].strip() + "\n" + text if is_direct_completion(tokenizer) else text
-            solution = sanitize(raw, entrypoint=problems[task_id]["entry_point"])
-            completions.append(Completion(task_id, prompt, raw, solution, n_tokens, hit_limit))
-        per_model[m.name] = completions
-    return per_model
+    direct = is_direct_completion(tokenizer)
+    return {m.name: _completions(problems, task_ids, prompts, outputs[m.name], direct) for m in models}
+
+
+def _completions(
+    problems: dict[str, dict], task_ids: list[str], prompts: list[str], outputs: list, direct: bool
+) -> list[Completion]:
+    """One model's generated `(text, new tokens, hit the limit)` per task as sanitized completions;
+    `direct`: the tokenizer has no chat template (`is_direct_completion`)."""
+    from evalplus.sanitize import sanitize
+
+    completions = []
+    for task_id, prompt, (text, n_tokens, hit_limit) in zip(task_ids, prompts, outputs):
+        # evalplus.codegen: a chat model's output is the solution; a base model continues the prompt.
+        raw = problems[task_id]["prompt"].strip() + "\n" + text if direct else text
+        solution = sanitize(raw, entrypoint=problems[task_id]["entry_point"])
+        completions.append(Completion(task_id, prompt, raw, solution, n_tokens, hit_limit))
+    return completions
 
 
 # ---------------------------------------------------------------- the runner
@@ -521,16 +527,39 @@ def run(
     files under `out/<model>/`."""
     bench = settings.benchmark
     dataset = CODE_BENCHMARKS[bench]
-    data_dir = settings.data_dir
-    problems = load_problems(bench, data_dir, settings.limit)
+    problems = load_problems(bench, settings.data_dir, settings.limit)
     log.info(
         "%s: %d problems from %s, %d model(s) in one pass",
         bench,
         len(problems),
-        data_dir or "the official evalplus release",
+        settings.data_dir or "the official evalplus release",
         len(models),
     )
     expected = expected_outputs(problems, dataset)
+    generated, generation_s = _generate_in_one_pass(settings, models, base_model, problems, partial, log)
+    results = {}
+    for model in models:
+        score = _score(settings, model.name, generated[model.name], problems, expected, out / model.name, log)
+        results[model.name] = {
+            **score,
+            "generation_s": round(generation_s, 1),
+            "models_in_pass": len(models),
+            "data": str(settings.data_dir) if settings.data_dir else "official",
+        }
+    return results
+
+
+def _generate_in_one_pass(
+    settings: BenchSettings,
+    models: list[BenchModel],
+    base_model: Path,
+    problems: dict[str, dict],
+    partial: Partial | None,
+    log,
+) -> tuple[dict[str, list[Completion]], float]:
+    """Every model's completions, generated in one pass of the base with their adapters stacked, and the
+    seconds the generation took. The model is let go on return, so that its memory is freed before the
+    sandboxed checks (unless the process keeps it for the next benchmark: `BenchSettings.load_model`)."""
     adapters = {name: path for model in models for name, path in model.adapters.items()}
     tokenizer, lm = settings.load_model(base_model, adapters)
     start = time.perf_counter()
@@ -538,7 +567,7 @@ def run(
         lm,
         tokenizer,
         problems,
-        dataset,
+        CODE_BENCHMARKS[settings.benchmark],
         models,
         max_new_tokens=settings.max_new_tokens,
         batch_size=settings.batch_size,
@@ -546,44 +575,62 @@ def run(
         partial=partial,
         log=log,
     )
-    generation_s = time.perf_counter() - start
-    del lm  # free memory before the sandboxed checks
-    results = {}
-    for model in models:
-        completions = generated[model.name]
-        samples = out / model.name
-        solutions = {c.task_id: c.solution for c in completions}
-        log.info("%s: scoring %d solutions with evalplus's check_correctness", model.name, len(solutions))
-        verdicts = check_solutions(dataset, problems, expected, solutions, desc=f"{bench} {model.name} checks", log=log)
-        scores = pass_at_1(verdicts)
-        rows = [
-            {
-                **c.__dict__,
-                **{k: v for k, v in verdicts[c.task_id].items() if not k.endswith("_fail_tests")},
-                "passed": verdicts[c.task_id]["plus_status"] == "pass" and verdicts[c.task_id]["base_status"] == "pass",
-            }
-            for c in completions
-        ]
-        write_jsonl(samples / "samples.jsonl", rows)
-        write_jsonl(
-            samples / "harness" / "samples.jsonl", [{"task_id": c.task_id, "solution": c.solution} for c in completions]
-        )
-        write_jsonl(
-            samples / "harness" / "samples.raw.jsonl", [{"task_id": c.task_id, "solution": c.raw} for c in completions]
-        )
-        harness_samples = samples / "harness" / "samples.jsonl"  # evalplus's results file name follows its samples file
-        # written as evalplus writes it (json.dump, inputs may hold inf/nan); `out` is a staging folder
-        results_path(harness_samples).write_text(
-            json.dumps(eval_results(verdicts, solutions, dataset_hash(bench, data_dir, settings.limit)))
-        )
-        results[model.name] = {
-            "n": len(rows),
-            "per_problem": {row["task_id"]: int(row["passed"]) for row in rows},
-            "metrics": {"pass@1": scores["plus_pass@1"], **scores},
-            "hit_token_limit": sum(c.hit_token_limit for c in completions),
-            "harness": f"evalplus {version('evalplus')}",
-            "generation_s": round(generation_s, 1),
-            "models_in_pass": len(models),
-            "data": str(data_dir) if data_dir else "official",
+    return generated, time.perf_counter() - start
+
+
+def _score(
+    settings: BenchSettings,
+    name: str,
+    completions: list[Completion],
+    problems: dict[str, dict],
+    expected: dict[str, dict],
+    samples: Path,
+    log,
+) -> dict:
+    """One model's solutions checked by evalplus, its samples and evalplus's own files written under
+    `samples`; its score (n, per problem, pass@1, hit_token_limit, harness)."""
+    bench = settings.benchmark
+    dataset = CODE_BENCHMARKS[bench]
+    solutions = {c.task_id: c.solution for c in completions}
+    log.info("%s: scoring %d solutions with evalplus's check_correctness", name, len(solutions))
+    verdicts = check_solutions(dataset, problems, expected, solutions, desc=f"{bench} {name} checks", log=log)
+    scores = pass_at_1(verdicts)
+    rows = _sample_rows(completions, verdicts)
+    write_jsonl(samples / "samples.jsonl", rows)
+    _write_harness_files(samples / "harness", completions, solutions, verdicts, settings)
+    return {
+        "n": len(rows),
+        "per_problem": {row["task_id"]: int(row["passed"]) for row in rows},
+        "metrics": {"pass@1": scores["plus_pass@1"], **scores},
+        "hit_token_limit": sum(c.hit_token_limit for c in completions),
+        "harness": f"evalplus {version('evalplus')}",
+    }
+
+
+def _sample_rows(completions: list[Completion], verdicts: dict[str, dict]) -> list[dict]:
+    """One model's rows of samples.jsonl: each completion with its verdict (without the failing inputs)
+    and `passed`, base and plus tests both passed."""
+    return [
+        {
+            **c.__dict__,
+            **{k: v for k, v in verdicts[c.task_id].items() if not k.endswith("_fail_tests")},
+            "passed": verdicts[c.task_id]["plus_status"] == "pass" and verdicts[c.task_id]["base_status"] == "pass",
         }
-    return results
+        for c in completions
+    ]
+
+
+def _write_harness_files(
+    harness: Path,
+    completions: list[Completion],
+    solutions: dict[str, str],
+    verdicts: dict[str, dict],
+    settings: BenchSettings,
+) -> None:
+    """evalplus's own files of one model in `harness`: the samples (sanitized and raw) and their results."""
+    write_jsonl(harness / "samples.jsonl", [{"task_id": c.task_id, "solution": c.solution} for c in completions])
+    write_jsonl(harness / "samples.raw.jsonl", [{"task_id": c.task_id, "solution": c.raw} for c in completions])
+    data_hash = dataset_hash(settings.benchmark, settings.data_dir, settings.limit)
+    # evalplus's results file name follows its samples file; written as evalplus writes it (json.dump,
+    # inputs may hold inf/nan); `out` is a staging folder
+    results_path(harness / "samples.jsonl").write_text(json.dumps(eval_results(verdicts, solutions, data_hash)))

@@ -120,37 +120,17 @@ def evaluate(
 
     `tasks_dir` holds the task files; `harness_dir/tasks` receives copies of those that ran and the
     metadata and generation arguments passed to lm-eval (`lm_eval_args.json`)."""
-    import lm_eval
-    from lm_eval.tasks import TaskManager
-
-    tasks_dir = check_tasks_dir(Path(tasks_dir))
-    metadata = task_metadata(benchmark, data_dir)
-    gen_kwargs = {"max_gen_toks": max_new_tokens}
-    _record_task_files(tasks_dir, Path(harness_dir), benchmark, metadata, gen_kwargs)
-    manager = TaskManager(include_path=str(tasks_dir), include_defaults=False, metadata=metadata)
+    metadata, gen_kwargs, manager = _prepare_task(benchmark, data_dir, max_new_tokens, tasks_dir, [Path(harness_dir)])
     arguments = model_args(base_model, adapter, dtype, vllm)
-    try:
-        if vllm is None:  # lm-eval's hf model as simple_evaluate builds it, with the project's progress lines
-            model = _hf_model(arguments, batch_size, device)
-            model.progress_desc = f"{benchmark} (lm-eval)"
-        results = lm_eval.simple_evaluate(
-            model=model if vllm is None else "vllm",
-            model_args=None if vllm is None else arguments,
-            # vllm: every request at once (batch_size auto), so vLLM's continuous batching fills the KV
-            # cache (`sampler.max_num_seqs` rows in flight) instead of each chunk waiting for its longest row
-            tasks=[task_name(benchmark)],
-            limit=limit,
-            batch_size=batch_size if vllm is None else "auto",
+    try:  # the model is built inside: an adapter that does not load is explained too
+        results = _simple_evaluate(
+            benchmark,
+            limit,
+            manager,
+            gen_kwargs,
+            **_model_to_evaluate(benchmark, arguments, vllm, batch_size, device),
             device=device,
-            apply_chat_template=True,
-            log_samples=True,
             use_cache=cache,
-            task_manager=manager,
-            gen_kwargs=gen_kwargs,
-            random_seed=0,
-            numpy_random_seed=0,
-            torch_random_seed=0,
-            fewshot_random_seed=0,
         )
     except Exception as error:  # re-raised with the context a user needs
         raise BenchError(_explain(error, benchmark, base_model, adapter, metadata["data_dir"])) from error
@@ -159,6 +139,54 @@ def evaluate(
     if vllm is None:  # recorded as when simple_evaluate is given the model's name and arguments
         results["config"].update(model="hf", model_args=arguments)
     return results
+
+
+def _prepare_task(
+    benchmark: str, data_dir: Path | None, max_new_tokens: int, tasks_dir: Path, harness_dirs: list[Path]
+) -> tuple[dict, dict, object]:
+    """(task metadata, generation arguments, lm-eval's task manager) for one benchmark, after checking the
+    task folder and the data file, with the task files and arguments recorded in every harness folder."""
+    from lm_eval.tasks import TaskManager
+
+    tasks_dir = check_tasks_dir(Path(tasks_dir))
+    metadata = task_metadata(benchmark, data_dir)
+    gen_kwargs = {"max_gen_toks": max_new_tokens}
+    for harness_dir in harness_dirs:
+        _record_task_files(tasks_dir, Path(harness_dir), benchmark, metadata, gen_kwargs)
+    manager = TaskManager(include_path=str(tasks_dir), include_defaults=False, metadata=metadata)
+    return metadata, gen_kwargs, manager
+
+
+def _model_to_evaluate(benchmark: str, arguments: dict, vllm: dict | None, batch_size: int, device: str) -> dict:
+    """simple_evaluate's model arguments: lm-eval's own vllm model by name, or (vllm None) lm-eval's hf model
+    as simple_evaluate builds it, with the project's progress lines."""
+    if vllm is not None:
+        # every request at once (batch_size auto), so vLLM's continuous batching fills the KV cache
+        # (`sampler.max_num_seqs` rows in flight) instead of each chunk waiting for its longest row
+        return {"model": "vllm", "model_args": arguments, "batch_size": "auto"}
+    model = _hf_model(arguments, batch_size, device)
+    model.progress_desc = f"{benchmark} (lm-eval)"
+    return {"model": model, "model_args": None, "batch_size": batch_size}
+
+
+def _simple_evaluate(benchmark: str, limit: int | None, manager, gen_kwargs: dict, **model) -> dict | None:
+    """lm-eval's simple_evaluate of the benchmark's task with the project's fixed choices (chat template,
+    per-sample logs, every seed 0); `model`: the model and whatever else its caller gives simple_evaluate."""
+    import lm_eval
+
+    return lm_eval.simple_evaluate(
+        **model,
+        tasks=[task_name(benchmark)],
+        limit=limit,
+        apply_chat_template=True,
+        log_samples=True,
+        task_manager=manager,
+        gen_kwargs=gen_kwargs,
+        random_seed=0,
+        numpy_random_seed=0,
+        torch_random_seed=0,
+        fewshot_random_seed=0,
+    )
 
 
 def _hf_model(arguments: dict, batch_size: int, device: str):
@@ -233,67 +261,98 @@ def _members_lm_class():
         def __init__(self, multilora, tokenizer, members: list[str], batch_size: int, store: Path | None = None):
             super().__init__(pretrained=multilora.model, tokenizer=tokenizer, batch_size=batch_size)
             self.multilora, self.members, self.member = multilora, list(members), members[0]
-            self.rows: dict[str, dict[str, list[int]]] = {}  # row key -> member -> generated ids
             self.store = store
             self.generated: set[str] = set()
             self.asked: dict[str, set[str]] = {name: set() for name in self.members}
-            for line in store.read_text().splitlines() if store is not None and store.is_file() else []:
-                try:
-                    batch = json.loads(line)
-                except json.JSONDecodeError:  # a line cut by a kill: its batch runs again
-                    continue
-                for key, outputs in batch.items():
-                    self.rows.setdefault(key, {}).update(outputs)
+            self.rows = _read_store(store)  # row key -> member -> generated ids
             self.kept_rows = len(self.rows)
 
         def _model_generate(self, context, max_length, stop, **generation_kwargs) -> torch.Tensor:
             mask = generation_kwargs.pop("attention_mask", None)
-            width = context.shape[1]
-            keys = [
-                _row_key(
-                    context[r][mask[r].bool()].tolist() if mask is not None else context[r].tolist(),
-                    max_length - width,
-                    stop,
-                    generation_kwargs,
-                )
-                for r in range(context.shape[0])
-            ]
+            keys = _row_keys(context, mask, max_length, stop, generation_kwargs)
             self.asked[self.member].update(keys)
             missing = [r for r, key in enumerate(keys) if self.member not in self.rows.get(key, {})]
-            if missing:  # generate those rows for every member at once, each through its adapter
-                rows, copies = context[missing], len(self.members)
-                extra = dict(generation_kwargs)
-                if mask is not None:
-                    extra["attention_mask"] = mask[missing].repeat(copies, 1)
-                with self.multilora.select([name for name in self.members for _ in missing]):
-                    output = super()._model_generate(rows.repeat(copies, 1), max_length, stop, **extra)
-                pad = self.tokenizer.pad_token_id
-                made: dict[str, dict[str, list[int]]] = {}
-                for m, name in enumerate(self.members):
-                    for k, r in enumerate(missing):
-                        ids = output[m * len(missing) + k, width:].tolist()
-                        while ids and ids[-1] == pad:  # the batch's padding, skipped when decoded anyway
-                            ids.pop()
-                        made.setdefault(keys[r], {})[name] = ids
-                for key, outputs in made.items():
-                    self.rows.setdefault(key, {}).update(outputs)
-                self.generated.update(made)
-                if self.store is not None:
-                    _append_line(self.store, json.dumps(made))
+            if missing:
+                self._generate_for_every_member(context, mask, missing, keys, max_length, stop, generation_kwargs)
             generated = [self.rows[key][self.member] for key in keys]
-            longest = max((len(ids) for ids in generated), default=0)
-            tail = torch.full(
-                (len(keys), longest), self.tokenizer.pad_token_id, dtype=context.dtype, device=context.device
+            return _with_generated(context, generated, self.tokenizer.pad_token_id)
+
+        def _generate_for_every_member(self, context, mask, missing, keys, max_length, stop, generation_kwargs):
+            """The batch's rows `missing` generated for every member at once, each through its adapter;
+            kept in `rows` (and appended to `store`)."""
+            rows, copies = context[missing], len(self.members)
+            extra = dict(generation_kwargs)
+            if mask is not None:
+                extra["attention_mask"] = mask[missing].repeat(copies, 1)
+            with self.multilora.select([name for name in self.members for _ in missing]):
+                output = super()._model_generate(rows.repeat(copies, 1), max_length, stop, **extra)
+            made = _ids_per_member(
+                output, context.shape[1], self.members, [keys[r] for r in missing], self.tokenizer.pad_token_id
             )
-            for r, ids in enumerate(generated):
-                tail[r, : len(ids)] = torch.tensor(ids, dtype=context.dtype)
-            return torch.cat([context, tail], dim=1)
+            for key, outputs in made.items():
+                self.rows.setdefault(key, {}).update(outputs)
+            self.generated.update(made)
+            if self.store is not None:
+                _append_line(self.store, json.dumps(made))
 
         def unasked(self) -> dict[str, int]:
             """Rows this run generated that a member never asked for (members asking different batches: a bug)."""
             return {name: len(self.generated - asked) for name, asked in self.asked.items() if self.generated - asked}
 
     return MembersHFLM
+
+
+def _read_store(store: Path | None) -> dict[str, dict[str, list[int]]]:
+    """Every member's generated ids per row key that the members' pass kept in `store` (empty without one)."""
+    rows: dict[str, dict[str, list[int]]] = {}
+    for line in store.read_text().splitlines() if store is not None and store.is_file() else []:
+        try:
+            batch = json.loads(line)
+        except json.JSONDecodeError:  # a line cut by a kill: its batch runs again
+            continue
+        for key, outputs in batch.items():
+            rows.setdefault(key, {}).update(outputs)
+    return rows
+
+
+def _row_keys(context, mask, max_length: int, stop, generation_kwargs: dict) -> list[str]:
+    """`_row_key` of each row of a left-padded batch: the prompt's ids are those the attention mask keeps,
+    so a prompt has one key whatever the batch it lands in."""
+    width = context.shape[1]
+    return [
+        _row_key(
+            context[r][mask[r].bool()].tolist() if mask is not None else context[r].tolist(),
+            max_length - width,
+            stop,
+            generation_kwargs,
+        )
+        for r in range(context.shape[0])
+    ]
+
+
+def _ids_per_member(output, width: int, members: list[str], keys: list[str], pad) -> dict[str, dict[str, list[int]]]:
+    """Row key -> member -> generated ids, from a generation over the rows of `keys` repeated once per member
+    (member by member) whose prompts were `width` wide."""
+    made: dict[str, dict[str, list[int]]] = {}
+    for m, name in enumerate(members):
+        for k, key in enumerate(keys):
+            ids = output[m * len(keys) + k, width:].tolist()
+            while ids and ids[-1] == pad:  # the batch's padding, skipped when decoded anyway
+                ids.pop()
+            made.setdefault(key, {})[name] = ids
+    return made
+
+
+def _with_generated(context, generated: list[list[int]], pad):
+    """The batch `context` with each row's generated ids after it, padded to the longest: what HF's
+    `generate` returns and lm-eval's `_model_generate` callers expect."""
+    import torch
+
+    longest = max((len(ids) for ids in generated), default=0)
+    tail = torch.full((len(generated), longest), pad, dtype=context.dtype, device=context.device)
+    for r, ids in enumerate(generated):
+        tail[r, : len(ids)] = torch.tensor(ids, dtype=context.dtype)
+    return torch.cat([context, tail], dim=1)
 
 
 def _append_line(path: Path, line: str) -> None:
@@ -324,42 +383,15 @@ def evaluate_members(
     model, generating for all of them in one pass; lm-eval's results dict per member, whose
     `config.model_args` names the base and the member's adapter as for the `hf` model. `store`: the
     file the pass keeps its generations in, batch by batch, and a rerun takes them back from."""
-    import lm_eval
-    from lm_eval.tasks import TaskManager
-
-    tasks_dir = check_tasks_dir(Path(tasks_dir))
-    metadata = task_metadata(benchmark, data_dir)
-    gen_kwargs = {"max_gen_toks": max_new_tokens}
-    for harness_dir in members.values():
-        _record_task_files(tasks_dir, Path(harness_dir), benchmark, metadata, gen_kwargs)
-    manager = TaskManager(include_path=str(tasks_dir), include_defaults=False, metadata=metadata)
+    metadata, gen_kwargs, manager = _prepare_task(
+        benchmark, data_dir, max_new_tokens, tasks_dir, list(members.values())
+    )
     lm = _members_lm_class()(multilora, tokenizer, list(members), batch_size, store=store)
     if lm.kept_rows:
         log.info("%s: %d generated rows kept from an earlier attempt (%s)", benchmark, lm.kept_rows, store)
     results = {}
     for name in members:
-        lm.member = name
-        lm.progress_desc = f"{benchmark} {name} (lm-eval)"
-        try:
-            result = lm_eval.simple_evaluate(
-                model=lm,
-                tasks=[task_name(benchmark)],
-                limit=limit,
-                apply_chat_template=True,
-                log_samples=True,
-                task_manager=manager,
-                gen_kwargs=gen_kwargs,
-                random_seed=0,
-                numpy_random_seed=0,
-                torch_random_seed=0,
-                fewshot_random_seed=0,
-            )
-        except Exception as error:  # re-raised with the context a user needs
-            raise BenchError(
-                _explain(error, benchmark, "the stacked members' model", name, metadata["data_dir"])
-            ) from error
-        if result is None:
-            raise BenchError(f"lm-eval returned no results for {benchmark} ({name})")
+        result = _evaluate_member(lm, name, benchmark, limit, manager, gen_kwargs, metadata["data_dir"])
         dtype = str(multilora.model.dtype).removeprefix("torch.")
         result["config"]["model_args"] = {
             **model_args(base_model, adapters[name], dtype),
@@ -379,6 +411,19 @@ def evaluate_members(
         lm.kept_rows,
     )
     return results
+
+
+def _evaluate_member(lm, name: str, benchmark: str, limit: int | None, manager, gen_kwargs: dict, math_data: str):
+    """lm-eval's results dict for the member `name` of the members' model `lm`."""
+    lm.member = name
+    lm.progress_desc = f"{benchmark} {name} (lm-eval)"
+    try:
+        result = _simple_evaluate(benchmark, limit, manager, gen_kwargs, model=lm)
+    except Exception as error:  # re-raised with the context a user needs
+        raise BenchError(_explain(error, benchmark, "the stacked members' model", name, math_data)) from error
+    if result is None:
+        raise BenchError(f"lm-eval returned no results for {benchmark} ({name})")
+    return result
 
 
 @contextlib.contextmanager

@@ -250,64 +250,105 @@ def compare(params, base: list[bool], arms: dict[str, dict]) -> dict:
     }
 
 
+def _family_about(name: str) -> str:
+    """What a family is, for the page's title; a result of an earlier generator (study/positive-control/ ran
+    `maximum` before issue 55 replaced the families) still renders."""
+    return FAMILIES[name].about if name in FAMILIES else "a family of an earlier task generator"
+
+
 def markdown(result: dict) -> str:
+    """control.md: what ran and the verdict, the final held-out accuracies and their paired comparisons, the
+    held-out accuracy by step, and each step's training answers and update diagnostics."""
     c = result["control"]
-    loss_type = result["update"].get("loss_type") or result["update"].get(
-        "loss_reduction"
-    )  # before issue 49: loss_reduction
     lines = [
-        f"# Positive control: `{c['family']}` ({FAMILIES[c['family']].about})",
+        f"# Positive control: `{c['family']}` ({_family_about(c['family'])})",
         "",
+        _md_setup(result),
+        "",
+        _md_wall(result),
+        "",
+        f"**{'PASS' if result['summary']['passed'] else 'FAIL'}** ({result['summary']['bar']}).",
+        *_md_accuracy(result["summary"]),
+        *_md_comparisons(result["summary"]["comparisons"]),
+        *_md_curve(result),
+        *_md_step_diagnostics(result["arms"]),
+        "",
+        f"Command: `{result['command']}`",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _md_setup(result: dict) -> str:
+    """What each arm ran: steps, tasks, answers, the held-out pool and the update's settings."""
+    c, update = result["control"], result["update"]
+    loss_type = update.get("loss_type") or update.get("loss_reduction")  # before issue 49: loss_reduction
+    return (
         f"{c['steps']} steps x {c['tasks_per_step']} tasks x {c['samples']} answers at temperature "
-        f"{c['temperature']}; held-out pool {c['heldout']} tasks, greedy. Update: lr {result['update']['learning_rate']:g}, "
-        f"{result['update']['steps']} optimizer step(s) per batch, loss per {loss_type}, "
-        f"advantage baseline {result['advantage_baseline']}, scaled by {result.get('scale_rewards', 'none')}.",
-        "",
+        f"{c['temperature']}; held-out pool {c['heldout']} tasks, greedy. Update: lr {update['learning_rate']:g}, "
+        f"{update['steps']} optimizer step(s) per batch, loss per {loss_type}, "
+        f"advantage baseline {result['advantage_baseline']}, scaled by {result.get('scale_rewards', 'none')}."
+    )
+
+
+def _md_wall(result: dict) -> str:
+    """Where the time went: the base model's held-out answers, each arm, this invocation, and on what machine."""
+    return (
         "Wall: base model on the held-out pool "
         + (f"{result['base_wall_s'] / 60:.1f} min" if result.get("base_wall_s") is not None else "(not recorded)")
         + "; "
         + ", ".join(f"{name} {arm['wall_s'] / 60:.1f} min" for name, arm in result["arms"].items())
         + f" (each in its own process when run with --jobs); this invocation {result['wall_s'] / 60:.1f} min, on "
-        f"{result['machine']['cpus']} CPU(s) ({result['machine']['cpu']}).",
-        "",
-        f"**{'PASS' if result['summary']['passed'] else 'FAIL'}** ({result['summary']['bar']}).",
-        "",
-        "| arm | held-out accuracy (%) |",
-        "| --- | ---: |",
-    ]
-    lines += [f"| {name} | {acc} |" for name, acc in result["summary"]["accuracy"].items()]
-    lines += [
+        f"{result['machine']['cpus']} CPU(s) ({result['machine']['cpu']})."
+    )
+
+
+def _md_accuracy(summary: dict) -> list[str]:
+    lines = ["", "| arm | held-out accuracy (%) |", "| --- | ---: |"]
+    return lines + [f"| {name} | {acc} |" for name, acc in summary["accuracy"].items()]
+
+
+def _md_comparisons(comparisons: dict) -> list[str]:
+    lines = [
         "",
         "| difference | points | 95% paired bootstrap | only first / only second | exact McNemar p |",
         "| --- | ---: | --- | --- | ---: |",
     ]
-    for name, comp in result["summary"]["comparisons"].items():
+    for name, comp in comparisons.items():
         lines.append(
             f"| {name} | {comp['points']:+.1f} | [{comp['interval'][0]:+.1f}, {comp['interval'][1]:+.1f}] | "
             f"{comp['first_only']} / {comp['second_only']} | {comp['p']:.3g} |"
         )
-    lines += [
+    return lines
+
+
+def _md_curve(result: dict) -> list[str]:
+    """Held-out accuracy by step, one column per arm; step 0 is the base model's accuracy in every column."""
+    arms = result["arms"]
+    lines = [
         "",
         "Held-out accuracy (%) by step:",
         "",
-        "| step | " + " | ".join(result["arms"]) + " |",
-        "| ---: | " + " | ".join("---:" for _ in result["arms"]) + " |",
+        "| step | " + " | ".join(arms) + " |",
+        "| ---: | " + " | ".join("---:" for _ in arms) + " |",
     ]
-    lines.append("| 0 | " + " | ".join(f"{result['summary']['accuracy']['base']}" for _ in result["arms"]) + " |")
-    for step in _steps(next(iter(result["arms"].values()))):
+    lines.append("| 0 | " + " | ".join(f"{result['summary']['accuracy']['base']}" for _ in arms) + " |")
+    for step in _steps(next(iter(arms.values()))):
         lines.append(
-            f"| {step} | "
-            + " | ".join(f"{100 * arm['heldout'][step]['accuracy']:.1f}" for arm in result["arms"].values())
-            + " |"
+            f"| {step} | " + " | ".join(f"{100 * arm['heldout'][step]['accuracy']:.1f}" for arm in arms.values()) + " |"
         )
-    lines += [
+    return lines
+
+
+def _md_step_diagnostics(arms: dict) -> list[str]:
+    lines = [
         "",
         "Per step (training answers; the update's diagnostics of the step's last optimizer step):",
         "",
         "| arm | step | solve rate | with signal | loss | grad norm | entropy | logprob change A>0 | A<0 |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for name, arm in result["arms"].items():
+    for name, arm in arms.items():
         for row in arm["steps"]:
             d = row["optimizer_steps"][-1] if row["optimizer_steps"] else {}
             lines.append(
@@ -315,8 +356,7 @@ def markdown(result: dict) -> str:
                 f"{_fmt(d.get('loss'))} | {d.get('grad_norm', 0):.3f} | {d.get('entropy') or 0:.3f} | "
                 f"{_fmt(d.get('logprob_change_positive'))} | {_fmt(d.get('logprob_change_negative'))} |"
             )
-    lines += ["", f"Command: `{result['command']}`", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def _steps(arm: dict) -> list[str]:

@@ -255,36 +255,49 @@ def seed_comparison(
     # base_row is set with right_is_base, right without it (the other is None)
     out: dict[str, Any]
     if base_row is not None and len(left) >= 2:
-        gains = left.mean(axis=1) - base_row.mean()
-        se, df = (
-            math.sqrt(max(float(np.std(gains, ddof=1)), sd_floor) ** 2 / len(gains) + base_variance),
-            len(gains) - 1,
-        )
-        centre, half = float(gains.mean()), _t(0.975, df) * se
-        out = {
-            "delta": round(centre, 6),
-            "low": round(centre - half, 6),
-            "high": round(centre + half, 6),
-            "df": df,
-            "mde": t_mde(se, df),
-            "method": BASE_MEASURED if base_variance > 0 else ONE_SAMPLE,
-        }
+        out = _t_against_base(left, base_row, sd_floor, base_variance)
     elif right is not None and len(left) >= 2 and len(right) >= 2:
         welch = welch_interval(left.mean(axis=1), right.mean(axis=1), sd_floor)
         out = {key: welch[key] for key in ("delta", "low", "high", "df", "mde")} | {"method": WELCH}
     else:
-        other = base_row if right is None else right.mean(axis=0)
-        delta, low, high = paired_bootstrap(list(left.mean(axis=0) - other))
-        out = {
-            "delta": delta,
-            "low": low,
-            "high": high,
-            "df": None,
-            "mde": minimum_detectable_effect(low, high),
-            "method": ONE_SEED,
-        }
+        out = _bootstrap_one_seed(left, right, base_row)
     out["mde"] = round(max(out["mde"], floor), 6)
     return out
+
+
+def _t_against_base(left: np.ndarray, base_row: np.ndarray, sd_floor: float, base_variance: float) -> dict[str, Any]:
+    """`seed_comparison` of 2+ seeds against the base row: a one-sample t over the seeds' (mean - base), the
+    base's own variance (if sampled) added to the squared standard error. The MDE is not yet floored."""
+    gains = left.mean(axis=1) - base_row.mean()
+    se, df = (
+        math.sqrt(max(float(np.std(gains, ddof=1)), sd_floor) ** 2 / len(gains) + base_variance),
+        len(gains) - 1,
+    )
+    centre, half = float(gains.mean()), _t(0.975, df) * se
+    return {
+        "delta": round(centre, 6),
+        "low": round(centre - half, 6),
+        "high": round(centre + half, 6),
+        "df": df,
+        "mde": t_mde(se, df),
+        "method": BASE_MEASURED if base_variance > 0 else ONE_SAMPLE,
+    }
+
+
+def _bootstrap_one_seed(left: np.ndarray, right: np.ndarray | None, base_row: np.ndarray | None) -> dict[str, Any]:
+    """`seed_comparison` with one seed on a side: the paired bootstrap over problems of `left` (its seeds averaged
+    per problem) against `right`'s seeds averaged likewise, or the base row where `right` is None; it knows nothing
+    of the spread between seeds. The MDE is not yet floored."""
+    other = base_row if right is None else right.mean(axis=0)
+    delta, low, high = paired_bootstrap(list(left.mean(axis=0) - other))
+    return {
+        "delta": delta,
+        "low": low,
+        "high": high,
+        "df": None,
+        "mde": minimum_detectable_effect(low, high),
+        "method": ONE_SEED,
+    }
 
 
 def two_level_bootstrap(

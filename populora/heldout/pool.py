@@ -13,7 +13,7 @@ verify stage makes any proposal whose program is a pool program invalid (`reason
 `mark_heldout`), so no pool program reaches a buffer, a student or an update.
 
     pool = accept_into_pool(pool, verified_rows, seeds, per_type=128)
-    pool = reuse_pool(params, sandbox, log)     # the committed pool, verified again
+    pool = reuse_pool(pool_file, params, sandbox, log)     # the committed pool, verified again
 
 Scoring is `populora/heldout/scoring.py`.
 """
@@ -141,46 +141,22 @@ def worked_example_seeds(params, sandbox) -> list[dict]:
 
 def propose_pool(params, model, tokenizer, seeds: list[dict], sandbox, log) -> list[dict]:
     """A pool the base model proposes, round by round (`heldout.max_rounds`), until `heldout.per_type` of each type."""
-    from populora.lm.sampling import GenRow, run_plans  # torch only where a model proposes
-
-    cfg, per_type = params.propose, params.heldout.per_type
-    types = pool_types(cfg.types)
+    per_type = params.heldout.per_type
+    types = pool_types(params.propose.types)
     chat = chat_wrapper(tokenizer)
     pool: list[dict] = []
     for round_index in range(params.heldout.max_rounds):
-        seed = derive_seed(params.heldout.seed, "heldout_pool", round_index)
         # one full batch of proposals per round, over the types not yet full (a full type's proposals would be wasted)
         missing = [t for t in types if sum(p["type"] == t for p in pool) < per_type]
-        per_round = max(1, -(-cfg.batch_size // len(missing)))
-        jobs = proposer_jobs(
-            ["base"],
-            [*seeds, *pool],
-            per_type=per_round,
-            references=cfg.references,
-            n_inputs=cfg.code_f_inputs,
-            mode=cfg.mode,
-            chat=chat,
-            rng=random.Random(seed),
-            arm="heldout",
-            gen=round_index,
-            types=missing,
-        )
-        results = run_plans(
-            model,
-            tokenizer,
-            [GenRow(plan, None) for _, plan in jobs],
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            max_new_tokens=cfg.max_new_tokens,
-            batch_size=cfg.batch_size,
-            seed=seed,
-            desc=f"heldout pool round {round_index}",
-        )
-        rows = mark_duplicates(proposal_rows(jobs, results, mode=cfg.mode, n_inputs=cfg.code_f_inputs), [*seeds, *pool])
+        rows = _propose_round(params, model, tokenizer, chat, [*seeds, *pool], missing, round_index)
         parsed = [row for row in rows if row["parse_reason"] is None]
         with Progress(len(parsed), f"heldout pool round {round_index} verify", unit="proposals", log=log) as progress:
             verified = verify_rows(
-                parsed, params.verify, sandbox=sandbox, code_f_inputs=cfg.code_f_inputs, progress=progress.update
+                parsed,
+                params.verify,
+                sandbox=sandbox,
+                code_f_inputs=params.propose.code_f_inputs,
+                progress=progress.update,
             )
         pool = accept_into_pool(pool, verified, seeds, per_type=per_type, types=types)
         log.info(
@@ -189,7 +165,7 @@ def propose_pool(params, model, tokenizer, seeds: list[dict], sandbox, log) -> l
             len(rows),
             len(parsed),
             sum(r["valid"] for r in verified),
-            {t: sum(p["type"] == t for p in pool) for t in types},
+            _type_counts(pool, types),
         )
         if pool_is_full(pool, per_type, types):
             break
@@ -197,10 +173,49 @@ def propose_pool(params, model, tokenizer, seeds: list[dict], sandbox, log) -> l
         log.warning(
             "held-out pool short after %d rounds: %s of %d per type (heldout.max_rounds)",
             params.heldout.max_rounds,
-            {t: sum(p["type"] == t for p in pool) for t in types},
+            _type_counts(pool, types),
             per_type,
         )
     return attach_examples(pool, seeds, params.solve.worked_examples, derive_seed(params.heldout.seed, "examples"))
+
+
+def _propose_round(params, model, tokenizer, chat, known: list[dict], types: list[str], round_index: int) -> list[dict]:
+    """Round `round_index`'s proposal rows: the base model in the teacher's role writes one batch of
+    `propose.batch_size` proposals split over `types`, references drawn from `known` (the seeds and the pool so
+    far); a proposal whose program is already known is marked a duplicate. Seeded by `heldout.seed`."""
+    from populora.lm.sampling import GenRow, run_plans  # torch only where a model proposes
+
+    cfg = params.propose
+    seed = derive_seed(params.heldout.seed, "heldout_pool", round_index)
+    jobs = proposer_jobs(
+        ["base"],
+        known,
+        per_type=max(1, -(-cfg.batch_size // len(types))),
+        references=cfg.references,
+        n_inputs=cfg.code_f_inputs,
+        mode=cfg.mode,
+        chat=chat,
+        rng=random.Random(seed),
+        arm="heldout",
+        gen=round_index,
+        types=types,
+    )
+    results = run_plans(
+        model,
+        tokenizer,
+        [GenRow(plan, None) for _, plan in jobs],
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        max_new_tokens=cfg.max_new_tokens,
+        batch_size=cfg.batch_size,
+        seed=seed,
+        desc=f"heldout pool round {round_index}",
+    )
+    return mark_duplicates(proposal_rows(jobs, results, mode=cfg.mode, n_inputs=cfg.code_f_inputs), known)
+
+
+def _type_counts(pool: list[dict], types: Iterable[str]) -> dict[str, int]:
+    return {t: sum(p["type"] == t for p in pool) for t in types}
 
 
 def reuse_pool(pool_file: str | Path, params, sandbox, log) -> list[dict]:

@@ -196,32 +196,75 @@ def shared_prefill(
     if carried.width or any(not context for context in contexts):
         return None
     keys = [kv_key(model, adapter) for adapter in adapters]
-    shared = common_prefix(contexts)
-    shared = min(shared, *(len(c) - tail for c, tail in zip(contexts, tails)))
-    shared = shared if shared >= MIN_SHARED_PREFIX else 0
+    shared = _shared_length(contexts, tails)
     distinct: dict[tuple, int] = {}
     owner = [distinct.setdefault((key, tuple(context[shared:])), len(distinct)) for key, context in zip(keys, contexts)]
     if not shared and len(distinct) == len(contexts):
         return None
     firsts = [owner.index(u) for u in range(len(distinct))]  # a row of each distinct context
+    distinct_keys, distinct_adapters = [keys[row] for row in firsts], [adapters[row] for row in firsts]
     if shared:
-        key_rows: dict[str | None, int] = {}
-        for row in firsts:
-            key_rows.setdefault(keys[row], row)
-        prefix_ids = torch.tensor([contexts[0][:shared]] * len(key_rows), device=device)
-        with select(model, [adapters[row] for row in key_rows.values()]):
-            model(
-                input_ids=prefix_ids,
-                attention_mask=torch.ones_like(prefix_ids),
-                position_ids=torch.arange(shared, device=device).expand_as(prefix_ids),
-                past_key_values=carried.cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-        order = list(key_rows)
-        reorder = torch.tensor([order.index(keys[row]) for row in firsts], device=device)
-        carried.cache.reorder_cache(reorder)  # type: ignore[arg-type]  # transformers annotates torch.LongTensor
+        _prefill_prefix(model, carried, contexts[0][:shared], distinct_keys, distinct_adapters, device)
     rests = [contexts[row][shared:] for row in firsts]
+    logits, attention = _prefill_rests(
+        model, carried, rests, distinct_adapters, shared=shared, keep=max(tails), pad=pad, device=device
+    )
+    return _copy_to_rows(carried, logits, attention, owner, [len(rest) for rest in rests], shared, device)
+
+
+def _shared_length(contexts: list[list[int]], tails: list[int]) -> int:
+    """How much of the batch's common prefix to prefill once: all of it, but short of the last `tails[i]`
+    positions of each context (their logits come from the per-context forward), and none of it when
+    that is below MIN_SHARED_PREFIX tokens.
+
+    >>> _shared_length([list(range(20)), list(range(12)) + [0, 0]], [1, 1])
+    12
+    >>> _shared_length([list(range(20)), list(range(12)) + [0, 0]], [1, 7])
+    0
+    """
+    shared = common_prefix(contexts)
+    shared = min(shared, *(len(c) - tail for c, tail in zip(contexts, tails)))
+    return shared if shared >= MIN_SHARED_PREFIX else 0
+
+
+def _prefill_prefix(
+    model, carried: CarriedCache, prefix: list[int], keys: list[str | None], adapters: list[str | None], device
+) -> None:
+    """Prefill `prefix` into the empty `carried` once per distinct KV key, then lay the cache out with one
+    row per distinct context (`keys[u]`, `adapters[u]`: those of distinct context u), each a copy of its
+    key's prefix."""
+    key_rows: dict[str | None, int] = {}  # each key's first distinct context, whose adapter computes it
+    for u, key in enumerate(keys):
+        key_rows.setdefault(key, u)
+    prefix_ids = torch.tensor([prefix] * len(key_rows), device=device)
+    with select(model, [adapters[u] for u in key_rows.values()]):
+        model(
+            input_ids=prefix_ids,
+            attention_mask=torch.ones_like(prefix_ids),
+            position_ids=torch.arange(len(prefix), device=device).expand_as(prefix_ids),
+            past_key_values=carried.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+    order = list(key_rows)
+    reorder = torch.tensor([order.index(key) for key in keys], device=device)
+    carried.cache.reorder_cache(reorder)  # type: ignore[arg-type]  # transformers annotates torch.LongTensor
+
+
+def _prefill_rests(
+    model,
+    carried: CarriedCache,
+    rests: list[list[int]],
+    adapters: list[str | None],
+    *,
+    shared: int,
+    keep: int,
+    pad: int,
+    device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Feed each distinct context's rest after the `shared` prefix the cache holds (left-padded, positions
+    going on from the prefix), each under its adapter: the logits of the last `keep` positions and the
+    attention mask over prefix and rests."""
     width = max(len(rest) for rest in rests)
     ids = torch.full((len(rests), width), pad, dtype=torch.long)
     fed = torch.zeros((len(rests), width), dtype=torch.long)
@@ -231,20 +274,36 @@ def shared_prefill(
         fed[u, width - len(rest) :] = 1
         positions[u, width - len(rest) :] = torch.arange(shared, shared + len(rest))
     attention = torch.cat([torch.ones((len(rests), shared), dtype=torch.long), fed], dim=1).to(device)
-    with select(model, [adapters[row] for row in firsts]):
+    with select(model, adapters):
         logits = model(
             input_ids=ids.to(device),
             attention_mask=attention,
             position_ids=positions.to(device),
             past_key_values=carried.cache,
             use_cache=True,
-            logits_to_keep=max(tails),
+            logits_to_keep=keep,
         ).logits
+    return logits, attention
+
+
+def _copy_to_rows(
+    carried: CarriedCache,
+    logits: torch.Tensor,
+    attention: torch.Tensor,
+    owner: list[int],
+    lengths: list[int],
+    shared: int,
+    device,
+) -> torch.Tensor:
+    """Give every row its distinct context's (`owner[row]`) cache, attention mask and slots, as a prefill of
+    the whole batch would lay them out up to padding; returns each row's logits. `lengths`: each distinct
+    context's rest after the `shared` prefix."""
     index = torch.tensor(owner, device=device)
     carried.cache.reorder_cache(index)  # type: ignore[arg-type]  # transformers annotates torch.LongTensor
     carried.attention = attention.index_select(0, index)
+    width = max(lengths)
     for row, u in enumerate(owner):
-        carried.slots[row] = [*range(shared), *range(shared + width - len(rests[u]), shared + width)]
+        carried.slots[row] = [*range(shared), *range(shared + width - lengths[u], shared + width)]
     return logits.index_select(0, index)
 
 

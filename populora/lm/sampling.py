@@ -213,31 +213,59 @@ def sample_batch(
         for step in range(budget):
             logits = logits[:, -1]
             mask = suppress_mask(n, logits.shape[-1], suppress_first, device) if step == 0 else None
-            logprobs = process_logits(logits, temperature, top_p, suppress=mask)
-            if temperature > 0:
-                token = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
-            else:
-                token = logprobs.argmax(-1)
-            scores = logprobs.gather(-1, token.unsqueeze(-1)).squeeze(-1).tolist()
+            token, scores = _draw(logits, temperature, top_p, generator, mask)
             _take(rows, done, token.tolist(), scores, eos=eos, stops=stops, window=window, tokenizer=tokenizer)
             if all(done) or step == budget - 1:
                 break
-            stopped = torch.tensor(done, device=device)
-            token = torch.where(stopped, torch.full_like(token, pad), token)
-            # a row that stopped is fed a pad it never attends to (its context ends where it stopped)
-            if carried is None:
-                attention = torch.cat([attention, (~stopped).long().unsqueeze(-1)], dim=1)
-            else:
-                attention = carried.append(done, device)
-            positions = positions[:, -1:] + 1
-            logits = model(
-                input_ids=token.unsqueeze(-1),
-                attention_mask=attention,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-            ).logits
+            logits, attention, positions = _next_logits(
+                model, token, done, pad, device, cache=cache, attention=attention, positions=positions, carried=carried
+            )
     return rows
+
+
+def _draw(
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator, mask: torch.Tensor | None
+) -> tuple[torch.Tensor, list[float]]:
+    """One decode step's token per row, drawn from `process_logits` of the last position's `logits`
+    (greedy at temperature 0), and the sampler's log-probability of each: what the update re-scores."""
+    logprobs = process_logits(logits, temperature, top_p, suppress=mask)
+    if temperature > 0:
+        token = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
+    else:
+        token = logprobs.argmax(-1)
+    return token, logprobs.gather(-1, token.unsqueeze(-1)).squeeze(-1).tolist()
+
+
+def _next_logits(
+    model,
+    token: torch.Tensor,
+    done: list[bool],
+    pad: int,
+    device,
+    *,
+    cache,
+    attention: torch.Tensor,
+    positions: torch.Tensor,
+    carried: CarriedCache | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Feed each row the token it just sampled, one position on: the next step's logits, with the grown
+    attention mask and the positions fed. A row that stopped is fed a pad it never attends to (its
+    context ends where it stopped), so the batch keeps its shape."""
+    stopped = torch.tensor(done, device=device)
+    token = torch.where(stopped, torch.full_like(token, pad), token)
+    if carried is None:
+        attention = torch.cat([attention, (~stopped).long().unsqueeze(-1)], dim=1)
+    else:
+        attention = carried.append(done, device)
+    positions = positions[:, -1:] + 1
+    logits = model(
+        input_ids=token.unsqueeze(-1),
+        attention_mask=attention,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+    ).logits
+    return logits, attention, positions
 
 
 def _first_logits(

@@ -230,59 +230,88 @@ def _shared_features(decoder, sequences: list[Sequence], pad_id: int, device) ->
     run only their own tokens (right-padded, positions after the prompt) attending to them. Gradients flow back
     through the expanded cache into the one prompt computation, summed over the rows, as the unshared forward's
     would be. Sequences alone with their prompt run as usual. None when no group shares anything."""
-    from transformers import DynamicCache
-    from transformers.cache_utils import CacheLayerMixin
-
-    from populora.lm.prefix_cache import MIN_SHARED_PREFIX
-
     if getattr(decoder, "gradient_checkpointing", False) and decoder.training:
         return None  # Transformers turns the cache off under gradient checkpointing: nothing to attend to
     groups = prompt_groups(sequences)
-    if all(len(members) < 2 or len(prefix) < MIN_SHARED_PREFIX for prefix, members in groups.items()):
+    if not any(_worth_sharing(prefix, members) for prefix, members in groups.items()):
         return None
     per_sequence: list[torch.Tensor | None] = [None] * len(sequences)
     alone: list[int] = []
     for prefix, members in groups.items():
-        if len(members) < 2 or len(prefix) < MIN_SHARED_PREFIX:
+        if not _worth_sharing(prefix, members):
             alone += members
             continue
-        shared = len(prefix)
-        cache = DynamicCache(config=getattr(decoder, "config", None))
-        prompt = torch.tensor([list(prefix)], device=device)
-        decoder(input_ids=prompt, attention_mask=torch.ones_like(prompt), past_key_values=cache, use_cache=True)
-        for layer in cache.layers:
-            # filled by the prompt's forward; a layer with no keys and values (linear attention, a layer
-            # reading another's cache) has no prompt to share
-            if not isinstance(layer, CacheLayerMixin) or layer.keys is None or layer.values is None:
-                raise ValueError(f"sharing a prompt needs key/value cache layers, not {type(layer).__name__}")
-            layer.keys = layer.keys.expand(len(members), -1, -1, -1)
-            layer.values = layer.values.expand(len(members), -1, -1, -1)
-        rests = [sequences[k].ids[shared:] for k in members]
-        width = max(len(rest) for rest in rests)
-        ids = torch.full((len(rests), width), pad_id, dtype=torch.long)
-        fed = torch.zeros((len(rests), width), dtype=torch.long)
-        for row, rest in enumerate(rests):
-            ids[row, : len(rest)] = torch.tensor(rest)
-            fed[row, : len(rest)] = 1
-        attention = torch.cat([torch.ones((len(rests), shared), dtype=torch.long), fed], dim=1).to(device)
-        positions = torch.arange(shared, shared + width, device=device).expand(len(rests), -1)
-        hidden = decoder(
-            input_ids=ids.to(device),
-            attention_mask=attention,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-        ).last_hidden_state
-        for row, k in enumerate(members):
-            columns = torch.tensor([t - 1 - shared for t in sequences[k].targets], device=device)
-            per_sequence[k] = hidden[row, columns]
+        group = [sequences[k] for k in members]
+        for k, features in zip(members, _prompt_group_features(decoder, prefix, group, pad_id, device)):
+            per_sequence[k] = features
     if alone:
-        lone = [sequences[k] for k in alone]
-        ids, attention = _pad(lone, pad_id, device)
-        hidden = decoder(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
-        for row, (k, sequence) in enumerate(zip(alone, lone)):
-            per_sequence[k] = hidden[row, torch.tensor(sequence.targets, device=device) - 1]
+        for k, features in zip(alone, _unshared_features(decoder, [sequences[k] for k in alone], pad_id, device)):
+            per_sequence[k] = features
     return torch.cat(_every_one(per_sequence))
+
+
+def _worth_sharing(prefix: tuple[int, ...], members: list[int]) -> bool:
+    """Whether a prompt group (`prompt_groups`) runs its prompt once: two sequences or more, a prompt of at
+    least MIN_SHARED_PREFIX tokens."""
+    from populora.lm.prefix_cache import MIN_SHARED_PREFIX
+
+    return len(members) >= 2 and len(prefix) >= MIN_SHARED_PREFIX
+
+
+def _prompt_group_features(
+    decoder, prefix: tuple[int, ...], group: list[Sequence], pad_id: int, device
+) -> list[torch.Tensor]:
+    """Per sequence of `group` (all beginning with `prefix`), the hidden states that predict its targets: the
+    prompt's forward once (`_expanded_prompt_cache`), then each sequence's own tokens (right-padded,
+    positions after the prompt) attending to it."""
+    shared = len(prefix)
+    cache = _expanded_prompt_cache(decoder, prefix, len(group), device)
+    rests = [sequence.ids[shared:] for sequence in group]
+    width = max(len(rest) for rest in rests)
+    ids = torch.full((len(rests), width), pad_id, dtype=torch.long)
+    fed = torch.zeros((len(rests), width), dtype=torch.long)
+    for row, rest in enumerate(rests):
+        ids[row, : len(rest)] = torch.tensor(rest)
+        fed[row, : len(rest)] = 1
+    attention = torch.cat([torch.ones((len(rests), shared), dtype=torch.long), fed], dim=1).to(device)
+    positions = torch.arange(shared, shared + width, device=device).expand(len(rests), -1)
+    hidden = decoder(
+        input_ids=ids.to(device),
+        attention_mask=attention,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state
+    return [
+        hidden[row, torch.tensor([t - 1 - shared for t in sequence.targets], device=device)]
+        for row, sequence in enumerate(group)
+    ]
+
+
+def _expanded_prompt_cache(decoder, prefix: tuple[int, ...], rows: int, device):
+    """A `DynamicCache` of the prompt's keys and values from one forward, expanded to `rows` rows: a view,
+    so gradients from every row flow back into the one prompt computation, summed."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import CacheLayerMixin
+
+    cache = DynamicCache(config=getattr(decoder, "config", None))
+    prompt = torch.tensor([list(prefix)], device=device)
+    decoder(input_ids=prompt, attention_mask=torch.ones_like(prompt), past_key_values=cache, use_cache=True)
+    for layer in cache.layers:
+        # filled by the prompt's forward; a layer with no keys and values (linear attention, a layer
+        # reading another's cache) has no prompt to share
+        if not isinstance(layer, CacheLayerMixin) or layer.keys is None or layer.values is None:
+            raise ValueError(f"sharing a prompt needs key/value cache layers, not {type(layer).__name__}")
+        layer.keys = layer.keys.expand(rows, -1, -1, -1)
+        layer.values = layer.values.expand(rows, -1, -1, -1)
+    return cache
+
+
+def _unshared_features(decoder, lone: list[Sequence], pad_id: int, device) -> list[torch.Tensor]:
+    """Per sequence of `lone`, the hidden states that predict its targets, from one ordinary padded forward."""
+    ids, attention = _pad(lone, pad_id, device)
+    hidden = decoder(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
+    return [hidden[row, torch.tensor(sequence.targets, device=device) - 1] for row, sequence in enumerate(lone)]
 
 
 def _every_one(parts: list[torch.Tensor | None]) -> list[torch.Tensor]:

@@ -267,6 +267,68 @@ def _mean_where(values: torch.Tensor, mask: torch.Tensor) -> float | None:
     return float(values[mask].mean()) if bool(mask.any()) else None
 
 
+class _StepTotals:
+    """What one optimizer step adds up over the micro-batches a process scores, then over the processes:
+    per rollout the summed log-prob of its trained tokens before the step (`before`) and their count
+    (`count`); the loss, the entropy sum and the sampler gaps (`sums`: [loss, entropy sum, gap sum, gap
+    count]) and the largest gap (`gap_max`, -1 before any)."""
+
+    def __init__(self, rollouts: int, device):
+        self.device = device
+        self.before, self.count = (torch.zeros(rollouts, dtype=torch.float64, device=device) for _ in range(2))
+        self.sums = torch.zeros(4, dtype=torch.float64, device=device)
+        self.gap_max = torch.tensor([-1.0], dtype=torch.float64, device=device)
+
+    def add(
+        self,
+        chunk: list[Sequence],
+        logprobs: torch.Tensor,
+        entropies: torch.Tensor,
+        recorded: list[float | None],
+        loss: float,
+    ) -> None:
+        """One micro-batch: its sequences, their targets' log-probs (detached) and entropies, the sampler's
+        recorded scores of the same targets, and its loss."""
+        owners = torch.tensor([s.rollout for s in chunk for _ in s.targets], device=self.device)
+        self.before.index_add_(0, owners, logprobs.double())
+        self.count.index_add_(0, owners, torch.ones_like(owners, dtype=torch.float64))
+        gaps = [abs(a - b) for a, b in zip(logprobs.float().tolist(), recorded) if b is not None]
+        self.sums += torch.tensor(
+            [loss, float(entropies.double().sum()), sum(gaps), len(gaps)], dtype=torch.float64, device=self.device
+        )
+        self.gap_max = torch.maximum(
+            self.gap_max, torch.tensor([max(gaps, default=-1.0)], dtype=torch.float64, device=self.device)
+        )
+
+    def sum_over_processes(self) -> None:
+        for tensor in (self.before, self.count, self.sums):
+            _all_reduce(tensor, "sum")
+        _all_reduce(self.gap_max, "max")
+
+    def row(self, on_policy: bool, grad_norm: float) -> dict:
+        """The step's diagnostics (`AdapterUpdate.train`'s `stats["steps"]`), before the after-step ones."""
+        sums, count = self.sums, self.count
+        return {
+            "on_policy": on_policy,
+            "loss": float(sums[0]),
+            "grad_norm": grad_norm,
+            "entropy": float(sums[1] / count.sum()) if count.sum() > 0 else None,
+            "sampler_gap_mean": float(sums[2] / sums[3]) if sums[3] > 0 else None,
+            "sampler_gap_max": float(self.gap_max[0]) if sums[3] > 0 else None,
+        }
+
+
+def _step_timings(sequences: list[Sequence], mine: list[list[int]], seconds: float) -> dict[str, float]:
+    """One step's forward and backward over this process's micro-batches `mine`: the tokens, the tokens
+    with padding, the seconds (for `AdapterUpdate._log_timings`; re-scoring is filled in later)."""
+    return {
+        "tokens": sum(len(sequences[i].ids) for b in mine for i in b),
+        "padded_tokens": sum(len(b) * max(len(sequences[i].ids) for i in b) for b in mine),
+        "forward_backward_s": seconds,
+        "rescore_s": 0.0,
+    }
+
+
 class AdapterUpdate:
     """REINFORCE for one adapter of a PEFT model, its AdamW kept from call to call.
 
@@ -385,17 +447,10 @@ class AdapterUpdate:
         this process scores (the progress of `train`)."""
         import time
 
-        accelerator, config = self.accelerator, self.config
-        sequences, batches = plan["sequences"], plan["batches"]
-        rank, world = accelerator.process_index, accelerator.num_processes
-        device = accelerator.device
-        n = len(plan["advantages"])
-        # per rollout: summed log-prob of its trained tokens before the step and their count;
-        # then [loss, entropy sum, gap sum, gap count] and the largest gap
-        before, count = (torch.zeros(n, dtype=torch.float64, device=device) for _ in range(2))
-        totals = torch.zeros(4, dtype=torch.float64, device=device)
-        gap_max = torch.tensor([-1.0], dtype=torch.float64, device=device)
-        mine = batches[rank::world]
+        accelerator = self.accelerator
+        sequences = plan["sequences"]
+        mine = plan["batches"][accelerator.process_index :: accelerator.num_processes]
+        totals = _StepTotals(len(plan["advantages"]), accelerator.device)
         started = time.perf_counter()
         self.optimizer.zero_grad(set_to_none=True)
         for batch in mine:
@@ -404,42 +459,16 @@ class AdapterUpdate:
             recorded = [x for s in chunk for x in s.sampler_logprobs]
             loss = -(self._weights(plan, batch, logprobs, recorded) * logprobs.float()).sum()
             accelerator.backward(loss)
-            owners = torch.tensor([s.rollout for s in chunk for _ in s.targets], device=device)
-            before.index_add_(0, owners, logprobs.detach().double())
-            count.index_add_(0, owners, torch.ones_like(owners, dtype=torch.float64))
-            gaps = [abs(a - b) for a, b in zip(logprobs.detach().float().tolist(), recorded) if b is not None]
-            totals += torch.tensor(
-                [loss.item(), float(entropies.double().sum()), sum(gaps), len(gaps)], dtype=torch.float64, device=device
-            )
-            gap_max = torch.maximum(
-                gap_max, torch.tensor([max(gaps, default=-1.0)], dtype=torch.float64, device=device)
-            )
+            totals.add(chunk, logprobs.detach(), entropies, recorded, loss.item())
             advance()
         parameters = [self.params[name] for name in self.names]
-        if world > 1:
+        if accelerator.num_processes > 1:
             sum_gradients(parameters)
-            for tensor in (before, count, totals):
-                _all_reduce(tensor, "sum")
-            _all_reduce(gap_max, "max")
-        grad_norm = accelerator.clip_grad_norm_(parameters, config.max_grad_norm)  # the norm before clipping
+            totals.sum_over_processes()
+        grad_norm = accelerator.clip_grad_norm_(parameters, self.config.max_grad_norm)  # the norm before clipping
         self.optimizer.step()
-        self.timings.append(
-            {
-                "tokens": sum(len(sequences[i].ids) for b in mine for i in b),
-                "padded_tokens": sum(len(b) * max(len(sequences[i].ids) for i in b) for b in mine),
-                "forward_backward_s": time.perf_counter() - started,
-                "rescore_s": 0.0,
-            }
-        )
-        row = {
-            "on_policy": on_policy,
-            "loss": float(totals[0]),
-            "grad_norm": float(grad_norm),
-            "entropy": float(totals[1] / count.sum()) if count.sum() > 0 else None,
-            "sampler_gap_mean": float(totals[2] / totals[3]) if totals[3] > 0 else None,
-            "sampler_gap_max": float(gap_max[0]) if totals[3] > 0 else None,
-        }
-        return row, before, count
+        self.timings.append(_step_timings(sequences, mine, time.perf_counter() - started))
+        return totals.row(on_policy, float(grad_norm)), totals.before, totals.count
 
     def _weights(self, plan: dict, batch: list[int], logprobs: torch.Tensor, recorded: list[float | None]):
         """Each trained token's weight in the loss for one micro-batch: its rollout's share of the loss
