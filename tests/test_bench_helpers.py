@@ -4,7 +4,10 @@ the batch handed back to lm-eval) and EvalPlus's sample rows."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 import torch
 
 from populora.bench import evalplus, lmeval
@@ -78,3 +81,19 @@ def test_an_evalplus_sample_passes_only_with_base_and_plus_tests_and_drops_the_f
         "plus_status": "fail",
         "passed": False,
     }
+
+
+def test_a_failing_member_is_named_by_its_adapter_folder(monkeypatch):
+    """The fix a user needs (re-export) names the member's folder, not its name in the stacked model."""
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("adapter_model.safetensors: no such tensor")
+
+    monkeypatch.setattr(lmeval, "_simple_evaluate", fails)
+    lm = SimpleNamespace(member=None, progress_desc=None)
+    where = ("results/warm_base", Path("results/export/population-student0"), "data")
+    with pytest.raises(lmeval.BenchError) as error:
+        lmeval._evaluate_member(lm, "population-student0", "gsm8k", 1, None, {}, where)
+    assert "the adapter folder results/export/population-student0 does not load on results/warm_base" in str(
+        error.value
+    )

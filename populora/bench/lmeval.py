@@ -391,7 +391,8 @@ def evaluate_members(
         log.info("%s: %d generated rows kept from an earlier attempt (%s)", benchmark, lm.kept_rows, store)
     results = {}
     for name in members:
-        result = _evaluate_member(lm, name, benchmark, limit, manager, gen_kwargs, metadata["data_dir"])
+        where = (base_model, adapters[name], metadata["data_dir"])
+        result = _evaluate_member(lm, name, benchmark, limit, manager, gen_kwargs, where)
         dtype = str(multilora.model.dtype).removeprefix("torch.")
         result["config"]["model_args"] = {
             **model_args(base_model, adapters[name], dtype),
@@ -413,14 +414,16 @@ def evaluate_members(
     return results
 
 
-def _evaluate_member(lm, name: str, benchmark: str, limit: int | None, manager, gen_kwargs: dict, math_data: str):
-    """lm-eval's results dict for the member `name` of the members' model `lm`."""
+def _evaluate_member(lm, name: str, benchmark: str, limit: int | None, manager, gen_kwargs: dict, where: tuple):
+    """lm-eval's results dict for the member `name` of the members' model `lm`. `where`: the base model, the
+    member's adapter folder and the math data, for the message of a failure (the folder to re-export)."""
+    base_model, adapter, math_data = where
     lm.member = name
     lm.progress_desc = f"{benchmark} {name} (lm-eval)"
     try:
         result = _simple_evaluate(benchmark, limit, manager, gen_kwargs, model=lm)
     except Exception as error:  # re-raised with the context a user needs
-        raise BenchError(_explain(error, benchmark, "the stacked members' model", name, math_data)) from error
+        raise BenchError(_explain(error, benchmark, f"{base_model} (members stacked)", adapter, math_data)) from error
     if result is None:
         raise BenchError(f"lm-eval returned no results for {benchmark} ({name})")
     return result
