@@ -45,7 +45,9 @@ if [ -n "$findings" ] || { [ "$lint_status" != 0 ] && ! grep -q "Lints for rule"
   echo "snakemake --lint:" >&2; echo "$lint" >&2; exit 1
 fi
 workers=${POPULORA_TEST_WORKERS:-2}
-.venv/bin/python -m pytest -m "" -n "$workers" --dist loadfile --no-loadscope-reorder "$@"
+# --durations: the 40 slowest tests' times at the end of every run, the figures LONGEST_MODULES
+# (tests/conftest.py) and any work on the suite's time start from
+.venv/bin/python -m pytest -m "" -n "$workers" --dist loadfile --no-loadscope-reorder --durations=40 "$@"
 if [ "$lane" = 1 ]; then
   lane_status=0
   wait "$lane_pid" || lane_status=$?
