@@ -42,6 +42,11 @@
 # Two clones may run side by side on a 2-core machine, each stage on one thread (OMP_NUM_THREADS=1,
 # STUDY_BESIDE says so in run.json): ~1.4-1.7x the throughput of one run on two threads (docs/measurements.md,
 # perf/cpu_threads.sh), at the price of each run's wall time.
+# A run on both threads shares the machine with nothing, not even a niced test: its stages wait at every
+# OpenMP region's end for the thread another process preempted (seed 21 of the warm-base gate: three niced
+# processes made a generation 4-12x slower per stage, docs/measurements.md). To run something between, pause the
+# run (kill -STOP -<its process group>, then -CONT) outside verify and grade (the sandbox's wall-clock backstop)
+# and record the pause as paused_s in its run.json (populora/analysis/runs.py subtracts it from the wall).
 # Every run of a study uses the same code: a new clone checks out the commit the committed runs
 # record as `source_commit` (STUDY_SOURCE=<commit> overrides; with no runs yet: HEAD).
 set -euo pipefail
