@@ -1,4 +1,4 @@
-"""DVC reruns only what changed: code deps from the import graph, bytecode
+"""DVC reruns only what changed: code deps from the import graph (one code stamp a stage), bytecode
 ignored; arms, benchmarks and population size are DVC matrix axes read at run time; a change of
 the rendered generations through `dvc exp run -S` fails before any work, naming the fix; a fresh
 checkout answers `dvc status` and a dry run."""
@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO, copy_shipped_files
+from workflow.code_stamps import module_of_stamp, stamp_path
 from workflow.dag import STAGES, code_deps
 
 BIN = str(Path(sys.executable).parent)
@@ -61,18 +62,36 @@ def test_code_deps_follow_imports_transitively(tmp_path):
     )
 
 
+def _dvc_stages() -> dict:
+    return yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+
+
 def _stage_deps(name: str) -> list[str]:
-    document = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"][name]
+    document = _dvc_stages()[name]
     return (document.get("do") or document)["deps"]
 
 
+def _stage_code(name: str) -> list[str]:
+    """The source files a DVC stage reruns on: those its one code stamp stands for."""
+    modules = [module_of_stamp(dep) for dep in _stage_deps(name) if module_of_stamp(dep)]
+    assert len(modules) == 1, f"{name}: code stamps {modules}"
+    return list(code_deps(modules[0]))
+
+
+def test_each_stage_has_one_code_dependency_its_stamp_written_by_the_guard():
+    stages = _dvc_stages()
+    guard_outs = {path for out in stages["dag_shape"]["outs"] for path in out}
+    for stage in STAGES:
+        deps = _stage_deps(stage.name)
+        assert stamp_path(stage.module) in deps and stamp_path(stage.module) in guard_outs, stage.name
+        assert not any(dep.endswith(".py") or dep in ("populora", "stages", "workflow") for dep in deps), stage.name
+
+
 def test_editing_report_code_does_not_touch_the_model_stages():
-    base = _stage_deps("base_model")
-    assert "populora" not in base  # no whole-folder dependency any more
     for stage in ("base_model", "init", "propose", "update"):
-        deps = _stage_deps(stage)
-        assert "stages/report.py" not in deps and not any(d.startswith("populora/bench/") for d in deps), stage
-    assert any(d.startswith("populora/report/") for d in _stage_deps("report"))
+        code = _stage_code(stage)
+        assert "stages/report.py" not in code and not any(d.startswith("populora/bench/") for d in code), stage
+    assert any(d.startswith("populora/report/") for d in _stage_code("report"))
 
 
 @pytest.mark.parametrize("stage", ["base_model", "pair", "report", "evolve"])
@@ -93,8 +112,8 @@ def test_declared_code_deps_cover_every_local_module_the_stage_imports(stage):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     loaded = {Path(line).resolve().relative_to(REPO).as_posix() for line in result.stdout.split()}
-    assert loaded <= set(_stage_deps(stage)), (
-        f"imported but not a dependency: {sorted(loaded - set(_stage_deps(stage)))}"
+    assert loaded <= set(_stage_code(stage)), (
+        f"imported but not a dependency: {sorted(loaded - set(_stage_code(stage)))}"
     )
 
 

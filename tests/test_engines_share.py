@@ -59,6 +59,23 @@ def test_adoption_takes_what_the_current_code_and_inputs_made(tmp_path, monkeypa
     assert why_not(_stage("s", ["results/out", "results/gone.json"], []), None) == "no output results/gone.json"
 
 
+def test_a_code_stamp_stands_for_its_files_in_the_adoption(tmp_path, monkeypatch):
+    """The stamp is written after Snakemake's run (its time says nothing); the files it hashes decide."""
+    import workflow.adopt
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(workflow.adopt, "code_deps", lambda module: ("stages/pair.py", "populora/x.py"))
+    now = time.time()
+    _write(tmp_path / "stages/pair.py", now - 100)
+    _write(tmp_path / "populora/x.py", now - 100)
+    _write(tmp_path / "results/out.json", now - 10)
+    _write(tmp_path / "results/.code/stages.pair.json", now)  # the adoption wrote it just now
+    stage = _stage("s", ["results/out.json"], ["results/.code/stages.pair.json"])
+    assert why_not(stage, None) is None
+    _write(tmp_path / "populora/x.py", now)
+    assert "populora/x.py changed after it ran" in why_not(stage, None)
+
+
 def test_the_exp_plan_doctests():
     import doctest
 

@@ -45,6 +45,7 @@ BIN = str(Path(sys.executable).parent)
 TIMED = ("logs", "timings", "report")  # folders whose files record how long things took
 # the engines' own files: DVC's lists of its outputs and its dag_shape guard's stamp, Snakemake's mark in a folder output
 BOOKKEEPING = (".gitignore", ".dag_shape.ok", ".snakemake_timestamp")
+CODE_STAMPS_FOLDER = ".code"  # the guard's code stamps (workflow/code_stamps.py): bookkeeping, not results
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +98,7 @@ def _artifacts(results: Path) -> dict[str, bytes | None]:
     out = {}
     for path in sorted(results.rglob("*")):
         rel = path.relative_to(results)
-        if rel.parts[0] in TIMED or path.name in BOOKKEEPING:
+        if rel.parts[0] in TIMED or rel.parts[0] == CODE_STAMPS_FOLDER or path.name in BOOKKEEPING:
             continue
         data = path.read_bytes() if path.is_file() else None
         if data is not None and (

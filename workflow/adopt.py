@@ -15,10 +15,11 @@ hashes into dvc.lock) when its outputs are what the current code and inputs make
 * Snakemake's run had it in its DAG (`made`: the outputs of every job of the run, run or found up to date
   by Snakemake's own triggers: mtime, params, inputs, rule code), so the params it read are the current ones;
 * every output is at least as new as every file it depends on. Snakemake does not rerun a job when the
-  library code it imports changes (DVC does: each stage depends on its imports, `workflow.dag.code_deps`),
-  so a stage whose code changed after it ran is left to `dvc repro`, and said so.
+  library code it imports changes (DVC does: each stage depends on its imports, `workflow.dag.code_deps`,
+  through its code stamp), so a stage whose code changed after it ran is left to `dvc repro`, and said so.
+  A code stamp stands for its files here: their times count, not the stamp's (written after the run).
 
-The guard stage `dag_shape` is DVC's alone; its stamp is written here after the same check.
+The guard stage `dag_shape` is DVC's alone; its stamp and the code stamps are written here after the same check.
 
 Into Snakemake. Only when `dvc status` is clean: `snakemake --touch --forceall` records every job's
 params and code in its metadata and touches the outputs in DAG order, so `snakemake -n` has nothing to do
@@ -35,7 +36,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from workflow.dag import RESULTS
+from workflow.code_stamps import module_of_stamp, write_code_stamps
+from workflow.dag import RESULTS, code_deps
 from workflow.render_dvc import GUARD, GUARD_STAMP, write_stamp
 from workflow.render_dvc import main as render_main
 
@@ -61,8 +63,6 @@ def newest(path: Path, *, directories: bool) -> float | None:
 
 def why_not(stage, made: set[str] | None) -> str | None:
     """Why the outputs of `stage` (a DVC stage DVC sees as changed) cannot be adopted; None if they can."""
-    from dvc.dependency import ParamsDependency
-
     if stage.name == GUARD:
         return None  # its check ran just now
     outs = [out.def_path for out in stage.outs]
@@ -72,20 +72,32 @@ def why_not(stage, made: set[str] | None) -> str | None:
     if None in out_times.values():
         return f"no output {next(p for p, t in out_times.items() if t is None)}"
     oldest_out = min(out_times.values(), default=None)
-    for dep in stage.deps:
-        if isinstance(dep, ParamsDependency) or dep.def_path == GUARD_STAMP:
-            continue
-        when = newest(Path(dep.def_path), directories=False)
+    for path in _dependency_files(stage):
+        when = newest(Path(path), directories=False)
         if when is None:
-            return f"no dependency {dep.def_path}"
+            return f"no dependency {path}"
         if oldest_out is not None and when > oldest_out:
-            if dep.def_path.startswith(f"{RESULTS}/"):
-                return f"its input {dep.def_path} is newer than its outputs"
+            if path.startswith(f"{RESULTS}/"):
+                return f"its input {path} is newer than its outputs"
             return (
-                f"{dep.def_path} changed after it ran (Snakemake does not rerun a job when the code it imports "
+                f"{path} changed after it ran (Snakemake does not rerun a job when the code it imports "
                 f"changes; `dvc repro` does)"
             )
     return None
+
+
+def _dependency_files(stage) -> list[str]:
+    """The files whose times decide an adoption: a stage's deps, its code stamp replaced by the source files
+    it stands for (the stamp itself is written after the run), params and the guard's marker left out."""
+    from dvc.dependency import ParamsDependency
+
+    paths = []
+    for dep in stage.deps:
+        if isinstance(dep, ParamsDependency) or dep.def_path == GUARD_STAMP:
+            continue
+        module = module_of_stamp(dep.def_path)
+        paths += list(code_deps(module)) if module else [dep.def_path]
+    return paths
 
 
 def into_dvc(made: set[str] | None = None, params: str = "params.yaml") -> int:
@@ -98,6 +110,7 @@ def into_dvc(made: set[str] | None = None, params: str = "params.yaml") -> int:
         print("adopt: dvc.yaml does not match params.yaml (above); DVC's records left as they were", file=sys.stderr)
         return 2
     write_stamp(GUARD_STAMP)
+    write_code_stamps()
     try:
         from populora.config import load_params
         from workflow.dag import dvc_only_outputs

@@ -11,8 +11,9 @@ workspace the outputs are there, so this applies the `-S` overrides to params.ya
 does (DVC's own `apply_overrides`), asks DVC which stages changed (`dvc status`) and adds every stage downstream
 of them (what reruns once their outputs change), then puts params.yaml back byte for byte, also on an error or
 Ctrl-C; a copy waits beside it (`params.yaml.exp-plan`) until then, in case the process is killed outright. The
-DAG-shape guard (`dag_shape`) reruns on every params change but writes the same stamp, so nothing downstream of
-it reruns for its sake. Nothing else is written: no experiment, no output, no dvc.lock change.
+DAG-shape guard (`dag_shape`) reruns on every params change but writes the same stamps, so nothing downstream of
+it reruns for its sake; a stage whose code changed since the guard last wrote its code stamp counts as changed
+(workflow/code_stamps.py). Nothing else is written: no experiment, no output, no dvc.lock change.
 """
 
 from __future__ import annotations
@@ -50,6 +51,19 @@ def reached_stages(graph, changed: set[str], guard: str) -> list[str]:
     return [name for name in order if name in reached]
 
 
+def stamped_stages(graph, stale: set[str]) -> set[str]:
+    """The stages depending on a code stamp the guard would rewrite (their code changed since the guard last
+    ran): `dvc status` cannot see them yet, the stamp being the guard's output.
+
+    >>> from collections import namedtuple
+    >>> S, D = namedtuple("S", "addressing deps"), namedtuple("D", "def_path")
+    >>> a, b = S("a", [D("results/.code/stages.a.json")]), S("b", [D("results/x.json")])
+    >>> sorted(stamped_stages([a, b], {"results/.code/stages.a.json"}))
+    ['a']
+    """
+    return {node.addressing for node in graph if any(dep.def_path in stale for dep in getattr(node, "deps", []))}
+
+
 def shape_error(root: Path, params: str) -> str | None:
     """The DAG-shape guard's message when the overridden params need a re-render (`dag.generations`, ...)."""
     check = subprocess.run(
@@ -76,6 +90,7 @@ def plan(root: Path, overrides: list[str], params: str = "params.yaml") -> list[
     from dvc.repo import Repo
     from dvc.utils.hydra import apply_overrides
 
+    from workflow.code_stamps import stale_stamps
     from workflow.render_dvc import GUARD
 
     path = root / params
@@ -92,7 +107,8 @@ def plan(root: Path, overrides: list[str], params: str = "params.yaml") -> list[
         with Repo(str(root)) as repo:
             graph = repo.index.graph
             commands = {node.addressing: node.cmd or "" for node in graph.nodes}
-            stages = reached_stages(graph, set(repo.status()), GUARD)
+            changed = set(repo.status()) | stamped_stages(graph, set(stale_stamps()))
+            stages = reached_stages(graph, changed, GUARD)
     finally:
         path.write_bytes(original)
         backup.unlink(missing_ok=True)
@@ -124,7 +140,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"`{run}` would run {len(stages)} stages, in this order:")
         for name, command in stages:
             print(f"  {name}" + (f"\n    > {command}" if args.commands else ""))
-    return 0
     return 0
 
 

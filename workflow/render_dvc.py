@@ -14,9 +14,11 @@ depend on that folder, so DVC runs every stage writing under it first.
 
 What DVC reruns. Each stage depends on exactly the code it runs: its stage module and every local
 module it imports, transitively, read from the import graph (`workflow.dag.code_deps`), not a
-hand-kept list and not the whole `populora/` folder; on the params keys it reads (declared per
-stage in workflow/dag.py; a stage reads no other, populora/core/declared.py); and on its inputs.
-Bytecode is in .dvcignore.
+hand-kept list and not the whole `populora/` folder, through one file: its module's code stamp
+(`results/.code/<module>.json`, those files' hashes, written by the guard: workflow/code_stamps.py),
+so dvc.lock, which DVC reads and rewrites around every stage, holds one code dep a stage, not forty;
+on the params keys it reads (declared per stage in workflow/dag.py; a stage reads no other,
+populora/core/declared.py); and on its inputs. Bytecode is in .dvcignore.
 
 The DAG shape. Arms, benchmarks and the population size are read by DVC itself at run time, so
 `dvc exp run -S 'dag.arms=[baseline]'`, `-S population.teachers=4` or `-S 'bench.benchmarks=[...]'`
@@ -25,7 +27,7 @@ templating has no arithmetic (generation g starts from g-1's checkpoint) and can
 from a number, so both are rendered (update job k trains the arm's adapters k, k+J, ..., so a
 population size change never needs a re-render: a job left without an adapter writes an empty part).
 The first stage, `dag_shape` (rerun whenever params.yaml or any code changes; every other stage is
-downstream of it through `base_model`), re-renders the stages in memory and fails before any other
+downstream of it through its code stamp), re-renders the stages in memory and fails before any other
 work when they differ from dvc.yaml, with the fix:
 
     dvc exp run -S dag.generations=5      ->  ERROR ... dvc.yaml has the DAG shape of other params
@@ -50,13 +52,12 @@ import yaml
 
 from populora.config import ParamsError, load_params
 from populora.core.io import write_json
+from workflow.code_stamps import CODE_STAMPS, stage_modules, stamp_path, write_code_stamps
 from workflow.dag import (
-    BASE_MODEL,
     RESULTS,
     SCOPES,
     STAGES,
     Stage,
-    code_deps,
     gen_label,
     prev_dir,
     resolve_input,
@@ -64,9 +65,10 @@ from workflow.dag import (
 
 HEADER = "# GENERATED from workflow/dag.py by `python -m workflow.render_dvc`; do not edit by hand.\n"
 GUARD = "dag_shape"
-GUARD_STAMP = f"{RESULTS}/.dag_shape.ok"  # constant content: base_model depends on it only for the order
+GUARD_STAMP = f"{RESULTS}/.dag_shape.ok"  # constant content: the guard's marker that the check passed
 GUARD_CMD = (
     f"python -m workflow.render_dvc --check --shape-only --params params.yaml --out dvc.yaml --stamp {GUARD_STAMP}"
+    f" --code-stamps {CODE_STAMPS}"
 )
 # what the rendered stages are made of: the params (`dvc exp run -S` edits params.yaml) and the code (each
 # stage's deps are its imports). dvc.yaml itself cannot be a DVC dependency; a stage whose entry changes
@@ -107,11 +109,7 @@ def render_stage(stage: Stage, params) -> dict:
     metrics = [paths[key] for key in stage.outputs if key in stage.metrics]
     body = {
         "cmd": stage.command(paths, {w: item[w] for w in stage.wildcards}, log=stage.log_template().format(**item)),
-        "deps": [
-            *code_deps(stage.module),
-            *deps,
-            *([GUARD_STAMP] if stage.outputs.get("base_model") == BASE_MODEL else []),
-        ],
+        "deps": [stamp_path(stage.module), *deps],
     }
     if stage.params:
         body["params"] = list(stage.params)
@@ -126,7 +124,8 @@ def render_stage(stage: Stage, params) -> dict:
 
 def render(params_path: str = "params.yaml") -> str:
     params = load_params(params_path)
-    guard = {"cmd": GUARD_CMD, "deps": GUARD_DEPS, "outs": [{GUARD_STAMP: {"cache": False}}]}
+    stamps = [GUARD_STAMP, *(stamp_path(module) for module in stage_modules())]
+    guard = {"cmd": GUARD_CMD, "deps": GUARD_DEPS, "outs": [{path: {"cache": False}} for path in stamps]}
     document = {"stages": {GUARD: guard, **{stage.name: render_stage(stage, params) for stage in STAGES}}}
     document["plots"] = plots_section(params)
     return HEADER + yaml.dump(document, Dumper=_NoAliases, sort_keys=False, width=1000)
@@ -211,8 +210,8 @@ def stale_message(path: Path, current: str, wanted: str) -> str:
 
 
 def write_stamp(path: str = GUARD_STAMP) -> None:
-    """The guard's marker: constant content, so base_model (which depends on it for the order) never reruns
-    because of it; workflow/adopt.py writes it too after a Snakemake run."""
+    """The guard's marker that its check passed (constant content; the stages depend on the guard through their
+    code stamps); workflow/adopt.py writes it too after a Snakemake run."""
     write_json(path, {"dvc.yaml": "matches params.yaml and workflow/dag.py"})
 
 
@@ -223,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when --out is not up to date")
     parser.add_argument("--shape-only", action="store_true", help="with --check: compare the stages, not the plots")
     parser.add_argument("--stamp", help="with --check: write this marker file when --out is up to date")
+    parser.add_argument(
+        "--code-stamps",
+        help="with --check: write each stage module's code stamp in this folder when --out is up to date",
+    )
     args = parser.parse_args(argv)
     try:
         text = render(args.params)
@@ -241,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if args.stamp:
             write_stamp(args.stamp)
+        if args.code_stamps:
+            write_code_stamps(args.code_stamps)
         print(f"{path} is up to date")
         return 0
     path.write_text(text)
