@@ -1,10 +1,15 @@
 """Pure helpers split out of the heldout stage and the warm start: a child born by evolution is scored as its
 own point (only a whole pipeline run reaches that path otherwise), and the warm start's record averages its
-last steps."""
+last steps, and it stops with the fix, before loading a model, when no generated task passed verification."""
 
 from __future__ import annotations
 
+from collections import Counter
+
+import pytest
+
 from populora.core.state import State
+from populora.warmstart import run as warm_run
 from populora.warmstart.run import _training_summary
 from stages.heldout import BORN, _born_children, _born_metrics
 
@@ -61,3 +66,22 @@ def test_the_warm_start_record_averages_the_last_five_steps():
     assert summary["final"] == {"loss": 4.0, "token_accuracy": 0.4, "exact": 0.0}  # steps 2..6
     assert _training_summary(steps[:2], train_s=0.0)["final"]["loss"] == 0.5  # fewer than five: all of them
     assert _training_summary(steps[:1], train_s=0.0)["tokens_per_s"] is None
+
+
+def test_a_warm_start_with_no_verified_task_stops_with_the_fix(tiny_params_dict, monkeypatch, tmp_path):
+    """Before any model is loaded, not a division by zero in the record after an empty training."""
+    import logging
+
+    from populora.config import parse_params
+
+    counts = Counter({"candidates": 12, "copyable": 7, "echo": 5})
+
+    def nothing_verified(params, sandbox, seen):
+        seen.update(counts)
+        return [], []
+
+    monkeypatch.setattr(warm_run, "verified_inputs", nothing_verified)
+    params = parse_params({**tiny_params_dict, "warm_start": {**tiny_params_dict["warm_start"], "enabled": True}})
+    with pytest.raises(ValueError, match="none of the 12 generated tasks passed") as error:
+        warm_run.make_warm_base(params, tmp_path / "base", tmp_path / "out", None, logging.getLogger("t"))
+    assert "'copyable': 7" in str(error.value) and "Fix: raise warm_start.examples" in str(error.value)

@@ -61,6 +61,8 @@ def make_warm_base(params, base_dir: str | Path, out_dir: str | Path, sandbox, l
     tasks, seeds = verified_inputs(params, sandbox, counts)
     verify_s = time.monotonic() - started
     _log_verified(log, tasks, counts, verify_s)
+    if not tasks:
+        raise ValueError(no_tasks_message(counts))
     dtype, reason = resolve_dtype(cfg.dtype, params.model.device)  # for the record; load_base logs its choice
     tokenizer, model = load_base(base_dir, dtype=cfg.dtype, device=params.model.device)
     budget = _checked_answer_budget(params, tasks, tokenizer)
@@ -84,6 +86,16 @@ def make_warm_base(params, base_dir: str | Path, out_dir: str | Path, sandbox, l
         "merge_s": round(merge_s, 1),
         "settings": cfg.model_dump(mode="json"),
     }
+
+
+def no_tasks_message(counts: Counter) -> str:
+    """Why the warm start cannot train (no generated task passed verification), with the fix."""
+    dropped = {k: v for k, v in counts.items() if k not in ("candidates", "kept")}
+    return (
+        f"warm start: none of the {counts.get('candidates', 0)} generated tasks passed verification (dropped: "
+        f"{dropped}), so there is nothing to fine-tune on. Fix: raise warm_start.examples, give warm_start.types "
+        f"more types, or set warm_start.enabled: false"
+    )
 
 
 def _log_verified(log: logging.Logger, tasks: list[dict], counts: Counter, seconds: float) -> None:
