@@ -6,7 +6,8 @@
 # `dvc repro -s -f <stage>` in each, in turn: a stage of under a second (pair), so the figure is DVC's
 # start-up, its reading of dvc.yaml and dvc.lock and its rewriting of the lock.
 #
-#   bash perf/dvc_lock_overhead.sh /work/pw-20 ed2f65c [pair@population-gen9] [runs]
+#   bash perf/dvc_lock_overhead.sh ../pw-20 ed2f65c [pair@population-gen9] [runs]
+#   (../pw-20: the study clone scripts/study.sh made, with a finished run; the measured figure used it)
 #
 # Run on an idle machine; the copies go under ${TMPDIR:-/tmp} and are removed after.
 set -euo pipefail
