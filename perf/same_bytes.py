@@ -13,7 +13,9 @@ tensors) do, so that a timing field reads as what it is.
     .venv/bin/python perf/same_bytes.py --project ../pw-20 --exp 1t1s-s22 --generation population:0 \
         --work /tmp/same-bytes --json perf/measured/same_bytes_1t1s_gen0.json
 
-Run it on an idle machine with the run's threads (OMP_NUM_THREADS=2 for a study on both cores): float
+`--only heldout` runs only those stages of the generation (the held-out scoring after the last one: the
+primary endpoint); `--set update.learning_rate=0.00101` changes a key of the run's params, a control that must
+fail the check (exit 1 when any output differs). Run it on an idle machine with the run's threads (OMP_NUM_THREADS=2 for a study on both cores): float
 arithmetic is only reproducible at the same thread count and machine kind.
 """
 
@@ -208,6 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", action="append", default=[], metavar="STAGE", help="run only these stages of the generation (heldout)"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change a params key of the run (a control that must fail the check, e.g. update.learning_rate=0.00101)",
+    )
     parser.add_argument("--new", default="HEAD", help="the commit to check")
     parser.add_argument("--work", required=True, help="a scratch folder (its worktree is replaced)")
     parser.add_argument("--json", default=None)
@@ -224,7 +233,19 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(checkout, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     git("worktree", "add", "--detach", str(checkout), args.new, cwd=REPO)
-    (checkout / "params.yaml").write_text(git("show", f"{ref}:params.yaml", cwd=project))
+    text = git("show", f"{ref}:params.yaml", cwd=project)
+    params = yaml.safe_load(text)
+    for setting in args.set:
+        key, _, value = setting.partition("=")
+        *parents, leaf = key.split(".")
+        section = params
+        for name in parents:
+            section = section[name]
+        if leaf not in section:
+            raise SystemExit(f"--set {setting}: the run's params have no {key}")
+        section[leaf] = yaml.safe_load(value)
+    # the run's file as it was (byte for byte) unless a control changes it
+    (checkout / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False) if args.set else text)
     env = {
         **os.environ,
         "PATH": f"{REPO / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
@@ -287,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         "run_commit": git("log", "--format=%h %s", "-n", "2", f"{ref}^", cwd=project).strip().splitlines(),
         "new_commit": git("rev-parse", "--short", "HEAD", cwd=checkout).strip(),
         "generation": args.generation,
+        "set": args.set,
         "threads": os.environ.get("OMP_NUM_THREADS"),
         "outputs": len(verdicts),
         "same_bytes": verdicts.count("same bytes"),
