@@ -280,12 +280,16 @@ def main(argv: list[str] | None = None) -> int:
     record = []
     for plan in plans:
         for dep in plan["deps"]:
-            if dep.startswith("results/") and not dep.startswith("results/.code") and dep not in written:
-                out = old_outs.get(dep)
-                if out is None:
-                    raise SystemExit(f"{plan['name']} reads {dep}, which the run's dvc.lock has no output for")
-                shutil.rmtree(checkout / dep, ignore_errors=True)
-                cache.materialize(out, checkout / dep)
+            if not dep.startswith("results/") or dep.startswith("results/.code"):
+                continue
+            # a folder of several outputs (update/ of the update jobs' parts) is read whole
+            inside = [o for o in old_outs if o == dep or o.startswith(dep + "/")]
+            if not inside:
+                raise SystemExit(f"{plan['name']} reads {dep}, which the run's dvc.lock has no output for")
+            for path in inside:
+                if path not in written:
+                    shutil.rmtree(checkout / path, ignore_errors=True)
+                    cache.materialize(old_outs[path], checkout / path)
         for out in plan["outs"]:
             target = checkout / out
             shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
