@@ -204,7 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--project", required=True, help="the study clone scripts/study.sh ran the run in")
     parser.add_argument(
-        "--exp", required=True, help="the run's DVC experiment (scripts/study.sh names it CONTROL-sSEED)"
+        "--exp",
+        required=True,
+        help="the run's DVC experiment (scripts/study.sh names it CONTROL-sSEED); `workspace`: the run DVC is "
+        "running now, from the clone's dvc.lock and params.yaml (read it while DVC is stopped between stages)",
     )
     parser.add_argument("--generation", required=True, help="ARM:N, the generation whose stages run again")
     parser.add_argument(
@@ -222,8 +225,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     project, work = Path(args.project).resolve(), Path(args.work).resolve()
-    ref = experiment_ref(project, args.exp)
-    lock = yaml.safe_load(git("show", f"{ref}:dvc.lock", cwd=project))["stages"]
+    if args.exp == "workspace":
+        ref = None
+        lock_text, text = (project / "dvc.lock").read_text(), (project / "params.yaml").read_text()
+    else:
+        ref = experiment_ref(project, args.exp)
+        lock_text, text = git("show", f"{ref}:dvc.lock", cwd=project), git("show", f"{ref}:params.yaml", cwd=project)
+    lock = yaml.safe_load(lock_text)["stages"]
     old_outs = {o["path"]: o for stage in lock.values() for o in stage.get("outs", [])}
     cache = Cache(project)
 
@@ -233,7 +241,6 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(checkout, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     git("worktree", "add", "--detach", str(checkout), args.new, cwd=REPO)
-    text = git("show", f"{ref}:params.yaml", cwd=project)
     params = yaml.safe_load(text)
     for setting in args.set:
         key, _, value = setting.partition("=")
@@ -309,7 +316,9 @@ def main(argv: list[str] | None = None) -> int:
         "project": str(args.project),
         "experiment": args.exp,
         # the experiment's parent: the clone's commit (the study's source commit with its overlay applied)
-        "run_commit": git("log", "--format=%h %s", "-n", "2", f"{ref}^", cwd=project).strip().splitlines(),
+        "run_commit": git("log", "--format=%h %s", "-n", "2", f"{ref}^" if ref else "HEAD", cwd=project)
+        .strip()
+        .splitlines(),
         "new_commit": git("rev-parse", "--short", "HEAD", cwd=checkout).strip(),
         "generation": args.generation,
         "set": args.set,
