@@ -11,7 +11,7 @@ through DVC's .dir manifest), and for a file that differs, which JSON keys (or J
 tensors) do, so that a timing field reads as what it is.
 
     .venv/bin/python perf/same_bytes.py --project ../pw-20 --exp 1t1s-s22 --generation population:0 \
-        --work /tmp/same-bytes --json perf/measured/same_bytes_1t1s_gen0.json
+        --json perf/measured/same_bytes_1t1s_gen0.json
 
 `--only heldout` runs only those stages of the generation (the held-out scoring after the last one: the
 primary endpoint); `--set update.learning_rate=0.00101` changes a key of the run's params, a control that must
@@ -28,6 +28,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -175,6 +176,19 @@ def compare(out: dict, workdir: Path, cache: Cache) -> dict:
     return {"path": out["path"], "files": len(old), "verdict": verdict, "differences": details}
 
 
+def without_work(args: list[str]) -> list[str]:
+    """The command line without `--work FOLDER` (or `--work=FOLDER`)."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--work":
+            skip = True
+        elif not arg.startswith("--work="):
+            out.append(arg)
+    return out
+
+
 def chosen_stages(repo_stages: list, generation: str) -> list:
     """The stages of ARM:N (`propose@population-gen0`, `update@population-gen0-1`, ...), as DVC lists them."""
     arm, _, number = generation.partition(":")
@@ -221,10 +235,13 @@ def main(argv: list[str] | None = None) -> int:
         help="change a params key of the run (a control that must fail the check, e.g. update.learning_rate=0.00101)",
     )
     parser.add_argument("--new", default="HEAD", help="the commit to check")
-    parser.add_argument("--work", required=True, help="a scratch folder (its worktree is replaced)")
+    parser.add_argument(
+        "--work", default=None, help="a scratch folder (its worktree is replaced; default: a new temporary folder)"
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    project, work = Path(args.project).resolve(), Path(args.work).resolve()
+    project = Path(args.project).resolve()
+    work = Path(args.work or tempfile.mkdtemp(prefix="same-bytes-")).resolve()
     if args.exp == "workspace":
         ref = None
         lock_text, text = (project / "dvc.lock").read_text(), (project / "params.yaml").read_text()
@@ -330,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         "new_outputs": verdicts.count("new output"),
         "differs": verdicts.count("DIFFERS"),
         "stages": record,
-        "command": "python perf/same_bytes.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        # the scratch folder is this machine's and changes nothing measured: left out of the record
+        "command": "python perf/same_bytes.py " + " ".join(without_work(argv if argv is not None else sys.argv[1:])),
     }
     print(
         json.dumps(

@@ -100,3 +100,8 @@ def test_the_generation_picks_its_own_stages_only():
     ]
     picked = same_bytes.chosen_stages(stages, "population:1")
     assert [s.name for s in picked] == ["pair@population-gen1", "update@population-gen1-0"]
+
+
+def test_the_record_leaves_out_the_scratch_folder():
+    args = ["--project", "../pw-20", "--work", "/tmp/x", "--exp", "a", "--work=/tmp/y", "--json", "r.json"]
+    assert same_bytes.without_work(args) == ["--project", "../pw-20", "--exp", "a", "--json", "r.json"]
