@@ -7,6 +7,8 @@ retroactive plan against its committed runs.
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import yaml
 
@@ -73,6 +75,24 @@ def test_tuning_runs_are_marked_and_left_out_of_the_answer(grid, tmp_path):
     text = (tmp_path / "out" / "study.md").read_text()
     assert "Primary comparison (declared): **2t2s - 1t1s** on heldout" in text
     assert "| 2t2s-s0 *tuning* |" in text and "with the tuning runs counted in" in text
+
+
+def test_an_interim_primary_with_one_seed_a_side_names_the_method_it_used(grid, tmp_path):
+    """One declared seed of 2t2s against two of 1t1s: Welch cannot run; the primary line says what did."""
+    root, plan_file = grid
+    for seed in (0, 2):  # the tuning seed and one declared seed of 2t2s not run yet
+        shutil.rmtree(root / f"2t2s-s{seed}")
+    study = summarize(load_runs(root), plan=study_plan.load(plan_file))
+    primary = study["primary"]
+    assert primary["seeds"] == [1, 2] and primary["method"] != "Welch t over seeds"
+    assert primary["test_name"].startswith(primary["method"]) and "needs 2+ seeds a side" in primary["test_name"]
+    assert main([str(root), "--plan", str(plan_file), "--out", str(tmp_path / "out")]) == 0
+    line = next(x for x in (tmp_path / "out" / "study.md").read_text().splitlines() if x.startswith("Primary"))
+    assert (
+        "Welch t over seed-level scores, 95%:" not in line
+        and "needs 2+ seeds a side" in line
+        and "seeds 1 vs 2" in line
+    )
 
 
 def test_departures_from_the_plan_are_flagged(grid):

@@ -36,8 +36,10 @@ from typing import Any
 import yaml
 
 from populora.analysis.runs import flatten
+from populora.core.stats import ONE_SAMPLE, WELCH
 
 TESTS = {"welch": "Welch t over seed-level scores, 95%", "t": "one-sample t over the seeds' gains on the base, 95%"}
+METHODS = {"welch": WELCH, "t": ONE_SAMPLE}  # what `seed_comparison` computes for each test, given 2+ seeds a side
 
 
 class PlanError(ValueError):
@@ -161,9 +163,13 @@ def primary(summary: dict, plan: dict | None) -> dict | None:
     )
     if found is None:
         return {**spec, "missing": True}
+    test = spec.get("test", "welch")
+    name = TESTS[test]
+    if found["method"] != METHODS[test]:  # one seed on a side (an interim look): say what was computed instead
+        name = f"{found['method']} (the plan's {name} needs 2+ seeds a side)"
     return {
         **spec,
-        "test_name": TESTS[spec.get("test", "welch")],
+        "test_name": name,
         **{k: found[k] for k in ("delta", "low", "high", "mde", "method", "seeds", "verdict")},
     }
 
