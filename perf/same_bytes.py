@@ -214,7 +214,7 @@ def in_dag_order(plans: list[dict]) -> list[dict]:
     return ordered
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--project", required=True, help="the study clone scripts/study.sh ran the run in")
     parser.add_argument(
@@ -239,38 +239,50 @@ def main(argv: list[str] | None = None) -> int:
         "--work", default=None, help="a scratch folder (its worktree is replaced; default: a new temporary folder)"
     )
     parser.add_argument("--json", default=None)
-    args = parser.parse_args(argv)
-    project = Path(args.project).resolve()
-    work = Path(args.work or tempfile.mkdtemp(prefix="same-bytes-")).resolve()
-    if args.exp == "workspace":
-        ref = None
-        lock_text, text = (project / "dvc.lock").read_text(), (project / "params.yaml").read_text()
-    else:
-        ref = experiment_ref(project, args.exp)
-        lock_text, text = git("show", f"{ref}:dvc.lock", cwd=project), git("show", f"{ref}:params.yaml", cwd=project)
-    lock = yaml.safe_load(lock_text)["stages"]
-    old_outs = {o["path"]: o for stage in lock.values() for o in stage.get("outs", [])}
-    cache = Cache(project)
+    return parser.parse_args(argv)
 
+
+def run_files(project: Path, exp: str) -> tuple[str | None, str, str]:
+    """(the experiment's git ref or None for the workspace, its dvc.lock's text, its params.yaml's text)."""
+    if exp == "workspace":
+        return None, (project / "dvc.lock").read_text(), (project / "params.yaml").read_text()
+    ref = experiment_ref(project, exp)
+    return ref, git("show", f"{ref}:dvc.lock", cwd=project), git("show", f"{ref}:params.yaml", cwd=project)
+
+
+def with_settings(params: dict, settings: list[str]) -> dict:
+    """`params` with each `KEY=VALUE` of `settings` (a dotted key the run's params have; the value as YAML) set."""
+    params = json.loads(json.dumps(params))
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        *parents, leaf = key.split(".")
+        section = params
+        for name in parents:
+            section = section.get(name) if isinstance(section, dict) else None
+            if section is None:
+                break
+        if not isinstance(section, dict) or leaf not in section:
+            raise SystemExit(f"--set {setting}: the run's params have no {key}")
+        section[leaf] = yaml.safe_load(value)
+    return params
+
+
+def new_checkout(work: Path, commit: str, params_text: str, settings: list[str]) -> Path:
+    """A detached worktree of `commit` under `work` (an earlier one replaced) holding the run's params.yaml
+    (byte for byte, unless `settings` change it)."""
     checkout = work / "checkout"
     if checkout.exists():
         subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(checkout)], check=False)
         shutil.rmtree(checkout, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
-    git("worktree", "add", "--detach", str(checkout), args.new, cwd=REPO)
-    params = yaml.safe_load(text)
-    for setting in args.set:
-        key, _, value = setting.partition("=")
-        *parents, leaf = key.split(".")
-        section = params
-        for name in parents:
-            section = section[name]
-        if leaf not in section:
-            raise SystemExit(f"--set {setting}: the run's params have no {key}")
-        section[leaf] = yaml.safe_load(value)
-    # the run's file as it was (byte for byte) unless a control changes it
-    (checkout / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False) if args.set else text)
-    env = {
+    git("worktree", "add", "--detach", str(checkout), commit, cwd=REPO)
+    changed = yaml.safe_dump(with_settings(yaml.safe_load(params_text), settings), sort_keys=False)
+    (checkout / "params.yaml").write_text(changed if settings else params_text)
+    return checkout
+
+
+def stage_env(checkout: Path) -> dict[str, str]:
+    return {
         **os.environ,
         "PATH": f"{REPO / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": str(checkout),
@@ -279,14 +291,17 @@ def main(argv: list[str] | None = None) -> int:
             "POPULORA_BENCHMARKS", str((REPO.parent / "shared" / "benchmarks").resolve())
         ),
     }
-    subprocess.run([sys.executable, "-m", "workflow.render_dvc"], cwd=checkout, env=env, check=True)
 
+
+def stage_plans(checkout: Path, generation: str, only: list[str], env: dict[str, str]) -> list[dict]:
+    """The generation's stages (those named in `only`, when given) as the checkout's dvc.yaml spells them, rendered
+    from the run's params: name, command, deps and outs, in DAG order."""
+    subprocess.run([sys.executable, "-m", "workflow.render_dvc"], cwd=checkout, env=env, check=True)
     from dvc.repo import Repo
 
     with Repo(str(checkout)) as repo:
         every = list(repo.index.stages)
-        stages = chosen_stages(every, args.generation)
-        stages = [s for s in stages if not args.only or s.name.split("@")[0] in args.only]
+        stages = [s for s in chosen_stages(every, generation) if not only or s.name.split("@")[0] in only]
         plans = [
             {
                 "name": s.name,
@@ -298,22 +313,33 @@ def main(argv: list[str] | None = None) -> int:
         ]
     if not plans:
         names = ", ".join(s.name for s in every[:12])
-        raise SystemExit(f"no stage of {args.generation} in {checkout / 'dvc.yaml'} (its stages: {names}, ...)")
-    plans = in_dag_order(plans)
+        raise SystemExit(f"no stage of {generation} in {checkout / 'dvc.yaml'} (its stages: {names}, ...)")
+    return in_dag_order(plans)
+
+
+def inputs_to_restore(deps: list[str], old_outs: dict, written: set[str], stage: str) -> list[str]:
+    """The run's outputs a stage reads that the chosen stages before it did not write (a folder of several
+    outputs, such as update/ of the update jobs' parts, read whole); code stamps and files outside results/ are
+    the checkout's own."""
+    needed = []
+    for dep in deps:
+        if not dep.startswith("results/") or dep.startswith("results/.code"):
+            continue
+        inside = [o for o in old_outs if o == dep or o.startswith(dep + "/")]
+        if not inside:
+            raise SystemExit(f"{stage} reads {dep}, which the run's dvc.lock has no output for")
+        needed += [path for path in inside if path not in written and path not in needed]
+    return needed
+
+
+def run_and_compare(plans: list[dict], checkout: Path, env: dict, old_outs: dict, cache: Cache) -> list[dict]:
+    """Each stage run on the run's inputs, its outputs compared with the run's: one record per stage."""
     written: set[str] = set()
     record = []
     for plan in plans:
-        for dep in plan["deps"]:
-            if not dep.startswith("results/") or dep.startswith("results/.code"):
-                continue
-            # a folder of several outputs (update/ of the update jobs' parts) is read whole
-            inside = [o for o in old_outs if o == dep or o.startswith(dep + "/")]
-            if not inside:
-                raise SystemExit(f"{plan['name']} reads {dep}, which the run's dvc.lock has no output for")
-            for path in inside:
-                if path not in written:
-                    shutil.rmtree(checkout / path, ignore_errors=True)
-                    cache.materialize(old_outs[path], checkout / path)
+        for path in inputs_to_restore(plan["deps"], old_outs, written, plan["name"]):
+            shutil.rmtree(checkout / path, ignore_errors=True)
+            cache.materialize(old_outs[path], checkout / path)
         for out in plan["outs"]:
             target = checkout / out
             shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
@@ -328,7 +354,30 @@ def main(argv: list[str] | None = None) -> int:
         outs += [{"path": o, "verdict": "new output"} for o in plan["outs"] if o not in old_outs]
         record.append({"stage": plan["name"], "wall_s": round(wall, 1), "outputs": outs})
         print(plan["name"], f"{wall:.1f} s", [o["verdict"] for o in outs], flush=True)
+    return record
+
+
+COUNTED = {
+    "same_bytes": "same bytes",
+    "timing_fields_only": "timing fields only",
+    "keys_added": "keys added, the rest timing or the same",
+    "new_outputs": "new output",
+    "differs": "DIFFERS",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    project = Path(args.project).resolve()
+    work = Path(args.work or tempfile.mkdtemp(prefix="same-bytes-")).resolve()
+    ref, lock_text, params_text = run_files(project, args.exp)
+    old_outs = {o["path"]: o for stage in yaml.safe_load(lock_text)["stages"].values() for o in stage.get("outs", [])}
+    checkout = new_checkout(work, args.new, params_text, args.set)
+    env = stage_env(checkout)
+    plans = stage_plans(checkout, args.generation, args.only, env)
+    record = run_and_compare(plans, checkout, env, old_outs, Cache(project))
     verdicts = [o["verdict"] for stage in record for o in stage["outputs"]]
+    counts = {key: verdicts.count(verdict) for key, verdict in COUNTED.items()}
     summary = {
         "project": str(args.project),
         "experiment": args.exp,
@@ -341,23 +390,12 @@ def main(argv: list[str] | None = None) -> int:
         "set": args.set,
         "threads": os.environ.get("OMP_NUM_THREADS"),
         "outputs": len(verdicts),
-        "same_bytes": verdicts.count("same bytes"),
-        "timing_fields_only": verdicts.count("timing fields only"),
-        "keys_added": verdicts.count("keys added, the rest timing or the same"),
-        "new_outputs": verdicts.count("new output"),
-        "differs": verdicts.count("DIFFERS"),
+        **counts,
         "stages": record,
         # the scratch folder is this machine's and changes nothing measured: left out of the record
         "command": "python perf/same_bytes.py " + " ".join(without_work(argv if argv is not None else sys.argv[1:])),
     }
-    print(
-        json.dumps(
-            {
-                k: summary[k]
-                for k in ("outputs", "same_bytes", "timing_fields_only", "keys_added", "new_outputs", "differs")
-            }
-        )
-    )
+    print(json.dumps({"outputs": len(verdicts), **counts}))
     if args.json:
         write_json(args.json, summary)
     return 0 if summary["differs"] == 0 else 1

@@ -1,4 +1,5 @@
-"""perf/same_bytes.py's pure parts: what counts as a difference, which differences are timing, the stage order.
+"""perf/same_bytes.py's pure parts: what counts as a difference, which differences are timing, the stage order,
+which of the run's outputs a stage gets, a control's changed params.
 
 The whole check (a study run's generation again at a new commit) needs a finished study run and its DVC
 cache; its pieces that decide the verdict are tested here on small inputs.
@@ -105,3 +106,34 @@ def test_the_generation_picks_its_own_stages_only():
 def test_the_record_leaves_out_the_scratch_folder():
     args = ["--project", "../pw-20", "--work", "/tmp/x", "--exp", "a", "--work=/tmp/y", "--json", "r.json"]
     assert same_bytes.without_work(args) == ["--project", "../pw-20", "--exp", "a", "--json", "r.json"]
+
+
+def test_a_control_changes_a_key_the_run_has_and_refuses_one_it_has_not():
+    params = {"update": {"learning_rate": 0.001, "steps": 1}, "dag": {"arms": ["population"]}}
+    changed = same_bytes.with_settings(params, ["update.learning_rate=0.00101", "dag.arms=[baseline]"])
+    assert changed == {"update": {"learning_rate": 0.00101, "steps": 1}, "dag": {"arms": ["baseline"]}}
+    assert params["update"]["learning_rate"] == 0.001  # the run's own params untouched
+    for missing in ("update.lr=1", "updat.learning_rate=1", "update.learning_rate.x=1"):
+        with pytest.raises(SystemExit, match="the run's params have no"):
+            same_bytes.with_settings(params, [missing])
+
+
+def test_a_stage_gets_the_runs_outputs_it_reads_that_no_chosen_stage_before_it_wrote():
+    old_outs = {path: {} for path in ("results/a/tasks.jsonl", "results/a/update/part0", "results/a/update/part1")}
+    deps = ["results/a/tasks.jsonl", "results/a/update", "results/.code/update", "params.yaml", "populora/x.py"]
+    # a folder of several outputs (the update jobs' parts) is restored part by part; code stamps are the checkout's
+    assert same_bytes.inputs_to_restore(deps, old_outs, set(), "gather") == [
+        "results/a/tasks.jsonl",
+        "results/a/update/part0",
+        "results/a/update/part1",
+    ]
+    written = {"results/a/update/part0", "results/a/tasks.jsonl"}
+    assert same_bytes.inputs_to_restore(deps, old_outs, written, "gather") == ["results/a/update/part1"]
+    with pytest.raises(SystemExit, match="gather reads results/b, which the run's dvc.lock has no output for"):
+        same_bytes.inputs_to_restore(["results/b"], old_outs, set(), "gather")
+
+
+def test_the_workspace_run_is_read_from_the_clones_files(tmp_path):
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    (tmp_path / "params.yaml").write_text("base: {seed: 21}\n")
+    assert same_bytes.run_files(tmp_path, "workspace") == (None, "schema: '2.0'\nstages: {}\n", "base: {seed: 21}\n")
