@@ -110,6 +110,18 @@ NodeName=$host Name=gpu File=$dir/dev/gpu[0-7]
 EOF
 
 stop_slurm  # daemons of an earlier start with this DIR
+# a link this script made for a cluster whose test was killed before `stop` is stale: removed, not taken for
+# another cluster's configuration. Ours: absolute, into a folder holding our mark (etc-link.made) whose
+# slurmctld no longer runs, or into a folder since deleted (a dangling link configures nothing)
+if [ -L /etc/slurm/slurm.conf ]; then
+  old=$(readlink /etc/slurm/slurm.conf)
+  old_dir=$(dirname "$old")
+  old_pid=$(cat "$old_dir/slurmctld.pid" 2>/dev/null || true)
+  if [ "${old#/}" != "$old" ] && { [ ! -e "$old_dir" ] || { [ -f "$old_dir/etc-link.made" ] \
+      && ! { [ -n "$old_pid" ] && kill -0 "$old_pid" 2>/dev/null; }; }; }; then
+    rm -f /etc/slurm/slurm.conf
+  fi
+fi
 # Snakemake's job-step executor (snakemake-executor-plugin-slurm-jobstep 0.6.1) runs each job through
 # an `srun` whose environment it strips of every SLURM_* variable, SLURM_CONF included: that srun
 # reads /etc/slurm/slurm.conf. Link it to this configuration when there is none (removed by `stop`).

@@ -59,6 +59,18 @@ def tiny_params_dict(tiny_model_dir) -> dict:
     return raw
 
 
+def without_warm_start_or_pool(params: dict, *, propose_pool: bool = False) -> dict:
+    """`params` for a whole-pipeline test that asserts nothing on the warm start or on the held-out pool:
+    `warm_start.enabled: false` (the warm base is the base, hard-linked: no model loaded, and bench_base
+    scores no raw base) and `heldout.per_type: 0` (an empty pool written without loading a model, as the
+    tiny model's proposals give anyway; `propose_pool` keeps the proposals). Tested elsewhere: the warm
+    start end to end by the Snakemake smoke run and under both engines (tests/test_engines_share.py), in
+    process by tests/test_warm_start.py; a committed pool scored by the smoke run; the tiny model proposing
+    its pool by the DVC experiments (propose_pool) and the SLURM run."""
+    heldout = params["heldout"] if propose_pool else {**params["heldout"], "per_type": 0}
+    return {**params, "warm_start": {**params["warm_start"], "enabled": False}, "heldout": heldout}
+
+
 # The modules that take minutes, longest first (`pytest -m slow --durations=0` beside two study runs,
 # 2026-11-27: the DVC experiments ~640 s, the Snakemake smoke runs ~580 s, the DVC queue of two seeds
 # ~410 s, both engines on one tiny DAG ~310 s (beside other jobs), the SLURM run ~265 s since it runs one

@@ -388,7 +388,17 @@ def test_snakemake_tracks_the_reused_pool_file(snakemake_dry_run):
 
 # Stages that only move rows and numbers: every job of theirs starts a Python process, and importing torch
 # costs it ~2 s of CPU (a tiny test run has a dozen of these jobs; the light stages of a real run, more)
-TORCH_FREE_STAGES = ("pair", "verify", "grade", "reward", "update_gather", "bench_summary", "dynamics", "report")
+TORCH_FREE_STAGES = (
+    "pair",
+    "verify",
+    "grade",
+    "reward",
+    "update_gather",
+    "heldout",  # loads the model only where a pool is scored
+    "bench_summary",
+    "dynamics",
+    "report",
+)
 
 
 def test_bookkeeping_stages_start_without_torch():

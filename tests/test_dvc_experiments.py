@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, without_warm_start_or_pool
 from tests.dvc_project import BIN, new_dvc_project
 from tests.dvc_project import run as _run
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def experiments(tmp_path_factory, tiny_params_dict) -> Path:
     root = tmp_path_factory.mktemp("dvc_project")
-    params = dict(tiny_params_dict)
+    params = without_warm_start_or_pool(tiny_params_dict, propose_pool=True)  # the tiny model proposes its pool
     # one update job per arm (the default shape, one per adapter, is tested by the Snakemake smoke run and
     # SLURM): DVC runs a stage at a time, and each job loads the model again
     params["dag"] = {**params["dag"], "generations": 1, "update_jobs": 1}

@@ -1,8 +1,9 @@
 """One run, both engines (workflow/adopt.py): after a Snakemake run DVC has nothing to reproduce, and after
 `dvc exp run` plus `python -m workflow.adopt --into snakemake` Snakemake has nothing to do.
 
-The slow test runs a tiny DAG (the baseline arm, one generation, one update job, GSM8K on one problem) in
-a scratch git + DVC project through Snakemake, then asks DVC. The fast ones check the adoption rule on
+The slow test runs a tiny DAG (the population arm as one teacher and one student, the paper's central
+ablation, one generation with evolution scheduled after it, one update job, GSM8K on one problem) in a
+scratch git + DVC project through Snakemake, then asks DVC. The fast ones check the adoption rule on
 stand-in stages.
 
     python -m pytest -m "" -n 0 tests/test_engines_share.py -q
@@ -100,8 +101,11 @@ def _snakemake(root: Path, *args: str):
 @pytest.fixture(scope="module")
 def snakemade(tmp_path_factory, tiny_params_dict) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("both_engines")
-    params = dict(tiny_params_dict)
-    params["dag"] = {**params["dag"], "generations": 1, "update_jobs": 1, "arms": ["baseline"]}
+    params = dict(tiny_params_dict)  # the warm start on: it runs under both engines (issue 55)
+    # 1T-1S (the run also checks that a sub-population of one is never replaced), one update job
+    params["population"] = {"teachers": 1, "students": 1}
+    params["dag"] = {**params["dag"], "generations": 1, "update_jobs": 1, "arms": ["population"]}
+    params["evolve"] = {**params["evolve"], "interval": 1, "replace": 1}
     params["bench"] = {
         **params["bench"],
         "benchmarks": ["gsm8k"],
@@ -111,6 +115,7 @@ def snakemade(tmp_path_factory, tiny_params_dict) -> tuple[Path, str]:
     }
     new_dvc_project(root, params, snakemake=True)
     result = _snakemake(root)
+    assert result.returncode == 0, result.stderr[-4000:]
     return root, result.stdout + result.stderr
 
 
@@ -123,6 +128,16 @@ def test_after_snakemake_dvc_has_nothing_to_reproduce(snakemade):
     assert NOTHING in _snakemake(root, "-n").stdout  # and the adoption moved no file Snakemake times
     metrics = json.loads(_run(root, f"{BIN}/dvc", "metrics", "show", "--json").stdout)
     assert "math.base" in json.dumps(metrics)
+
+
+@pytest.mark.slow
+def test_one_teacher_one_student_runs_end_to_end(snakemade):
+    """1T-1S, the paper's central ablation: evolution is scheduled but a sub-population of one is never replaced."""
+    root, _ = snakemade
+    evolution = json.loads((root / "results/population/gen000/evolved/evolution.json").read_text())
+    assert evolution["scheduled"] and evolution["events"] == []
+    assert [r["slot"] for r in evolution["rankings"]["teachers"]] == ["teacher0"]
+    assert (root / "results/models/population/student0/model.json").is_file()
 
 
 @pytest.mark.xfail(
@@ -151,8 +166,8 @@ def test_dvc_experiments_start_from_the_snakemake_run_and_snakemake_adopts_them(
     _run(root, "git", "commit", "-qm", "the Snakemake run, adopted by DVC")
     # the dry plan of a change the update reaches: the update and what follows it, nothing before it
     planned = _planned(root, "update.learning_rate=0.0002")
-    assert planned[0] == "dag_shape" and planned[1].startswith("update@baseline-gen0"), planned
-    assert not {"base_model", "warm_start", "solve@baseline-gen0"} & set(planned) and "report" in planned
+    assert planned[0] == "dag_shape" and planned[1].startswith("update@population-gen0"), planned
+    assert not {"base_model", "warm_start", "solve@population-gen0"} & set(planned) and "report" in planned
     assert _run(root, f"{BIN}/dvc", "status").stdout.strip() == UP_TO_DATE  # the plan ran nothing
     planned = _planned(root, "bench.max_new_tokens=20")
     # an experiment reruns only the stages its change reaches, the rest are the Snakemake run's

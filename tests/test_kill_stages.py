@@ -36,7 +36,7 @@ import pytest
 import yaml
 
 from populora.config import load_params
-from tests.conftest import REPO, copy_shipped_files
+from tests.conftest import REPO, copy_shipped_files, without_warm_start_or_pool
 from tests.dvc_project import GIT_ID
 from workflow.dag import dvc_only_outputs
 
@@ -57,7 +57,8 @@ def project(tmp_path_factory, tiny_params_dict) -> Path:
     for name in ("Snakefile", ".gitignore"):
         shutil.copy(REPO / name, root / name)
     copy_shipped_files(root)
-    params = dict(tiny_params_dict)
+    # no warm start or held-out pool to make: none of the five stages killed here reads them
+    params = without_warm_start_or_pool(tiny_params_dict)
     params["dag"] = {**params["dag"], "generations": 1, "arms": ["population"], "update_jobs": 2}
     params["evolve"] = {**params["evolve"], "interval": 1, "replace": 1}
     params["bench"] = {

@@ -19,7 +19,7 @@ import pytest
 from populora.analysis import experiments as study
 from populora.analysis.__main__ import main as study_main
 from populora.analysis.comparisons import summarize, verdict
-from tests.conftest import REPO
+from tests.conftest import REPO, without_warm_start_or_pool
 from tests.dvc_project import BIN, new_dvc_project
 from tests.dvc_project import env as dvc_env
 from tests.dvc_project import run as _run
@@ -222,7 +222,7 @@ def test_study_of_a_queue_of_two_seeds(tmp_path, tiny_params_dict):
     """`dvc exp run --queue -S base.seed=N` twice, `dvc queue start`, wait, then the study command."""
     root = tmp_path / "project"
     root.mkdir()
-    params = dict(tiny_params_dict)
+    params = without_warm_start_or_pool(tiny_params_dict)
     params["dag"] = {**params["dag"], "generations": 1, "arms": ["baseline"], "update_jobs": 1}  # no empty parts
     params["bench"] = {
         **params["bench"],
