@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from populora.heldout.pool import accept_into_pool, attach_examples, mark_heldout
+from populora.heldout.pool import accept_into_pool, attach_examples, first_alike, mark_heldout
 from populora.heldout.scoring import heldout_metrics, scoring_jobs, verdict_table
 from populora.tasks.tasks import BUILTIN_SEEDS, program_key, seed_proposals
 from populora.verifier import verify_rows
@@ -389,3 +389,31 @@ def test_the_report_says_whether_the_run_showed_learning_on_the_pool():
     )
     assert "params/learning-demo.yaml" in learning_note({"baseline": flat})
     assert learning_note({"baseline": {"base": {}, "generations": []}}) == ""
+
+
+def test_a_reused_pool_keeps_the_first_rows_verified_alike_and_verifies_no_more_than_it_may_keep():
+    # 4 code_o (o1 no longer verifies alike), 3 code_i, a code_f the pool does not take
+    made = [
+        {"task_id": "o0", "type": "code_o", "outputs": ["1"]},
+        {"task_id": "i0", "type": "code_i", "outputs": ["2"]},
+        {"task_id": "o1", "type": "code_o", "outputs": ["3"]},
+        {"task_id": "f0", "type": "code_f", "outputs": ["4"]},
+        {"task_id": "o2", "type": "code_o", "outputs": ["5"]},
+        {"task_id": "i1", "type": "code_i", "outputs": ["6"]},
+        {"task_id": "o3", "type": "code_o", "outputs": ["7"]},
+        {"task_id": "i2", "type": "code_i", "outputs": ["8"]},
+    ]
+    asked = []
+
+    def verify(rows):
+        asked.append([row["task_id"] for row in rows])
+        return [{"valid": True, "outputs": ["changed"] if row["task_id"] == "o1" else row["outputs"]} for row in rows]
+
+    kept, counts = first_alike(made, ["code_o", "code_i"], 2, verify)
+    assert [row["task_id"] for row in kept] == ["o0", "i0", "o2", "i1"] and counts == {"code_o": 2, "code_i": 2}
+    # o1 fell short, so a second round checks the next code_o only; o3, i2 and the code_f never run
+    assert asked == [["o0", "i0", "o1", "i1"], ["o2"]]
+    # the same rows as verifying the whole file first; a short file keeps what it has
+    everything, _ = first_alike(made, ["code_o", "code_i"], 100, verify)
+    assert [row["task_id"] for row in everything] == ["o0", "i0", "o2", "i1", "o3", "i2"]
+    assert first_alike(made, ["code_o"], 0, verify) == ([], {"code_o": 0})

@@ -21,7 +21,7 @@ Scoring is `populora/heldout/scoring.py`.
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 
 from populora.core.io import read_jsonl
@@ -223,28 +223,47 @@ def reuse_pool(pool_file: str | Path, params, sandbox, log) -> list[dict]:
     verifies again with the same outputs, the first `heldout.per_type` of each type (their worked examples
     as they were made)."""
     made = read_jsonl(pool_file)
-    types = pool_types(params.propose.types)
     fields = ("task_id", "type", "program", "inputs", "message")
-    again = verify_rows(
-        [{k: row.get(k) for k in fields} for row in made],
-        params.verify,
-        sandbox=sandbox,
-        code_f_inputs=params.propose.code_f_inputs,
-    )
-    kept, counts = [], dict.fromkeys(types, 0)
-    for row, check in zip(made, again):
-        same = check["valid"] and check["outputs"] == row.get("outputs")
-        if row.get("type") in counts and same and counts[row["type"]] < params.heldout.per_type:
-            kept.append(row)
-            counts[row["type"]] += 1
-    dropped = len(made) - len(kept)
+
+    def verify(rows: list[dict]) -> list[dict]:
+        checks = [{k: row.get(k) for k in fields} for row in rows]
+        return verify_rows(checks, params.verify, sandbox=sandbox, code_f_inputs=params.propose.code_f_inputs)
+
+    kept, counts = first_alike(made, pool_types(params.propose.types), params.heldout.per_type, verify)
     log.info(
         "reused %s: %d tasks kept %s, %d left out (beyond per_type, another type, or not verified again alike)",
         pool_file,
         len(kept),
         counts,
-        dropped,
+        len(made) - len(kept),
     )
     if any(count < params.heldout.per_type for count in counts.values()):
         log.warning("held-out pool short: %s of %d per type in %s", counts, params.heldout.per_type, pool_file)
     return kept
+
+
+def first_alike(
+    made: list[dict], types: Iterable[str], per_type: int, verify: Callable[[list[dict]], list[dict]]
+) -> tuple[list[dict], dict[str, int]]:
+    """The first `per_type` rows of each of `types`, in file order, that `verify` finds valid with the outputs
+    they were made with, and the count of each type. Rows are verified in file order, each round only as many
+    of a type as it still lacks: a small pool taken from a big file (a test's or a pilot's) verifies the rows it
+    may keep, not the whole file (the rows kept are those of verifying every row first)."""
+    counts = dict.fromkeys(types, 0)
+    kept, rest = [], [row for row in made if row.get("type") in counts]
+    while rest and any(count < per_type for count in counts.values()):
+        lacking = {t: per_type - count for t, count in counts.items()}
+        batch, later = [], []
+        for row in rest:
+            if lacking[row["type"]] > 0:
+                batch.append(row)
+                lacking[row["type"]] -= 1
+            elif counts[row["type"]] < per_type:
+                later.append(row)  # of a type still short: verified in a later round where this one falls short
+        for row, check in zip(batch, verify(batch)):
+            if check["valid"] and check["outputs"] == row.get("outputs"):
+                kept.append(row)
+                counts[row["type"]] += 1
+        rest = later
+    order = {id(row): k for k, row in enumerate(made)}
+    return sorted(kept, key=lambda row: order[id(row)]), counts
