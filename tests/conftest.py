@@ -71,25 +71,27 @@ def without_warm_start_or_pool(params: dict, *, propose_pool: bool = False) -> d
     return {**params, "warm_start": {**params["warm_start"], "enabled": False}, "heldout": heldout}
 
 
-# The modules that take minutes, longest first (`pytest -m slow --durations=0` beside two study runs,
-# 2026-11-27: the DVC experiments ~640 s, the Snakemake smoke runs ~580 s, the DVC queue of two seeds
-# ~410 s, both engines on one tiny DAG ~310 s (beside other jobs), the SLURM run ~265 s since it runs one
-# generation, ...; docs/measurements.md). scripts/run_tests.sh
-# runs the suite on two xdist workers, a module at a time on one worker (--dist loadfile, in collection
-# order): starting these first pairs them off across the workers instead of leaving one of them alone at
-# the end with a ten-minute module. Order only.
+# The modules that take minutes, longest first (the README's test command, --durations=40, 2026-11-29, two
+# workers sharing two cores with the vLLM lane: the DVC experiments ~570 s, the kill test ~560 s, the Snakemake
+# smoke runs ~570 s (less the pool's reuse since), both engines on one tiny DAG ~240 s, the SLURM run ~233 s,
+# the DVC queue of two seeds ~219 s, the device check ~118 s, the pool baselines ~101 s, ...;
+# docs/measurements.md). scripts/run_tests.sh runs the suite on two xdist workers, a module at a time on one
+# worker (--dist loadfile, in collection order): starting these first pairs them off across the workers
+# instead of leaving one of them alone at the end with a ten-minute module. Order only.
 LONGEST_MODULES = (
     "test_dvc_experiments",
-    "test_pipeline_smoke",
     "test_kill_stages",
-    "test_report_study",
+    "test_pipeline_smoke",
     "test_engines_share",
     "test_slurm_cluster",
-    "test_study_controls",
+    "test_report_study",
+    "test_device_check",
+    "test_ruler",
     "test_gpu_env",
+    "test_study_controls",
+    "test_bench_resume",
     "test_update_jobs",
     "test_dvc_shape",
-    "test_bench_resume",
     "test_sandbox",
     "test_bench_members",
     "test_artifacts_robustness",
