@@ -58,8 +58,9 @@ def make_warm_base(params, base_dir: str | Path, out_dir: str | Path, sandbox, l
     from populora.warmstart.train import add_lora
 
     counts: Counter = Counter()
+    verifying = time.monotonic()  # after the imports above (torch's among them): verify_s is the sandbox's time
     tasks, seeds = verified_inputs(params, sandbox, counts)
-    verify_s = time.monotonic() - started
+    verify_s = time.monotonic() - verifying
     _log_verified(log, tasks, counts, verify_s)
     if not tasks:
         raise ValueError(no_tasks_message(counts))
