@@ -250,20 +250,21 @@ def first_alike(
     of a type as it still lacks: a small pool taken from a big file (a test's or a pilot's) verifies the rows it
     may keep, not the whole file (the rows kept are those of verifying every row first)."""
     counts = dict.fromkeys(types, 0)
-    kept, rest = [], [row for row in made if row.get("type") in counts]
+    kept: list[int] = []
+    rest = [k for k, row in enumerate(made) if row.get("type") in counts]  # indices into `made`, in file order
     while rest and any(count < per_type for count in counts.values()):
         lacking = {t: per_type - count for t, count in counts.items()}
         batch, later = [], []
-        for row in rest:
-            if lacking[row["type"]] > 0:
-                batch.append(row)
-                lacking[row["type"]] -= 1
-            elif counts[row["type"]] < per_type:
-                later.append(row)  # of a type still short: verified in a later round where this one falls short
-        for row, check in zip(batch, verify(batch)):
-            if check["valid"] and check["outputs"] == row.get("outputs"):
-                kept.append(row)
-                counts[row["type"]] += 1
+        for k in rest:
+            task_type = made[k]["type"]
+            if lacking[task_type] > 0:
+                batch.append(k)
+                lacking[task_type] -= 1
+            elif counts[task_type] < per_type:
+                later.append(k)  # verified in a later round, should this one leave its type short
+        for k, check in zip(batch, verify([made[k] for k in batch])):
+            if check["valid"] and check["outputs"] == made[k].get("outputs"):
+                kept.append(k)
+                counts[made[k]["type"]] += 1
         rest = later
-    order = {id(row): k for k, row in enumerate(made)}
-    return sorted(kept, key=lambda row: order[id(row)]), counts
+    return [made[k] for k in sorted(kept)], counts
