@@ -25,7 +25,8 @@ from populora.heldout.scoring import score_members
 from populora.lm.adapters import create_adapters, read_state_dict
 from populora.lm.engines import load_sampler
 from populora.lm.model import load_base, lora_config
-from populora.population.diversity import verdict_agreement, weight_distance
+from populora.population.agreement import verdict_agreement
+from populora.population.diversity import weight_distance
 from populora.verifier import sandbox_for
 
 

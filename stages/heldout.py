@@ -34,6 +34,7 @@ from populora.core.io import read_json, read_jsonl, write_json
 from populora.core.state import ADAPTERS, REPLACED, State, load_state, trained_adapter_dir
 from populora.heldout.scoring import heldout_metrics, pass_rate_metrics, pass_rates, score_members
 from populora.lm.engines import load_sampler
+from populora.population.agreement import verdict_diversity
 from populora.verifier import IsolationError, sandbox_for
 from stages._common import setup, stage_parser, timed
 from stages._live import add_live_flags, record_live
@@ -141,10 +142,6 @@ def _answer_pool(
 def _greedy_metrics(trained: dict, scored: dict, pool: list[dict], plan: _Scoring) -> dict:
     """Accuracies per member and role, the share of each member's answers the parser found none in, and how
     alike the members of each role answer (verdicts paired task by task)."""
-    # here, not at the top: the module imports torch (weight-space diversity), which a stage with an empty
-    # pool or nothing due this generation need not load (tests/test_dag.py: TORCH_FREE_STAGES)
-    from populora.population.diversity import verdict_diversity
-
     metrics = heldout_metrics(trained, pool, plan.roles)
     metrics |= {f"heldout.{m}.unanswered": scored[f"heldout.{m}.unanswered"] for m in plan.members}
     ids = [task["task_id"] for task in pool]

@@ -6,8 +6,9 @@ import doctest
 import pytest
 import torch
 
-from populora.population import diversity
-from populora.population.diversity import verdict_diversity, weight_distance, weight_diversity
+from populora.population import agreement, diversity
+from populora.population.agreement import verdict_diversity
+from populora.population.diversity import weight_distance, weight_diversity
 from tests.test_operators import random_adapter
 
 
@@ -52,6 +53,7 @@ def test_verdict_agreement_and_clone_pairs():
     assert verdict_diversity("students", table, ["s0"], ids)["diversity.students.clone_pairs"] is None
 
 
-def test_doctests():
-    result = doctest.testmod(diversity)
+@pytest.mark.parametrize("module", [diversity, agreement])
+def test_doctests(module):
+    result = doctest.testmod(module)
     assert result.attempted > 0 and result.failed == 0

@@ -1,13 +1,13 @@
-"""How different the members of a sub-population are: in weight space and in what they answer.
+"""How different the members of a sub-population are in weight space (torch: the adapters' tensors).
 
 * **Weight distance** of two adapters: ``||dW_1 - dW_2|| / mean(||dW_1||, ||dW_2||)`` with ``dW`` every
   module's ``B @ A`` stacked into one vector (Frobenius norms summed in squares over modules). 0: the
   same function; about 1.41 for two updates of equal size in unrelated directions; 2: opposite. Two
   members still at ``B = 0`` (the base model) are at distance 0. Computed from r x r products only
   (``||B A||^2 = tr(B^T B A A^T)``), never forming ``dW``.
-* **Verdict agreement** of two members on the held-out pool: the share of tasks both got right or
-  both got wrong. A pair that agrees on every task is a **clone** pair: on the ruler the study uses,
-  the two are one model (the second study's students were, after 16 of 18 evolution steps).
+
+How alike their answers are (verdict agreement on the held-out pool, clone pairs) is
+populora/population/agreement.py, which needs no torch.
 
     >>> import torch
     >>> a = {"m.lora_A.weight": torch.eye(2), "m.lora_B.weight": torch.eye(2)}
@@ -18,13 +18,13 @@
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from statistics import mean
 
 import torch
 
+from populora.population.agreement import pairwise
 from populora.population.operators import lora_modules
 
 StateDict = Mapping[str, torch.Tensor]
@@ -54,17 +54,6 @@ def weight_distance(first: StateDict, second: StateDict) -> float:
     return math.sqrt(max(0.0, n1 + n2 - 2 * _inner(first, second))) / scale
 
 
-def verdict_agreement(first: Mapping[str, int], second: Mapping[str, int], task_ids: Sequence[str]) -> float | None:
-    """Share of `task_ids` on which both verdicts are equal (a missing verdict counts wrong)."""
-    if not task_ids:
-        return None
-    return sum(int(first.get(t, 0)) == int(second.get(t, 0)) for t in task_ids) / len(task_ids)
-
-
-def pairwise(names: Sequence[str]) -> list[tuple[str, str]]:
-    return list(itertools.combinations(sorted(names), 2))
-
-
 def weight_diversity(role: str, adapters: Mapping[str, StateDict]) -> dict[str, float | int | None]:
     """Flat metrics of one sub-population's weights: mean and smallest pairwise distance, pairs."""
     distances = [weight_distance(adapters[a], adapters[b]) for a, b in pairwise(list(adapters))]
@@ -72,16 +61,4 @@ def weight_diversity(role: str, adapters: Mapping[str, StateDict]) -> dict[str, 
         f"diversity.{role}.pairs": len(distances),
         f"diversity.{role}.weight_distance": round(mean(distances), 6) if distances else None,
         f"diversity.{role}.weight_distance_min": round(min(distances), 6) if distances else None,
-    }
-
-
-def verdict_diversity(
-    role: str, table: Mapping[str, Mapping[str, int]], members: Sequence[str], task_ids: Sequence[str]
-) -> dict[str, float | int | None]:
-    """Flat metrics of one sub-population's held-out verdicts: mean pairwise agreement and clone pairs."""
-    pairs = [verdict_agreement(table.get(a, {}), table.get(b, {}), task_ids) for a, b in pairwise(members)]
-    agreements = [a for a in pairs if a is not None]
-    return {
-        f"diversity.{role}.verdict_agreement": round(mean(agreements), 6) if agreements else None,
-        f"diversity.{role}.clone_pairs": sum(a == 1.0 for a in agreements) if agreements else None,
     }
