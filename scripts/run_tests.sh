@@ -9,7 +9,9 @@
 # worker (--dist loadfile: a module's fixtures, such as a whole tiny pipeline run, are built once), the
 # longest modules first (tests/conftest.py). Much of the slow lane is one process waiting on another (DVC
 # runs a stage at a time, SLURM polls), which a second worker fills, and the vLLM lane (its install, mostly
-# downloading, then its tests) runs while the main suite does, not after it.
+# downloading, then its tests) runs while the main suite does, not after it. A third worker is slower (33 min
+# 17 s against 30 min 7 s, docs/measurements.md 2026-11-29): with the lane beside, two workers keep the two
+# cores busy, and most of a tiny pipeline's CPU is its stages starting Python (torch, transformers, PEFT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh
