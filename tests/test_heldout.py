@@ -417,3 +417,16 @@ def test_a_reused_pool_keeps_the_first_rows_verified_alike_and_verifies_no_more_
     everything, _ = first_alike(made, ["code_o", "code_i"], 100, verify)
     assert [row["task_id"] for row in everything] == ["o0", "i0", "o2", "i1", "o3", "i2"]
     assert first_alike(made, ["code_o"], 0, verify) == ([], {"code_o": 0})
+
+
+def test_pass_rates_not_sampled_give_no_figure_never_a_zero():
+    """A generation scored greedy only (`heldout.samples: 0`, or pass rates not due) has no pass rate: the
+    default run's headline once read `heldout.pass_rate.mean: 0.0` from roles averaged over no rates."""
+    from populora.heldout.scoring import pass_rate_metrics
+
+    pool = [{"task_id": "a", "type": "code_o"}, {"task_id": "b", "type": "code_i"}]
+    roles = {"students": ["s0", "s1"], "teachers": ["t0"]}
+    assert pass_rate_metrics({}, pool, roles) == {}
+    sampled = pass_rate_metrics({"s0": {"a": 0.5, "b": 0.25}, "s1": {"a": 1.0}}, pool, roles)
+    assert sampled["heldout.students.pass_rate"] == pytest.approx((0.5 + 0.25 + 1.0 + 0.0) / 4)  # unanswered: 0
+    assert sampled["heldout.s1.code_i.pass_rate"] == 0.0 and "heldout.teachers.pass_rate" not in sampled

@@ -212,7 +212,9 @@ def pass_at_k_curve(counts: dict[str, int], n: int, ks) -> dict[int, float | Non
 
 
 def pass_rate_metrics(rates: dict[str, dict[str, float]], pool: list[dict], roles: dict[str, list[str]]) -> dict:
-    """`heldout.<member|role>.pass_rate` (and per type): the mean of the per-task pass rates."""
+    """`heldout.<member|role>.pass_rate` (and per type): the mean of the per-task pass rates. A role's figure
+    only where every member of it was sampled: a generation without pass rates (`heldout.samples: 0`, or not
+    due at `heldout.sample_every`) has none, never a 0."""
     by_type = {tt: [t["task_id"] for t in pool if t["type"] == tt] for tt in dict.fromkeys(t["type"] for t in pool)}
     out: dict[str, float | None] = {}
 
@@ -224,7 +226,7 @@ def pass_rate_metrics(rates: dict[str, dict[str, float]], pool: list[dict], role
     for member in rates:
         put(member, [member])
     for role, members in roles.items():
-        if members:
+        if members and all(m in rates for m in members):
             put(role, list(members))
     return out
 
