@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -106,3 +109,42 @@ def module_rank(module_name: str) -> int:
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: module_rank(item.module.__name__) if item.module else len(LONGEST_MODULES))  # stable
+
+
+# The stage host (populora/stagehost.py): every `python -m stages.<name>` the engines start in a test runs in a
+# fork of one process per pytest worker that imported torch, transformers and PEFT once, not each ~7 s anew (most
+# of a tiny pipeline's stage). Started at configure time in the background; a stage started before it listens runs
+# on its own. POPULORA_TEST_STAGE_HOST=0 leaves it out (the vLLM lane: vLLM forks and threads of its own).
+_STAGE_HOST: dict = {}
+
+
+def _runs_tests(config) -> bool:
+    """This process runs tests: an xdist worker, or a session without xdist (not xdist's controller)."""
+    return bool(os.environ.get("PYTEST_XDIST_WORKER")) or not getattr(config.option, "numprocesses", None)
+
+
+def pytest_configure(config):
+    if os.environ.get("POPULORA_TEST_STAGE_HOST", "1") == "0" or not _runs_tests(config):
+        return
+    folder = tempfile.mkdtemp(prefix="stagehost-")
+    socket_path = os.path.join(folder, "stages.sock")
+    log = open(os.path.join(folder, "host.log"), "w")  # closed at unconfigure
+    host = subprocess.Popen(
+        [sys.executable, "-m", "populora.stagehost", "serve", "--socket", socket_path],
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # a test's kill of its process group never reaches the host
+    )
+    os.environ["POPULORA_STAGE_HOST"] = socket_path
+    _STAGE_HOST.update(process=host, log=log)
+
+
+def pytest_unconfigure(config):
+    if not _STAGE_HOST:
+        return
+    os.environ.pop("POPULORA_STAGE_HOST", None)
+    _STAGE_HOST["process"].terminate()
+    _STAGE_HOST["process"].wait(timeout=30)
+    _STAGE_HOST["log"].close()

@@ -16,7 +16,8 @@ time with one kill: propose, update (job 0), update_gather, checkpoint and the a
 its first point, a middle one and its last (by name where it is unique: the bench job killed in the
 middle of its pieces resumes from them, with fewer points); each run must die with that job killed
 at that point, and the next one (the same command) picks up. A last run without a kill finishes;
-every file under results/ must then equal the reference's, hidden files included (no temp file or
+every file under results/ must then equal the reference's (whose stages ran each in a process of its own, not
+in the suite's stage host), hidden files included (no temp file or
 staging folder left), except the files that record time (logs/, timings/: Snakemake's per-job TSVs,
 report/: its timings table, and the timings inside each benchmark result: `wall_s`, `generation_s`,
 ...) and the engines' own bookkeeping (BOOKKEEPING). The DVC side does the same once: `dvc repro`
@@ -148,9 +149,11 @@ KILLED = (
 
 @pytest.fixture(scope="module")
 def reference(project, tmp_path_factory) -> dict:
-    """The undisturbed run: its artifacts and its write log; project/results is emptied after it."""
+    """The undisturbed run: its artifacts and its write log; project/results is emptied after it. It runs each
+    stage in a process of its own, the runs after it in the suite's stage host (tests/conftest.py) where there is
+    one: their same bytes are also the host's check (populora/stagehost.py)."""
     log = tmp_path_factory.mktemp("writes") / "reference.jsonl"
-    result = _snakemake(project, POPULORA_WRITE_LOG=str(log))
+    result = _snakemake(project, POPULORA_WRITE_LOG=str(log), POPULORA_STAGE_HOST="")
     assert result.returncode == 0, result.stderr[-4000:]
     artifacts = _artifacts(project / "results")
     writes = _log(log)

@@ -1,0 +1,204 @@
+"""The stage host (populora/stagehost.py): a `python -m stages.<name>` handed to it behaves as the process
+itself would, to its caller (exit code, death by signal, output on the caller's descriptors) and to the
+stage (argv, directory, environment, umask, thread count, the project code of its own directory); and
+where no host can run it, the stage runs in its own process, saying why.
+
+    .venv/bin/python -m pytest tests/test_stagehost.py -q
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from populora import stagehost
+from tests.conftest import REPO
+
+PROBE = '''
+"""A stage that does what its argv says."""
+import os, sys, time
+import populora
+action, *rest = sys.argv[1:]
+print("marker", getattr(populora, "MARKER", "host's"), "cwd", os.getcwd(), "argv0", sys.argv[0].endswith("probe.py"))
+print("env", os.environ.get("PROBE_VALUE"), "host", os.environ.get("POPULORA_STAGE_HOST"), "umask", oct(os.umask(0)))
+print("to stderr", file=sys.stderr)
+sys.stdout.flush()
+if action == "exit":
+    sys.exit(int(rest[0]))
+if action == "raise":
+    raise ValueError("bad input")
+if action == "kill":
+    os.kill(os.getpid(), int(rest[0]))
+if action == "sleep":
+    open("stage.pid", "w").write(str(os.getpid()))
+    time.sleep(60)
+if action == "threads":
+    import torch
+    print("threads", torch.get_num_threads())
+'''
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A copy of the project's entry points with a probe stage; its `populora` carries a marker the host's lacks."""
+    root = tmp_path_factory.mktemp("hosted")
+    (root / "stages").mkdir()
+    (root / "populora").mkdir()
+    shutil.copy(REPO / "stages" / "__init__.py", root / "stages" / "__init__.py")
+    shutil.copy(REPO / "populora" / "stagehost.py", root / "populora" / "stagehost.py")
+    (root / "populora" / "__init__.py").write_text('MARKER = "own"\n')
+    (root / "stages" / "probe.py").write_text(PROBE)
+    return root
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    """A host that imported torch (to check thread counts), started from the repository, not the project."""
+    socket_path = str(tmp_path_factory.mktemp("sock") / "stages.sock")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "populora.stagehost", "serve", "--socket", socket_path, "--preload", "torch"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert "stage host" in process.stdout.readline()
+    yield socket_path
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def run_probe(
+    project: Path, socket_path: str | None, *args: str, umask: int = 0o027, **env
+) -> subprocess.CompletedProcess:
+    environ = {**os.environ, "PROBE_VALUE": "seen", **env}
+    environ.pop("POPULORA_STAGE_HOST", None)
+    environ.pop("OMP_NUM_THREADS", None)
+    if socket_path:
+        environ["POPULORA_STAGE_HOST"] = socket_path
+    return subprocess.run(
+        [sys.executable, "-m", "stages.probe", *args],
+        cwd=project,
+        env={**environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: os.umask(umask),
+    )
+
+
+def test_hosted_stage_is_the_callers_process_to_both_sides(project, host):
+    done = run_probe(project, host, "exit", "3")
+    assert done.returncode == 3
+    assert f"marker own cwd {project} argv0 True" in done.stdout  # its own directory's code, not the host's
+    assert "env seen host None umask 0o27" in done.stdout  # the caller's environment and umask; no host inside
+    assert done.stderr == "to stderr\n"  # the caller's own descriptors: nothing said about the host
+
+
+def test_errors_and_signals_end_the_caller_as_they_end_the_stage(project, host):
+    raised = run_probe(project, host, "raise")
+    assert raised.returncode == 1 and "ValueError: bad input" in raised.stderr
+    assert run_probe(project, host, "kill", str(int(signal.SIGKILL))).returncode == -signal.SIGKILL
+    assert run_probe(project, host, "kill", str(int(signal.SIGINT))).returncode == -signal.SIGINT
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def _stage_pid(project: Path) -> int:
+    for _ in range(200):
+        if (project / "stage.pid").exists() and (project / "stage.pid").read_text():
+            return int((project / "stage.pid").read_text())
+        time.sleep(0.05)
+    raise AssertionError("the stage never started")
+
+
+@pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGKILL])
+def test_a_signal_to_the_caller_reaches_the_stage_or_a_killed_caller_takes_it_along(project, host, sent):
+    (project / "stage.pid").unlink(missing_ok=True)
+    environ = {**os.environ, "POPULORA_STAGE_HOST": host}
+    caller = subprocess.Popen([sys.executable, "-m", "stages.probe", "sleep"], cwd=project, env=environ)
+    stage = _stage_pid(project)
+    assert stage != caller.pid
+    caller.send_signal(sent)
+    assert caller.wait(timeout=10) == -sent
+    for _ in range(100):
+        if not _alive(stage):
+            break
+        time.sleep(0.05)
+    assert not _alive(stage)
+
+
+def test_thread_count_is_the_callers(project, host):
+    default = run_probe(project, host, "threads").stdout.split("threads ")[1].strip()
+    assert default == str(run_probe(project, None, "threads").stdout.split("threads ")[1].strip())
+    assert "threads 1\n" in run_probe(project, host, "threads", OMP_NUM_THREADS="1").stdout
+
+
+def test_stage_runs_on_its_own_where_no_host_can_run_it(project, host, tmp_path):
+    mismatched = run_probe(project, host, "exit", "0", HF_HOME=str(tmp_path))
+    assert mismatched.returncode == 0 and "marker own" in mismatched.stdout
+    assert "cannot run it: HF_HOME differs" in mismatched.stderr
+    absent = run_probe(project, str(tmp_path / "none.sock"), "exit", "4")
+    assert absent.returncode == 4 and "not reached" in absent.stderr
+
+
+def test_module_of_reads_the_interpreter_command_line():
+    assert stagehost.module_of(["python", "-u", "-m", "stages.pair", "--params", "p"]) == "stages.pair"
+    assert stagehost.module_of(["python", "script.py", "-m", "x"]) is None
+    assert stagehost.module_of(["python", "-c", "pass"]) is None
+
+
+def test_mismatch_names_the_first_difference_and_ignores_thread_counts():
+    host = stagehost.fingerprint({"HF_HOME": "/a", "OMP_NUM_THREADS": "2", "HOME": "/root"})
+    assert stagehost.mismatch(host, stagehost.fingerprint({"HF_HOME": "/a", "OMP_NUM_THREADS": "1"})) is None
+    why = stagehost.mismatch(host, stagehost.fingerprint({"HF_HOME": "/b"}))
+    assert why == "HF_HOME differs (host '/a', stage '/b')"
+    assert "TORCH_HOME differs" in stagehost.mismatch(
+        host, stagehost.fingerprint({"HF_HOME": "/a", "TORCH_HOME": "/t"})
+    )
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root, to connect as another user")
+def test_a_caller_of_another_user_is_refused():
+    """The host would run the stage with its own rights: a caller of another user never gets them."""
+    import socket
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own folders are closed to other users
+    folder.chmod(0o777)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(folder / "s.sock"))
+    (folder / "s.sock").chmod(0o777)
+    listener.listen(1)
+    listener.settimeout(30)
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child only connects
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            caller = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            caller.connect(str(folder / "s.sock"))
+            caller.recv(1)
+        finally:
+            os._exit(0)
+    try:
+        conn, _ = listener.accept()
+        assert stagehost.other_user(conn) == "the caller runs as uid 65534 gid 65534, the host as uid 0 gid 0"
+        conn.close()
+    finally:
+        os.waitpid(child, 0)
+        shutil.rmtree(folder)
+    mine, _theirs = socket.socketpair(socket.AF_UNIX)
+    assert stagehost.other_user(mine) is None
