@@ -9,7 +9,7 @@ if ! bash scripts/setup_vllm_env.sh; then
   echo "building .venv-vllm failed (scripts/setup_vllm_env.sh: its output above)" >&2
   exit 1
 fi
-# no stage host (tests/conftest.py) here: vLLM's engine starts processes and threads of its own
+# never a stage host (tests/conftest.py) here: vLLM's engine starts processes and threads of its own
 export PATH="$PWD/.venv-vllm/bin:$PATH" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" POPULORA_REQUIRE_VLLM=1 \
   POPULORA_TEST_STAGE_HOST=0
 .venv-vllm/bin/python -m pytest -m vllm -p no:cacheprovider "$@"
