@@ -6,7 +6,7 @@ imported, this package turns tqdm off where a caller does not choose, and redraw
 minute where one does (tqdm's TQDM_* environment defaults; a value the user set wins). The stages'
 own progress is `populora.core.progress`: plain log lines there.
 
-Where `POPULORA_STAGE_HOST` names a running stage host (populora/stagehost.py), `python -m stages.<name>`
+Where `POPULORA_STAGE_HOST` names a running stage host (populora/core/stagehost.py), `python -m stages.<name>`
 hands itself to that host here, before torch, transformers or PEFT is imported, and exits as the stage
 run there exits; with no usable host it goes on as below.
 """
@@ -19,6 +19,6 @@ if not (getattr(_sys.stderr, "isatty", None) and _sys.stderr.isatty()):
     _os.environ.setdefault("TQDM_MININTERVAL", "60")
 
 if _sys.argv[:1] == ["-m"] and _os.environ.get("POPULORA_STAGE_HOST"):  # `python -m stages.<name>`, a host named
-    from populora.stagehost import delegate as _delegate
+    from populora.core.stagehost import delegate as _delegate
 
     _delegate()  # returns only where the host cannot run the stage

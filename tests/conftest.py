@@ -111,7 +111,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: module_rank(item.module.__name__) if item.module else len(LONGEST_MODULES))  # stable
 
 
-# The stage host (populora/stagehost.py), with POPULORA_TEST_STAGE_HOST=1: every `python -m stages.<name>` the
+# The stage host (populora/core/stagehost.py), with POPULORA_TEST_STAGE_HOST=1: every `python -m stages.<name>` the
 # engines start in a test runs in a fork of one process per pytest worker that imported torch, transformers and PEFT
 # once, not each ~7 s anew (most of a tiny pipeline's stage: the smoke module 123 s against 382 s, CPU 55 s against
 # 592 s, docs/measurements.md). Off by default until the whole suite has passed with it: the smoke run's timings test
@@ -132,7 +132,7 @@ def pytest_configure(config):
     socket_path = os.path.join(folder, "stages.sock")
     log = open(os.path.join(folder, "host.log"), "w")  # closed at unconfigure
     host = subprocess.Popen(
-        [sys.executable, "-m", "populora.stagehost", "serve", "--socket", socket_path],
+        [sys.executable, "-m", "populora.core.stagehost", "serve", "--socket", socket_path],
         cwd=REPO,
         stdout=log,
         stderr=subprocess.STDOUT,

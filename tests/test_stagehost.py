@@ -1,4 +1,4 @@
-"""The stage host (populora/stagehost.py): a `python -m stages.<name>` handed to it behaves as the process
+"""The stage host (populora/core/stagehost.py): a `python -m stages.<name>` handed to it behaves as the process
 itself would, to its caller (exit code, death by signal, output on the caller's descriptors) and to the
 stage (argv, directory, environment, umask, thread count, the project code of its own directory); and
 where no host can run it, the stage runs in its own process, saying why.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from populora import stagehost
+from populora.core import stagehost
 from tests.conftest import REPO
 
 PROBE = '''
@@ -52,7 +52,9 @@ def project(tmp_path_factory) -> Path:
     (root / "stages").mkdir()
     (root / "populora").mkdir()
     shutil.copy(REPO / "stages" / "__init__.py", root / "stages" / "__init__.py")
-    shutil.copy(REPO / "populora" / "stagehost.py", root / "populora" / "stagehost.py")
+    (root / "populora" / "core").mkdir()
+    (root / "populora" / "core" / "__init__.py").write_text("")
+    shutil.copy(REPO / "populora" / "core" / "stagehost.py", root / "populora" / "core" / "stagehost.py")
     (root / "populora" / "__init__.py").write_text('MARKER = "own"\n')
     (root / "stages" / "probe.py").write_text(PROBE)
     return root
@@ -63,7 +65,7 @@ def host(tmp_path_factory):
     """A host that imported torch (to check thread counts), started from the repository, not the project."""
     socket_path = str(tmp_path_factory.mktemp("sock") / "stages.sock")
     process = subprocess.Popen(
-        [sys.executable, "-m", "populora.stagehost", "serve", "--socket", socket_path, "--preload", "torch"],
+        [sys.executable, "-m", "populora.core.stagehost", "serve", "--socket", socket_path, "--preload", "torch"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         text=True,
