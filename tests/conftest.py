@@ -111,12 +111,11 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: module_rank(item.module.__name__) if item.module else len(LONGEST_MODULES))  # stable
 
 
-# The stage host (populora/core/stagehost.py), with POPULORA_TEST_STAGE_HOST=1: every `python -m stages.<name>` the
-# engines start in a test runs in a fork of one process per pytest worker that imported torch, transformers and PEFT
-# once, not each ~7 s anew (most of a tiny pipeline's stage: the smoke module 123 s against 382 s, CPU 55 s against
-# 592 s, docs/measurements.md). Off by default until the whole suite has passed with it: the smoke run's timings test
-# reads each job's peak memory, which under the host is the stand-in's. Started at configure time in the background;
-# a stage started before the host listens waits for it.
+# The stage host (populora/core/stagehost.py): every `python -m stages.<name>` the engines start in a test runs in a
+# fork of one process per pytest worker that imported torch, transformers and PEFT once, not each ~7 s anew (most of
+# a tiny pipeline's stage: the smoke module 123 s against 382 s, CPU 55 s against 592 s, docs/measurements.md).
+# Started at configure time in the background; a stage started before the host listens waits for it.
+# POPULORA_TEST_STAGE_HOST=0 leaves it out (the vLLM lane: vLLM starts processes and threads of its own).
 _STAGE_HOST: dict = {}
 
 
@@ -126,7 +125,7 @@ def _runs_tests(config) -> bool:
 
 
 def pytest_configure(config):
-    if os.environ.get("POPULORA_TEST_STAGE_HOST", "0") != "1" or not _runs_tests(config):
+    if os.environ.get("POPULORA_TEST_STAGE_HOST", "1") == "0" or not _runs_tests(config):
         return
     folder = tempfile.mkdtemp(prefix="stagehost-")
     socket_path = os.path.join(folder, "stages.sock")

@@ -274,7 +274,9 @@ def test_jobs_are_timed_and_the_snakemake_report_holds_the_figures(finished, pro
     assert rows["propose"][0] == 4 and rows["update"][0] > 0  # 2 arms x 2 generations
     everything = re.search(r"^\| \*\*all stages\*\* \| (\d+) \| (\d+\.\d) \| (\d+\.\d) \| (\d+) \|$", table, flags=re.M)
     assert everything and int(everything[1]) == len(timed) - 1 and float(everything[2]) > 1.0
-    assert int(everything[4]) > 50  # MiB: a Python process with torch loaded, sampled at 0.5 s
+    # MiB, sampled at 0.5 s: a Python process with torch loaded; under the suite's stage host (tests/conftest.py)
+    # Snakemake samples the stand-in, a Python process that waits for the stage (populora/core/stagehost.py)
+    assert int(everything[4]) > (20 if os.environ.get("POPULORA_STAGE_HOST") else 50)
 
     result = _snakemake(project, "--report", "report.html")
     assert result.returncode == 0, result.stderr[-4000:]

@@ -204,3 +204,14 @@ def test_a_caller_of_another_user_is_refused():
         shutil.rmtree(folder)
     mine, _theirs = socket.socketpair(socket.AF_UNIX)
     assert stagehost.other_user(mine) is None
+
+
+def test_a_path_that_would_load_a_library_from_elsewhere_is_named(tmp_path):
+    (tmp_path / "json").mkdir()
+    (tmp_path / "json" / "__init__.py").write_text("")
+    import json
+
+    assert stagehost.shadowed(sys.path, ["json.decoder"]) is None
+    why = stagehost.shadowed([str(tmp_path), *sys.path], ["json.decoder"])
+    assert why == f"json would load from {tmp_path}/json/__init__.py there, from {json.__spec__.origin} in the host"
+    assert "PYTHONPATH" not in stagehost.load_time_environment({"PYTHONPATH": "/x", "PYTHONHASHSEED": "0"})

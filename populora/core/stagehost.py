@@ -20,8 +20,9 @@ with torch.set_num_threads and threadpoolctl, since torch has read it already). 
 directory, so a clone or a test's copy of the project runs its own code.
 
 When the host cannot stand for the process it says why on stderr and the stage runs as usual: no host at
-the socket, another Python or virtual environment, or an environment variable read when those libraries
-load (`HF_*`, `TORCH*`, `LD_*`, `PYTHON*`, ...) set otherwise than in the host. Not carried over: what
+the socket, another Python or virtual environment, a sys.path that would load one of those libraries from
+elsewhere, or an environment variable read when they load (`HF_*`, `TORCH*`, `LD_*`, `PYTHON*` but
+PYTHONPATH, ...) set otherwise than in the host. Not carried over: what
 an engine measures of the stage's process (Snakemake's max RSS and CPU time describe the stand-in) and
 SIGSTOP/SIGCONT sent to the stand-in (a signal nobody can catch).
 """
@@ -55,12 +56,26 @@ HEADER = struct.Struct("!I")
 
 
 def load_time_environment(environ) -> dict[str, str]:
-    """The environment variables a stage must share with the host to be run by it."""
+    """The environment variables a stage must share with the host to be run by it. PYTHONPATH is not one of them:
+    what matters of it, where each preloaded library would load from, is checked on the stage's sys.path
+    (`shadowed`), so a test's project copy run with its own PYTHONPATH still gets a host."""
     return {
         key: value
         for key, value in environ.items()
-        if key.startswith(LOAD_TIME_PREFIXES) and key not in THREAD_VARIABLES
+        if key.startswith(LOAD_TIME_PREFIXES) and key not in (*THREAD_VARIABLES, "PYTHONPATH")
     }
+
+
+def shadowed(path: list[str], preloaded) -> str | None:
+    """Why the stage's sys.path would load one of the host's libraries from elsewhere (None where it would not)."""
+    from importlib.machinery import PathFinder
+
+    for name in sorted({name.split(".")[0] for name in preloaded}):
+        spec = PathFinder.find_spec(name, path)
+        here = sys.modules[name].__spec__.origin
+        if spec is None or spec.origin != here:
+            return f"{name} would load from {spec.origin if spec else 'nowhere'} there, from {here} in the host"
+    return None
 
 
 def fingerprint(environ) -> dict:
@@ -218,18 +233,18 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
             listener.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             try:
-                handle(conn, host, default_threads)
+                handle(conn, host, preload, default_threads)
             finally:
                 os._exit(0)
         conn.close()
 
 
-def handle(conn: socket.socket, host: dict, default_threads: int | None) -> None:
+def handle(conn: socket.socket, host: dict, preloaded: tuple[str, ...], default_threads: int | None) -> None:
     """One stage: check it can run here, fork it, report its end; kill it if its stand-in dies first."""
     request, fds = receive_message(conn, with_fds=3)
     if request is None or len(fds) != 3:
         return
-    why = other_user(conn) or mismatch(host, request["fingerprint"])
+    why = other_user(conn) or mismatch(host, request["fingerprint"]) or shadowed(request["path"], preloaded)
     if why:
         send_message(conn, {"refused": why})
         return
