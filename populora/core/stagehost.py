@@ -72,7 +72,8 @@ def shadowed(path: list[str], preloaded) -> str | None:
 
     for name in sorted({name.split(".")[0] for name in preloaded}):
         spec = PathFinder.find_spec(name, path)
-        here = sys.modules[name].__spec__.origin
+        loaded = sys.modules[name].__spec__
+        here = loaded.origin if loaded else None
         if spec is None or spec.origin != here:
             return f"{name} would load from {spec.origin if spec else 'nowhere'} there, from {here} in the host"
     return None
