@@ -275,8 +275,9 @@ def test_jobs_are_timed_and_the_snakemake_report_holds_the_figures(finished, pro
     everything = re.search(r"^\| \*\*all stages\*\* \| (\d+) \| (\d+\.\d) \| (\d+\.\d) \| (\d+) \|$", table, flags=re.M)
     assert everything and int(everything[1]) == len(timed) - 1 and float(everything[2]) > 1.0
     # MiB, sampled at 0.5 s: a Python process with torch loaded; under the suite's stage host (tests/conftest.py)
-    # Snakemake samples the stand-in, a Python process that waits for the stage (populora/core/stagehost.py)
-    assert int(everything[4]) > (20 if os.environ.get("POPULORA_STAGE_HOST") else 50)
+    # Snakemake samples the stand-in, a bare Python process that waits for the stage (13 MiB here; 0 or none would
+    # say the timings were never sampled)
+    assert int(everything[4]) > (5 if os.environ.get("POPULORA_STAGE_HOST") else 50)
 
     result = _snakemake(project, "--report", "report.html")
     assert result.returncode == 0, result.stderr[-4000:]

@@ -8,7 +8,7 @@ socket, `python -m stages.<name> ...` hands its argv, working directory, environ
 input, output and error (the file descriptors themselves) to the host from `stages/__init__.py`, before
 any of those imports, and exits as the stage exits: the same code, or killed by the same signal.
 
-    python -m populora.core.stagehost serve --socket /tmp/stages.sock &     # then, in the engines' environment:
+    python -m populora stage-host serve --socket /tmp/stages.sock &     # then, in the engines' environment:
     export POPULORA_STAGE_HOST=/tmp/stages.sock
 
 What stays as it was: the engine still starts a process per stage and sees its exit (the stand-in waits
@@ -394,8 +394,8 @@ def _set_threads(environ: dict, default_threads: int | None) -> None:
     threadpool_limits(limits=threads, user_api="blas")
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m populora.core.stagehost", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     serve_parser = sub.add_parser("serve", help="import the libraries once and run stages in forks of this process")
     serve_parser.add_argument("--socket", required=True, help="the Unix socket to listen at (POPULORA_STAGE_HOST)")
@@ -404,7 +404,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     serve(args.socket, tuple(name for name in args.preload.split(",") if name))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
