@@ -9,7 +9,8 @@ stamp=.venv/.installed-$(sha256sum requirements.lock scripts/setup_env.sh | sha2
 if [ -f "$stamp" ]; then
   exit 0
 fi
-[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+# a build stopped before the venv had pip (a killed run) leaves a python without it: start that one afresh
+.venv/bin/python -m pip --version > /dev/null 2>&1 || "$PYTHON" -m venv --clear .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet torch==2.13.0
 .venv/bin/python -m pip install --quiet -r requirements.lock

@@ -11,7 +11,8 @@ stamp=$venv/.installed-$(sha256sum requirements.lock requirements-vllm.txt scrip
 if [ -f "$stamp" ]; then
   exit 0
 fi
-[ -x $venv/bin/python ] || "$PYTHON" -m venv $venv
+# a build stopped before the venv had pip (a killed run) leaves a python without it: start that one afresh
+$venv/bin/python -m pip --version > /dev/null 2>&1 || "$PYTHON" -m venv --clear $venv
 # the alias written at the end (vllm-<version>_cpu.dist-info) is not a version pip can parse: a rerun
 # over an existing venv (the lock or this script changed) removes it first and writes it again below
 rm -rf $venv/lib/python3*/site-packages/vllm-*_cpu.dist-info
