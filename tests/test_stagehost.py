@@ -215,3 +215,13 @@ def test_a_path_that_would_load_a_library_from_elsewhere_is_named(tmp_path):
     why = stagehost.shadowed([str(tmp_path), *sys.path], ["json.decoder"])
     assert why == f"json would load from {tmp_path}/json/__init__.py there, from {json.__spec__.origin} in the host"
     assert "PYTHONPATH" not in stagehost.load_time_environment({"PYTHONPATH": "/x", "PYTHONHASHSEED": "0"})
+
+
+def test_the_stages_pid_and_its_end_arriving_in_one_read_are_two_messages():
+    """A stage that ends at once: the host's two messages may reach the stand-in in one read; neither is lost."""
+    import io
+    import json
+
+    data = [json.dumps(message).encode() for message in ({"pid": 5}, {"exit": 0})]
+    reader = io.BytesIO(b"".join(stagehost.HEADER.pack(len(body)) + body for body in data))
+    assert [stagehost.read_message(reader) for _ in range(3)] == [{"pid": 5}, {"exit": 0}, None]

@@ -127,13 +127,9 @@ def send_message(conn: socket.socket, message: dict, fds: list[int] | None = Non
     conn.sendall(payload[sent:])
 
 
-def receive_message(conn: socket.socket, *, with_fds: int = 0) -> tuple[dict | None, list[int]]:
-    """One message (None where the other side closed first) and the descriptors sent with it."""
-    fds: list[int] = []
-    if with_fds:
-        data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, with_fds)
-    else:
-        data = conn.recv(1 << 16)
+def receive_request(conn: socket.socket) -> tuple[dict | None, list[int]]:
+    """The host's side: the one message a stand-in sends (None where it closed first) and the descriptors with it."""
+    data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 3)
     while len(data) < HEADER.size or len(data) < HEADER.size + HEADER.unpack_from(data)[0]:
         more = conn.recv(1 << 16)
         if not more:
@@ -141,6 +137,17 @@ def receive_message(conn: socket.socket, *, with_fds: int = 0) -> tuple[dict | N
         data += more
     (length,) = HEADER.unpack_from(data)
     return json.loads(data[HEADER.size : HEADER.size + length]), fds
+
+
+def read_message(reader) -> dict | None:
+    """The stand-in's side: the next message from a buffered reader of the connection (the stage's pid and its end
+    may arrive in one read), or None where the host closed first."""
+    header = reader.read(HEADER.size)
+    if len(header) < HEADER.size:
+        return None
+    (length,) = HEADER.unpack(header)
+    body = reader.read(length)
+    return json.loads(body) if len(body) == length else None
 
 
 # --- the stage's side: `stages/__init__.py` calls delegate() before anything heavy is imported ---
@@ -169,7 +176,8 @@ def delegate() -> None:
         "fingerprint": fingerprint(os.environ),
     }
     send_message(conn, request, fds=[0, 1, 2])
-    reply, _ = receive_message(conn)
+    reader = conn.makefile("rb")
+    reply = read_message(reader)
     if reply is None or "refused" in reply:
         why = reply["refused"] if reply else "it closed the connection"
         print(f"stage host at {path} cannot run it: {why}; the stage runs in its own process", file=sys.stderr)
@@ -184,12 +192,7 @@ def delegate() -> None:
 
     for signum in FORWARDED:
         signal.signal(signum, forward)
-    while True:
-        try:
-            result, _ = receive_message(conn)
-            break
-        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
-            continue
+    result = read_message(reader)  # a forwarded signal interrupts the read, which goes on (PEP 475)
     if result is None:
         print(f"stage host at {path} went away while the stage ran", file=sys.stderr)
         os._exit(1)
@@ -242,7 +245,7 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
 
 def handle(conn: socket.socket, host: dict, preloaded: tuple[str, ...], default_threads: int | None) -> None:
     """One stage: check it can run here, fork it, report its end; kill it if its stand-in dies first."""
-    request, fds = receive_message(conn, with_fds=3)
+    request, fds = receive_request(conn)
     if request is None or len(fds) != 3:
         return
     why = other_user(conn) or mismatch(host, request["fingerprint"]) or shadowed(request["path"], preloaded)
