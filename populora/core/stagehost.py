@@ -316,7 +316,6 @@ def run_stage(request: dict, fds: list[int], default_threads: int | None) -> Non
 def _run_main(module: str) -> int:
     import atexit
     import runpy
-    import traceback
 
     code = 0
     try:
@@ -324,13 +323,13 @@ def _run_main(module: str) -> int:
     except SystemExit as stop:
         code = _exit_code(stop.code)
     except KeyboardInterrupt:
-        traceback.print_exc()
+        sys.excepthook(*sys.exc_info())  # as Python reports it: a stage's own hook (its log file) included
         atexit._run_exitfuncs()
         _flush()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)  # as Python ends on an uncaught KeyboardInterrupt
     except BaseException:  # noqa: BLE001 - the stage's uncaught error: its traceback and exit 1, as Python does
-        traceback.print_exc()
+        sys.excepthook(*sys.exc_info())  # a stage's own hook writes it to its log file too
         code = 1
     atexit._run_exitfuncs()
     _flush()
