@@ -14,16 +14,19 @@ In a DVC project, DVC adopts what a successful run made (onsuccess below, workfl
 is clean after it and `dvc metrics diff` works without a second run (docs/dvc.md#one-run-both-engines).
 """
 
+import os
 import sys
 
 sys.path.insert(0, workflow.basedir)
 
 from populora.config import ParamsError, load_params
+from populora.core.stagehost import USAGE_DIR_ENV
 from workflow.adopt import after_snakemake
 from workflow.dag import (
     REPORT_CAPTIONS,
     SCOPES,
     STAGES,
+    TIMINGS_DIR,
     collected_paths,
     final_targets,
     gen_label,
@@ -36,6 +39,10 @@ try:
     PARAMS = load_params("params.yaml")
 except ParamsError as error:
     sys.exit(str(error))
+
+# a job run in a stage host (scripts/run_pipeline.sh starts one) writes its stage's own peak memory and CPU time
+# beside its benchmark TSV (Snakemake measures the stand-in there): populora/core/stagehost.py
+os.environ[USAGE_DIR_ENV] = TIMINGS_DIR
 
 GENERATIONS = PARAMS.dag.generations
 LAST = gen_label(GENERATIONS - 1)

@@ -274,10 +274,12 @@ def test_jobs_are_timed_and_the_snakemake_report_holds_the_figures(finished, pro
     assert rows["propose"][0] == 4 and rows["update"][0] > 0  # 2 arms x 2 generations
     everything = re.search(r"^\| \*\*all stages\*\* \| (\d+) \| (\d+\.\d) \| (\d+\.\d) \| (\d+) \|$", table, flags=re.M)
     assert everything and int(everything[1]) == len(timed) - 1 and float(everything[2]) > 1.0
-    # MiB, sampled at 0.5 s: a Python process with torch loaded; under the suite's stage host (tests/conftest.py)
-    # Snakemake samples the stand-in, a bare Python process that waits for the stage (13 MiB here; 0 or none would
-    # say the timings were never sampled)
-    assert int(everything[4]) > (5 if os.environ.get("POPULORA_STAGE_HOST") else 50)
+    # MiB: a Python process with torch loaded, as Snakemake sampled it (0 or none would say the timings were never
+    # sampled); under the suite's stage host (tests/conftest.py) the stage's own peak that the host reported beside
+    # the TSV (Snakemake samples the stand-in there, a bare Python process of ~13 MiB)
+    assert int(everything[4]) > 50
+    if os.environ.get("POPULORA_STAGE_HOST"):
+        assert {p.parent.name for p in (finished / "timings").glob("*/*.usage.json")} >= {"propose", "update"}
 
     result = _snakemake(project, "--report", "report.html")
     assert result.returncode == 0, result.stderr[-4000:]

@@ -57,3 +57,20 @@ def test_read_timings_takes_stage_from_the_folder_and_skips_unreadable_files(tmp
         (tmp_path / stage / f"{key}.tsv").write_text(text)
     (tmp_path / "propose" / "notes.txt").write_text("not a benchmark")
     assert read_timings(tmp_path) == {"propose": [{"s": 6.0, "max_rss": 150.0}, {"s": 8.0, "max_rss": 200.0}]}
+
+
+def test_a_hosted_jobs_own_peak_replaces_the_stand_ins_sampled_one(tmp_path):
+    """The stage host leaves `<key>.usage.json` beside the TSV (populora/core/stagehost.py): the kernel's peak of the
+    stage's process, where Snakemake sampled the stand-in. Unreadable or empty figures leave the TSV's."""
+    (tmp_path / "solve").mkdir()
+    for key, usage in (
+        ("population-000", '{"max_rss_mib": 812.5, "cpu_s": 40.1}'),
+        ("population-001", "{not json"),
+        ("population-002", '{"cpu_s": 3.0}'),
+        ("population-003", '{"max_rss_mib": 0}'),
+        ("population-004", None),
+    ):
+        (tmp_path / "solve" / f"{key}.tsv").write_text(tsv(10, "13.2"))
+        if usage is not None:
+            (tmp_path / "solve" / f"{key}.usage.json").write_text(usage)
+    assert [job["max_rss"] for job in read_timings(tmp_path)["solve"]] == [812.5, 13.2, 13.2, 13.2, 13.2]

@@ -42,6 +42,9 @@ if action == "sleep":
 if action == "threads":
     import torch
     print("threads", torch.get_num_threads())
+if action == "alloc":  # hold this many MiB resident for a moment, and spend some CPU
+    block = bytearray(int(rest[0]) << 20)
+    sum(block[::4096]) + sum(range(2_000_000))
 '''
 
 
@@ -225,3 +228,39 @@ def test_the_stages_pid_and_its_end_arriving_in_one_read_are_two_messages():
     data = [json.dumps(message).encode() for message in ({"pid": 5}, {"exit": 0})]
     reader = io.BytesIO(b"".join(stagehost.HEADER.pack(len(body)) + body for body in data))
     assert [stagehost.read_message(reader) for _ in range(3)] == [{"pid": 5}, {"exit": 0}, None]
+
+
+def test_a_hosted_stage_leaves_its_own_peak_memory_and_cpu_time_beside_its_timings(project, host, tmp_path):
+    """Snakemake samples the stand-in (~13 MiB); the host reports the stage's own figures from wait4, to
+    `<POPULORA_STAGE_USAGE_DIR>/<stage>/<key>.usage.json` for `--log <...>/<stage>/<key>.log`."""
+    import json
+
+    timings = tmp_path / "timings"
+    args = ("alloc", "300", "--log", "results/logs/probe/population-003.log")
+    done = run_probe(project, host, *args, POPULORA_STAGE_USAGE_DIR=str(timings))
+    assert done.returncode == 0, done.stderr
+    usage = json.loads((timings / "probe" / "population-003.usage.json").read_text())
+    assert usage["max_rss_mib"] > 300  # the block itself, and the stage's Python (torch preloaded) beside it
+    assert usage["cpu_s"] > 0.05 and usage["cpu_s"] == pytest.approx(usage["user_s"] + usage["system_s"], abs=0.002)
+    assert not list(timings.rglob(".*"))  # written atomically: no partial file left
+    # run on its own (no host), the job's earlier figures go: they would stand for this run
+    alone = run_probe(project, None, *args, POPULORA_STAGE_USAGE_DIR=str(timings))
+    assert alone.returncode == 0 and not (timings / "probe" / "population-003.usage.json").exists()
+    assert stagehost.usage_file(["-m", "--params", "p"], {"POPULORA_STAGE_USAGE_DIR": "t"}) is None  # no --log
+    assert stagehost.usage_file(["-m", "--log", "l/s/k.log"], {}) is None  # not asked for
+
+
+def test_a_host_ends_soon_after_the_process_that_started_it(tmp_path):
+    """A pipeline script killed outright leaves no host behind: the host polls for its parent."""
+    socket_path = tmp_path / "stages.sock"
+    starter = subprocess.run(
+        ["bash", "-c", f'{sys.executable} -m populora.core.stagehost serve --socket {socket_path} --preload "" '
+         f"> {tmp_path}/host.log 2>&1 & echo $!; sleep 1"],
+        cwd=REPO, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    host_pid = int(starter.stdout.split()[0])
+    deadline = time.monotonic() + 4 * stagehost.PARENT_POLL_S + 5
+    while _alive(host_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(host_pid), (tmp_path / "host.log").read_text()
+    assert not socket_path.exists()

@@ -22,9 +22,15 @@ directory, so a clone or a test's copy of the project runs its own code.
 When the host cannot stand for the process it says why on stderr and the stage runs as usual: no host at
 the socket, another Python or virtual environment, a sys.path that would load one of those libraries from
 elsewhere, or an environment variable read when they load (`HF_*`, `TORCH*`, `LD_*`, `PYTHON*` but
-PYTHONPATH, ...) set otherwise than in the host. Not carried over: what
-an engine measures of the stage's process (Snakemake's max RSS and CPU time describe the stand-in) and
-SIGSTOP/SIGCONT sent to the stand-in (a signal nobody can catch).
+PYTHONPATH, ...) set otherwise than in the host. Not carried over: SIGSTOP/SIGCONT sent to the stand-in (a
+signal nobody can catch), and what an engine measures of the stage's process: Snakemake's max RSS and CPU
+time describe the stand-in. So the host reports the stage's own (the kernel's, from wait4: peak resident
+memory and CPU time, its children included), and where `POPULORA_STAGE_USAGE_DIR` is set (the Snakefile sets
+it to the timings folder) the stand-in writes them to `<dir>/<stage>/<key>.usage.json`, named like the job's
+`--log <...>/<stage>/<key>.log`, beside Snakemake's `<key>.tsv` (populora/report/timings.py prefers them).
+
+A host lives as long as the process that started it: it exits within seconds of its parent's end (a
+pipeline script, a test session), so none is left behind by a run that was killed.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ import sys
 from pathlib import Path
 
 SOCKET_ENV = "POPULORA_STAGE_HOST"
+USAGE_DIR_ENV = "POPULORA_STAGE_USAGE_DIR"  # where a stand-in writes its hosted stage's resource use
+PARENT_POLL_S = 2.0  # how often a host checks that the process that started it is still there
 PROJECT_PACKAGES = ("populora", "stages", "workflow", "tests", "perf")
 PRELOAD = ("torch", "transformers", "transformers.modeling_utils", "peft", "safetensors.torch")
 # variables read when the preloaded libraries load: a stage whose value differs from the host's runs on its own
@@ -158,6 +166,9 @@ def delegate() -> None:
     stage then runs here) where no host can run it."""
     path = os.environ.get(SOCKET_ENV)
     module = module_of(list(getattr(sys, "orig_argv", [])))
+    usage = usage_file(sys.argv, os.environ) if module else None
+    if usage:  # an earlier run's figures never stand for this one, hosted or not
+        usage.unlink(missing_ok=True)
     if not path or not module:
         return
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -196,7 +207,40 @@ def delegate() -> None:
     if result is None:
         print(f"stage host at {path} went away while the stage ran", file=sys.stderr)
         os._exit(1)
+    if usage and "usage" in result:
+        write_usage(usage, result["usage"])
     exit_like(result)
+
+
+def usage_file(argv: list[str], environ) -> Path | None:
+    """Where this stage's resource use goes: `<POPULORA_STAGE_USAGE_DIR>/<stage>/<key>.usage.json` for a stage
+    run with `--log <...>/<stage>/<key>.log` (None without either)."""
+    folder = environ.get(USAGE_DIR_ENV)
+    log = next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--log"), None)
+    if not folder or not log:
+        return None
+    return Path(folder) / Path(log).parent.name / f"{Path(log).stem}.usage.json"
+
+
+def write_usage(path: Path, usage: dict) -> None:
+    """Write the hosted stage's figures atomically; a failure is said, never the stage's failure."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        partial.write_text(json.dumps(usage) + "\n")
+        os.replace(partial, path)
+    except OSError as error:
+        print(f"the stage's resource use not written to {path}: {error}", file=sys.stderr)
+
+
+def usage_of(rusage) -> dict:
+    """The figures of a finished stage (os.wait4's resource usage: the stage and the children it waited for)."""
+    return {
+        "max_rss_mib": round(rusage.ru_maxrss / 1024, 1),  # Linux counts it in KiB
+        "cpu_s": round(rusage.ru_utime + rusage.ru_stime, 3),
+        "user_s": round(rusage.ru_utime, 3),
+        "system_s": round(rusage.ru_stime, 3),
+    }
 
 
 def exit_like(result: dict) -> None:
@@ -230,8 +274,15 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
     default_threads = _threads() if "torch" in sys.modules else None
     host = fingerprint(os.environ)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped by the kernel
+    parent = os.getppid()
     print(f"stage host {os.getpid()} at {path}: {', '.join(preload) or 'nothing'} imported", flush=True)
     while True:
+        ready, _, _ = select.select([listener], [], [], PARENT_POLL_S)
+        if os.getppid() != parent:  # its starter is gone (a stage in flight goes on in its handler)
+            Path(path).unlink(missing_ok=True)
+            return
+        if not ready:
+            continue
         conn, _ = listener.accept()
         if os.fork() == 0:
             listener.close()
@@ -272,11 +323,11 @@ def handle(conn: socket.socket, host: dict, preloaded: tuple[str, ...], default_
             os.killpg(pid, signal.SIGKILL)  # and the stage goes with it, and what it started
         except ProcessLookupError:  # it ended at the same moment
             pass
-    _, status = os.waitpid(pid, 0)
+    _, status, rusage = os.wait4(pid, 0)
     if os.WIFSIGNALED(status):
-        result = {"signal": os.WTERMSIG(status)}
+        result = {"signal": os.WTERMSIG(status), "usage": usage_of(rusage)}
     else:
-        result = {"exit": os.waitstatus_to_exitcode(status)}
+        result = {"exit": os.waitstatus_to_exitcode(status), "usage": usage_of(rusage)}
     try:
         send_message(conn, result)
     except OSError:

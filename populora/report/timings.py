@@ -5,12 +5,17 @@ Snakemake writes a header and one row per job (more with `repeat()`): `s` is the
 seconds and `max_rss` the largest resident set size in MiB that it sampled (at 0.5 s, then every
 30 s, so a lower bound of the peak; `NA`, or 0.00, when the job ended before the first sample). DVC writes
 no such files: a run under DVC has no per-job timings.
+
+A job run in the stage host (populora/core/stagehost.py) leaves `<key>.usage.json` beside its TSV: the stage's
+own peak resident memory and CPU time from the kernel, where Snakemake could only sample the stand-in that
+waited for it. Its peak replaces the sampled one.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 from statistics import median
 
@@ -19,8 +24,9 @@ TIMINGS_NOTE = (
     "Wall time of each job as Snakemake recorded it (`benchmark:`); the total adds the jobs up, "
     "whether they ran one after the other or side by side, so it is not the run's elapsed time. "
     "Max RSS is the largest resident memory Snakemake sampled (at 0.5 s, then every 30 s: a lower "
-    "bound of the peak; - when every job ended before the first sample). A job is timed when it "
-    "ends, so a `report` row, if any, is an earlier report's."
+    "bound of the peak; - when every job ended before the first sample), or the kernel's peak of the "
+    "stage's process where the stage host ran it. A job is timed when it ends, so a `report` row, if "
+    "any, is an earlier report's."
 )
 
 
@@ -78,8 +84,18 @@ def read_timings(folder: str | Path | None) -> dict[str, list[dict[str, float | 
             job = parse_benchmark(path.read_text())
         except (OSError, ValueError):
             continue
-        jobs.setdefault(path.parent.name, []).append(job)
+        jobs.setdefault(path.parent.name, []).append(with_host_usage(job, path.with_suffix(".usage.json")))
     return jobs
+
+
+def with_host_usage(job: dict[str, float | None], usage_file: Path) -> dict[str, float | None]:
+    """A job's timings with the stage host's peak memory of its stage, where the host ran it (a stand-in's
+    sampled figure describes the stand-in); as they were where there is no readable usage file."""
+    try:
+        peak = json.loads(usage_file.read_text())["max_rss_mib"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return job
+    return {**job, "max_rss": float(peak)} if isinstance(peak, (int, float)) and peak > 0 else job
 
 
 def timings_table(rows: list[dict]) -> str:
