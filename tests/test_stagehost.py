@@ -163,6 +163,16 @@ def test_module_of_reads_the_interpreter_command_line():
     assert stagehost.module_of(["python", "-u", "-m", "stages.pair", "--params", "p"]) == "stages.pair"
     assert stagehost.module_of(["python", "script.py", "-m", "x"]) is None
     assert stagehost.module_of(["python", "-c", "pass"]) is None
+    assert stagehost.module_of(["python", "-X", "importtime", "-W", "error", "-m", "stages.pair"]) == "stages.pair"
+
+
+def test_a_stage_started_with_interpreter_options_of_its_own_runs_with_them_on_its_own(project, host):
+    optimized = subprocess.run(
+        [sys.executable, "-O", "-m", "stages.probe", "exit", "0"],
+        cwd=project, env={**os.environ, "POPULORA_STAGE_HOST": host}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert optimized.returncode == 0 and "marker own" in optimized.stdout
+    assert "cannot run it: options differ" in optimized.stderr
 
 
 def test_mismatch_names_the_first_difference_and_ignores_thread_counts():

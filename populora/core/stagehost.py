@@ -20,9 +20,9 @@ with torch.set_num_threads and threadpoolctl, since torch has read it already). 
 directory, so a clone or a test's copy of the project runs its own code.
 
 When the host cannot stand for the process it says why on stderr and the stage runs as usual: no host at
-the socket, another Python or virtual environment, a sys.path that would load one of those libraries from
-elsewhere, or an environment variable read when they load (`HF_*`, `TORCH*`, `LD_*`, `PYTHON*` but
-PYTHONPATH, ...) set otherwise than in the host. Not carried over: SIGSTOP/SIGCONT sent to the stand-in (a
+the socket, another Python, virtual environment or interpreter options (`-O`, `-X ...`, `-W ...`), a sys.path
+that would load one of those libraries from elsewhere, or an environment variable read when they load
+(`HF_*`, `TORCH*`, `LD_*`, `PYTHON*` but PYTHONPATH, ...) set otherwise than in the host. Not carried over: SIGSTOP/SIGCONT sent to the stand-in (a
 signal nobody can catch), and what an engine measures of the stage's process: Snakemake's max RSS and CPU
 time describe the stand-in. So the host reports the stage's own (the kernel's, from wait4: peak resident
 memory and CPU time, its children included), and where `POPULORA_STAGE_USAGE_DIR` is set (the Snakefile sets
@@ -88,18 +88,20 @@ def shadowed(path: list[str], preloaded) -> str | None:
 
 
 def fingerprint(environ) -> dict:
-    """What must be equal between a stage's process and the host: the interpreter and load-time variables."""
+    """What must be equal between a stage's process and the host: the interpreter, its options (`-O`, `-X dev`,
+    `-W error`, ...: a stage started with options of its own runs with them, on its own) and load-time variables."""
     return {
         "executable": os.path.realpath(sys.executable),
         "prefix": sys.prefix,
         "version": sys.version,
+        "options": repr((sys.flags, sys._xoptions, sys.warnoptions)),
         "environment": load_time_environment(environ),
     }
 
 
 def mismatch(host: dict, stage: dict) -> str | None:
     """Why the host cannot run this stage (None when it can): the first difference, named."""
-    for key in ("executable", "prefix", "version"):
+    for key in ("executable", "prefix", "version", "options"):
         if host[key] != stage[key]:
             return f"{key} differs (host {host[key]!r}, stage {stage[key]!r})"
     host_env, stage_env = host["environment"], stage["environment"]
@@ -120,11 +122,14 @@ def other_user(conn: socket.socket) -> str | None:
 
 def module_of(orig_argv: list[str]) -> str | None:
     """The module a `python [options] -m MODULE args` command line runs, or None."""
-    for index, arg in enumerate(orig_argv[1:-1], start=1):
+    index = 1
+    while index < len(orig_argv) - 1:
+        arg = orig_argv[index]
         if arg == "-m":
             return orig_argv[index + 1]
-        if not arg.startswith("-"):
+        if not arg.startswith("-") or arg == "-c":
             return None
+        index += 2 if arg in ("-X", "-W") else 1  # the interpreter's options that take the next argument
     return None
 
 
