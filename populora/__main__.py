@@ -52,6 +52,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "render-params": ("workflow.render_params", "write each key's help into params.yaml"),
     "adopt": ("workflow.adopt", "one run, both engines: DVC takes what Snakemake made as its own"),
     "exp-plan": ("workflow.exp_plan", "what `dvc exp run -S ...` would run, on a finished run (a dry run that works)"),
+    "run-cache": (
+        "workflow.run_cache",
+        "carry DVC's run cache of some stages to another checkout (a study's shared stages on a new machine)",
+    ),
     "time-model": ("workflow.time_model", "how long each job of a GPU run takes, from params (SLURM runtimes)"),
 }
 
