@@ -274,3 +274,25 @@ def test_a_host_ends_soon_after_the_process_that_started_it(tmp_path):
         time.sleep(0.1)
     assert not _alive(host_pid), (tmp_path / "host.log").read_text()
     assert not socket_path.exists()
+
+
+def test_what_the_libraries_set_while_loading_does_not_turn_the_callers_away(project, tmp_path):
+    """transformers.modeling_utils sets TORCHINDUCTOR_CACHE_DIR when the host imports it: a caller started from the
+    same environment as the host (run_pipeline.sh's, without it) must still be run there, not refused."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR") and k != "POPULORA_STAGE_HOST"}
+    socket_path = str(tmp_path / "stages.sock")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "populora.core.stagehost", "serve", "--socket", socket_path],
+        cwd=REPO, env=environ, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert "transformers.modeling_utils" in process.stdout.readline()
+        done = subprocess.run(
+            [sys.executable, "-m", "stages.probe", "exit", "0"],
+            cwd=project, env={**environ, "POPULORA_STAGE_HOST": socket_path}, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0 and done.stderr == "to stderr\n", done.stderr  # hosted: nothing said
+        assert "marker own" in done.stdout
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

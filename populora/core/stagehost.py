@@ -268,6 +268,8 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
     """Import `preload`, listen at `path`, and fork a handler for each stage that connects."""
     for name in THREAD_VARIABLES:  # the host's own thread default must be torch's, not a caller's choice
         os.environ.pop(name, None)
+    # what the libraries see when they load; what they set while loading (torch's TORCHINDUCTOR_CACHE_DIR) is theirs
+    environ_at_start = dict(os.environ)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     Path(path).unlink(missing_ok=True)
     listener.bind(path)
@@ -277,7 +279,7 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
     for name in preload:
         importlib.import_module(name)
     default_threads = _threads() if "torch" in sys.modules else None
-    host = fingerprint(os.environ)
+    host = fingerprint(environ_at_start)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped by the kernel
     parent = os.getppid()
     print(f"stage host {os.getpid()} at {path}: {', '.join(preload) or 'nothing'} imported", flush=True)
