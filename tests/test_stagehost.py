@@ -293,6 +293,13 @@ def test_what_the_libraries_set_while_loading_does_not_turn_the_callers_away(pro
         )  # fmt: skip
         assert done.returncode == 0 and done.stderr == "to stderr\n", done.stderr  # hosted: nothing said
         assert "marker own" in done.stdout
+        # and a caller that has it, having imported those libraries itself (a pytest worker), is served too
+        inherited = subprocess.run(
+            [sys.executable, "-m", "stages.probe", "exit", "0"],
+            cwd=project, capture_output=True, text=True, timeout=60,
+            env={**environ, "POPULORA_STAGE_HOST": socket_path, "TORCHINDUCTOR_CACHE_DIR": "/tmp/torchinductor_x"},
+        )  # fmt: skip
+        assert inherited.returncode == 0 and inherited.stderr == "to stderr\n", inherited.stderr
     finally:
         process.terminate()
         process.wait(timeout=10)

@@ -105,7 +105,7 @@ def mismatch(host: dict, stage: dict) -> str | None:
         if host[key] != stage[key]:
             return f"{key} differs (host {host[key]!r}, stage {stage[key]!r})"
     host_env, stage_env = host["environment"], stage["environment"]
-    for name in sorted({*host_env, *stage_env}):
+    for name in sorted({*host_env, *stage_env} - set(host.get("set_while_loading", ()))):
         if host_env.get(name) != stage_env.get(name):
             return f"{name} differs (host {host_env.get(name)!r}, stage {stage_env.get(name)!r})"
     return None
@@ -268,8 +268,7 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
     """Import `preload`, listen at `path`, and fork a handler for each stage that connects."""
     for name in THREAD_VARIABLES:  # the host's own thread default must be torch's, not a caller's choice
         os.environ.pop(name, None)
-    # what the libraries see when they load; what they set while loading (torch's TORCHINDUCTOR_CACHE_DIR) is theirs
-    environ_at_start = dict(os.environ)
+    environ_at_start = dict(os.environ)  # what the libraries see when they load
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     Path(path).unlink(missing_ok=True)
     listener.bind(path)
@@ -280,6 +279,11 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
         importlib.import_module(name)
     default_threads = _threads() if "torch" in sys.modules else None
     host = fingerprint(environ_at_start)
+    # what they set while loading (transformers sets TORCHINDUCTOR_CACHE_DIR) is theirs, not an input: a caller whose
+    # environment has it (a process that imported them) and one without it are both served
+    host["set_while_loading"] = sorted(
+        name for name in {*environ_at_start, *os.environ} if environ_at_start.get(name) != os.environ.get(name)
+    )
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped by the kernel
     parent = os.getppid()
     print(f"stage host {os.getpid()} at {path}: {', '.join(preload) or 'nothing'} imported", flush=True)
