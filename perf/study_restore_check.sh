@@ -5,7 +5,7 @@
 # stages (heldout_pool and the bases' CRUXEval) instead of running them, with outputs equal to OLD_CLONE's.
 #
 #   bash perf/study_restore_check.sh OLD_CLONE CARRY SOURCE OVERLAY RUNS
-#   bash perf/study_restore_check.sh /work/pw-22 study/population-warm/run_cache 20a24c0 params/population-warm.yaml \
+#   bash perf/study_restore_check.sh ../pw-22 study/population-warm/run_cache 20a24c0 params/population-warm.yaml \
 #     study/population-warm/runs          # docs/measurements.md, 2026-11-30: the three stages in 7 s
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)

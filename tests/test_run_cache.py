@@ -8,22 +8,14 @@ bytes differ, it runs the stage as usual (the control that could fail).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.dvc_project import env as dvc_env
 from workflow import run_cache
 
-BIN = str(Path(sys.executable).parent)
-GIT_ID = {
-    "GIT_AUTHOR_NAME": "ci",
-    "GIT_AUTHOR_EMAIL": "ci@example.org",
-    "GIT_COMMITTER_NAME": "ci",
-    "GIT_COMMITTER_EMAIL": "ci@example.org",
-}
 # `make` writes the large, cheap upstream output (its bytes depend on FLAVOUR, which DVC does not track: another
 # machine's bytes); `score` the small, costly one, and leaves ran.flag beside it whenever it really runs
 DVC_YAML = """stages:
@@ -48,8 +40,7 @@ open('ran.flag', 'w')
 
 
 def _run(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    environ = {**os.environ, **GIT_ID, "PATH": BIN + os.pathsep + os.environ["PATH"], "DVC_NO_ANALYTICS": "1", **env}
-    result = subprocess.run(list(args), cwd=cwd, env=environ, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(list(args), cwd=cwd, env={**dvc_env(), **env}, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, f"{' '.join(args)}:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}"
     return result
 

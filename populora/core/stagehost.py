@@ -22,9 +22,9 @@ directory, so a clone or a test's copy of the project runs its own code.
 When the host cannot stand for the process it says why on stderr and the stage runs as usual: no host at
 the socket, another Python, virtual environment or interpreter options (`-O`, `-X ...`, `-W ...`), a sys.path
 that would load one of those libraries from elsewhere, or an environment variable read when they load
-(`HF_*`, `TORCH*`, `LD_*`, `PYTHON*` but PYTHONPATH, ...) set otherwise than in the host. Not carried over: SIGSTOP/SIGCONT sent to the stand-in (a
-signal nobody can catch), and what an engine measures of the stage's process: Snakemake's max RSS and CPU
-time describe the stand-in. So the host reports the stage's own (the kernel's, from wait4: peak resident
+(`HF_*`, `TORCH*`, `LD_*`, `PYTHON*` but PYTHONPATH, ...) set otherwise than in the host. Not carried over:
+SIGSTOP/SIGCONT sent to the stand-in (a signal nobody can catch), and what an engine measures of the stage's
+process: Snakemake's max RSS and CPU time describe the stand-in. So the host reports the stage's own (the kernel's, from wait4: peak resident
 memory and CPU time, its children included), and where `POPULORA_STAGE_USAGE_DIR` is set (the Snakefile sets
 it to the timings folder) the stand-in writes them to `<dir>/<stage>/<key>.usage.json`, named like the job's
 `--log <...>/<stage>/<key>.log`, beside Snakemake's `<key>.tsv` (populora/report/timings.py prefers them).
@@ -228,7 +228,8 @@ def usage_file(argv: list[str], environ) -> Path | None:
 
 
 def write_usage(path: Path, usage: dict) -> None:
-    """Write the hosted stage's figures atomically; a failure is said, never the stage's failure."""
+    """Write the hosted stage's figures atomically; a failure is said, never the stage's failure. (Not
+    populora.core.io.write_json: its write points belong to the stages the kill test stops, not to stand-ins.)"""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}.{os.getpid()}")
@@ -336,9 +337,10 @@ def handle(conn: socket.socket, host: dict, preloaded: tuple[str, ...], default_
             pass
     _, status, rusage = os.wait4(pid, 0)
     if os.WIFSIGNALED(status):
-        result = {"signal": os.WTERMSIG(status), "usage": usage_of(rusage)}
+        result: dict = {"signal": os.WTERMSIG(status)}
     else:
-        result = {"exit": os.waitstatus_to_exitcode(status), "usage": usage_of(rusage)}
+        result = {"exit": os.waitstatus_to_exitcode(status)}
+    result["usage"] = usage_of(rusage)
     try:
         send_message(conn, result)
     except OSError:
