@@ -48,6 +48,25 @@ if action == "alloc":  # hold this many MiB resident for a moment, and spend som
 '''
 
 
+POOL_PROBE = '''
+"""A stage that leaves a spawned worker pool open and a non-daemon thread running for exit to close, as
+the bench stages leave evalplus's checker (populora/bench/evalplus.py)."""
+import multiprocessing, sys, threading, time
+from concurrent.futures import ProcessPoolExecutor
+
+
+def write_late(path):
+    time.sleep(0.5)
+    open(path, "w").write("written")
+
+
+if __name__ == "__main__":
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    print("pool", pool.submit(pow, 2, 5).result())
+    threading.Thread(target=write_late, args=(sys.argv[1],)).start()
+'''
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
     """A copy of the project's entry points with a probe stage; its `populora` carries a marker the host's lacks."""
@@ -60,6 +79,7 @@ def project(tmp_path_factory) -> Path:
     shutil.copy(REPO / "populora" / "core" / "stagehost.py", root / "populora" / "core" / "stagehost.py")
     (root / "populora" / "__init__.py").write_text('MARKER = "own"\n')
     (root / "stages" / "probe.py").write_text(PROBE)
+    (root / "stages" / "pool_probe.py").write_text(POOL_PROBE)
     return root
 
 
@@ -80,7 +100,13 @@ def host(tmp_path_factory):
 
 
 def run_probe(
-    project: Path, socket_path: str | None, *args: str, umask: int = 0o027, **env
+    project: Path,
+    socket_path: str | None,
+    *args: str,
+    umask: int = 0o027,
+    module: str = "stages.probe",
+    timeout: float = 60,
+    **env,
 ) -> subprocess.CompletedProcess:
     environ = {**os.environ, "PROBE_VALUE": "seen", **env}
     environ.pop("POPULORA_STAGE_HOST", None)
@@ -88,12 +114,12 @@ def run_probe(
     if socket_path:
         environ["POPULORA_STAGE_HOST"] = socket_path
     return subprocess.run(
-        [sys.executable, "-m", "stages.probe", *args],
+        [sys.executable, "-m", module, *args],
         cwd=project,
         env={**environ, **env},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         preexec_fn=lambda: os.umask(umask),
     )
 
@@ -111,6 +137,17 @@ def test_errors_and_signals_end_the_caller_as_they_end_the_stage(project, host):
     assert raised.returncode == 1 and "ValueError: bad input" in raised.stderr
     assert run_probe(project, host, "kill", str(int(signal.SIGKILL))).returncode == -signal.SIGKILL
     assert run_probe(project, host, "kill", str(int(signal.SIGINT))).returncode == -signal.SIGINT
+
+
+@pytest.mark.parametrize("hosted", [True, False], ids=["hosted", "own process"])
+def test_a_stage_ends_as_python_ends_pools_shut_down_and_threads_joined(project, host, tmp_path, hosted):
+    """Python's exit runs threading's exit hooks (concurrent.futures shuts its pools down there) and joins
+    non-daemon threads before atexit's functions. A hosted stage that skipped them waited forever on its idle
+    worker: the README's main command hung in bench_together after its work. The own-process run is the control."""
+    written = tmp_path / "late.txt"
+    done = run_probe(project, host if hosted else None, str(written), module="stages.pool_probe", timeout=40)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "pool 32\n", "")
+    assert written.read_text() == "written"  # the non-daemon thread finished before the process ended
 
 
 def _alive(pid: int) -> bool:

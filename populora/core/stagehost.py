@@ -44,6 +44,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 from pathlib import Path
 
 SOCKET_ENV = "POPULORA_STAGE_HOST"
@@ -388,6 +389,7 @@ def _run_main(module: str) -> int:
         code = _exit_code(stop.code)
     except KeyboardInterrupt:
         sys.excepthook(*sys.exc_info())  # as Python reports it: a stage's own hook (its log file) included
+        _shut_threads_down()
         atexit._run_exitfuncs()
         _flush()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -395,9 +397,20 @@ def _run_main(module: str) -> int:
     except BaseException:  # noqa: BLE001 - the stage's uncaught error: its traceback and exit 1, as Python does
         sys.excepthook(*sys.exc_info())  # a stage's own hook writes it to its log file too
         code = 1
+    _shut_threads_down()
     atexit._run_exitfuncs()
     _flush()
     return code
+
+
+def _shut_threads_down() -> None:
+    """What Python's own exit does before atexit's functions: threading's exit hooks, where
+    concurrent.futures shuts its worker pools down, then the join of every non-daemon thread. Without it a
+    stage that keeps a pool for its life (the bench stages' spawned checker) waits forever in
+    multiprocessing's atexit join of the idle worker, and a non-daemon thread's work is cut off."""
+    shutdown = getattr(threading, "_shutdown", None)  # CPython's private hook, the one its exit calls
+    if shutdown is not None:
+        shutdown()
 
 
 def _exit_code(code) -> int:
