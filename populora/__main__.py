@@ -41,7 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "study-passk": ("populora.analysis.passk", "pass@k on a pool for the base and each run's final students"),
     "heldout-curve": ("populora.report.heldout_curve", "a run's held-out learning curve"),
     "stage-host": (
-        "populora.core.stagehost",
+        "populora.core.stagehost.host",
         "run the stages in forks of one process that imported torch, transformers and PEFT once",
     ),
     "bench-diagnostics": (

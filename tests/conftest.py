@@ -111,7 +111,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: module_rank(item.module.__name__) if item.module else len(LONGEST_MODULES))  # stable
 
 
-# The stage host (populora/core/stagehost.py): every `python -m stages.<name>` the engines start in a test runs in a
+# The stage host (populora/core/stagehost/): every `python -m stages.<name>` the engines start in a test runs in a
 # fork of one process per pytest worker that imported torch, transformers and PEFT once, not each ~7 s anew (most of
 # a tiny pipeline's stage: the smoke module 123 s against 382 s, CPU 55 s against 592 s, docs/measurements.md).
 # Started at configure time in the background; a stage started before the host listens waits for it.

@@ -151,7 +151,7 @@ KILLED = (
 def reference(project, tmp_path_factory) -> dict:
     """The undisturbed run: its artifacts and its write log; project/results is emptied after it. It runs each
     stage in a process of its own, the runs after it in the suite's stage host (tests/conftest.py) where there is
-    one: their same bytes are also the host's check (populora/core/stagehost.py)."""
+    one: their same bytes are also the host's check (populora/core/stagehost/)."""
     log = tmp_path_factory.mktemp("writes") / "reference.jsonl"
     result = _snakemake(project, POPULORA_WRITE_LOG=str(log), POPULORA_STAGE_HOST="")
     assert result.returncode == 0, result.stderr[-4000:]

@@ -60,7 +60,7 @@ def test_read_timings_takes_stage_from_the_folder_and_skips_unreadable_files(tmp
 
 
 def test_a_hosted_jobs_own_peak_replaces_the_stand_ins_sampled_one(tmp_path):
-    """The stage host leaves `<key>.usage.json` beside the TSV (populora/core/stagehost.py): the kernel's peak of the
+    """The stage host leaves `<key>.usage.json` beside the TSV (populora/core/stagehost/): the kernel's peak of the
     stage's process, where Snakemake sampled the stand-in. Unreadable or empty figures leave the TSV's."""
     (tmp_path / "solve").mkdir()
     for key, usage in (

@@ -1,4 +1,4 @@
-"""The stage host (populora/core/stagehost.py): a `python -m stages.<name>` handed to it behaves as the process
+"""The stage host (populora/core/stagehost/): a `python -m stages.<name>` handed to it behaves as the process
 itself would, to its caller (exit code, death by signal, output on the caller's descriptors) and to the
 stage (argv, directory, environment, umask, thread count, the project code of its own directory); and
 where no host can run it, the stage runs in its own process, saying why.
@@ -76,7 +76,7 @@ def project(tmp_path_factory) -> Path:
     shutil.copy(REPO / "stages" / "__init__.py", root / "stages" / "__init__.py")
     (root / "populora" / "core").mkdir()
     (root / "populora" / "core" / "__init__.py").write_text("")
-    shutil.copy(REPO / "populora" / "core" / "stagehost.py", root / "populora" / "core" / "stagehost.py")
+    shutil.copytree(REPO / "populora" / "core" / "stagehost", root / "populora" / "core" / "stagehost")
     (root / "populora" / "__init__.py").write_text('MARKER = "own"\n')
     (root / "stages" / "probe.py").write_text(PROBE)
     (root / "stages" / "pool_probe.py").write_text(POOL_PROBE)

@@ -6,7 +6,7 @@ seconds and `max_rss` the largest resident set size in MiB that it sampled (at 0
 30 s, so a lower bound of the peak; `NA`, or 0.00, when the job ended before the first sample). DVC writes
 no such files: a run under DVC has no per-job timings.
 
-A job run in the stage host (populora/core/stagehost.py) leaves `<key>.usage.json` beside its TSV: the stage's
+A job run in the stage host (populora/core/stagehost/) leaves `<key>.usage.json` beside its TSV: the stage's
 own peak resident memory and CPU time from the kernel, where Snakemake could only sample the stand-in that
 waited for it. Its peak replaces the sampled one.
 """
