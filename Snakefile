@@ -41,7 +41,7 @@ except ParamsError as error:
     sys.exit(str(error))
 
 # a job run in a stage host (scripts/run_pipeline.sh starts one) writes its stage's own peak memory and CPU time
-# beside its benchmark TSV (Snakemake measures the stand-in there): populora/core/stagehost.py
+# beside its benchmark TSV (Snakemake measures the stand-in there): populora/core/stagehost/
 os.environ[USAGE_DIR_ENV] = TIMINGS_DIR
 
 GENERATIONS = PARAMS.dag.generations

@@ -3,7 +3,7 @@
 # SmolLM2-135M-Instruct: both arms, every generation, benchmarks on the CPU subset.
 # Extra arguments go to snakemake (e.g. -n for a dry run, or a target file).
 #
-# On the CPU with the transformers sampler, the model stages run in a stage host (populora/core/stagehost.py):
+# On the CPU with the transformers sampler, the model stages run in a stage host (populora/core/stagehost/):
 # one process imports torch, transformers and PEFT once and forks each `python -m stages.<name>`, where each
 # would spend ~7 s of CPU importing them. POPULORA_STAGE_HOST=off runs every stage in its own process; a
 # socket path there uses a host of your own. Not started for vLLM, a GPU run or a cluster executor.
