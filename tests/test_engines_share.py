@@ -143,7 +143,8 @@ def test_one_teacher_one_student_runs_end_to_end(snakemade):
 @pytest.mark.xfail(
     strict=True,
     reason="DVC 3.67.1 runs `exp run --dry` in a temporary copy without checking out any output, then hashes the "
-    "missing outputs for its run cache (iterative/dvc#9818); `python -m populora exp-plan` is the dry run that works",
+    "missing outputs for its run cache (iterative/dvc#9818); with `-C` (exp-plan --dvc-copy-args) it plans: "
+    "test_dvc_experiments_start_from_the_snakemake_run_and_snakemake_adopts_them",
 )
 @pytest.mark.slow
 def test_dvc_s_own_dry_experiment_on_the_finished_run(snakemade):
@@ -169,6 +170,17 @@ def test_dvc_experiments_start_from_the_snakemake_run_and_snakemake_adopts_them(
     assert planned[0] == "dag_shape" and planned[1].startswith("update@population-gen0"), planned
     assert not {"base_model", "warm_start", "solve@population-gen0"} & set(planned) and "report" in planned
     assert _run(root, f"{BIN}/dvc", "status").stdout.strip() == UP_TO_DATE  # the plan ran nothing
+    # DVC's own dry experiment plans too once `-C` copies the outputs into its temporary copy: the stages the
+    # change reaches directly (its dry run does not follow them downstream), each within the plan, nothing written
+    copy = _run(root, f"{BIN}/python", "-m", "workflow.exp_plan", "--dvc-copy-args").stdout.split()
+    assert copy == ["-C", "results"], copy  # results/.gitignore is not committed: the whole folder
+    before = {name: (root / name).read_bytes() for name in ("params.yaml", "dvc.lock")}
+    dry = _run(root, f"{BIN}/dvc", "exp", "run", "--dry", "-S", "update.learning_rate=0.0002", *copy).stdout
+    listed = [line.split("'")[1] for line in dry.splitlines() if line.startswith("Running stage")]
+    assert listed[0] == "dag_shape" and listed[1].startswith("update@population-gen0"), dry[-3000:]
+    assert set(listed) <= set(planned) and "base_model" not in listed, dry[-3000:]
+    assert before == {name: (root / name).read_bytes() for name in before}
+    assert _run(root, f"{BIN}/dvc", "status").stdout.strip() == UP_TO_DATE
     planned = _planned(root, "bench.max_new_tokens=20")
     # an experiment reruns only the stages its change reaches, the rest are the Snakemake run's
     exp = _run(root, f"{BIN}/dvc", "exp", "run", "-n", "longer", "-S", "bench.max_new_tokens=20").stdout

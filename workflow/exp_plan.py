@@ -3,10 +3,12 @@
     python -m populora exp-plan -S update.learning_rate=0.0002            # the stages it would run, in order
     python -m populora exp-plan -S update.learning_rate=0.0002 --commands # with each stage's command
     python -m populora exp-plan -S dag.generations=5                     # says the DAG shape changes (re-render)
+    dvc exp run --dry -S update.learning_rate=0.0002 $(python -m populora exp-plan --dvc-copy-args)  # DVC's own
 
 DVC 3.67.1 runs `dvc exp run --dry` in a temporary copy of the commit without checking out any output, then
 hashes the missing outputs of the stages upstream of the change for its run cache and stops (`No such file or
-directory: .../.dvc/tmp/exps/standalone/.../results/...`; iterative/dvc#9818, also with --allow-missing). In the
+directory: .../.dvc/tmp/exps/standalone/.../results/...`; iterative/dvc#9818, also with --allow-missing), unless
+`-C` copies the outputs there (`--dvc-copy-args` prints those arguments; copying costs the outputs' size). In the
 workspace the outputs are there, so this applies the `-S` overrides to params.yaml exactly as `dvc exp run -S`
 does (DVC's own `apply_overrides`), asks DVC which stages changed (`dvc status`) and adds every stage downstream
 of them (what reruns once their outputs change), then puts params.yaml back byte for byte, also on an error or
@@ -85,6 +87,45 @@ def shape_error(root: Path, params: str) -> str | None:
     return None if check.returncode == 0 else (check.stderr or check.stdout).strip()
 
 
+def copy_roots(outs: list[str], in_git: list[str]) -> list[str]:
+    """The folders and files `dvc exp run -C` must copy so that DVC's temporary copy of the commit holds every
+    output: for each output, its highest ancestor (or itself) holding no file the copy carries (`in_git`: git's
+    tracked files; untracked ones stay behind). Copying a folder the copy already has fails in DVC
+    (shutil.copytree), so a folder holding a tracked file (a committed `results/.gitignore`) is never named.
+
+    >>> outs = ["results/base_model", "results/population/gen000/rollouts.jsonl", "report.html"]
+    >>> copy_roots(outs, ["results/.gitignore", "dvc.yaml"])
+    ['report.html', 'results/base_model', 'results/population']
+    >>> copy_roots(outs, ["dvc.yaml"])
+    ['report.html', 'results']
+    """
+    carried = {Path(f).parts[:i] for f in in_git for i in range(1, len(Path(f).parts) + 1)}
+    roots = set()
+    for out in outs:
+        parts = Path(out).parts
+        first = next((i for i in range(1, len(parts) + 1) if parts[:i] not in carried), None)
+        if first is not None:
+            roots.add(Path(*parts[:first]).as_posix())
+    return sorted(roots)
+
+
+def dvc_copy_args(root: Path) -> list[str]:
+    """`-C PATH` for each output root of the workspace's stages that exists: with them `dvc exp run --dry -S ...`
+    plans in its temporary copy instead of failing on the outputs DVC does not check out there."""
+    from dvc.repo import Repo
+
+    with Repo(str(root)) as repo:
+        outs = [str(Path(out.fs_path).relative_to(root.resolve())) for stage in repo.index.stages for out in stage.outs]
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    return [arg for path in copy_roots(outs, listed) if (root / path).exists() for arg in ("-C", path)]
+
+
 def plan(root: Path, overrides: list[str], params: str = "params.yaml") -> list[tuple[str, str]]:
     """(stage, command) for each stage `dvc exp run -S overrides` would run, with params.yaml restored after."""
     from dvc.repo import Repo
@@ -124,8 +165,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--params", default="params.yaml", help="the params file the -S values edit")
     parser.add_argument("--commands", action="store_true", help="print each stage's command too")
+    parser.add_argument(
+        "--dvc-copy-args",
+        action="store_true",
+        help="print only the `-C PATH` arguments that let DVC's own `dvc exp run --dry -S ...` plan on this "
+        "workspace (its outputs copied into DVC's temporary copy); -S is not needed",
+    )
     args = parser.parse_args(argv)
     root = Path.cwd()
+    if args.dvc_copy_args:
+        print(" ".join(dvc_copy_args(root)))
+        return 0
     leftover = root / (args.params + BACKUP_SUFFIX)
     if leftover.exists():
         raise SystemExit(
