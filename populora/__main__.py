@@ -19,6 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "warm-start-study": ("populora.warmstart.study", "what the warm start buys: raw against warm base, per family"),
     "ruler": ("populora.heldout.ruler", "build a held-out pool on the warm base (calibrated, constants checked)"),
     "control": ("populora.control.positive", "the positive control: can the update teach one held-out family?"),
+    "control-split": (
+        "populora.control.split",
+        "a control run's held-out gain split into the tasks its best constant solves and the others",
+    ),
     "study": ("populora.analysis.__main__", "analyse a study's runs: tables, intervals across seeds, figure"),
     "study-plan": ("populora.analysis.plan", "check a study's plan.yaml (overlays, seeds, budget) before its runs"),
     "study-baselines": (
