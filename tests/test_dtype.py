@@ -73,7 +73,7 @@ def test_bfloat16_base_samples_and_trains_float32_lora(tiny_model_dir, tmp_path,
 def test_the_importance_correction_is_on_in_bf16_by_default():
     from populora.rl.update import importance_mode
 
-    assert UpdateSection().importance_sampling_mode == "auto" and UpdateSection().importance_sampling_cap == 2.0
+    assert UpdateSection().importance_sampling_mode == "none" and UpdateSection().importance_sampling_cap == 2.0
     assert importance_mode("auto", "bfloat16") == importance_mode("auto", "float16") == "token_truncate"
     assert importance_mode("auto", "float32") == "none"
     assert importance_mode("none", "bfloat16") == "none"  # a mode set is kept

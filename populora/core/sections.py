@@ -500,13 +500,14 @@ class UpdateSection(Section):
         "before the update: same data and update sizes, no learning signal.",
     )
     importance_sampling_mode: Literal["auto", "none", "token_truncate", "sequence_mask"] = Field(
-        "auto",
+        "none",
         description="Importance correction for when the sampler's scores differ from the update's (TRL's "
         "vllm_importance_sampling_mode): token_truncate weighs each trained token min(exp(update logprob - sampler "
         "logprob), cap) (TIS); sequence_mask weighs each sequence's tokens by its sequence ratio, or 0 above the cap; "
-        "none: no correction; auto: token_truncate when model.dtype resolves to bfloat16 or float16 (the sampler's "
-        "scores differ from the float32 LoRA update's by rounding), none in float32 (the hf engine's scores equal "
-        "the update's).",
+        "none: no correction, the default: with it the positive control passes in float32 and bfloat16 alike, where "
+        "with the correction on bfloat16 failed (study/positive-control-warm/); auto: token_truncate when "
+        "model.dtype resolves to bfloat16 or float16 (the sampler's scores differ from the float32 LoRA update's by "
+        "rounding), none in float32. The vLLM overlays set token_truncate (vLLM's kernels score differently).",
     )
     importance_sampling_cap: float = Field(
         2.0,
