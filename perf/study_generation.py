@@ -9,6 +9,9 @@ Sides alternate when `--repeats` > 1; the medians and the ratio old / new are wr
 `--dtype` pins model.dtype on both sides, `--members 2` runs 2 teachers + 2 students, `--new-set KEY=VALUE`
 sets a key on the new side only (one the old commit may not know, e.g. model.cpu_threads=2), and each repeat
 compares the two sides' trained adapters and held-out verdicts (`compared`: meaningful at equal dtype and threads).
+`--host new` (the default) runs the new side's stages in a stage host of its own commit, as scripts/run_pipeline.sh
+and scripts/study.sh do on a CPU run (the host's imports fall in the untimed part, as a run pays them once);
+each side records which of its generation's jobs ran hosted (`hosted_jobs`).
 
     .venv/bin/python perf/study_generation.py --old 5e1b959 --new HEAD --work /tmp/studygen \
         --base-model results/base_model --dtype bfloat16 --repeats 3 --new-set model.cpu_threads=2 \
@@ -30,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -78,8 +82,57 @@ def prepare(side: Path, commit: str, base_model: Path, overlays: list[dict]) -> 
     shutil.copytree(base_model, side / "results" / "base_model")
 
 
-def snakemake(side: Path, *targets: str) -> float:
-    env = {**os.environ, "PYTHONPATH": str(side), "PATH": f"{side / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+def side_env(side: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(side), "PATH": f"{side / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+
+
+@contextmanager
+def stage_host(side: Path, wanted: bool):
+    """The side's own stage host (populora/core/stagehost, its commit's code) while the block runs, as
+    scripts/run_pipeline.sh and scripts/study.sh start one on a CPU run; yields the socket or None (not wanted,
+    or a commit without a host)."""
+    if not wanted or not (side / "populora" / "core" / "stagehost").is_dir():
+        yield None
+        return
+    socket_path = side / ".stagehost" / "stages.sock"
+    socket_path.parent.mkdir(exist_ok=True)
+    socket_path.unlink(missing_ok=True)
+    log = open(socket_path.parent / "host.log", "w")
+    host = subprocess.Popen(
+        [
+            str(side / ".venv" / "bin" / "python"),
+            "-m",
+            "populora.core.stagehost",
+            "serve",
+            "--socket",
+            str(socket_path),
+        ],
+        cwd=side,
+        env=side_env(side),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        # it listens before it imports: a stage started early waits for the imports (they are not timed apart)
+        for _ in range(600):
+            if socket_path.exists() or host.poll() is not None:
+                break
+            time.sleep(0.05)
+        if host.poll() is not None:
+            raise SystemExit(f"{side}: the stage host exited ({(socket_path.parent / 'host.log').read_text()[-2000:]})")
+        yield socket_path
+    finally:
+        host.terminate()
+        host.wait(timeout=30)
+        log.close()
+
+
+def snakemake(side: Path, *targets: str, host: Path | None = None) -> float:
+    env = side_env(side)
+    if host is not None:
+        env["POPULORA_STAGE_HOST"] = str(host)
+    else:
+        env.pop("POPULORA_STAGE_HOST", None)
     start = time.perf_counter()
     # mtime only: the base model folder came in by copy and must not be converted again
     result = subprocess.run(
@@ -116,13 +169,21 @@ def job_times(side: Path) -> dict[str, float]:
 def one_side(work: Path, name: str, commit: str, args, overlays: list[dict]) -> dict:
     side = work / name
     prepare(side, commit, Path(args.base_model), overlays)
-    snakemake(side, *SETUP)  # untimed: init, the pool and the base's verdicts
-    wall = snakemake(side, TARGET)
+    with stage_host(side, name in args.host) as host:
+        # the host's imports are paid here, untimed, as a run pays them once before its first stage
+        snakemake(side, *SETUP, host=host)  # untimed: init, the pool and the base's verdicts
+        wall = snakemake(side, TARGET, host=host)
+    # a hosted stage's stand-in writes the stage's own usage beside Snakemake's benchmark file: proof it ran hosted
+    hosted = sorted(
+        f"{p.parent.name}/{p.name.split('.')[0]}"
+        for p in (side / "results" / "timings").glob("*/population-000*.usage.json")
+    )
     return {
         "commit": subprocess.run(
             ["git", "-C", str(side), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
         ).stdout.strip(),
         "wall_s": round(wall, 1),
+        "hosted_jobs": hosted,
         "jobs": job_times(side),
     }
 
@@ -189,6 +250,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="a params key set on the new side only (e.g. model.cpu_threads=2)",
     )
+    parser.add_argument(
+        "--host",
+        default="new",
+        choices=["none", "new", "old", "both"],
+        help="which sides run their stages in a stage host of their own commit, as its scripts do on a CPU run "
+        "(default new; a commit without populora/core/stagehost runs without)",
+    )
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument(
         "--old-record",
@@ -198,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    args.host = {"none": (), "new": ("new",), "old": ("old",), "both": ("old", "new")}[args.host]
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     global OVERLAY
@@ -236,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         "members": args.members,
         "set": args.both_set,
         "new_set": args.new_set,
+        "stage_host": list(args.host),
         "compared": compared,
         "old_from": args.old_record or "timed in this run",
         "machine": platform.processor() or platform.machine(),

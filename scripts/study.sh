@@ -167,6 +167,25 @@ measure_final() {
   return 0
 }
 
+# The model stages of a CPU run with the transformers sampler run in a stage host (populora/core/stagehost/), as
+# scripts/run_pipeline.sh starts one: one process imports torch, transformers and PEFT once and forks each
+# `python -m stages.<name>`, ~10 s of imports less per model stage (docs/measurements.md). The host runs the
+# clone's own code (its commit's protocol, as its stages'); a commit without a host, a GPU or vLLM run, or
+# STUDY_STAGE_HOST=off runs every stage in its own process. Exports POPULORA_STAGE_HOST (the host's socket) where
+# a host runs and unsets it where none does; the host is a child of the calling shell and ends with it (so call
+# it in the shell that runs the stages, not in a $(...) subshell).
+start_stage_host() {
+  local clone=$1 dir
+  unset POPULORA_STAGE_HOST
+  [ "${STUDY_STAGE_HOST:-on}" != off ] && [ -d "$clone/populora/core/stagehost" ] || return 0
+  [ "$(python -c 'import sys, yaml; p = yaml.safe_load(open(sys.argv[1]))
+print(p["model"]["device"], p["sampler"]["engine"])' "$clone/params.yaml" 2>/dev/null)" = "cpu hf" ] || return 0
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/study-host.XXXXXX")
+  (cd "$clone" && PYTHONPATH="$clone" exec python -m populora.core.stagehost serve --socket "$dir/stages.sock") \
+    > "$dir/host.log" 2>&1 &
+  export POPULORA_STAGE_HOST="$dir/stages.sock"
+}
+
 # sourced (tests/test_study_script.py): define the functions only
 if [[ ${BASH_SOURCE[0]} != "$0" ]]; then return 0; fi
 
@@ -197,6 +216,9 @@ if [ ! -d "$clone/.git" ]; then
      && mv params.study.yaml params.yaml && PYTHONPATH="$clone" python -m workflow.render_dvc \
      && git -c user.name=study -c user.email=study@localhost commit -qam "CPU study: $overlay applied")
 fi
+
+start_stage_host "$clone"
+[ -n "${POPULORA_STAGE_HOST:-}" ] && echo "stages run in the stage host at $POPULORA_STAGE_HOST (STUDY_STAGE_HOST=off: without)"
 
 failed=()
 for item in "$@"; do
@@ -250,9 +272,9 @@ for item in "$@"; do
   # committed results name the benchmark data as params do (../shared/...), never this machine's path
   shared=$(cd "$here/.." && pwd)/shared
   find "$tmp" -name '*.json' -exec sed -i "s#\"$shared/#\"../shared/#g" {} +
-  printf '{"control": "%s", "seed": %s, "experiment": "%s", "wall_s": %s, "attempts": %s, "interrupted_s": %s, "machine": %s, "source_commit": "%s", "study_commit": "%s"}\n' \
+  printf '{"control": "%s", "seed": %s, "experiment": "%s", "wall_s": %s, "attempts": %s, "interrupted_s": %s, "machine": %s, "source_commit": "%s", "study_commit": "%s", "stage_host": %s}\n' \
     "$control" "$seed" "$name" "$wall" "$(( earlier_n + 1 ))" "$earlier_s" "$(machine_json "$clone/params.yaml")" "$(git -C "$clone" rev-parse HEAD~1)" \
-    "$(git -C "$clone" rev-parse HEAD)" > "$tmp/run.json"
+    "$(git -C "$clone" rev-parse HEAD)" "$([ -n "${POPULORA_STAGE_HOST:-}" ] && echo true || echo false)" > "$tmp/run.json"
   mv "$tmp" "$dest"
   for attempt in 1 2 3 4 5; do  # the checkout may be busy (another git command): retry
     if (cd "$here" && git add "$runs/$name" "$runs/../heldout_pool.jsonl" 2>/dev/null; git add "$runs/$name" \

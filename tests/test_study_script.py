@@ -271,3 +271,58 @@ def test_the_total_budget_control_doubles_what_one_pair_spends(tmp_path):
         text=True,
     )
     assert missing.returncode != 0 and "needs the run's params file" in missing.stderr
+
+
+HOST_PROBE = """source scripts/study.sh
+start_stage_host "$1"
+echo "socket=${POPULORA_STAGE_HOST:-}"
+if [ -n "${POPULORA_STAGE_HOST:-}" ]; then
+  for _ in $(seq 300); do [ -S "$POPULORA_STAGE_HOST" ] && break; sleep 0.1; done
+  [ -S "$POPULORA_STAGE_HOST" ] && echo listening
+fi
+"""
+
+
+def start_stage_host(clone: Path, **environ: str) -> str:
+    return subprocess.run(
+        ["bash", "-c", HOST_PROBE, "-", str(clone)],
+        cwd=ROOT,
+        env={**VENV_ENV, **environ},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+
+
+def clone_with(tmp_path: Path, *, engine: str = "hf", device: str = "cpu", host_code: bool = True) -> Path:
+    """A stand-in for a study clone: its params.yaml and (or not) its commit's stage host package."""
+    clone = tmp_path / "clone"
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["model"]["device"], params["sampler"]["engine"] = device, engine
+    clone.mkdir()
+    (clone / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    if host_code:
+        (clone / "populora").symlink_to(ROOT / "populora")
+    return clone
+
+
+def test_a_cpu_run_s_stages_get_a_stage_host_of_the_clone_s_code(tmp_path):
+    """On the CPU with the transformers sampler the study's stages run in a host (~10 s of imports less per
+    model stage), started from the clone's code and listening at the socket exported to the stages."""
+    out = start_stage_host(clone_with(tmp_path))
+    assert "socket=/" in out and "listening" in out, out
+
+
+@pytest.mark.parametrize(
+    "case, clone_kwargs, environ",
+    [
+        ("switched off", {}, {"STUDY_STAGE_HOST": "off", "POPULORA_STAGE_HOST": "/somewhere/else.sock"}),
+        ("vLLM sampler", {"engine": "vllm"}, {}),
+        ("GPU run", {"device": "cuda"}, {}),
+        ("commit without a host", {"host_code": False}, {}),
+    ],
+)
+def test_no_stage_host_where_it_cannot_or_should_not_stand_in(case, clone_kwargs, environ, tmp_path):
+    out = start_stage_host(clone_with(tmp_path, **clone_kwargs), **environ)
+    assert "socket=\n" in out and "listening" not in out, (case, out)
