@@ -151,3 +151,15 @@ def test_the_drift_test_fails_on_a_bootstrap_without_its_seed_level():
     )
     with pytest.raises(AssertionError):
         _widens_with_seed_drift(one_level)
+
+
+def test_a_base_row_per_seed_compares_each_seed_with_its_own_base():
+    """One base row for every seed, or one per seed (each run's own base); any other count is refused."""
+    left = np.array([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    shared = seed_comparison(left, np.array([1.0, 0.0, 0.0, 0.0]), right_is_base=True)
+    assert shared["delta"] == pytest.approx(0.75 - 0.25)
+    own = np.array([[1.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    each = seed_comparison(left, own, right_is_base=True)
+    assert each["delta"] == pytest.approx(((0.5 - 0.25) + (0.75 - 0.25) + (1.0 - 1.0)) / 3)
+    with pytest.raises(ValueError, match="one row, or one per seed"):
+        seed_comparison(left, own[:2], right_is_base=True)

@@ -155,3 +155,58 @@ def test_a_plan_that_names_a_file_its_commit_lacks_stops_the_run(tmp_path, monke
     assert "params/no-such-overlay.yaml" in capsys.readouterr().err
     (tmp_path / "params" / "no-such-overlay.yaml").write_text("{}\n")
     assert study_plan.main(["plan.yaml", "1t1s", "3"]) == 0
+
+
+def _with_pass_rates(root, samples: int = 8) -> None:
+    """Give every run of the grid pass rates over `samples` answers at temperature 1 (the runs' last generation):
+    2t2s's a little above 1t1s's, so the pass-rate primary differs from the greedy one."""
+    import json
+    import random
+
+    for run in sorted(root.iterdir()):
+        control, seed = run.name.rsplit("-s", 1)
+        arm = "baseline" if control == "baseline" else "population"
+        path = run / "dynamics" / arm / "heldout_verdicts.json"
+        doc = json.loads(path.read_text())
+        rng = random.Random(run.name)
+        level = {"2t2s": 0.5, "1t1s": 0.3, "baseline": 0.2}[control] + 0.05 * int(seed)
+        doc["base_pass_rates"] = {t: 0.25 for t in doc["base"]}
+        doc["pass_rates"] = [{} for _ in doc["generations"][:-1]] + [
+            {
+                slot: {t: min(1.0, max(0.0, level + rng.choice([-0.125, 0, 0.125]))) for t in doc["base"]}
+                for slot in doc["generations"][-1]
+            }
+        ]
+        _write(path, doc)
+        params = yaml.safe_load((run / "params.yaml").read_text())
+        _write(run / "params.yaml", {**params, "heldout": {**(params.get("heldout") or {}), "samples": samples}})
+
+
+def test_the_primary_is_read_on_the_pass_rate_where_the_runs_sampled_it(grid, tmp_path):
+    """Plans on pools v2 and v3 declare the mean pass rate over 8 answers at temperature 1 as the endpoint
+    (greedy beside it): where the runs have it the primary is that comparison, and study.md's line names it; a
+    study that scored greedily only keeps pass@1; a plan may name the score, and a score the analysis does not
+    compute is refused when the plan is read."""
+    root, plan_file = grid
+    greedy = summarize(load_runs(root), plan=study_plan.load(plan_file))["primary"]
+    assert greedy["score"] == "pass@1"
+    _with_pass_rates(root)
+    study = summarize(load_runs(root), plan=study_plan.load(plan_file))
+    primary = study["primary"]
+    [sampled] = [
+        c
+        for c in study["comparisons"]
+        if (c["left"], c["right"], c["bench"], c["score"]) == ("2t2s", "1t1s", "heldout", "pass rate at temperature 1")
+    ]
+    assert primary["score"] == "pass rate at temperature 1"
+    assert (primary["delta"], primary["low"], primary["high"]) == (sampled["delta"], sampled["low"], sampled["high"])
+    assert primary["delta"] != greedy["delta"]
+    assert main([str(root), "--plan", str(plan_file), "--out", str(tmp_path / "out")]) == 0
+    line = next(x for x in (tmp_path / "out" / "study.md").read_text().splitlines() if x.startswith("Primary"))
+    assert "on heldout (pass rate at temperature 1)" in line
+    named = tmp_path / "named.yaml"
+    named.write_text(yaml.safe_dump({**PLAN, "primary": {**PLAN["primary"], "score": "pass@1"}}))
+    assert summarize(load_runs(root), plan=study_plan.load(named))["primary"]["delta"] == greedy["delta"]
+    named.write_text(yaml.safe_dump({**PLAN, "primary": {**PLAN["primary"], "score": "pass@64"}}))
+    with pytest.raises(study_plan.PlanError, match="primary score 'pass@64'"):
+        study_plan.load(named)

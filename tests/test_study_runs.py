@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from statistics import mean
 
 import numpy as np
 import pytest
@@ -530,7 +531,7 @@ def test_the_pass_rate_endpoint_carries_the_sampled_bases_noise(runs, tmp_path):
     """The primary endpoint (issue 57): the pass rate over heldout.samples answers at temperature 1. The base
     was sampled too, so its variance (`sampled_mean_variance`) widens the interval against it; the same seeds
     against a fixed base row would give a narrower one."""
-    from populora.analysis.comparisons import base_row, score_matrix
+    from populora.analysis.comparisons import base_rows, score_matrix
     from populora.core.stats import BASE_MEASURED, ONE_SAMPLE, sampled_mean_variance, seed_comparison
 
     for seed in range(3):
@@ -554,9 +555,61 @@ def test_the_pass_rate_endpoint_carries_the_sampled_bases_noise(runs, tmp_path):
         for c in study["comparisons"]
         if (c["left"], c["right"], c["bench"], c["score"]) == ("2t2s", "base", "heldout", "pass rate at temperature 1")
     ]
-    a, b = score_matrix(loaded, "heldout", score="pass_rate"), base_row(loaded, "heldout", "pass_rate")
+    a, b = score_matrix(loaded, "heldout", score="pass_rate"), base_rows(loaded, "heldout", "pass_rate")
     fixed = seed_comparison(a, b, right_is_base=True, verdicts=False)
     assert row["method"] == BASE_MEASURED and fixed["method"] == ONE_SAMPLE
-    assert sampled_mean_variance(b, 4) == pytest.approx(0.25 * 0.75 / 3 / 100)
+    assert sampled_mean_variance(b[0], 4) == pytest.approx(0.25 * 0.75 / 3 / 100)
     assert row["delta"] == pytest.approx(fixed["delta"]) and row["high"] - row["low"] > fixed["high"] - fixed["low"]
     assert {"2t2s"} <= {r["control"] for r in study["controls"] if "pass_rate" in r["bench"].get("heldout", {})}
+
+
+def test_each_run_is_compared_with_its_own_base(runs):
+    """A run whose base was made again (the warm start on another machine kind: another warm base) is compared
+    with that base, not with the first run's: against the base a seed's gain is its students' score minus its own
+    base's, in the interval per generation and in the control's row, and the row says the bases differ."""
+    for seed in range(3):
+        _heldout(runs, "2t2s", seed, [0.2, 0.5])
+    path = runs / "2t2s-s2" / "dynamics" / "population" / "heldout_verdicts.json"
+    doc = json.loads(path.read_text())
+    doc["base"] = {t: int(k < 45) for k, t in enumerate(sorted(doc["base"]))}  # seed 2's base: 45%, the others 20%
+    _write(path, doc)
+    loaded = [r for r in load_runs(runs) if r["control"] == "2t2s"]
+    study = summarize(load_runs(runs))
+    gains = [
+        mean(mean(run["heldout_curve"][1][m][t] for m in run["students"]) for t in run["verdicts"]["heldout"]["base"])
+        - mean(run["verdicts"]["heldout"]["base"].values())
+        for run in loaded
+    ]
+    assert gains[2] < gains[0] - 0.15  # seed 2's gain is smaller on its stronger base
+    [final] = [
+        c
+        for c in study["comparisons"]
+        if (c["left"], c["right"], c["bench"], c["score"]) == ("2t2s", "base", "heldout", "pass@1")
+    ]
+    assert final["delta"] == pytest.approx(mean(gains), abs=1e-6)
+    [curve] = [
+        c
+        for c in study["heldout_curves"]["comparisons"]
+        if (c["left"], c["right"], c["generation"]) == ("2t2s", "base", 1)
+    ]
+    assert curve["delta"] == pytest.approx(mean(gains), abs=1e-6)
+    row = next(r for r in study["controls"] if r["control"] == "2t2s")["bench"]["heldout"]
+    assert row["bases"] == {"2t2s-s0": 0.2, "2t2s-s1": 0.2, "2t2s-s2": 0.45}
+    assert row["base"] == pytest.approx((0.2 + 0.2 + 0.45) / 3, abs=1e-6)  # rounded to 6 places
+    assert row["students_minus_base"]["mean"] == pytest.approx(mean(gains), abs=1e-6)
+    assert study["heldout_curves"]["bases"]["2t2s-s2"] == 0.45
+
+
+def test_bases_measured_once_for_several_seeds_share_their_noise():
+    """The pass rate's base variance: seeds that share one base share its noise in full; a base per seed adds a
+    1/N^2 share each (errs wide: that noise is in the seeds' spread too)."""
+    from populora.core.stats import bases_mean_variance, sampled_mean_variance
+
+    one, other = np.full(50, 0.5), np.full(50, 0.25)
+    shared = bases_mean_variance(np.array([one, one, one, one]), 8)
+    assert shared == pytest.approx(sampled_mean_variance(one, 8))
+    mixed = bases_mean_variance(np.array([one, one, one, other]), 8)
+    assert mixed == pytest.approx(
+        (3 / 4) ** 2 * sampled_mean_variance(one, 8) + (1 / 4) ** 2 * sampled_mean_variance(other, 8)
+    )
+    assert mixed < shared

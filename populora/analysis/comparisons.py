@@ -39,7 +39,7 @@ from populora.analysis.readings import (
     wall_by_machine,
 )
 from populora.analysis.runs import READ_BENCHES, StudyRunsError
-from populora.core.stats import resolution, sampled_mean_variance, seed_comparison, t_interval
+from populora.core.stats import bases_mean_variance, resolution, seed_comparison, t_interval
 from populora.heldout.pool import HELDOUT_TYPES, pool_task_type
 
 DIAGNOSTICS = ("truncated", "no_answer", "copies_input", "copies_argument")
@@ -108,11 +108,12 @@ def score_matrix(runs: list[dict], bench: str, which: str = "students", score: s
     return np.array(rows, dtype=float)
 
 
-def base_row(runs: list[dict], bench: str, score: str = "verdicts") -> np.ndarray:
-    """The base model's per-problem scores on `bench` (the same model and prompts in every run), in
-    `score_matrix`'s order."""
-    table = runs[0][score][bench]["base"]
-    return np.array([table[i] for i in _ids(runs, bench, score)], dtype=float)
+def base_rows(runs: list[dict], bench: str, score: str = "verdicts") -> np.ndarray:
+    """[runs, problems]: each run's own base model's per-problem scores on `bench`, in `score_matrix`'s order.
+    Usually one base for every run; a run whose base was made again (the warm start on another machine kind
+    gives another warm base) is compared with its own."""
+    ids = _ids(runs, bench, score)
+    return np.array([[run[score][bench]["base"][i] for i in ids] for run in runs], dtype=float)
 
 
 def curve_matrix(runs: list[dict], gen: int, ids: list[str] | None = None) -> np.ndarray:
@@ -121,6 +122,13 @@ def curve_matrix(runs: list[dict], gen: int, ids: list[str] | None = None) -> np
     return np.array(
         [[mean(run["heldout_curve"][gen][m][i] for m in run["students"]) for i in ids] for run in runs], dtype=float
     )
+
+
+def curve_bases(runs: list[dict], ids: list[str] | None = None) -> np.ndarray:
+    """[seeds, tasks] of each run's own base's held-out verdicts (on `ids`: every task), as `curve_matrix` lays
+    out its students'."""
+    ids = ids if ids is not None else sorted(runs[0]["verdicts"]["heldout"]["base"])
+    return np.array([[run["verdicts"]["heldout"]["base"][i] for i in ids] for run in runs], dtype=float)
 
 
 def scored(runs: list[dict], gen: int) -> bool:
@@ -164,9 +172,9 @@ def verdict(c: dict, left: str, right: str) -> str:
 def compare(
     left: str, right: str, a: np.ndarray, b: np.ndarray, *, score: str = "verdicts", samples: int = 0, **extra
 ) -> dict:
-    """`left` - `right` by `seed_comparison` (`right == "base"`: `b` is the base's row; for the pass rate over
+    """`left` - `right` by `seed_comparison` (`right == "base"`: `b` is each seed's base row; for the pass rate over
     `samples` answers per task, the base's own sampling variance goes into the interval)."""
-    base_variance = sampled_mean_variance(b, samples) if right == "base" and score == "pass_rate" else 0.0
+    base_variance = bases_mean_variance(b, samples) if right == "base" and score == "pass_rate" else 0.0
     c = seed_comparison(
         a, b, right_is_base=right == "base", verdicts=score in VERDICT_SCORES, base_variance=base_variance
     )
@@ -203,7 +211,7 @@ def comparisons(groups: dict[str, list[dict]], pairs) -> list[dict]:
                     or (right != "base" and not (rights and _scored(rights, bench, score, base=False)))
                 ):
                     continue
-                b = base_row(lefts, bench, score) if right == "base" else score_matrix(rights, bench, score=score)
+                b = base_rows(lefts, bench, score) if right == "base" else score_matrix(rights, bench, score=score)
                 out.append(
                     compare(
                         left,
@@ -216,6 +224,14 @@ def comparisons(groups: dict[str, list[dict]], pairs) -> list[dict]:
                     )
                 )
     return out
+
+
+def _distinct_bases(runs: list[dict], bases: np.ndarray) -> dict:
+    """Where the runs' bases differ: `bases`, each run's own base score by run name (the row's `base` is their
+    mean); nothing where every run has the same base."""
+    if len(set(np.round(bases, 9))) <= 1:
+        return {}
+    return {"bases": {run["name"]: round(float(b), 6) for run, b in zip(runs, bases)}}
 
 
 def control_rows(groups: dict[str, list[dict]]) -> list[dict]:
@@ -244,22 +260,24 @@ def control_rows(groups: dict[str, list[dict]]) -> list[dict]:
                 "members": interval(score_matrix(members, bench, "members").mean(axis=1), n),
             }
             if _scored(members, bench, "verdicts"):
-                base = base_row(members, bench).mean()
+                bases = base_rows(members, bench).mean(axis=1)  # each run's own base
                 row["bench"][bench] |= {
-                    "students_minus_base": interval(students.mean(axis=1) - base, n),
-                    "base": round(float(base), 6),
+                    "students_minus_base": interval(students.mean(axis=1) - bases, n),
+                    "base": round(float(bases.mean()), 6),
+                    **_distinct_bases(members, bases),
                 }
             # a log-likelihood and a pass rate over answers have no resolution floor
             for score, problems in (("copy_free", n), ("gold", 0), ("pass_rate", 0)):
                 if _scored(members, bench, score):
-                    seeds, base = (
+                    seeds, bases = (
                         score_matrix(members, bench, score=score).mean(axis=1),
-                        base_row(members, bench, score).mean(),
+                        base_rows(members, bench, score).mean(axis=1),
                     )
                     row["bench"][bench][score] = {
                         "students": interval(seeds, problems),
-                        "base": round(float(base), 6),
-                        "students_minus_base": interval(seeds - base, problems),
+                        "base": round(float(bases.mean()), 6),
+                        "students_minus_base": interval(seeds - bases, problems),
+                        **_distinct_bases(members, bases),
                     }
             diag: dict[str, list[float]] = {key: [] for key in (*DIAGNOSTICS, "mean_answer_tokens")}
             for run in members:
@@ -286,11 +304,13 @@ def heldout_curves(groups: dict[str, list[dict]], pairs) -> dict:
     groups = {c: rs for c, rs in groups.items() if all(r["heldout_curve"] for r in rs)}
     if not groups:
         return {}
-    base = next(iter(groups.values()))[0]["verdicts"]["heldout"]["base"]
-    base_verdicts = np.array([base[i] for i in sorted(base)], dtype=float)
+    everyone = [r for rs in groups.values() for r in rs]
+    base = everyone[0]["verdicts"]["heldout"]["base"]  # its task ids: the pool's, the same in every run
     gens = {c: min(len(r["heldout_curve"]) for r in rs) for c, rs in groups.items()}
     out: dict[str, Any] = {
-        "base": round(float(base_verdicts.mean()), 6),
+        # the base line of the curves: the runs' bases' mean (one base, or each run's own: `bases`)
+        "base": round(float(curve_bases(everyone).mean()), 6),
+        **_distinct_bases(everyone, curve_bases(everyone).mean(axis=1)),
         "n_tasks": len(base),
         "comparisons": [],
         "controls": {
@@ -305,7 +325,7 @@ def heldout_curves(groups: dict[str, list[dict]], pairs) -> dict:
         ids = sorted(t for t in base if pool_task_type(t) == task_type)
         out["by_type"][task_type] = {
             "n_tasks": len(ids),
-            "base": round(float(np.mean([base[t] for t in ids])), 6),
+            "base": round(float(curve_bases(everyone, ids).mean()), 6),
             "controls": {
                 c: [
                     interval(curve_matrix(rs, g, ids).mean(axis=1), len(ids)) if scored(rs, g) else None
@@ -320,7 +340,7 @@ def heldout_curves(groups: dict[str, list[dict]], pairs) -> dict:
         for g in range(gens[left] if right == "base" else min(gens[left], gens[right])):
             if not scored(groups[left], g) or (right != "base" and not scored(groups[right], g)):
                 continue
-            other = base_verdicts if right == "base" else curve_matrix(groups[right], g)
+            other = curve_bases(groups[left]) if right == "base" else curve_matrix(groups[right], g)
             out["comparisons"].append(
                 compare(left, right, curve_matrix(groups[left], g), other, bench="heldout", generation=g)
             )

@@ -16,7 +16,7 @@ The file (YAML; every key but `written` and `note` is read):
       1t1s: {dag: {arms: [population]}, population: {teachers: 1, students: 1}}
     seeds: [1, 2]                                    # the seeds of the answer
     tuning_seeds: [0]                                # seeds used to choose the budget: marked, left out of the answer
-    primary: {endpoint: heldout, left: 2t2s, right: 1t1s, test: welch}
+    primary: {endpoint: heldout, left: 2t2s, right: 1t1s, test: welch}   # optional score: (see PRIMARY_SCORES)
     comparisons: [[2t2s, 1t1s], [1t1s, base]]        # optional: the pairs to report (default: the grid's)
 
 The analyser (`populora.analysis.comparisons.summarize`) marks the runs of tuning seeds (`mark_tuning`), and
@@ -40,6 +40,10 @@ from populora.core.stats import ONE_SAMPLE, WELCH
 
 TESTS = {"welch": "Welch t over seed-level scores, 95%", "t": "one-sample t over the seeds' gains on the base, 95%"}
 METHODS = {"welch": WELCH, "t": ONE_SAMPLE}  # what `seed_comparison` computes for each test, given 2+ seeds a side
+# The primary's score, in order of preference where the plan names none: the mean pass rate over `heldout.samples`
+# answers at temperature 1 where the runs sampled them (the endpoint plans on pool v2 and v3 declare in words:
+# continuous and paired over tasks), else greedy pass@1 (a study that scored greedily only, the learning study).
+PRIMARY_SCORES = ("pass rate at temperature 1", "pass@1")
 
 
 class PlanError(ValueError):
@@ -58,6 +62,11 @@ def load(path: str | Path) -> dict:
     primary = plan["primary"]
     if primary.get("test", "welch") not in TESTS or not {"endpoint", "left", "right"} <= set(primary):
         raise PlanError(f"{path}: primary needs endpoint, left, right and a test of {', '.join(TESTS)}.")
+    if primary.get("score", PRIMARY_SCORES[0]) not in PRIMARY_SCORES:
+        raise PlanError(
+            f"{path}: primary score {primary['score']!r} is not one the analysis computes. "
+            f"Fix: one of {', '.join(repr(s) for s in PRIMARY_SCORES)}, or leave it out (the first the runs have)."
+        )
     return plan
 
 
@@ -147,28 +156,28 @@ def _norm(value):
 
 
 def primary(summary: dict, plan: dict | None) -> dict | None:
-    """The plan's primary comparison as the summary computed it (pass@1 on its endpoint; on the held-out
-    pool, its last generation), with the plan's words; None without a plan or where it did not run."""
+    """The plan's primary comparison as the summary computed it (on the held-out pool, its last generation),
+    with the plan's words and the score it was read on: the plan's `score`, else the first of PRIMARY_SCORES the
+    summary has for that pair and endpoint; None without a plan or where it did not run."""
     if not plan:
         return None
     spec = plan["primary"]
-    found = next(
-        (
-            c
-            for c in summary["comparisons"]
-            if (c["left"], c["right"], c["bench"], c["score"])
-            == (spec["left"], spec["right"], spec["endpoint"], "pass@1")
-        ),
-        None,
-    )
+    computed = {
+        c["score"]: c
+        for c in summary["comparisons"]
+        if (c["left"], c["right"], c["bench"]) == (spec["left"], spec["right"], spec["endpoint"])
+    }
+    score = spec.get("score") or next((s for s in PRIMARY_SCORES if s in computed), PRIMARY_SCORES[-1])
+    found = computed.get(score)
     if found is None:
-        return {**spec, "missing": True}
+        return {**spec, "score": score, "missing": True}
     test = spec.get("test", "welch")
     name = TESTS[test]
     if found["method"] != METHODS[test]:  # one seed on a side (an interim look): say what was computed instead
         name = f"{found['method']} (the plan's {name} needs 2+ seeds a side)"
     return {
         **spec,
+        "score": score,
         "test_name": name,
         **{k: found[k] for k in ("delta", "low", "high", "mde", "method", "seeds", "verdict")},
     }

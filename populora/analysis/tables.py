@@ -65,15 +65,16 @@ def plan_section(study: dict) -> list[str]:
     primary = study.get("primary")
     if primary and not primary.get("missing"):
         lines += [
-            f"Primary comparison (declared): **{primary['left']} - {primary['right']}** on {primary['endpoint']}, "
-            f"{primary['test_name']}: **{_pts(primary['delta'])} [{_pts(primary['low'])}, {_pts(primary['high'])}]** "
+            f"Primary comparison (declared): **{primary['left']} - {primary['right']}** on {primary['endpoint']} "
+            f"({primary.get('score', 'pass@1')}), {primary['test_name']}: **{_pts(primary['delta'])} [{_pts(primary['low'])}, {_pts(primary['high'])}]** "
             f"points, MDE {_pts(primary['mde'])}, seeds {primary['seeds'][0]} vs {primary['seeds'][1]}: "
             f"{primary['verdict']}.",
             "",
         ]
     elif primary:
         lines += [
-            f"Primary comparison {primary['left']} - {primary['right']} on {primary['endpoint']}: not in these runs.",
+            f"Primary comparison {primary['left']} - {primary['right']} on {primary['endpoint']} "
+            f"({primary.get('score', 'pass@1')}): not in these runs.",
             "",
         ]
     if study.get("tuning_runs"):

@@ -220,6 +220,20 @@ def sampled_mean_variance(rates: Sequence[float] | np.ndarray, samples: int) -> 
     return float((rates * (1 - rates) / (samples - 1)).sum() / len(rates) ** 2)
 
 
+def bases_mean_variance(rows: np.ndarray, samples: int) -> float:
+    """`sampled_mean_variance` of the mean of per-seed bases (`rows` [seeds, tasks], a seed's base's measured
+    rates): the seeds sharing one base (identical rows) share its noise, so each distinct base j measured for n_j
+    of the N seeds adds (n_j / N)^2 times its variance. With one base for all seeds that is its variance; with a
+    base per seed the bases' noise is in the seeds' spread as well, and adding it errs wide.
+
+    >>> bases_mean_variance(np.array([[0.5, 0.5], [0.5, 0.5]]), 2)
+    0.125
+    """
+    rows = np.asarray(rows, float).reshape(-1, np.shape(rows)[-1])
+    distinct, counts = np.unique(rows, axis=0, return_counts=True)
+    return float(sum((n / len(rows)) ** 2 * sampled_mean_variance(row, samples) for row, n in zip(distinct, counts)))
+
+
 def seed_comparison(
     left: np.ndarray,
     right: np.ndarray | None,
@@ -230,7 +244,9 @@ def seed_comparison(
 ) -> dict:
     """The primary comparison of two sides scored on the same problems: `left` [seeds, problems] of
     per-problem scores (a seed's students averaged), `right` the same for the other control or, with
-    `right_is_base`, the base model's row (the same in every run, so it has no seed spread).
+    `right_is_base`, the base model's scores: one row (the same base in every run: no seed spread) or one row per
+    seed of `left` (each run's own base, e.g. a warm base made again on another machine), each seed then
+    compared with its own base.
 
     * two controls with 2+ seeds each: Welch over the seed means;
     * a control against the base with 2+ seeds: a one-sample t over the seeds' (mean - base);
@@ -248,7 +264,7 @@ def seed_comparison(
     MDE, from the same distribution, never below `rule_of_three`. Returns delta, low, high, mde, method, df
     (None for one seed)."""
     left = np.asarray(left, float)
-    base_row = np.asarray(right, float).reshape(-1, left.shape[1])[0] if right_is_base else None
+    base_row = _base_rows(right, left) if right_is_base else None
     right = None if right_is_base else np.asarray(right, float)
     n_problems = left.shape[1]
     floor, sd_floor = (rule_of_three(n_problems), resolution(n_problems)) if verdicts else (0.0, 0.0)
@@ -265,10 +281,21 @@ def seed_comparison(
     return out
 
 
+def _base_rows(right, left: np.ndarray) -> np.ndarray:
+    """The base's scores as [seeds of `left`, problems]: one row repeated, or one row per seed as given."""
+    rows = np.asarray(right, float).reshape(-1, left.shape[1])
+    if len(rows) == 1:
+        return np.repeat(rows, len(left), axis=0)
+    if len(rows) != len(left):
+        raise ValueError(f"{len(rows)} base rows for {len(left)} seeds: give one row, or one per seed")
+    return rows
+
+
 def _t_against_base(left: np.ndarray, base_row: np.ndarray, sd_floor: float, base_variance: float) -> dict[str, Any]:
-    """`seed_comparison` of 2+ seeds against the base row: a one-sample t over the seeds' (mean - base), the
-    base's own variance (if sampled) added to the squared standard error. The MDE is not yet floored."""
-    gains = left.mean(axis=1) - base_row.mean()
+    """`seed_comparison` of 2+ seeds against their bases (`base_row`: one row per seed): a one-sample t over the
+    seeds' (mean - their base's mean), the base's own variance (if sampled) added to the squared standard error.
+    The MDE is not yet floored."""
+    gains = left.mean(axis=1) - base_row.mean(axis=1)
     se, df = (
         math.sqrt(max(float(np.std(gains, ddof=1)), sd_floor) ** 2 / len(gains) + base_variance),
         len(gains) - 1,
@@ -288,7 +315,7 @@ def _bootstrap_one_seed(left: np.ndarray, right: np.ndarray | None, base_row: np
     """`seed_comparison` with one seed on a side: the paired bootstrap over problems of `left` (its seeds averaged
     per problem) against `right`'s seeds averaged likewise, or the base row where `right` is None; it knows nothing
     of the spread between seeds. The MDE is not yet floored."""
-    other = base_row if right is None else right.mean(axis=0)
+    other = base_row.mean(axis=0) if right is None else right.mean(axis=0)
     delta, low, high = paired_bootstrap(list(left.mean(axis=0) - other))
     return {
         "delta": delta,
