@@ -315,7 +315,7 @@ def _bootstrap_one_seed(left: np.ndarray, right: np.ndarray | None, base_row: np
     """`seed_comparison` with one seed on a side: the paired bootstrap over problems of `left` (its seeds averaged
     per problem) against `right`'s seeds averaged likewise, or the base row where `right` is None; it knows nothing
     of the spread between seeds. The MDE is not yet floored."""
-    other = base_row.mean(axis=0) if right is None else right.mean(axis=0)
+    other = right.mean(axis=0) if right is not None else np.asarray(base_row, float).mean(axis=0)
     delta, low, high = paired_bootstrap(list(left.mean(axis=0) - other))
     return {
         "delta": delta,
