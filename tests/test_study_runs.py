@@ -598,6 +598,9 @@ def test_each_run_is_compared_with_its_own_base(runs):
     assert row["base"] == pytest.approx((0.2 + 0.2 + 0.45) / 3, abs=1e-6)  # rounded to 6 places
     assert row["students_minus_base"]["mean"] == pytest.approx(mean(gains), abs=1e-6)
     assert study["heldout_curves"]["bases"]["2t2s-s2"] == 0.45
+    from populora.analysis.tables import bench_tables
+
+    assert any("45.0 in 2t2s-s2" in line and "its own base" in line for line in bench_tables(study))
 
 
 def test_bases_measured_once_for_several_seeds_share_their_noise():

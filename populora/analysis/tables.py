@@ -144,8 +144,9 @@ def curve_table(curves: dict, baselines: dict | None = None) -> list[str]:
     lines = [
         "## Held-out pool by generation",
         "",
-        f"{curves['n_tasks']} tasks; the base model scores {_pts(curves['base'])}. "
-        "Students' accuracy after each generation, mean over seeds [95% t-interval].",
+        f"{curves['n_tasks']} tasks; the base model scores {_pts(curves['base'])}"
+        + (" (the runs' mean: their bases differ, each run is compared with its own)" if curves.get("bases") else "")
+        + ". Students' accuracy after each generation, mean over seeds [95% t-interval].",
         "",
         "| control " + head,
         "|---|" + "---|" * gens,
@@ -259,8 +260,24 @@ def bench_tables(study: dict) -> list[str]:
                 f"| {row['control']} | {len(row['seeds'])} | {_ci(e['students'])} | {_ci(e['members'])} | {minus} | "
                 f"{_pts(e.get('base'))} | {', '.join(_pts(v) for v in e['students']['values'])} |"
             )
-        lines.append("")
+        lines += [""] + _bases_note(rows, bench)
     return lines
+
+
+def _bases_note(rows: list[dict], bench: str) -> list[str]:
+    """Where runs scored different bases (a warm base made again on another machine kind): which run had which,
+    and that `base` is their mean while every run's gain is taken from its own."""
+    bases = {name: b for row in rows for name, b in (row["bench"][bench].get("bases") or {}).items()}
+    if not bases:
+        return []
+    by_value: dict[float, list[str]] = {}
+    for name, b in sorted(bases.items()):
+        by_value.setdefault(b, []).append(name)
+    listed = "; ".join(
+        f"{_pts(b)} in {', '.join(names) if len(names) <= 3 else f'{len(names)} runs'}"
+        for b, names in sorted(by_value.items(), key=lambda kv: len(kv[1]))
+    )
+    return [f"The runs' bases differ ({listed}): `base` is their mean; each run's gain is over its own base.", ""]
 
 
 def other_scores(study: dict) -> list[str]:
