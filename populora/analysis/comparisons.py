@@ -6,8 +6,9 @@
 Per control and benchmark (the held-out pool's last generation, CRUXEval-O/-I): the students' mean per
 seed, minus the base, mean over seeds with a 95% Student-t interval. Between two controls, and each
 control against the base model, **across seeds** (`populora.core.stats.seed_comparison`): Welch's
-interval over the seed-level scores (against the base, whose verdicts are the same in every run, a
-one-sample t over the seeds' gains), the MDE from the same t distribution and never below the
+interval over the seed-level scores (against the base, a one-sample t over the seeds' gains, each run's
+over its own base: one base for every run as a rule, another where a run made its warm base again on another
+machine kind; a sampled base's noise added), the MDE from the same t distribution and never below the
 rule-of-three bound; one seed on a side falls back to the paired bootstrap over problems, labelled so.
 The same for pass@1, with copied answers counted wrong, and for CRUXEval's gold log-likelihood (nats),
 and on the held-out pool for every generation (learning curves, also by task type). What the proposers
