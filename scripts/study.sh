@@ -80,6 +80,15 @@ print(2 * p["propose"]["per_type"], 2 * p["solve"]["tasks_per_type"], 2 * p["upd
   printf '%s\n' "${flags[@]}"
 }
 
+# A run's flags, read from the overlay's params as the clone committed them: `dvc exp run -S` edits the
+# work tree's params.yaml, so a run resumed after a kill would otherwise read the killed attempt's edits
+# (1t1s-total, which doubles what it reads, then ran at four times one pair's budget)
+run_flags() {
+  local clone=$1 control=$2
+  git -C "$clone" checkout -q params.yaml || return 2
+  control_flags "$control" "$clone/params.yaml"
+}
+
 # The machine a run's wall time was taken on, as JSON: machines drawn for a study differ (the base
 # model's CRUXEval-O, the same 200 answers token for token, took 776 s of generation on one and
 # 109 s on one with AVX-512 and AMX), so wall times compare only between runs of one kind of machine.
@@ -225,12 +234,14 @@ for item in "$@"; do
   control=${item%%:*}; seed=${item##*:}; name="$control-s$seed"
   dest="$here/$runs/$name"
   if [ -d "$dest" ]; then echo "$name: already in $runs, skipped"; continue; fi
-  mapfile -t flags < <(control_flags "$control" "$clone/params.yaml")
+  mapfile -t flags < <(run_flags "$clone" "$control")
+  if [ ${#flags[@]} -eq 0 ]; then echo "$name: no flags for $control, nothing run" >&2; failed+=("$name"); continue; fi
   arm=population; [[ $control == baseline* ]] && arm=baseline
-  git -C "$clone" checkout -q params.yaml  # -S edits the work tree's params.yaml: start from the overlay
   drop_torn_lock "$clone/dvc.lock" "$name"
   close_interrupted_attempt "$clone" "$name"  # before this attempt's log replaces the killed one's
   read -r earlier_s earlier_n < <(earlier_attempts "$clone" "$name")
+  # the earlier attempt's log stays beside this one's (attempt<n>.log: the n-th attempt)
+  [ -f "$clone/$name.log" ] && (( earlier_n > 0 )) && mv "$clone/$name.log" "$clone/$name.attempt$earlier_n.log"
   echo "$(date -u +%FT%TZ) $name: dvc exp run ${flags[*]} -S base.seed=$seed (earlier attempts: $earlier_n, $earlier_s s)"
   start=$(date +%s)
   echo "$start" > "$clone/$name.started"

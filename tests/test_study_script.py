@@ -326,3 +326,30 @@ def test_a_cpu_run_s_stages_get_a_stage_host_of_the_clone_s_code(tmp_path):
 def test_no_stage_host_where_it_cannot_or_should_not_stand_in(case, clone_kwargs, environ, tmp_path):
     out = start_stage_host(clone_with(tmp_path, **clone_kwargs), **environ)
     assert "socket=\n" in out and "listening" not in out, (case, out)
+
+
+def test_a_resumed_total_budget_run_reads_the_committed_params_not_the_killed_attempt_s(tmp_path):
+    """`dvc exp run -S` edits the clone's params.yaml; a killed 1t1s-total run started again read those
+    edits and doubled them a second time (four times one pair's budget). run_flags restores the
+    committed params first, so every attempt gets the same flags."""
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    params = clone / "params.yaml"
+    params.write_text("propose: {per_type: 8}\nsolve: {tasks_per_type: 4}\nupdate: {steps: 1}\n")
+    git = ["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@localhost"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "params.yaml"], check=True)
+    subprocess.run([*git, "commit", "-qm", "overlay"], check=True)
+    committed = params.read_text()
+    # what the killed attempt's -S left in the work tree
+    params.write_text("propose: {per_type: 16}\nsolve: {tasks_per_type: 8}\nupdate: {steps: 2}\n")
+    flags = set(_study_fn('run_flags "$1" 1t1s-total', str(clone)).split("\n"))
+    assert {"propose.per_type=16", "solve.tasks_per_type=8", "update.steps=2"} <= flags
+    assert params.read_text() == committed
+    bad = subprocess.run(
+        ["bash", "-c", 'source scripts/study.sh && run_flags "$1" 1t1s-total', "-", str(tmp_path / "no-clone")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode != 0 and bad.stdout == ""
