@@ -85,7 +85,7 @@ print(2 * p["propose"]["per_type"], 2 * p["solve"]["tasks_per_type"], 2 * p["upd
 # (1t1s-total, which doubles what it reads, then ran at four times one pair's budget)
 run_flags() {
   local clone=$1 control=$2
-  git -C "$clone" checkout -q params.yaml || return 2
+  git -C "$clone" checkout -q HEAD -- params.yaml || return 2  # HEAD: DVC stages its edits in the index too
   control_flags "$control" "$clone/params.yaml"
 }
 

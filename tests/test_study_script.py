@@ -341,11 +341,14 @@ def test_a_resumed_total_budget_run_reads_the_committed_params_not_the_killed_at
     subprocess.run([*git, "add", "params.yaml"], check=True)
     subprocess.run([*git, "commit", "-qm", "overlay"], check=True)
     committed = params.read_text()
-    # what the killed attempt's -S left in the work tree
+    # what the killed attempt's -S left in the work tree, staged in the index as `dvc exp run` does
     params.write_text("propose: {per_type: 16}\nsolve: {tasks_per_type: 8}\nupdate: {steps: 2}\n")
+    subprocess.run([*git, "add", "params.yaml"], check=True)
     flags = set(_study_fn('run_flags "$1" 1t1s-total', str(clone)).split("\n"))
     assert {"propose.per_type=16", "solve.tasks_per_type=8", "update.steps=2"} <= flags
     assert params.read_text() == committed
+    staged = subprocess.run([*git, "diff", "--cached", "--quiet"], check=False)
+    assert staged.returncode == 0  # the index holds the committed params too
     bad = subprocess.run(
         ["bash", "-c", 'source scripts/study.sh && run_flags "$1" 1t1s-total', "-", str(tmp_path / "no-clone")],
         cwd=ROOT,
