@@ -1,0 +1,105 @@
+"""Decode compaction (populora.lm.sampling): rows that stopped leave the batch, and every row still samples
+exactly what it sampled in the full batch, greedy or at temperature > 0, adapters mixed, in a plan's last
+step after a carried cache and in a fresh batch.
+
+    python -m pytest -m "" -n 0 tests/test_compaction.py -q
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from populora.lm.sampling import GenRow, run_plans, sample_batch
+from populora.tasks.plans import Plan
+from tests.test_prefix_cache import INSTRUCTION, _model, _rows
+
+STOPS = ("e", "a", "o", "i", "t", " ")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_multinomial_hands_out_random_numbers_by_shape_not_by_value(seed):
+    """What a compacted batch's draw relies on: a row's sample does not depend on the other rows' values,
+    so stopped rows given a placeholder distribution leave every other row's draw as it was."""
+    probs = torch.softmax(torch.randn(6, 300, generator=torch.Generator().manual_seed(100 + seed)) * 3, -1)
+    full = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(seed)).squeeze(-1)
+    placeholder = probs.clone()
+    placeholder[[1, 4]] = 0.0
+    placeholder[[1, 4], 0] = 1.0
+    drawn = torch.multinomial(placeholder, 1, generator=torch.Generator().manual_seed(seed)).squeeze(-1)
+    assert drawn[[0, 2, 3, 5]].tolist() == full[[0, 2, 3, 5]].tolist()
+    assert drawn[[1, 4]].tolist() == [0, 0]
+
+
+def _decode_rows(model) -> list[int]:
+    """Wrap `model.forward` to record the rows of each decode step (one token a row)."""
+    rows: list[int] = []
+    forward = model.forward
+
+    def counting(*args, **kwargs):
+        if kwargs["input_ids"].shape[1] == 1:
+            rows.append(kwargs["input_ids"].shape[0])
+        return forward(*args, **kwargs)
+
+    model.forward = counting
+    return rows
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_a_compacted_plan_run_samples_what_the_full_batches_sample(tiny_model_dir, tmp_path, temperature):
+    tokenizer, model = _model(tiny_model_dir, tmp_path)
+    # the last step stops on any of a few common letters: rows end at different steps of it
+    rows = [
+        GenRow(Plan(row.plan.prompt, (*row.plan.steps[:-1], replace(row.plan.steps[-1], stop=STOPS))), row.adapter)
+        for row in _rows(tokenizer)
+    ]
+    kwargs = dict(temperature=temperature, top_p=0.9, max_new_tokens=8, batch_size=12, seed=3)
+    results, decoded = {}, {}
+    for compact in (True, False):
+        decoded[compact] = _decode_rows(model)
+        results[compact] = run_plans(model, tokenizer, rows, compact=compact, **kwargs)
+        model.forward = type(model).forward.__get__(model)
+    for compacted, full in zip(results[True], results[False]):
+        assert [s["ids"] for s in compacted.segments] == [s["ids"] for s in full.segments]
+        assert compacted.truncated == full.truncated
+        for a, b in zip(compacted.segments, full.segments):
+            assert a.get("logprobs", []) == pytest.approx(b.get("logprobs", []), abs=1e-5)
+    assert sum(decoded[True]) < sum(decoded[False]), (decoded[True], decoded[False])
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_a_fresh_compacted_batch_keeps_each_row_s_tokens(tiny_model_dir, tmp_path, temperature):
+    """sample_batch on its own (no carried cache, no shared prefill either), adapters mixed, half the rows
+    skipped (done from the start: the first compaction drops them) and the others stopping on a few
+    common letters: the same tokens and scores, fewer rows decoded."""
+    tokenizer, model = _model(tiny_model_dir, tmp_path)
+    prefix = tokenizer(INSTRUCTION, add_special_tokens=False)["input_ids"]
+    tails = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("x = 1", "def f(a):", "s = 'ab'")]
+    contexts = [prefix + tails[k % 3] for k in range(8)]
+    adapters = ["a", "b", None, "z", "a", "b", "a", None]
+    out, decoded = {}, {}
+    for compact in (True, False):
+        decoded[compact] = _decode_rows(model)
+        out[compact] = sample_batch(
+            model,
+            tokenizer,
+            contexts,
+            budget=12,
+            stops=STOPS,
+            suppress_first=None,
+            temperature=temperature,
+            top_p=1.0,
+            generator=torch.Generator().manual_seed(1),
+            adapters=adapters,
+            share_prefixes=False,
+            compact=compact,
+            skip=[k % 2 == 1 for k in range(8)],
+        )
+        model.forward = type(model).forward.__get__(model)
+    for a, b in zip(out[True], out[False]):
+        assert a.ids == b.ids and a.hit_eos == b.hit_eos
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+    assert all(not row.ids for row in out[True][1::2])  # skipped rows sample nothing
+    assert sum(decoded[True]) < sum(decoded[False])
