@@ -148,3 +148,30 @@ def test_update_rescoring_with_shared_prompts_equals_the_plain_scoring(tiny_mode
     shared = shared_prefix_logprobs(peft, sequences, tokenizer.pad_token_id, "cpu", group_rows=3)
     torch.testing.assert_close(shared, plain, atol=1e-5, rtol=0)
     assert sum(fed) < sum(len(s.ids) for s in sequences), "the shared prompts were fed once"
+
+
+def test_greedy_batches_group_prompts_by_their_instruction():
+    """cheapest_order: prompts of two instructions whose lengths interleave. Ordered by length, a batch
+    holds both and shares nothing; grouped by their first tokens, each batch shares its instruction."""
+    from populora.lm.prefix_cache import cheapest_order, prefill_cost
+
+    first, second = list(range(100, 140)), list(range(200, 240))  # two 40-token instructions
+    contexts = [(first if k % 2 else second) + [7] * (3 + k) for k in range(8)]
+    keys, groups = [None] * 8, [0] * 8
+
+    def batches(order):
+        return [order[:4], order[4:]]
+
+    def cost(order):
+        return sum(prefill_cost([contexts[i] for i in b], [keys[i] for i in b]) for b in batches(order))
+
+    by_length = sorted(range(8), key=lambda i: len(contexts[i]))
+    chosen = cheapest_order(contexts, keys, groups, batches)
+    assert sorted(chosen) == list(range(8))
+    assert {i % 2 for i in chosen[:4]} == {1} and {i % 2 for i in chosen[4:]} == {0}  # an instruction a batch
+    assert cost(chosen) < cost(by_length)
+    # groups come first: a row never joins a batch of another group
+    split = cheapest_order(contexts, keys, [i % 2 == 0 for i in range(8)], batches)
+    assert [i % 2 for i in split] == [1] * 4 + [0] * 4
+    same = [list(range(100, 140)) + [7] * k for k in range(1, 9)]  # one instruction: the length order stands
+    assert cheapest_order(same, keys, groups, batches) == list(range(8))

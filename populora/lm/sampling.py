@@ -43,7 +43,15 @@ from typing import TypedDict
 import torch
 
 from populora.core.progress import Progress
-from populora.lm.prefix_cache import CarriedCache, contiguous_head, score_continuations, select, shared_prefill
+from populora.lm.prefix_cache import (
+    CarriedCache,
+    cheapest_order,
+    contiguous_head,
+    kv_key,
+    score_continuations,
+    select,
+    shared_prefill,
+)
 from populora.tasks.plans import Plan
 
 log = logging.getLogger(__name__)
@@ -503,6 +511,13 @@ def run_plans(
                     run.step(batch, step_index, start)
         else:
             order = sorted(range(len(rows)), key=lambda i: (run.shape(i), len(run.plans.contexts[i])))
+            if temperature == 0 and share_prefixes:  # greedy: where a row sits draws nothing, so batch the cheapest way
+                order = cheapest_order(
+                    run.plans.contexts,
+                    [kv_key(model, row.adapter) for row in rows],
+                    [run.shape(i) for i in range(len(rows))],
+                    lambda order: [batch for _, batch in _batches(order, batch_size, key=run.shape)],
+                )
             for start, batch in _batches(order, batch_size, key=run.shape):
                 carried = CarriedCache(model, len(batch)) if carry_cache else None
                 for step_index in range(len(rows[batch[0]].plan.steps)):
