@@ -373,7 +373,16 @@ def test_shared_micro_batches_keep_a_prompts_answers_together_within_the_budgets
     assert plan_shared_micro_batches(sequences, max_rows=8, max_tokens=60)[0] == [4, 3, 2]
 
 
-def test_chunked_logprobs_and_checkpointing_match_the_plain_computation(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("recompute_head", [True, False], ids=["head-recomputed", "logits-kept"])
+def test_chunked_logprobs_and_checkpointing_match_the_plain_computation(
+    tiny_model_dir, tmp_path, monkeypatch, recompute_head
+):
+    """Chunked head, gradient checkpointing of the decoder, and the head's logits either recomputed in the
+    backward pass (`KEEP_LOGITS` 0: every micro-batch, as a large one) or kept (a small one, the default
+    here): the plain forward's log-probs and gradients."""
+    import populora.rl.sequences as sequences_module
+
+    monkeypatch.setattr(sequences_module, "KEEP_LOGITS", 0 if recompute_head else 1 << 40)
     adapters = _adapters(tiny_model_dir, tmp_path)
     _, results = _sampled_rollouts(tiny_model_dir, adapters, top_p=1.0)
     sequences = [s for i, r in enumerate(results[:4]) for s in rollout_sequences(r.segments, i, 4096)[0]]

@@ -19,6 +19,10 @@ from populora.lm.model import decoder_and_head
 from populora.lm.sampling import process_logits
 
 LOGIT_CHUNK = 1024  # trained positions per lm-head chunk: chunk x vocab fp32 logits at a time
+# A micro-batch whose logits are at most this many (positions x vocab) keeps them for the backward pass
+# instead of recomputing the head there: ~4 fp32 copies of 32M logits, 0.5 GB, against the head's forward
+# again (the update's micro-batch of 8 answers of 48 tokens at SmolLM2's 49,152-token vocabulary: 19M)
+KEEP_LOGITS = 1 << 25
 
 
 class RolloutFormatError(ValueError):
@@ -326,7 +330,8 @@ def _score_targets(
     head, features: torch.Tensor, targets: torch.Tensor, sequences: list[Sequence], device, *, chunk: int, entropy: bool
 ):
     """The target tokens' log-probs (and entropies) from their features: hidden states through `head`, or logits
-    (`head` None), `chunk` positions at a time, each chunk's logits recomputed in the backward pass."""
+    (`head` None), `chunk` positions at a time, each chunk's logits recomputed in the backward pass unless they
+    are few (`KEEP_LOGITS`): the same numbers either way."""
     temperature = torch.tensor([x for s in sequences for x in s.temperature], device=device)
     top_p = torch.tensor([x for s in sequences for x in s.top_p], device=device)
     suppress = [x for s in sequences for x in s.suppress]
@@ -341,6 +346,7 @@ def _score_targets(
             spread = -torch.where(torch.isinf(distribution), 0.0, distribution.exp() * distribution).sum(-1)
         return chosen, spread
 
+    recompute = len(targets) * _vocab(head, features) > KEEP_LOGITS
     out, spreads = [], []
     for start in range(0, len(targets), chunk):
         sl = slice(start, start + chunk)
@@ -353,7 +359,7 @@ def _score_targets(
         args = (features[sl], targets[sl], temperature[sl], top_p[sl], mask)
         scored = (
             checkpoint(score, *args, use_reentrant=False)
-            if torch.is_grad_enabled() and head is not None
+            if torch.is_grad_enabled() and head is not None and recompute
             else score(*args)
         )
         if entropy:
