@@ -126,7 +126,12 @@ def process_logits(
     logits = logits.float()
     temperature = torch.as_tensor(temperature, dtype=logits.dtype, device=logits.device)
     temperature = torch.where(temperature > 0, temperature, torch.ones_like(temperature))
-    scores = logits / (temperature.unsqueeze(-1) if temperature.dim() else temperature)
+    # x / 1 is x: at temperature 1 (and greedy) the division, a pass over [n, vocab] each way, is skipped
+    scores = (
+        logits / (temperature.unsqueeze(-1) if temperature.dim() else temperature)
+        if (temperature != 1).any()
+        else logits
+    )
     if suppress is not None:
         scores = scores.masked_fill(suppress, float("-inf"))
     top_p = torch.as_tensor(top_p, dtype=logits.dtype, device=logits.device)
