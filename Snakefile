@@ -119,6 +119,13 @@ def _runtime(stage):
     return {"runtime": minutes}
 
 
+def _threads(stage):
+    # an arm's update jobs share the chain's threads among those that run side by side (dag.update_side_by_side)
+    if "arm" not in stage.wildcards:
+        return stage.thread_count(PARAMS)
+    return lambda wildcards: stage.thread_count(PARAMS, arm=wildcards.arm)
+
+
 def _command(stage):
     # Snakemake evaluates `shell:` lazily inside the loop, where `stage` would already be the last
     # stage; a params function bound to this stage renders the whole command instead.
@@ -154,7 +161,7 @@ for stage in STAGES:
         localrule: stage.local  # seconds-long CPU stages run on the submitting node, not as cluster jobs
         # a few cores per GPU job, not all; the sandbox stages one per worker (verify.workers).
         # Snakemake caps them at --cores (on a cluster: at the job's cpus-per-task, nothing local)
-        threads: stage.thread_count(PARAMS)
+        threads: _threads(stage)
         resources:
             **_runtime(stage),
             gpu=stage.gpus(PARAMS),

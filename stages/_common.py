@@ -12,6 +12,7 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 from typing import cast
@@ -58,14 +59,21 @@ def configure_logging(args: argparse.Namespace, stage: str) -> logging.Logger:
 
 
 def setup(
-    args: argparse.Namespace, stage: str, *, claim: bool = True, chain: bool = False, alone: bool = False
+    args: argparse.Namespace,
+    stage: str,
+    *,
+    claim: bool = True,
+    chain: bool = False,
+    alone: bool = False,
+    side_by_side: Callable[[Params], int] | None = None,
 ) -> tuple[Params, logging.Logger]:
     """Configure logging (stderr + --log file), claim a GPU when the DAG says so (`--claim-gpu`; unless
     `claim` is false: the stage claims its own, see stages/update.py), load params and check that the
     device they ask for is here (`require_device`), failing fast with a clear message; the params come limited to
     what the stage's DAG entry declares (`declared`; `stage` names the entry). A model stage on
     the CPU gets the threads the DAG gives it under either engine (`pin_cpu_threads`: `chain`, a job of the training
-    chain, model.cpu_threads; `alone`, every core; else one)."""
+    chain, model.cpu_threads, shared out among the jobs that run `side_by_side`, a function of the params; `alone`,
+    every core; else one)."""
     configure_logging(args, stage)
     if getattr(args, "claim_gpu", False) and claim:
         claim_gpu(logging.getLogger(stage))
@@ -75,7 +83,19 @@ def setup(
         logging.getLogger(stage).error("%s", error)
         raise SystemExit(2) from None
     if getattr(args, "claim_gpu", False):
-        pin_cpu_threads(params, chain=chain, alone=alone)
+        # how many jobs share the threads: asked only where no engine chose the count (DVC, a stage run by hand)
+        threads = pin_cpu_threads(
+            params, chain=chain, alone=alone, side_by_side=lambda: side_by_side(params) if side_by_side else 1
+        )
+        if threads is not None and side_by_side and (shared := side_by_side(params)) > 1:
+            logging.getLogger(stage).info(
+                "%d of model.cpu_threads = %d threads: Snakemake runs %d such jobs side by side "
+                "(dag.update_side_by_side); an engine that runs one stage at a time (DVC) leaves cores idle, "
+                "set dag.update_side_by_side: 1 there (or OMP_NUM_THREADS)",
+                threads,
+                params.model.cpu_threads,
+                shared,
+            )
     if getattr(args, "claim_gpu", False) and claim:
         require_device(params, logging.getLogger(stage), stage)
     return params, logging.getLogger(stage)

@@ -26,7 +26,7 @@ import sys
 
 from populora.core.io import replace_dir, staging_dir, write_json
 from populora.core.state import UPDATE_STATS
-from populora.core.topology import update_part_slots
+from populora.core.topology import update_part_slots, update_side_by_side
 from populora.lm.gpus import claim_gpu, keep_gpu_claims_across_exec
 from populora.rl.update_job import train_job
 from stages._common import require_device, setup, stage_parser
@@ -78,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ.get("RANK", "0"))
     if rank:
         args.log = None  # the first process writes the log file; the others log to stderr
-    params, log = setup(args, "update", claim=False, chain=True)
+    params, log = setup(
+        args, "update", claim=False, chain=True, side_by_side=lambda params: update_side_by_side(params, args.arm)
+    )
     if not 0 <= args.part < params.dag.update_jobs:
         log.error(
             "--part %d is not one of the dag.update_jobs = %d jobs (0 to %d). Fix: re-render dvc.yaml "

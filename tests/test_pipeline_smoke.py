@@ -33,7 +33,7 @@ NOT_READ_HERE: dict[str, set[str]] = {
     "heldout_pool": VLLM_LIMITS | DVC_THREADS,
     "propose": VLLM_LIMITS | DVC_THREADS,
     "solve": VLLM_LIMITS | DVC_THREADS,
-    "update": DVC_THREADS,
+    "update": DVC_THREADS | {"dag.update_side_by_side"},  # how many update jobs share them, likewise
     "heldout": VLLM_LIMITS | DVC_THREADS | {"dag.generations"},  # the last generation, with heldout.every > 1
     # this run gives every benchmark its own limit and CRUXEval its own answer budget (bench.limits, bench.cruxeval)
     "bench_base": VLLM_LIMITS | {"bench.limit", "bench.max_new_tokens"},

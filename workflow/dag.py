@@ -174,8 +174,9 @@ class Stage:
             if (value := param_value(params, name)) is not None
         }
 
-    def thread_count(self, params) -> int:
-        """CPU threads one job of this stage keeps busy (before Snakemake caps them at --cores)."""
+    def thread_count(self, params, arm: str | None = None) -> int:
+        """CPU threads one job of this stage keeps busy (before Snakemake caps them at --cores); a generation's
+        update jobs of `arm` share model.cpu_threads out among those that run side by side (`dag.update_side_by_side`)."""
         if self.threads:
             if on_cpu(params):
                 # The sandbox stages (init, verify, grade: verify.workers zygotes for a few seconds) claim one
@@ -189,7 +190,12 @@ class Stage:
                 return GPU_THREADS
             # on the CPU a job of N processes (`update.processes`) keeps N times a process's threads busy
             processes = int(param_value(params, self.gpu)) if isinstance(self.gpu, str) and not self.alone else 1
-            return cpu_threads(params, chain=self.chain, alone=self.alone) * processes
+            side_by_side = 1
+            if self.scope == "gen_part" and arm is not None:
+                from populora.core.topology import update_side_by_side
+
+                side_by_side = update_side_by_side(params, arm)
+            return cpu_threads(params, chain=self.chain, alone=self.alone, side_by_side=side_by_side) * processes
         return 1
 
     def command(self, paths: dict[str, str | list[str]], wildcards: dict[str, str], log: str) -> str:
@@ -397,6 +403,7 @@ STAGES: tuple[Stage, ...] = (
             "model.cpu_threads",
             "population",
             "dag.update_jobs",
+            "dag.update_side_by_side",
             "update",
         ),
         gpu="update.processes",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 FIX = (
     "Fix: run on a GPU node in the GPU environment (bash scripts/setup_gpu_env.sh, then .venv-gpu/bin/snakemake; "
@@ -30,16 +31,19 @@ FIX = (
 CPU_MODEL_THREADS = 1
 
 
-def cpu_threads(params, *, chain: bool = False, alone: bool = False) -> int:
+def cpu_threads(params, *, chain: bool = False, alone: bool = False, side_by_side: int = 1) -> int:
     """Threads of one model job on the CPU: every core for a job `alone` at its point of the run (the warm start),
-    `model.cpu_threads` for a job of the training `chain` (propose, solve, update, held-out scoring), else one.
-    workflow/dag.py gives Snakemake the same count (`Stage.thread_count`)."""
+    `model.cpu_threads` for a job of the training `chain` (propose, solve, update, held-out scoring), shared out
+    among the jobs that run `side_by_side` (an arm's update jobs: populora.core.topology.update_side_by_side), else
+    one. workflow/dag.py gives Snakemake the same count (`Stage.thread_count`)."""
     if alone:
         return os.cpu_count() or 1
-    return params.model.cpu_threads if chain else CPU_MODEL_THREADS
+    return max(1, params.model.cpu_threads // side_by_side) if chain else CPU_MODEL_THREADS
 
 
-def pin_cpu_threads(params, *, chain: bool = False, alone: bool = False) -> int | None:
+def pin_cpu_threads(
+    params, *, chain: bool = False, alone: bool = False, side_by_side: int | Callable[[], int] = 1
+) -> int | None:
     """Give a model stage on the CPU the threads the DAG gives it (`cpu_threads`) under any engine: Snakemake sets
     OMP_NUM_THREADS to the job's threads, DVC sets nothing and torch would take every core. The thread count
     changes the last bits of float sums (a logprob's sixth decimal), so without this the same stage wrote
@@ -47,7 +51,9 @@ def pin_cpu_threads(params, *, chain: bool = False, alone: bool = False) -> int 
     already chose one, or the model is not on the CPU."""
     if params.model.device != "cpu" or "OMP_NUM_THREADS" in os.environ:
         return None
-    threads = cpu_threads(params, chain=chain, alone=alone)
+    # a function is asked only here: the params it reads are read where no engine chose the count (DVC)
+    shared = side_by_side() if callable(side_by_side) else side_by_side
+    threads = cpu_threads(params, chain=chain, alone=alone, side_by_side=shared)
     os.environ["OMP_NUM_THREADS"] = str(threads)  # read by torch when it loads, and by child processes
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(threads)
