@@ -91,7 +91,7 @@ def setup(
             logging.getLogger(stage).info(
                 "%d of model.cpu_threads = %d threads: Snakemake runs %d such jobs side by side "
                 "(dag.update_side_by_side); an engine that runs one stage at a time (DVC) leaves cores idle, "
-                "set dag.update_side_by_side: 1 there (or OMP_NUM_THREADS)",
+                "set dag.update_side_by_side: 1 there (the default) or OMP_NUM_THREADS",
                 threads,
                 params.model.cpu_threads,
                 shared,

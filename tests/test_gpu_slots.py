@@ -374,32 +374,32 @@ def _update_jobs(output: str) -> dict[tuple[str, str], int]:
 
 @pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
 def test_an_arms_update_jobs_share_the_chains_threads_when_they_run_side_by_side(tmp_path):
-    """dag.update_side_by_side: auto with model.cpu_threads = 2: the population's four update jobs (2T-2S) take one
+    """dag.update_side_by_side: 2 with model.cpu_threads = 2: the population's four update jobs (2T-2S) take one
     thread each, so Snakemake runs two at once on --cores 2; the baseline's one job with an adapter keeps both, as
-    do the other chain stages; 1 gives every update job both threads again."""
+    do the other chain stages; the default (1) gives every update job both threads."""
     changes = {"model": {"cpu_threads": 2}}
-    auto = _update_jobs(_snakemake_dry("--cores", "2", tmp_path=tmp_path / "auto", changes=changes))
-    assert {job: n for job, n in auto.items() if job[0] == "population"} == {("population", p): 1 for p in "0123"}
-    assert auto["baseline", "0"] == 2
-    one = _update_jobs(
+    two = _update_jobs(
         _snakemake_dry(
-            "--cores", "2", tmp_path=tmp_path / "one", changes={**changes, "dag": {"update_side_by_side": 1}}
+            "--cores", "2", tmp_path=tmp_path / "two", changes={**changes, "dag": {"update_side_by_side": 2}}
         )
     )
+    assert {job: n for job, n in two.items() if job[0] == "population"} == {("population", p): 1 for p in "0123"}
+    assert two["baseline", "0"] == 2
+    one = _update_jobs(_snakemake_dry("--cores", "2", tmp_path=tmp_path / "one", changes=changes))
     assert {job: n for job, n in one.items() if job[0] == "population"} == {("population", p): 2 for p in "0123"}
 
 
-def test_update_side_by_side_pairs_jobs_only_where_each_core_gets_two(monkeypatch):
-    """auto: one lane per two update jobs with an adapter, capped by the jobs and the threads; a number is taken
-    as given within those caps. The update stage's threads (Snakemake's and its own torch threads under DVC)
-    follow it; the other chain stages keep model.cpu_threads."""
+def test_update_side_by_side_is_capped_by_the_jobs_with_an_adapter_and_the_threads(monkeypatch):
+    """A number of jobs side by side, within the jobs that train an adapter and the chain's threads. The update
+    stage's threads (Snakemake's and its own torch threads under DVC) follow it; the other chain stages keep
+    model.cpu_threads."""
     from populora.config import load_params
     from populora.core.topology import update_side_by_side
     from populora.lm.device import pin_cpu_threads
 
     params = load_params(REPO / "params.yaml")
 
-    def with_(threads=2, teachers=2, students=2, jobs=4, side="auto"):
+    def with_(side=2, threads=2, teachers=2, students=2, jobs=4):
         return params.model_copy(
             update={
                 "model": params.model.model_copy(update={"cpu_threads": threads}),
@@ -408,19 +408,20 @@ def test_update_side_by_side_pairs_jobs_only_where_each_core_gets_two(monkeypatc
             }
         )
 
-    assert update_side_by_side(with_(), "population") == 2  # 2T-2S: four jobs, two per core
-    assert update_side_by_side(with_(teachers=1, students=1), "population") == 1  # 1T-1S: a job per core would idle
+    assert params.dag.update_side_by_side == 1  # the default: measured no faster side by side on 2 cores
+    assert update_side_by_side(with_(), "population") == 2  # 2T-2S: four jobs, two at a time
+    assert update_side_by_side(with_(teachers=1, students=1), "population") == 2
     assert update_side_by_side(with_(), "baseline") == 1  # one adapter
     assert update_side_by_side(with_(threads=1), "population") == 1  # nothing to share out
     assert update_side_by_side(with_(jobs=1), "population") == 1  # one job trains all four
-    assert update_side_by_side(with_(threads=8, teachers=4, students=4, jobs=8), "population") == 4
-    assert update_side_by_side(with_(teachers=1, students=1, side=2), "population") == 2  # asked for
+    assert update_side_by_side(with_(side=4, threads=8, teachers=4, students=4, jobs=8), "population") == 4
     assert update_side_by_side(with_(side=3), "population") == 2  # capped by the threads
     assert update_side_by_side(with_(side=1), "population") == 1
     update = next(s for s in STAGES if s.name == "update")
     propose = next(s for s in STAGES if s.name == "propose")
     assert update.thread_count(with_(), "population") == 1 and update.thread_count(with_(), "baseline") == 2
     assert update.thread_count(with_(threads=3), "population") == 1  # 3 // 2: a thread is not split
+    assert update.thread_count(with_(side=1), "population") == 2
     assert propose.thread_count(with_(), "population") == 2
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert pin_cpu_threads(with_(), chain=True, side_by_side=2) == 1 and os.environ["OMP_NUM_THREADS"] == "1"
@@ -429,22 +430,23 @@ def test_update_side_by_side_pairs_jobs_only_where_each_core_gets_two(monkeypatc
 def test_update_side_by_side_refuses_a_count_that_is_not_one(tmp_path):
     from populora.config import ParamsError, parse_params
 
-    for bad in (0, -1, True, 2.0, "2", "all"):
-        with pytest.raises(ParamsError, match=r"dag.update_side_by_side: expected auto or a whole number.*Fix: Use"):
+    for bad in (0, -1, True, 2.0, "2", "auto"):
+        with pytest.raises(ParamsError, match=r"dag.update_side_by_side: expected a whole number.*Fix: Use"):
             parse_params({"dag": {"update_side_by_side": bad}})
     assert parse_params({"dag": {"update_side_by_side": 2}}).dag.update_side_by_side == 2
 
 
 def test_an_update_job_under_dvc_takes_its_share_and_says_how_to_keep_every_thread(tmp_path, monkeypatch, capfd):
-    """No engine set OMP_NUM_THREADS (DVC runs one stage at a time): a 2T-2S update job still takes its share (the
-    same bytes as under Snakemake) and its log names the key that gives it every thread; with OMP_NUM_THREADS set
-    (Snakemake, scripts/study.sh) nothing is pinned, nothing said."""
+    """No engine set OMP_NUM_THREADS (DVC runs one stage at a time): a 2T-2S update job with dag.update_side_by_side: 2
+    still takes its share (the threads it gets under Snakemake) and its log names the key that gives it every
+    thread; with OMP_NUM_THREADS set (Snakemake, scripts/study.sh) nothing is pinned, nothing said."""
     import yaml
 
     from populora.core.topology import update_side_by_side
 
     raw = yaml.safe_load((REPO / "params.yaml").read_text())
     raw["model"]["cpu_threads"] = 2
+    raw["dag"]["update_side_by_side"] = 2
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(raw))
     parser = _common.stage_parser("test", arm=False, gen=False)

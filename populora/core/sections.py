@@ -208,27 +208,27 @@ class DagSection(Section):
         le=64,
         description="Update jobs per arm and generation: job k trains the arm's adapters k, k + J, "
         "k + 2J, ... (teachers, then students); J at least the population's size gives one job per adapter, so N "
-        "GPUs train N adapters at once. The results do not depend on it (byte for byte on the CPU at the same threads "
-        "per job, which dag.update_side_by_side may change; on a GPU up to the kernels' nondeterminism, docs/gpu.md). Rendered into dvc.yaml: re-render after "
+        "GPUs train N adapters at once. The results do not depend on it (byte for byte on the CPU; on a GPU up to "
+        "the kernels' nondeterminism, docs/gpu.md). Rendered into dvc.yaml: re-render after "
         "a change (python -m workflow.render_dvc).",
     )
-    update_side_by_side: Literal["auto"] | int = Field(
-        "auto",
+    update_side_by_side: int = Field(
+        1,
         description="On the CPU: how many of an arm's update jobs run at once, each on model.cpu_threads divided by "
-        "that many threads (Snakemake schedules them so), so a generation's update jobs fill the cores side by side "
-        "instead of one after another. auto: one per two update jobs that train an adapter (2T-2S: 2; 1T-1S and the "
-        "baseline: 1, as a teacher's short update beside a student's long one would leave a core idle), capped at "
-        "model.cpu_threads. 1: each job takes model.cpu_threads, one after another; use it where the engine runs one "
-        "stage at a time (DVC) and no OMP_NUM_THREADS is set. The thread count changes the last bits of float sums.",
-        json_schema_extra={"fix": "Use auto or a whole number of update jobs, 1 or more."},
+        "that many threads (Snakemake schedules them so; capped at the jobs that train an adapter and at "
+        "model.cpu_threads). 1: each job takes model.cpu_threads, one after another. Measured on 2 cores (one 2T-2S "
+        "generation, docs/measurements.md): 2 side by side on one thread each gained nothing (270.2 against 272.9 s; "
+        "an update job runs 1.6-2.0x faster on two threads than on one); under an engine that runs one stage at a "
+        "time (DVC) with no OMP_NUM_THREADS set, more than 1 leaves cores idle.",
+        json_schema_extra={"fix": "Use a whole number of update jobs, 1 or more."},
     )
 
     @field_validator("update_side_by_side", mode="before")
     @classmethod
-    def _auto_or_jobs(cls, value: object) -> object:
-        # before pydantic's union: one error naming the key (not one per member), and no bool or float as a count
-        if value != "auto" and not (type(value) is int and value >= 1):
-            raise ValueError("expected auto or a whole number of jobs, 1 or more")
+    def _whole_jobs(cls, value: object) -> object:
+        # no bool, float or string as a count (pydantic's lax mode would take True or 2.0)
+        if not (type(value) is int and value >= 1):
+            raise ValueError("expected a whole number of jobs, 1 or more")
         return value
 
 

@@ -32,15 +32,11 @@ def update_part_slots(params: Params, arm: str, part: int) -> list[str]:
 
 
 def update_side_by_side(params: Params, arm: str) -> int:
-    """How many of an arm's update jobs run at once on the CPU, each on model.cpu_threads // that many threads
-    (`dag.update_side_by_side`). auto: one per two jobs that train an adapter, so each core's queue holds two jobs
-    or more and the queues even out (1T-1S's teacher update may take a second beside its student's half minute:
-    side by side the student would run on one thread while the other core idled). Never more than the jobs with an
-    adapter or model.cpu_threads (each job keeps a thread)."""
+    """How many of an arm's update jobs run at once on the CPU, each on model.cpu_threads // that many threads:
+    `dag.update_side_by_side`, never more than the jobs that train an adapter or model.cpu_threads (each job
+    keeps a thread)."""
     jobs = min(params.dag.update_jobs, len(slots_of_arm(params, arm)))
-    wanted = params.dag.update_side_by_side
-    lanes = jobs // 2 if wanted == "auto" else wanted
-    return max(1, min(lanes, jobs, params.model.cpu_threads))
+    return max(1, min(params.dag.update_side_by_side, jobs, params.model.cpu_threads))
 
 
 def benchmarked_refs(params: Params, arm: str) -> list[ModelRef]:
