@@ -227,6 +227,7 @@ def test_every_member_in_one_pass_answers_as_when_benchmarked_alone(tmp_path, ti
         single = json.loads((tmp_path / f"alone-{slot}" / f"{model}.json").read_text())
         assert together["n"] == single["n"] == 3 and together["member"] == f"population/{slot}@g000"
         assert together["per_problem"] == single["per_problem"] and together["models_in_pass"] == 2
+        assert together["data"].startswith("cruxeval/cruxeval.jsonl sha256:")  # no folder: the same on every machine
         assert together["per_problem_gold_logprob"] == pytest.approx(single["per_problem_gold_logprob"], abs=1e-4)
 
         def read(folder, model=model):

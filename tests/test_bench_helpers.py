@@ -97,3 +97,19 @@ def test_a_failing_member_is_named_by_its_adapter_folder(monkeypatch):
     assert "the adapter folder results/export/population-student0 does not load on results/warm_base" in str(
         error.value
     )
+
+
+def test_a_benchmark_result_names_its_data_by_file_and_content_not_by_folder(tmp_path):
+    """Two clones with the benchmark folder in different places record the same source (a study's results once
+    held /work/shared/benchmarks); other rows get another digest; downloaded rows are named as given."""
+    from populora.bench import data_source
+
+    for folder, text in (("a", "rows\n"), ("b/c", "rows\n"), ("d", "other rows\n")):
+        (tmp_path / folder / "cruxeval").mkdir(parents=True)
+        (tmp_path / folder / "cruxeval" / "cruxeval.jsonl").write_text(text)
+    a, b, d = (data_source(tmp_path / f, "cruxeval/cruxeval.jsonl", "official") for f in ("a", "b/c", "d"))
+    assert a == b != d and a.startswith("cruxeval/cruxeval.jsonl sha256:") and str(tmp_path) not in a
+    assert (
+        data_source(None, "cruxeval/cruxeval.jsonl", "https://example/official.jsonl")
+        == "https://example/official.jsonl"
+    )

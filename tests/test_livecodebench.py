@@ -339,6 +339,7 @@ def test_bench_stage_and_summary_on_the_fixture(tmp_path, tiny_model_dir, monkey
     result = json.loads((bench_dir / "population" / "livecodebench" / "population-student1.json").read_text())
     assert result["n"] == 2 and list(result["per_problem"]) == ["abc300_a", "lc_add"]  # window, then limit 2
     assert result["models_in_pass"] == 2 and result["release"] == RELEASE and result["start_date"] == "2024-08-01"
+    assert result["data"].startswith(f"livecodebench/{RELEASE}.jsonl sha256:")  # the file, not the folder
     assert result["metrics"]["pass@1"] == result["correct"] / 2 and result["interval"]["method"] == "wilson"
     samples = [
         json.loads(line)

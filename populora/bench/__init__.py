@@ -34,6 +34,7 @@ benchmark (CRUXEval runs on a larger subset than the others).
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from populora.core.benchmark_data import (  # noqa: F401  (re-exported: the benchmark catalogue)
@@ -87,3 +88,13 @@ def data_file(data_dir: Path, bench: str) -> Path:
             "(see ../shared/benchmarks/README.md), or set bench.data_dir: null to use the official downloads."
         )
     return path
+
+
+def data_source(data_dir: Path | None, relative: str, official: str) -> str:
+    """Where a benchmark's rows came from, as a result records it: the file inside the benchmark folder and the
+    first 16 hex digits of its sha256, the same on every machine (the folder's own path is not: a result naming it
+    differed between two clones of one study), or `official` where the rows were downloaded (`data_dir` None)."""
+    if data_dir is None:
+        return official
+    digest = hashlib.sha256((Path(data_dir) / relative).read_bytes()).hexdigest()
+    return f"{relative} sha256:{digest[:16]}"

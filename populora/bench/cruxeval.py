@@ -30,7 +30,7 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from populora.bench import BenchError
+from populora.bench import BenchError, data_source, relative_data_file
 from populora.bench.gold_loglik import GoldItem, gold_logprobs
 from populora.core.io import write_jsonl
 from populora.core.progress import Progress
@@ -308,7 +308,7 @@ def run(
             "s_per_problem": round(generation_s / max(1, len(outputs)), 2),
             "tokens": sum(row["tokens"] for row in samples),
             "harness": "populora.verifier",
-            "data": str(data_dir) if data_dir else OFFICIAL_URL,
+            "data": data_source(data_dir, relative_data_file(bench), OFFICIAL_URL),
         }
     return results
 

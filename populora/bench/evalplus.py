@@ -54,7 +54,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from populora.bench import CODE_BENCHMARKS, BenchError, data_file
+from populora.bench import CODE_BENCHMARKS, BenchError, data_file, data_source, relative_data_file
 from populora.bench.partial import Partial, piece_size
 from populora.core.io import write_jsonl
 from populora.core.progress import Progress
@@ -544,7 +544,7 @@ def run(
             **score,
             "generation_s": round(generation_s, 1),
             "models_in_pass": len(models),
-            "data": str(settings.data_dir) if settings.data_dir else "official",
+            "data": data_source(settings.data_dir, relative_data_file(bench), "official"),
         }
     return results
 

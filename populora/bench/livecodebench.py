@@ -44,7 +44,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import TYPE_CHECKING
 
-from populora.bench import LIVECODEBENCH_HUB, BenchError, livecodebench_file
+from populora.bench import LIVECODEBENCH_HUB, BenchError, data_source, livecodebench_file
 from populora.core.io import write_jsonl
 
 if TYPE_CHECKING:  # annotations only: the runner table (runners.py) imports this module
@@ -294,6 +294,7 @@ def run(
 
     cfg = settings.livecodebench
     problems, source = load_problems(settings.data_dir, cfg, settings.limit)
+    local = not source.startswith("hub:")  # else the hub's release, named the same everywhere
     log.info(
         "%s: %d problems of %s (contests %s to %s) from %s, %d model(s) in one pass",
         settings.benchmark,
@@ -322,7 +323,7 @@ def run(
             **_summary(samples, settings),
             "generation_s": round(generation_s, 1),
             "models_in_pass": len(models),
-            "data": source,
+            "data": data_source(settings.data_dir, livecodebench_file(cfg.release), source) if local else source,
         }
     return results
 

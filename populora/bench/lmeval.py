@@ -38,7 +38,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from populora.bench import BenchError, data_file
+from populora.bench import BenchError, data_file, data_source, relative_data_file
 from populora.bench.math_grading import extract_answer
 from populora.core.io import write_json, write_jsonl
 from populora.core.progress import Progress
@@ -561,7 +561,7 @@ def run(
             "harness": f"lm_eval {version('lm_eval')}",
             "run_s": round(run_s, 1),
             "models_in_pass": len(members) if model.adapter is not None else 1,
-            "data": str(settings.data_dir) if settings.data_dir else OFFICIAL_MATH_DATA,
+            "data": data_source(settings.data_dir, relative_data_file(bench), OFFICIAL_MATH_DATA),
         }
     return results
 
