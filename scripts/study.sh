@@ -46,7 +46,8 @@
 # OpenMP region's end for the thread another process preempted (seed 21 of the warm-base gate: three niced
 # processes made a generation 4-12x slower per stage, docs/measurements.md). To run something between, pause the
 # run (kill -STOP -<its process group>, then -CONT) outside verify and grade (the sandbox's wall-clock backstop)
-# and record the pause as paused_s in its run.json (populora/analysis/runs.py subtracts it from the wall).
+# and add the pause's seconds to <clone>/<name>.paused_s (one number: the run's paused seconds so far), which this
+# script writes into the run's run.json as paused_s (populora/analysis/runs.py subtracts it from the wall).
 # Every run of a study uses the same code: a new clone checks out the commit the committed runs
 # record as `source_commit` (STUDY_SOURCE=<commit> overrides; with no runs yet: HEAD).
 set -euo pipefail
@@ -153,6 +154,20 @@ earlier_attempts() {
   if [ -s "$file" ]; then awk '{ s += $1; n += 1 } END { printf "%d %d\n", s, n }' "$file"; else echo "0 0"; fi
 }
 
+# Seconds a run spent stopped by hand (SIGSTOP) over all its attempts: <clone>/<name>.paused_s, else 0
+paused_seconds() {
+  local file="$1/$2.paused_s" seconds=0
+  [ -s "$file" ] && seconds=$(tr -d '[:space:]' < "$file")
+  [[ $seconds =~ ^[0-9]+$ ]] || { echo "$file: not a whole number of seconds: $seconds" >&2; return 1; }
+  echo "$seconds"
+}
+
+# A finished run's run.json: control, seed, experiment, wall_s, attempts, interrupted_s, paused_s, machine (JSON),
+# source_commit, study_commit, stage_host (true/false), in that order
+run_json() {
+  printf '{"control": "%s", "seed": %s, "experiment": "%s", "wall_s": %s, "attempts": %s, "interrupted_s": %s, "paused_s": %s, "machine": %s, "source_commit": "%s", "study_commit": "%s", "stage_host": %s}\n' "$@"
+}
+
 # Issue 51's measurements of a run's adapters, taken before the next experiment replaces them (optional):
 # STUDY_PASSK=<answers per task> (e.g. 64): pass@k of the final students on the run's held-out pool
 # (populora.analysis.passk; the base model too in the first run that measures it, the others leave it out);
@@ -240,9 +255,11 @@ for item in "$@"; do
   drop_torn_lock "$clone/dvc.lock" "$name"
   close_interrupted_attempt "$clone" "$name"  # before this attempt's log replaces the killed one's
   read -r earlier_s earlier_n < <(earlier_attempts "$clone" "$name")
+  # a paused_s that is no number fails here, before the run's work, not when its results are committed
+  if ! paused=$(paused_seconds "$clone" "$name"); then failed+=("$name"); continue; fi
   # the earlier attempt's log stays beside this one's (attempt<n>.log: the n-th attempt)
   [ -f "$clone/$name.log" ] && (( earlier_n > 0 )) && mv "$clone/$name.log" "$clone/$name.attempt$earlier_n.log"
-  echo "$(date -u +%FT%TZ) $name: dvc exp run ${flags[*]} -S base.seed=$seed (earlier attempts: $earlier_n, $earlier_s s)"
+  echo "$(date -u +%FT%TZ) $name: dvc exp run ${flags[*]} -S base.seed=$seed (earlier attempts: $earlier_n, $earlier_s s; paused $paused s)"
   start=$(date +%s)
   echo "$start" > "$clone/$name.started"
   if ! (cd "$clone" && PYTHONPATH="$clone" dvc exp run -n "$name" "${flags[@]}" -S "base.seed=$seed" > "$clone/$name.log" 2>&1); then
@@ -283,16 +300,17 @@ for item in "$@"; do
   # committed results name the benchmark data as params do (../shared/...), never this machine's path
   shared=$(cd "$here/.." && pwd)/shared
   find "$tmp" -name '*.json' -exec sed -i "s#\"$shared/#\"../shared/#g" {} +
-  printf '{"control": "%s", "seed": %s, "experiment": "%s", "wall_s": %s, "attempts": %s, "interrupted_s": %s, "machine": %s, "source_commit": "%s", "study_commit": "%s", "stage_host": %s}\n' \
-    "$control" "$seed" "$name" "$wall" "$(( earlier_n + 1 ))" "$earlier_s" "$(machine_json "$clone/params.yaml")" "$(git -C "$clone" rev-parse HEAD~1)" \
-    "$(git -C "$clone" rev-parse HEAD)" "$([ -n "${POPULORA_STAGE_HOST:-}" ] && echo true || echo false)" > "$tmp/run.json"
+  paused=$(paused_seconds "$clone" "$name")
+  run_json "$control" "$seed" "$name" "$wall" "$(( earlier_n + 1 ))" "$earlier_s" "$paused" \
+    "$(machine_json "$clone/params.yaml")" "$(git -C "$clone" rev-parse HEAD~1)" "$(git -C "$clone" rev-parse HEAD)" \
+    "$([ -n "${POPULORA_STAGE_HOST:-}" ] && echo true || echo false)" > "$tmp/run.json"
   mv "$tmp" "$dest"
   for attempt in 1 2 3 4 5; do  # the checkout may be busy (another git command): retry
     if (cd "$here" && git add "$runs/$name" "$runs/../heldout_pool.jsonl" 2>/dev/null; git add "$runs/$name" \
         && git commit -q -m "Study run $name ($wall s)" -- "$runs/$name" $(ls "$here/$runs/../heldout_pool.jsonl" 2>/dev/null)); then break; fi
     sleep 20
   done
-  rm -f "$clone/$name.started" "$clone/$name.attempts"
-  echo "$(date -u +%FT%TZ) $name: done in $wall s, committed to $runs/$name"
+  rm -f "$clone/$name.started" "$clone/$name.attempts" "$clone/$name.paused_s"
+  echo "$(date -u +%FT%TZ) $name: done in $wall s ($paused s of it paused), committed to $runs/$name"
 done
 if (( ${#failed[@]} )); then echo "failed: ${failed[*]}" >&2; exit 1; fi

@@ -199,6 +199,32 @@ def test_a_resumed_run_counts_every_attempt(tmp_path):
     assert _study_fn('earlier_attempts "$1" other-s0', clone) == "0 0"  # per run
 
 
+def test_a_run_s_paused_seconds_go_into_its_run_json(tmp_path):
+    """<clone>/<name>.paused_s (seconds stopped by hand for a measurement, over every attempt) becomes run.json's
+    paused_s, which the analysis takes off the wall; none means 0, and a value that is no number is refused."""
+    clone = str(tmp_path)
+    assert _study_fn('paused_seconds "$1" run-s0', clone) == "0"
+    (tmp_path / "run-s0.paused_s").write_text("7608\n")
+    paused = _study_fn('paused_seconds "$1" run-s0', clone)
+    assert paused == "7608"
+    machine = '{"cpu": "c", "threads": 2}'
+    text = _study_fn('run_json "$@"', "1t1s", "20", "1t1s-s20", "9000", "3", "4000", paused, machine, "a", "b", "true")
+    run = json.loads(text)
+    assert run["paused_s"] == 7608 and run["wall_s"] == 9000 and run["interrupted_s"] == 4000
+    assert run["machine"] == {"cpu": "c", "threads": 2} and run["stage_host"] is True and run["source_commit"] == "a"
+    from populora.analysis.runs import _wall_s
+
+    assert _wall_s(run) == 9000 - 7608  # the analysis' wall: the pause taken off
+    (tmp_path / "run-s0.paused_s").write_text("76 s\n")
+    refused = subprocess.run(
+        ["bash", "-c", 'source scripts/study.sh && paused_seconds "$1" run-s0', "-", clone],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert refused.returncode != 0 and "not a whole number of seconds" in refused.stderr
+
+
 def test_final_measurements_run_only_when_asked_and_measure_the_base_once(tmp_path):
     """STUDY_PASSK / STUDY_CROSSPLAY: pass@k of the run's final students (the base in the first run that
     measures it, left out once a committed run holds it) and a population's cross-play matrix, measured in
