@@ -45,8 +45,8 @@
 # A run on both threads shares the machine with nothing, not even a niced test: its stages wait at every
 # OpenMP region's end for the thread another process preempted (seed 21 of the warm-base gate: three niced
 # processes made a generation 4-12x slower per stage, docs/measurements.md). To run something between, pause the
-# run (kill -STOP -<its process group>, then -CONT) outside verify and grade (the sandbox's wall-clock backstop)
-# and add the pause's seconds to <clone>/<name>.paused_s (one number: the run's paused seconds so far), which this
+# run outside verify and grade (the sandbox's wall-clock backstop): `bash scripts/study_pause.sh stop|resume CLONE
+# NAME` (SIGSTOP/SIGCONT of its process group) adds the pause's seconds to <clone>/<name>.paused_s, which this
 # script writes into the run's run.json as paused_s (populora/analysis/runs.py subtracts it from the wall).
 # Every run of a study uses the same code: a new clone checks out the commit the committed runs
 # record as `source_commit` (STUDY_SOURCE=<commit> overrides; with no runs yet: HEAD).

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -382,3 +384,69 @@ def test_a_resumed_total_budget_run_reads_the_committed_params_not_the_killed_at
         text=True,
     )
     assert bad.returncode != 0 and bad.stdout == ""
+
+
+def _process_group(command_line: str) -> subprocess.Popen:
+    """A process of its own group whose command line reads `command_line` (a stand-in for a study's stage)."""
+    return subprocess.Popen(["bash", "-c", f'exec -a "{command_line}" sleep 60'], start_new_session=True)
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _pause(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", "scripts/study_pause.sh", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_a_study_run_is_paused_in_a_model_stage_and_its_pause_recorded(tmp_path):
+    """stop waits for a model-only stage (no sandbox backstop to fire), SIGSTOPs the run's process group; resume
+    continues it and adds the seconds to <clone>/<name>.paused_s, which scripts/study.sh puts into run.json."""
+    clone, name = str(tmp_path), "1t1s-s20"
+    (tmp_path / f"{name}.paused_s").write_text("100\n")  # an earlier pause of the same run
+    stage = _process_group("python -m stages.propose --params params.yaml --arm population")
+    try:
+        stopped = _pause("stop", clone, name, str(stage.pid))
+        assert stopped.returncode == 0 and "in its propose stage" in stopped.stdout
+        assert _state(stage.pid) == "T"
+        assert _pause("stop", clone, name, str(stage.pid)).returncode == 1  # paused already: said, nothing done
+        time.sleep(1.1)
+        resumed = _pause("resume", clone, name, str(stage.pid))
+        assert resumed.returncode == 0 and _state(stage.pid) in {"S", "R"}
+        paused = int((tmp_path / f"{name}.paused_s").read_text())
+        assert 101 <= paused <= 110 and not (tmp_path / f"{name}.paused_at").exists()
+        assert _study_fn('paused_seconds "$1" "$2"', clone, name) == str(paused)
+        assert _pause("resume", clone, name, str(stage.pid)).returncode == 1  # not paused
+    finally:
+        os.killpg(stage.pid, signal.SIGKILL)
+
+
+def test_a_study_run_is_not_paused_inside_a_sandbox_stage(tmp_path):
+    """verify runs programs under a wall-clock backstop: stop waits and leaves the run alone meanwhile."""
+    stage = _process_group("python -m stages.verify --params params.yaml --arm population")
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            _pause("stop", str(tmp_path), "1t1s-s20", str(stage.pid), timeout=3)
+        assert _state(stage.pid) in {"S", "R"} and not (tmp_path / "1t1s-s20.paused_at").exists()
+    finally:
+        os.killpg(stage.pid, signal.SIGKILL)
+
+
+def test_the_pause_script_finds_the_study_run_of_a_clone(tmp_path):
+    clone = str(tmp_path / "clone")
+    study = _process_group(f"bash scripts/study.sh {clone} 1t1s:20 ensemble:20")
+    try:
+        time.sleep(0.2)
+        found = subprocess.run(
+            ["bash", "-c", 'source scripts/study_pause.sh && study_pgid "$1"', "-", clone],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert found == str(study.pid)  # started with setsid: its own group
+        assert _pause("stop", clone + "-other", "x").returncode == 1  # no run of that clone: said, not waited on
+    finally:
+        os.killpg(study.pid, signal.SIGKILL)
