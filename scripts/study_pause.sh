@@ -21,8 +21,10 @@ study_pgid() {  # the process group of the study.sh running CLONE, or nothing
   return 0
 }
 
-stage_of() {  # the model stage running in process group $1 now, if any
-  pgrep -g "$1" -a -f "python -m stages\." | sed -nE 's/.*python -m stages\.([a-z_]+) .*/\1/p' | head -1
+stage_of() {  # the model stage running in process group $1 now, if any (between two stages: nothing)
+  local running
+  running=$(pgrep -g "$1" -a -f "python -m stages\\." || true)
+  awk 'match($0, /python -m stages\.[a-z_]+ /) { print substr($0, RSTART + 17, RLENGTH - 18); exit }' <<<"$running"
 }
 
 main() {

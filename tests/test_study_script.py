@@ -391,8 +391,15 @@ def _process_group(command_line: str) -> subprocess.Popen:
     return subprocess.Popen(["bash", "-c", f'exec -a "{command_line}" sleep 60'], start_new_session=True)
 
 
-def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+def _state(pid: int, wanted: str = "") -> str:
+    """The process's state letter; with `wanted`, polled for up to 5 s until it is one of those letters (a signal
+    takes effect when the process is next scheduled, later on a loaded machine)."""
+    deadline = time.monotonic() + 5
+    while True:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if not wanted or state in wanted or time.monotonic() > deadline:
+            return state
+        time.sleep(0.05)
 
 
 def _pause(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
@@ -410,15 +417,30 @@ def test_a_study_run_is_paused_in_a_model_stage_and_its_pause_recorded(tmp_path)
     try:
         stopped = _pause("stop", clone, name, str(stage.pid))
         assert stopped.returncode == 0 and "in its propose stage" in stopped.stdout
-        assert _state(stage.pid) == "T"
+        assert _state(stage.pid, "T") == "T"
         assert _pause("stop", clone, name, str(stage.pid)).returncode == 1  # paused already: said, nothing done
         time.sleep(1.1)
         resumed = _pause("resume", clone, name, str(stage.pid))
-        assert resumed.returncode == 0 and _state(stage.pid) in {"S", "R"}
+        assert resumed.returncode == 0 and _state(stage.pid, "SR") in {"S", "R"}
         paused = int((tmp_path / f"{name}.paused_s").read_text())
         assert 101 <= paused <= 110 and not (tmp_path / f"{name}.paused_at").exists()
         assert _study_fn('paused_seconds "$1" "$2"', clone, name) == str(paused)
         assert _pause("resume", clone, name, str(stage.pid)).returncode == 1  # not paused
+    finally:
+        os.killpg(stage.pid, signal.SIGKILL)
+
+
+def test_a_pause_waits_through_a_gap_between_stages(tmp_path):
+    """Between two stages no stage process runs: stop keeps waiting (it did not end at once) and stops the next."""
+    # the group's first process names no stage; 1.5 s later it becomes a solve stage
+    stage = subprocess.Popen(
+        ["bash", "-c", 'sleep 1.5; exec -a "python -m stages.$0 --arm population" sleep 60', "solve"],
+        start_new_session=True,
+    )
+    try:
+        stopped = _pause("stop", str(tmp_path), "1t1s-s20", str(stage.pid))
+        assert stopped.returncode == 0 and "in its solve stage" in stopped.stdout and _state(stage.pid, "T") == "T"
+        assert _pause("resume", str(tmp_path), "1t1s-s20", str(stage.pid)).returncode == 0
     finally:
         os.killpg(stage.pid, signal.SIGKILL)
 
@@ -429,7 +451,7 @@ def test_a_study_run_is_not_paused_inside_a_sandbox_stage(tmp_path):
     try:
         with pytest.raises(subprocess.TimeoutExpired):
             _pause("stop", str(tmp_path), "1t1s-s20", str(stage.pid), timeout=3)
-        assert _state(stage.pid) in {"S", "R"} and not (tmp_path / "1t1s-s20.paused_at").exists()
+        assert _state(stage.pid, "SR") in {"S", "R"} and not (tmp_path / "1t1s-s20.paused_at").exists()
     finally:
         os.killpg(stage.pid, signal.SIGKILL)
 
