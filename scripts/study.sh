@@ -254,6 +254,9 @@ for item in "$@"; do
   arm=population; [[ $control == baseline* ]] && arm=baseline
   drop_torn_lock "$clone/dvc.lock" "$name"
   close_interrupted_attempt "$clone" "$name"  # before this attempt's log replaces the killed one's
+  # a pause open when the run was killed (scripts/study_pause.sh): its attempt ended at its log's last write, before
+  # the pause, so the pause is in no wall time and is not counted
+  rm -f "$clone/$name.paused_at"
   read -r earlier_s earlier_n < <(earlier_attempts "$clone" "$name")
   # a paused_s that is no number fails here, before the run's work, not when its results are committed
   if ! paused=$(paused_seconds "$clone" "$name"); then failed+=("$name"); continue; fi

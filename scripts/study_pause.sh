@@ -11,7 +11,8 @@
 # backstop would fire on a stopped program. An update stage holds several GiB while stopped: for the README's test
 # command (its vLLM lane wants ~4.7 GiB free) set STUDY_PAUSE_STAGES='propose|solve'. The seconds stopped go into
 # CLONE/NAME.paused_s, which scripts/study.sh writes into the run's run.json as paused_s (the analysis takes them
-# off its wall time).
+# off its wall time). A run killed while paused (a session's end) leaves CLONE/NAME.paused_at, which scripts/study.sh
+# removes when it starts the run again (that attempt's time ended at its log's last write, before the pause).
 set -euo pipefail
 
 study_pgid() {  # the process group of the study.sh running CLONE, or nothing
