@@ -45,10 +45,15 @@ main() {
     local stage
     while true; do
       stage=$(stage_of "$pgid")
-      [[ -n $stage && $stage =~ ^($stages)$ ]] && break
+      if [[ -n $stage && $stage =~ ^($stages)$ ]]; then
+        kill -STOP -- "-$pgid"
+        # the stage may have ended between the look and the stop: look again, now that nothing moves
+        stage=$(stage_of "$pgid")
+        [[ -n $stage && $stage =~ ^($stages)$ ]] && break
+        kill -CONT -- "-$pgid"
+      fi
       sleep 1
     done
-    kill -STOP -- "-$pgid"
     date +%s > "$at"
     echo "$name paused at $(date -u +%FT%TZ) in its $stage stage"
   else
