@@ -101,7 +101,7 @@ def test_a_failing_member_is_named_by_its_adapter_folder(monkeypatch):
 
 def test_a_benchmark_result_names_its_data_by_file_and_content_not_by_folder(tmp_path):
     """Two clones with the benchmark folder in different places record the same source (a study's results once
-    held /work/shared/benchmarks); other rows get another digest; downloaded rows are named as given."""
+    held the machine's own absolute folder); other rows get another digest; downloaded rows are named as given."""
     from populora.bench import data_source
 
     for folder, text in (("a", "rows\n"), ("b/c", "rows\n"), ("d", "other rows\n")):

@@ -173,9 +173,9 @@ def test_no_dvc_lock_is_left_alone(tmp_path):
     assert not (tmp_path / "dvc.lock").exists()
 
 
-def _study_fn(call: str, *args: str) -> str:
+def _study_fn(call: str, *args: str, script: str = "scripts/study.sh") -> str:
     return subprocess.run(
-        ["bash", "-c", f"source scripts/study.sh && {call}", "-", *args],
+        ["bash", "-c", f"source {script} && {call}", "-", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -461,13 +461,7 @@ def test_the_pause_script_finds_the_study_run_of_a_clone(tmp_path):
     study = _process_group(f"bash scripts/study.sh {clone} 1t1s:20 ensemble:20")
     try:
         time.sleep(0.2)
-        found = subprocess.run(
-            ["bash", "-c", 'source scripts/study_pause.sh && study_pgid "$1"', "-", clone],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        found = _study_fn('study_pgid "$1"', clone, script="scripts/study_pause.sh")
         assert found == str(study.pid)  # started with setsid: its own group
         assert _pause("stop", clone + "-other", "x").returncode == 1  # no run of that clone: said, not waited on
     finally:
