@@ -162,6 +162,12 @@ paused_seconds() {
   echo "$seconds"
 }
 
+# The base a run's adapters were trained on, relative to its clone: results/warm_base where the run made one, else
+# results/base_model (populora.core.paths.model_base)
+model_base() {
+  if [ -d "$1/results/warm_base" ]; then echo results/warm_base; else echo results/base_model; fi
+}
+
 # A finished run's run.json: control, seed, experiment, wall_s, attempts, interrupted_s, paused_s, machine (JSON),
 # source_commit, study_commit, stage_host (true/false), in that order
 run_json() {
@@ -173,19 +179,22 @@ run_json() {
 # (populora.analysis.passk; the base model too in the first run that measures it, the others leave it out);
 # STUDY_CROSSPLAY=<tasks per generation> (e.g. 8): a population's cross-play matrix (populora.analysis.crossplay).
 # Each writes into the run folder (passk/, crossplay/); a failure is logged and the run is kept without it.
-# Both run the clone's code (the run's own commit), so that commit must have the modules.
+# Both run the clone's code (the run's own commit), so that commit must have the modules. The adapters load on the
+# base they were trained on, named explicitly (a commit before the fix of the modules' defaults took the raw base):
+# results/warm_base where the run made one, else results/base_model (`model_base`).
 measure_final() {
-  local clone=$1 name=$2 arm=$3 tmp=$4 base_flag=()
+  local clone=$1 name=$2 arm=$3 tmp=$4 base_flag=() base
+  base=$(model_base "$clone")
   if [ -n "${STUDY_PASSK:-}" ] && [ -s "$clone/results/heldout/pool.jsonl" ]; then
     grep -qs '"base"' "$here/$runs"/*/passk/passk.json && base_flag=(--no-base)
     (cd "$clone" && PYTHONPATH="$clone" python -m populora.analysis.passk --pool results/heldout/pool.jsonl \
-       --params params.yaml --base-model results/base_model --run "$name=results/$arm" --samples "$STUDY_PASSK" \
+       --params params.yaml --base-model "$base" --run "$name=results/$arm" --samples "$STUDY_PASSK" \
        "${base_flag[@]}" --out "$tmp/passk") >> "$clone/$name.log" 2>&1 \
       || echo "$(date -u +%FT%TZ) $name: pass@k failed, kept without it (see $clone/$name.log)" >&2
   fi
   if [ -n "${STUDY_CROSSPLAY:-}" ] && [ "$arm" = population ]; then
     (cd "$clone" && PYTHONPATH="$clone" python -m populora.analysis.crossplay results --arm "$arm" --params params.yaml \
-       --tasks-per-gen "$STUDY_CROSSPLAY" --out "$tmp/crossplay") >> "$clone/$name.log" 2>&1 \
+       --base-model "$base" --tasks-per-gen "$STUDY_CROSSPLAY" --out "$tmp/crossplay") >> "$clone/$name.log" 2>&1 \
       || echo "$(date -u +%FT%TZ) $name: cross-play failed, kept without it (see $clone/$name.log)" >&2
   fi
   return 0

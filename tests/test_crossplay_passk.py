@@ -193,6 +193,7 @@ def test_crossplay_command_on_a_tiny_finished_run(tiny_model_dir, tiny_params_di
 
     params, results = _finished_run(tmp_path, tiny_model_dir, tiny_params_dict)
     assert sorted(generation_dirs(results, "population")) == [0, 1]
+    shutil.copytree(tiny_model_dir, results / "warm_base")  # the base the adapters trained on: found by default
     out = tmp_path / "crossplay"
     assert (
         crossplay.main(
@@ -200,8 +201,6 @@ def test_crossplay_command_on_a_tiny_finished_run(tiny_model_dir, tiny_params_di
                 str(results),
                 "--params",
                 str(params),
-                "--base-model",
-                str(tiny_model_dir),
                 "--out",
                 str(out),
                 "--tasks-per-gen",
@@ -227,7 +226,7 @@ def test_crossplay_command_on_a_tiny_finished_run(tiny_model_dir, tiny_params_di
     assert doc["members"]["g001-student1"]["slot"] == "student1" and doc["command"].startswith(
         "python -m populora.analysis.crossplay"
     )
-    assert (out / "crossplay.png").stat().st_size > 0
+    assert (out / "crossplay.png").stat().st_size > 0 and doc["base_model"] == str(results / "warm_base")
     # a generation that is not there is refused, naming it
     assert crossplay.main([str(results), "--params", str(params), "--out", str(out), "--gens", "0", "7"]) == 1
 
@@ -341,3 +340,45 @@ def test_the_study_reports_pass_at_k_per_control_across_seeds(tmp_path):
     assert "## pass@k on the held-out pool" in text and "| base model | 5.0 | 15.0 | 30.0 |" in text
     assert "| best constant answer | 5.0 | 5.0 | 5.0 |" in text and "| 2t2s - 1t1s | 1 | +10.0 [" in text
     assert "pass@k" in figure_panels(study) and (tmp_path / "out" / "study.png").stat().st_size > 0
+
+
+# --- which base the adapters load on -----------------------------------------------------------------
+
+
+def test_the_model_base_is_the_warm_base_where_the_run_made_one(tmp_path):
+    from populora.core.paths import model_base
+
+    assert model_base(tmp_path) == tmp_path / "base_model"  # a run older than the warm start
+    (tmp_path / "warm_base").mkdir()
+    assert model_base(tmp_path) == tmp_path / "warm_base"  # warm start on, or off (the raw base's hard links)
+    assert model_base(str(tmp_path)) == tmp_path / "warm_base"
+
+
+def test_a_warm_started_runs_raw_base_is_refused_before_anything_loads(tmp_path, capsys):
+    """pass@k and cross-play on the raw base of a run whose adapters were trained on its warm start would score
+    students on a model they never trained on, silently (study.sh passed results/base_model until the fix)."""
+    from populora.analysis import crossplay, passk
+    from populora.core.paths import check_adapter_base
+
+    results = tmp_path / "results"
+    (results / "base_model").mkdir(parents=True)
+    (results / "warm_base").mkdir()
+    check_adapter_base(results / "base_model")  # warm start off: warm_base holds no adapter, either base is right
+    (results / "warm_base" / "warm_start_adapter").mkdir()
+    check_adapter_base(results / "warm_base")
+    check_adapter_base(tmp_path / "elsewhere")  # a base outside a run's results: nothing to check against
+    with pytest.raises(ValueError, match="pass --base-model .*warm_base"):
+        check_adapter_base(results / "base_model")
+
+    params = tmp_path / "params.yaml"
+    params.write_text("{}\n")
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text(json.dumps({"task_id": "a", "type": "code_o"}) + "\n")
+    raw = str(results / "base_model")
+    argv = ["--pool", str(pool), "--params", str(params), "--base-model", raw, "--out", str(tmp_path / "o")]
+    assert passk.main(argv) == 1
+    assert "trained on its warm start" in capsys.readouterr().err
+    argv = [str(results), "--params", str(params), "--base-model", raw, "--out", str(tmp_path / "o")]
+    assert crossplay.main(argv) == 1
+    assert "trained on its warm start" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -262,11 +262,17 @@ def test_final_measurements_run_only_when_asked_and_measure_the_base_once(tmp_pa
     assert measure("population") == []  # asked for nothing
     passk, crossplay = measure("population", STUDY_PASSK="64", STUDY_CROSSPLAY="8")
     assert passk.startswith("-m populora.analysis.passk --pool results/heldout/pool.jsonl") and "--no-base" not in passk
-    assert "--run run-s3=results/population --samples 64" in passk and passk.endswith(f"--out {tmp}/passk")
-    assert (
-        crossplay
-        == f"-m populora.analysis.crossplay results --arm population --params params.yaml --tasks-per-gen 8 --out {tmp}/crossplay"
+    assert "--base-model results/base_model --run run-s3=results/population --samples 64" in passk
+    assert passk.endswith(f"--out {tmp}/passk")
+    assert crossplay == (
+        "-m populora.analysis.crossplay results --arm population --params params.yaml "
+        f"--base-model results/base_model --tasks-per-gen 8 --out {tmp}/crossplay"
     )
+    # a run that made a warm base trained its adapters on it: both load it (the modules' defaults at the study's
+    # commit took the raw base)
+    (clone / "results" / "warm_base").mkdir()
+    passk, crossplay = measure("population", STUDY_PASSK="64", STUDY_CROSSPLAY="8")
+    assert "--base-model results/warm_base --run" in passk and "--base-model results/warm_base --tasks" in crossplay
     committed = here / "study" / "runs" / "run-s1" / "passk"  # an earlier run measured the base
     committed.mkdir(parents=True)
     (committed / "passk.json").write_text('{"members": {"base": {}}}')

@@ -10,7 +10,8 @@ played, cannot tell the two apart.
 Reads `<results>/<arm>/genNNN/tasks.jsonl` (the verified proposals of generation NNN, written by its
 teachers) and `<results>/<arm>/genNNN/checkpoint` (its students as trained in that generation,
 `populora.core.state.trained_adapter_dir`, never a child evolution put in their place), and the base
-model (`<results>/base_model` unless `--base-model`). Per teacher generation at most `--tasks-per-gen`
+the adapters were trained on (`<results>/warm_base` where the run made one, else `<results>/base_model`,
+unless `--base-model`; the raw base of a warm-started run is refused). Per teacher generation at most `--tasks-per-gen`
 valid tasks are drawn (seeded, types in turn); each task gets fixed worked examples drawn once from the
 verified seed tasks (`populora.heldout.pool.attach_examples`), so every student of every generation
 sees exactly the same prompt: the tasks and their prompts are frozen, only the students change. Every
@@ -38,6 +39,7 @@ from pathlib import Path
 from statistics import mean
 
 from populora.core.io import write_figure, write_json
+from populora.core.paths import check_adapter_base, model_base
 from populora.core.rows import Task, read_rows
 from populora.core.seeds import derive_seed
 from populora.core.state import load_state, trained_adapter_dir
@@ -343,10 +345,14 @@ def _frozen_tasks(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", help="the run's results folder (holding <arm>/genNNN/ and base_model/)")
+    parser.add_argument("results", help="the run's results folder (holding <arm>/genNNN/ and its base)")
     parser.add_argument("--arm", default="population")
     parser.add_argument("--params", default="params.yaml", help="the run's params (solver, verifier, engine settings)")
-    parser.add_argument("--base-model", help="default: <results>/base_model")
+    parser.add_argument(
+        "--base-model",
+        help="the base the run's adapters were trained on (default: <results>/warm_base where it exists, else "
+        "<results>/base_model: populora.core.paths.model_base)",
+    )
     parser.add_argument("--out", required=True, help="folder for crossplay.json and crossplay.png")
     parser.add_argument(
         "--tasks-per-gen", type=int, default=8, help="valid tasks drawn per teacher generation (default 8)"
@@ -363,11 +369,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         params = load_params(args.params)
         types = tuple(args.types or params.propose.types)
+        base_model = Path(args.base_model) if args.base_model else model_base(args.results)
+        check_adapter_base(base_model)
         doc = crossplay(
             params,
             Path(args.results),
             args.arm,
-            Path(args.base_model or Path(args.results) / "base_model"),
+            base_model,
             tasks_per_gen=args.tasks_per_gen,
             types=types,
             seed=args.seed,
@@ -377,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ParamsError, ValueError, OSError, IsolationError) as error:
         print(f"crossplay: {error}", file=sys.stderr)
         return 1
+    doc["base_model"] = str(base_model)
     doc["command"] = "python -m populora.analysis.crossplay " + " ".join(argv if argv is not None else sys.argv[1:])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

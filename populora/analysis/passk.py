@@ -3,12 +3,14 @@ students: does RL widen what is solvable (pass@64 rises) or only sharpen what al
 pass@64 stays or falls)? (issue 51)
 
     python -m populora.analysis.passk --pool study/pool-v2/pool.jsonl --params params.yaml \
-        --base-model results/base_model --run 2t2s-s11=results/population --out results/passk
+        --run 2t2s-s11=results/population --out results/passk
     python -m populora.analysis.passk --pool study/pool-v2/pool.jsonl --out study/question/passk-base   # the base only
 
 `--run LABEL=PATH` (repeatable): PATH is a checkpoint folder (`results/<arm>/genNNN/checkpoint`) or an
 arm's folder (`results/<arm>`: its last generation's checkpoint); its students answer as trained in that
-generation (`populora.core.state.trained_adapter_dir`). Each member answers every pool task `--samples`
+generation (`populora.core.state.trained_adapter_dir`), on the base they were trained on (`--base-model`;
+default `results/warm_base` where the run made one, else `results/base_model`; a warm-started run's raw base
+is refused), which is also the base member. Each member answers every pool task `--samples`
 times at `--temperature` (1.0) with the solver's settings and the pool's own worked examples
 (`populora.heldout.scoring.pass_counts`, the machinery of the pool's mean pass rate; the shared-prefix
 sampler prefills each task's prompt once per adapter for all its samples), the sandbox grades them, and
@@ -37,6 +39,7 @@ from statistics import mean
 from typing import Any
 
 from populora.core.io import read_jsonl, write_figure, write_json
+from populora.core.paths import check_adapter_base, model_base
 from populora.core.state import load_state, trained_adapter_dir
 from populora.heldout.pool import BASE
 from populora.heldout.scoring import pass_at_k_curve
@@ -244,7 +247,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pool", required=True, help="the held-out pool (jsonl with worked examples, e.g. pool v2)")
     parser.add_argument("--params", default="params.yaml", help="the run's params (solver, verifier, engine settings)")
-    parser.add_argument("--base-model", default="results/base_model")
+    parser.add_argument(
+        "--base-model",
+        help="the base the runs' adapters were trained on (default: results/warm_base where it exists, else "
+        "results/base_model: populora.core.paths.model_base); the base member answers on it",
+    )
     parser.add_argument(
         "--run",
         action="append",
@@ -290,10 +297,12 @@ def _measure(args: argparse.Namespace) -> dict:
     pool = subsample(whole, args.max_tasks, args.seed)
     if not pool:
         raise ValueError(f"{args.pool} holds no task")
+    base_model = Path(args.base_model) if args.base_model else model_base("results")
+    check_adapter_base(base_model)
     doc = passk(
         params,
         pool,
-        Path(args.base_model),
+        base_model,
         runs,
         samples=args.samples,
         ks=ks_for(args.samples, args.ks),
@@ -301,6 +310,7 @@ def _measure(args: argparse.Namespace) -> dict:
         seed=args.seed,
         with_base=not args.no_base,
     )
+    doc["base_model"] = str(base_model)
     if args.baselines and len(pool) == len(whole):  # the file's figures are the whole pool's
         doc["baselines"] = json.loads(Path(args.baselines).read_text())["by_type"]
     else:

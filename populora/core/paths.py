@@ -15,6 +15,10 @@ names them without depending on the model code):
                                         bench stage (`populora.bench.runners`)
     <adapter>/adapter_model.safetensors ADAPTER_WEIGHTS, <adapter>/adapter_config.json ADAPTER_CONFIG: a PEFT
                                         adapter folder (`populora.lm.adapters`), checked by `stages.update_gather`
+
+and which of a run's two base folders its adapters were trained on (`model_base`, `check_adapter_base`):
+`<results>/base_model` is the raw base, `<results>/warm_base` the base every model stage loads (the warm
+start's merge, its adapter kept in `warm_start_adapter/`; the raw base's hard links when the warm start is off).
 """
 
 from __future__ import annotations
@@ -27,6 +31,27 @@ BASE_SOURCE = "populora_source.json"
 MODEL_DESCRIPTION = "model.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"  # PEFT's names
 ADAPTER_CONFIG = "adapter_config.json"
+RAW_BASE, WARM_BASE = "base_model", "warm_base"  # a run's base folders under results/
+WARM_START_ADAPTER = "warm_start_adapter"  # in <results>/warm_base where the warm start trained one
+
+
+def model_base(results: str | Path) -> Path:
+    """The base a run's adapters were trained on: `<results>/warm_base` where the run made one, else
+    `<results>/base_model` (runs older than the warm start)."""
+    warm = Path(results) / WARM_BASE
+    return warm if warm.is_dir() else Path(results) / RAW_BASE
+
+
+def check_adapter_base(base: str | Path) -> None:
+    """ValueError when `base` is a run's raw base while the run trained its adapters on a warm start beside it:
+    its students would answer on a model they were never trained on, silently."""
+    base = Path(base)
+    warm = base.parent / WARM_BASE
+    if base.name == RAW_BASE and (warm / WARM_START_ADAPTER).is_dir():
+        raise ValueError(
+            f"{base} is the raw base, but this run's adapters were trained on its warm start: "
+            f"pass --base-model {warm} (or leave --base-model out)"
+        )
 
 
 def queued_from(cwd: str | Path) -> Path | None:

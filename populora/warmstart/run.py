@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 from populora.core.io import link_or_copy, write_jsonl
+from populora.core.paths import WARM_START_ADAPTER
 
 TASKS_FILE = "warm_start_tasks.jsonl"  # beside the merged weights: what the model was trained on
 
@@ -187,7 +188,7 @@ def _save_and_merge(peft_model, base_dir: Path, out_dir: Path) -> float:
     started = time.monotonic()
     merge_into_base(base_dir, adapter_folder(adapter), out_dir)
     merge_s = time.monotonic() - started
-    _move_adapter(adapter, out_dir / "warm_start_adapter")
+    _move_adapter(adapter, out_dir / WARM_START_ADAPTER)
     return merge_s
 
 
