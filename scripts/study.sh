@@ -181,7 +181,9 @@ run_json() {
 # Each writes into the run folder (passk/, crossplay/); a failure is logged and the run is kept without it.
 # Both run the clone's code (the run's own commit), so that commit must have the modules. The adapters load on the
 # base they were trained on, named explicitly (a commit before the fix of the modules' defaults took the raw base):
-# results/warm_base where the run made one, else results/base_model (`model_base`).
+# results/warm_base where the run made one, else results/base_model (`model_base`). Their output goes to
+# CLONE/NAME.measure.log, not the run's log: an attempt killed while measuring ends at the run log's last write
+# (close_interrupted_attempt), the end of its DVC work, so the hour of measuring never counts as the run's wall.
 measure_final() {
   local clone=$1 name=$2 arm=$3 tmp=$4 base_flag=() base
   base=$(model_base "$clone")
@@ -189,13 +191,13 @@ measure_final() {
     grep -qs '"base"' "$here/$runs"/*/passk/passk.json && base_flag=(--no-base)
     (cd "$clone" && PYTHONPATH="$clone" python -m populora.analysis.passk --pool results/heldout/pool.jsonl \
        --params params.yaml --base-model "$base" --run "$name=results/$arm" --samples "$STUDY_PASSK" \
-       "${base_flag[@]}" --out "$tmp/passk") >> "$clone/$name.log" 2>&1 \
-      || echo "$(date -u +%FT%TZ) $name: pass@k failed, kept without it (see $clone/$name.log)" >&2
+       "${base_flag[@]}" --out "$tmp/passk") >> "$clone/$name.measure.log" 2>&1 \
+      || echo "$(date -u +%FT%TZ) $name: pass@k failed, kept without it (see $clone/$name.measure.log)" >&2
   fi
   if [ -n "${STUDY_CROSSPLAY:-}" ] && [ "$arm" = population ]; then
     (cd "$clone" && PYTHONPATH="$clone" python -m populora.analysis.crossplay results --arm "$arm" --params params.yaml \
-       --base-model "$base" --tasks-per-gen "$STUDY_CROSSPLAY" --out "$tmp/crossplay") >> "$clone/$name.log" 2>&1 \
-      || echo "$(date -u +%FT%TZ) $name: cross-play failed, kept without it (see $clone/$name.log)" >&2
+       --base-model "$base" --tasks-per-gen "$STUDY_CROSSPLAY" --out "$tmp/crossplay") >> "$clone/$name.measure.log" 2>&1 \
+      || echo "$(date -u +%FT%TZ) $name: cross-play failed, kept without it (see $clone/$name.measure.log)" >&2
   fi
   return 0
 }

@@ -75,7 +75,7 @@ for name in "$@"; do
   STUDY_PASSK=$([[ " ${wanted[*]} " == *" passk "* ]] && echo "${STUDY_PASSK:-}" || true) \
     STUDY_CROSSPLAY=$([[ " ${wanted[*]} " == *" crossplay "* ]] && echo "${STUDY_CROSSPLAY:-}" || true) \
     measure_final "$scratch" "$name" "$arm" "$tmp"
-  [ -f "$scratch/$name.log" ] && mv "$scratch/$name.log" "$scratch.log"  # the measurements' own log, kept
+  [ -f "$scratch/$name.measure.log" ] && mv "$scratch/$name.measure.log" "$scratch.log"  # the measurements' log, kept
   got=()
   for part in "${wanted[@]}"; do
     [ -d "$tmp/$part" ] || continue

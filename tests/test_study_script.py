@@ -261,6 +261,8 @@ def test_final_measurements_run_only_when_asked_and_measure_the_base_once(tmp_pa
 
     assert measure("population") == []  # asked for nothing
     passk, crossplay = measure("population", STUDY_PASSK="64", STUDY_CROSSPLAY="8")
+    # their output has a log of its own: the run's log ends with its DVC work (a killed attempt's end)
+    assert (clone / "run-s3.measure.log").exists() and not (clone / "run-s3.log").exists()
     assert passk.startswith("-m populora.analysis.passk --pool results/heldout/pool.jsonl") and "--no-base" not in passk
     assert "--base-model results/base_model --run run-s3=results/population --samples 64" in passk
     assert passk.endswith(f"--out {tmp}/passk")
