@@ -32,7 +32,12 @@
 #   4t4s            the population: 4 teachers + 4 students, evolution on
 #   1t1s-total      one teacher + one student with the 2T-2S population's total budget (issue 57): twice the
 #                   proposals (propose.per_type), answers (solve.tasks_per_type) and optimizer steps (update.steps)
-#                   of the run's params, i.e. what the population's two teachers and two students spend together
+#                   of the run's params, i.e. what the population's two teachers and two students spend together;
+#                   each step over all the pair's rollouts (update.step_rollouts all: every rollout trained on twice,
+#                   twice the update's work of the population's)
+#   1t1s-total-split  the same with each step over its own half of the rollouts, dealt out by task
+#                   (update.step_rollouts=split: every rollout trained on once, as the population's members do; needs
+#                   a commit that has the key)
 #   <control>-nocopy  any of them with propose.reject_copyable=true (no task a student solves by echoing
 #                   what it is shown, no identity seed; needs a study at a commit that has the key: STUDY_SOURCE)
 #   <control>-null  any of them with update.shuffle_advantages=true (same data, no learning signal);
@@ -52,8 +57,9 @@
 set -euo pipefail
 
 control_flags() {
-  local control=$1 flags=() base=${1%-null}
+  local control=$1 flags=() base=${1%-null} split=()
   base=${base%-nocopy}
+  [[ $base == 1t1s-total-split ]] && base=1t1s-total split=(-S ++update.step_rollouts=split)
   case $base in
     baseline) flags=(-S 'dag.arms=[baseline]') ;;
     baseline-roles) flags=(-S 'dag.arms=[baseline]' -S ++update.role_steps=per_role) ;;
@@ -71,7 +77,7 @@ print(2 * p["propose"]["per_type"], 2 * p["solve"]["tasks_per_type"], 2 * p["upd
         || { echo "1t1s-total needs the run's params file (solve, propose, update)" >&2; return 2; }
       read -r per_type tasks steps <<< "$budget"
       flags=(-S 'dag.arms=[population]' -S population.teachers=1 -S population.students=1
-             -S "propose.per_type=$per_type" -S "solve.tasks_per_type=$tasks" -S "update.steps=$steps") ;;
+             -S "propose.per_type=$per_type" -S "solve.tasks_per_type=$tasks" -S "update.steps=$steps" "${split[@]}") ;;
     *) echo "unknown control $control" >&2; return 2 ;;
   esac
   # `++` sets a key whether or not the params file spells it out (runs pinned to older code do not)

@@ -20,7 +20,7 @@ from populora.config import load_params, merge
 ROOT = Path(__file__).resolve().parents[1]
 # study.sh runs `python` from its .venv: the one running the tests
 VENV_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-CONTROLS = ("baseline", "baseline-roles", "1t1s", "2t2s", "2t2s-noevo", "ensemble", "4t4s")
+CONTROLS = ("baseline", "baseline-roles", "1t1s", "2t2s", "2t2s-noevo", "ensemble", "4t4s", "1t1s-total-split")
 
 
 def control_flags(control: str) -> list[str]:
@@ -65,6 +65,7 @@ def test_every_control_applies_and_validates(control, older, tmp_path):
     base = control.removesuffix("-null").removesuffix("-nocopy")
     assert list(params.dag.arms) == (["baseline"] if base.startswith("baseline") else ["population"])
     assert params.update.role_steps == ("per_role" if base == "baseline-roles" else "joint")
+    assert params.update.step_rollouts == ("split" if base == "1t1s-total-split" else "all")
     sizes = {"1t1s": (1, 1), "ensemble": (2, 2), "4t4s": (4, 4)}
     if base in sizes:
         assert (params.population.teachers, params.population.students) == sizes[base]
@@ -264,6 +265,16 @@ def test_the_total_budget_control_doubles_what_one_pair_spends(tmp_path):
         "solve.tasks_per_type=8",
         "update.steps=2",
     } <= set(out)
+    assert not any("step_rollouts" in flag for flag in out)  # each step over all the rollouts: twice the work
+    split = subprocess.run(
+        ["bash", "-c", 'source scripts/study.sh && control_flags 1t1s-total-split "$1"', "-", str(params)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    # the same budget, each of the two steps over its own half: every rollout trained on once
+    assert set(split) == set(out) | {"++update.step_rollouts=split"}
     missing = subprocess.run(
         ["bash", "-c", "source scripts/study.sh && control_flags 1t1s-total /no/such/file"],
         cwd=ROOT,

@@ -461,7 +461,11 @@ class UpdateSection(Section):
     """The LoRA-only REINFORCE update of each adapter (populora/rl/update.py)."""
 
     learning_rate: float = Field(1e-4, gt=0, description="AdamW learning rate for LoRA weights.")
-    steps: int = Field(1, ge=1, description="Optimizer steps per adapter per generation (each over all its rollouts).")
+    steps: int = Field(
+        1,
+        ge=1,
+        description="Optimizer steps per adapter per generation (each over all its rollouts, or over a share of them: step_rollouts).",
+    )
     micro_batch: int = Field(
         8,
         ge=1,
@@ -493,6 +497,13 @@ class UpdateSection(Section):
         description="joint: an adapter's `steps` are over all its rollouts together; per_role: an adapter "
         "in both roles (the baseline) takes `steps` over its proposals and `steps` over its answers, as a teacher "
         "and a student each do (a role-matched baseline).",
+    )
+    step_rollouts: Literal["all", "split"] = Field(
+        "all",
+        description="all: each of the `steps` optimizer steps is over all the adapter's rollouts (epochs: every "
+        "rollout trained on `steps` times); split: the rollouts are dealt out by task into `steps` disjoint shares, "
+        "one optimizer step on each (minibatches: every rollout trained on once, so a pair at a population's total "
+        "budget spends what the population's members do).",
     )
     shuffle_advantages: bool = Field(
         False,

@@ -12,7 +12,9 @@ statistics, `update.loss_type: sequence`; `token` and `constant` normalise other
 written per token as weights `A_i / (N n_i)` so it can be split into micro-batches anywhere; rollouts
 with zero or missing advantage carry no gradient and are skipped. Where the sampler's scores differ
 from the update's (bf16, another engine), `update.importance_sampling_mode` corrects per token
-(`token_truncate`) or per sequence (`sequence_mask`): `importance_mode`.
+(`token_truncate`) or per sequence (`sequence_mask`): `importance_mode`. The `update.steps` optimizer steps
+each go over all the rollouts (`step_rollouts: all`: epochs) or over a share of them each (`split`: dealt out by
+task, `step_shares`, every rollout trained on once): `step_schedule`.
 
 Scoring (`populora.rl.sequences`, re-exported here). Memory: only the positions that are trained get logits, in chunks recomputed in the backward pass
 (no `[batch, time, vocab]` fp32 tensor); micro-batches hold at most `micro_batch` sequences and
@@ -49,6 +51,7 @@ from populora.rl.sequences import (  # noqa: F401  (re-exported: the update's bu
     shared_prefix_logprobs,
     token_weights,
 )
+from populora.rl.step_schedule import role_parts, step_schedule, with_signal
 
 log = logging.getLogger(__name__)
 
@@ -101,11 +104,6 @@ def set_gradient_checkpointing(model, enabled: bool) -> None:
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     else:
         base.gradient_checkpointing_disable()
-
-
-def role_parts(rollouts: list[dict]) -> list[list[dict]]:
-    """The rollouts split by role (propose first), dropping empty roles."""
-    return [part for role in ("propose", "solve") if (part := [r for r in rollouts if r["role"] == role])]
 
 
 def _plan(rollouts: list[dict], config, counted: int | None = None) -> dict:
@@ -224,12 +222,6 @@ def sequence_mask_weights(
     )
     ratio = torch.exp(torch.zeros(len(lengths), device=logprobs.device).index_add_(0, owner, gaps))
     return torch.where(ratio > cap, torch.zeros_like(ratio), ratio)[owner]
-
-
-def with_signal(rollouts: list[dict]) -> list[dict]:
-    """The rollouts that carry a gradient: a nonzero advantage (None: a proposal no student
-    attempted; 0.0: a group with no spread)."""
-    return [r for r in rollouts if r.get("advantage")]
 
 
 def tasks_without_spread(rollouts: list[dict]) -> tuple[int, int]:
@@ -380,40 +372,49 @@ class AdapterUpdate:
         # joint: one loss over every rollout; per_role: the propose and the solve rollouts of an adapter
         # in both roles (the baseline) each get their own `steps`, as a teacher and a student would
         by_role = role_parts(rollouts) if config.role_steps == "per_role" else [rollouts]
-        parts = [(with_signal(part), len(part)) for part in by_role]
-        plans = [
-            _plan(part, config, counted if config.normalize == "batch" else None) for part, counted in parts if part
+        losses, schedule = step_schedule(by_role, config)
+        loss_plans = [
+            _plan(part, config, counted if config.normalize == "batch" else None) if part else None
+            for part, counted in losses
         ]
-        stats = batch_stats(rollouts, len(useful), plans)
+        # per round the plans it steps on (those with a sequence to score); under step_rollouts all the same every round
+        usable = {i: plan for i, plan in enumerate(loss_plans) if plan is not None and plan["sequences"]}
+        rounds = [[usable[i] for i in round_ if i in usable] for round_ in schedule]
+        stats = batch_stats(rollouts, len(useful), [plan for plan in loss_plans if plan is not None])
         rank, world = self.accelerator.process_index, self.accelerator.num_processes
-        active = [plan for plan in plans if plan["sequences"]]
-        per_step = [len(plan["batches"][rank::world]) for plan in active]
-        steps = config.steps * len(active)
-        # With one loss (joint), step k + 1's forward scores the same tokens under the weights step k
-        # left: it is step k's "after" diagnostic, so only the last step re-scores (issue 48: what is
-        # computed twice costs at most a quarter of a step). Per role, each step re-scores at once.
-        chained = config.diagnostics and len(active) == 1 and self.CHAIN_DIAGNOSTICS
-        rescored = (1 if chained else config.steps) * sum(per_step) if config.diagnostics else 0
+        passes = sum(len(plan["batches"][rank::world]) for plans in rounds for plan in plans)
+        steps = sum(len(plans) for plans in rounds)
+        # With one loss over the same rollouts every round (joint, step_rollouts all), step k + 1's forward
+        # scores the same tokens under the weights step k left: it is step k's "after" diagnostic, so only
+        # the last step re-scores (issue 48: what is computed twice costs at most a quarter of a step).
+        # Per role, or each round on its own share, each step re-scores at once.
+        chained = (
+            config.diagnostics
+            and self.CHAIN_DIAGNOSTICS
+            and all(len(plans) == 1 and plans[0] is rounds[0][0] for plans in rounds)
+        )
+        rescored = (passes // len(rounds) if chained else passes) if config.diagnostics and rounds else 0
         self.timings: list[dict[str, float]] = []
         self.model.train()
         # one unit per micro-batch scored: forward and backward, and with diagnostics the re-scoring after a step
         with Progress(
-            config.steps * sum(per_step) + rescored,
+            passes + rescored,
             f"update {self.adapter}",
             unit="micro-batch passes",
             log=log,
             enabled=self.accelerator.is_main_process,
         ) as progress:
             waiting = None  # (row, before, count) of the step whose "after" is the next step's forward
-            for step in range(config.steps):
-                for plan in active:
+            for round_index, plans in enumerate(rounds):
+                for plan in plans:
                     note = f"optimizer step {len(stats['steps']) + 1}/{steps}"
                     advance = lambda note=note: progress.update(note=note)  # noqa: E731
-                    row, before, count = self._step(plan, on_policy=step == 0, advance=advance)
+                    # on-policy: the first round, on the weights the sampler had (a later share is one step or more off)
+                    row, before, count = self._step(plan, on_policy=round_index == 0, advance=advance)
                     if waiting is not None:
                         self._diagnose(*waiting, after=before, plan=plan)
                     waiting = None
-                    if config.diagnostics and chained and step < config.steps - 1:
+                    if chained and round_index < len(rounds) - 1:
                         waiting = (row, before, count)
                     elif config.diagnostics:
                         self._diagnose(row, before, count, after=self._rescore(plan, advance), plan=plan)
@@ -553,7 +554,8 @@ def reinforce_steps(
     optimizer_file: Path | None,
     optimizer_out: Path | None,
 ) -> dict:
-    """Run `config.steps` full-batch REINFORCE steps for `adapter` (per role with `role_steps: per_role`);
+    """Run `config.steps` REINFORCE steps for `adapter`, each over all its rollouts or over its own share of them
+    (`step_rollouts`), per role with `role_steps: per_role`;
     returns statistics for the metrics and writes the optimizer moments to `optimizer_out` (None: not
     written, e.g. by a process other than the first).
 
