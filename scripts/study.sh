@@ -213,18 +213,25 @@ measure_final() {
 # `python -m stages.<name>`, ~10 s of imports less per model stage (docs/measurements.md). The host runs the
 # clone's own code (its commit's protocol, as its stages'); a commit without a host, a GPU or vLLM run, or
 # STUDY_STAGE_HOST=off runs every stage in its own process. Exports POPULORA_STAGE_HOST (the host's socket) where
-# a host runs and unsets it where none does; the host is a child of the calling shell and ends with it (so call
-# it in the shell that runs the stages, not in a $(...) subshell).
+# a host runs and unsets it where none does, and sets stage_host_pid; the host is a child of the calling shell (so
+# call it in the shell that runs the stages, not in a $(...) subshell), which stops it when it is done
+# (stop_stage_host: a host outlives a shell that just exits, ~400 MB left behind).
 start_stage_host() {
   local clone=$1 dir
-  unset POPULORA_STAGE_HOST
+  unset POPULORA_STAGE_HOST stage_host_pid
   [ "${STUDY_STAGE_HOST:-on}" != off ] && [ -d "$clone/populora/core/stagehost" ] || return 0
   [ "$(python -c 'import sys, yaml; p = yaml.safe_load(open(sys.argv[1]))
 print(p["model"]["device"], p["sampler"]["engine"])' "$clone/params.yaml" 2>/dev/null)" = "cpu hf" ] || return 0
   dir=$(mktemp -d "${TMPDIR:-/tmp}/study-host.XXXXXX")
   (cd "$clone" && PYTHONPATH="$clone" exec python -m populora.core.stagehost serve --socket "$dir/stages.sock") \
     > "$dir/host.log" 2>&1 &
+  stage_host_pid=$!
   export POPULORA_STAGE_HOST="$dir/stages.sock"
+}
+
+stop_stage_host() {
+  if [ -n "${stage_host_pid:-}" ]; then kill "$stage_host_pid" 2>/dev/null || true; wait "$stage_host_pid" 2>/dev/null || true; fi
+  return 0
 }
 
 # sourced (tests/test_study_script.py): define the functions only
@@ -259,6 +266,7 @@ if [ ! -d "$clone/.git" ]; then
 fi
 
 start_stage_host "$clone"
+trap stop_stage_host EXIT
 [ -n "${POPULORA_STAGE_HOST:-}" ] && echo "stages run in the stage host at $POPULORA_STAGE_HOST (STUDY_STAGE_HOST=off: without)"
 
 failed=()

@@ -326,7 +326,9 @@ echo "socket=${POPULORA_STAGE_HOST:-}"
 if [ -n "${POPULORA_STAGE_HOST:-}" ]; then
   for _ in $(seq 300); do [ -S "$POPULORA_STAGE_HOST" ] && break; sleep 0.1; done
   [ -S "$POPULORA_STAGE_HOST" ] && echo listening
+  echo "pid=$stage_host_pid"
 fi
+stop_stage_host
 """
 
 
@@ -359,6 +361,10 @@ def test_a_cpu_run_s_stages_get_a_stage_host_of_the_clone_s_code(tmp_path):
     model stage), started from the clone's code and listening at the socket exported to the stages."""
     out = start_stage_host(clone_with(tmp_path))
     assert "socket=/" in out and "listening" in out, out
+    # stopped by the shell that started it (study.sh's EXIT trap): a host outlives a shell that just exits
+    pid = int(out.split("pid=")[1].split()[0])
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
 
 
 @pytest.mark.parametrize(
