@@ -340,3 +340,20 @@ def test_bf16_mixed_precision_trains_float32_adapters(inputs):
     ):
         with safe_open(str(path), "pt") as handle:
             assert {str(handle.get_tensor(k).dtype) for k in handle.keys()} == {"torch.float32"}, path
+
+
+@pytest.mark.slow  # subprocess-heavy (DVC / Snakemake / sandboxes / training jobs): CI's full lane, not the fast one
+def test_the_stage_takes_split_steps_from_params(inputs):
+    """`update.step_rollouts: split` through the stage: each adapter's two steps over its two halves (every rollout
+    trained on once), so the same steps and trained tokens as two epochs over all of them, and other adapters."""
+    epochs = _run_jobs(inputs, _params_file(inputs, "one", jobs=1), "one", 1)
+    split = _run_jobs(inputs, _params_file(inputs, "split", jobs=1, step_rollouts="split"), "split", 1)
+    by_epochs, by_split = (json.loads((t / "update_stats.json").read_text()) for t in (epochs, split))
+    from populora.lm.adapters import read_state_dict
+
+    for slot in SLOTS:
+        assert by_split[slot]["optimizer_steps"] == by_epochs[slot]["optimizer_steps"] == 2
+        assert by_split[slot]["trained_tokens"] == by_epochs[slot]["trained_tokens"]
+        assert [row["on_policy"] for row in by_split[slot]["steps"]] == [True, False]
+        a, b = read_state_dict(epochs / "adapters" / slot), read_state_dict(split / "adapters" / slot)
+        assert any(not torch.equal(a[k], b[k]) for k in a), slot
