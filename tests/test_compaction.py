@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from populora.lm.sampling import GenRow, run_plans, sample_batch
+from populora.lm.sampling import GenRow, draw_categorical, run_plans, sample_batch
 from populora.tasks.plans import Plan
 from tests.test_prefix_cache import INSTRUCTION, _model, _rows
 
@@ -20,17 +20,30 @@ STOPS = ("e", "a", "o", "i", "t", " ")
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_multinomial_hands_out_random_numbers_by_shape_not_by_value(seed):
-    """What a compacted batch's draw relies on: a row's sample does not depend on the other rows' values,
-    so stopped rows given a placeholder distribution leave every other row's draw as it was."""
+def test_a_compacted_draw_hands_each_row_its_uncompacted_number(seed):
+    """What a compacted batch's draw relies on: a row's sample depends on its own distribution and its place in
+    the full batch only, so the rows still running draw what they drew with every row there."""
     probs = torch.softmax(torch.randn(6, 300, generator=torch.Generator().manual_seed(100 + seed)) * 3, -1)
-    full = torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(seed)).squeeze(-1)
-    placeholder = probs.clone()
-    placeholder[[1, 4]] = 0.0
-    placeholder[[1, 4], 0] = 1.0
-    drawn = torch.multinomial(placeholder, 1, generator=torch.Generator().manual_seed(seed)).squeeze(-1)
-    assert drawn[[0, 2, 3, 5]].tolist() == full[[0, 2, 3, 5]].tolist()
-    assert drawn[[1, 4]].tolist() == [0, 0]
+    full = draw_categorical(probs, torch.Generator().manual_seed(seed))
+    alive = [0, 2, 3, 5]
+    drawn = draw_categorical(probs[alive], torch.Generator().manual_seed(seed), alive=alive, rows=6)
+    assert drawn.tolist() == full[alive].tolist()
+
+
+def test_the_draw_follows_the_distribution_and_never_picks_a_token_of_probability_zero():
+    """Inverse transform against the cumulative sum: each index as often as its probability says (10,000 a row,
+    within 5 standard errors), none of probability 0 (cut by top-p or suppressed), at either end of the row."""
+    probs = torch.tensor([[0.0, 0.1, 0.0, 0.6, 0.3, 0.0], [0.5, 0.0, 0.0, 0.0, 0.0, 0.5]])
+    counts = torch.zeros_like(probs)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        drawn = draw_categorical(probs.repeat(500, 1), generator).view(500, 2)
+        for row in range(2):
+            counts[row] += torch.bincount(drawn[:, row], minlength=6)
+    share = counts / counts.sum(-1, keepdim=True)
+    assert bool((counts[probs == 0] == 0).all())
+    error = (probs * (1 - probs) / 10_000).sqrt()
+    assert bool(((share - probs).abs() <= 5 * error + 1e-9).all()), share
 
 
 def _decode_rows(model) -> list[int]:

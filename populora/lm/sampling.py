@@ -302,25 +302,34 @@ def _draw(
     rows: int | None = None,
 ) -> tuple[torch.Tensor, list[float]]:
     """One decode step's token per row, drawn from `process_logits` of the last position's `logits`
-    (greedy at temperature 0), and the sampler's log-probability of each: what the update re-scores.
-
-    In a compacted batch (`logits` of the rows `alive` of `rows`) the draw is made for all `rows`, the
-    stopped ones given a placeholder distribution, so that the generator hands each row the random
-    numbers it would have had uncompacted (`torch.multinomial` consumes them by shape, not by value:
-    tests/test_compaction.py checks it): the same tokens, compacted or not."""
+    (greedy at temperature 0, else `draw_categorical`), and the sampler's log-probability of each: what the
+    update re-scores. In a compacted batch (`logits` of the rows `alive` of `rows`) every row draws the random
+    number it would have had uncompacted: the same tokens, compacted or not."""
     logprobs = process_logits(logits, temperature, top_p, suppress=mask)
     if temperature > 0:
-        probs = logprobs.exp()
-        if alive is not None and rows is not None and len(alive) < rows:
-            full = probs.new_zeros((rows, probs.shape[-1]))
-            full[:, 0] = 1.0
-            full[alive] = probs
-            token = torch.multinomial(full, 1, generator=generator).squeeze(-1)[alive]
-        else:
-            token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        token = draw_categorical(logprobs.exp(), generator, alive=alive if rows is not None else None, rows=rows)
     else:
         token = logprobs.argmax(-1)
     return token, logprobs.gather(-1, token.unsqueeze(-1)).squeeze(-1).tolist()
+
+
+def draw_categorical(
+    probs: torch.Tensor, generator: torch.Generator, *, alive: list[int] | None = None, rows: int | None = None
+) -> torch.Tensor:
+    """One index per row of `probs` ([n, vocab], each row summing to 1 up to rounding), drawn by inverse
+    transform: one uniform number per row against the row's cumulative sum. A token of probability 0 (cut by
+    top-p, suppressed) is never drawn. Where `probs` are the rows `alive` of a batch of `rows`, a uniform is
+    drawn for every row of the batch and the alive ones kept, so each row gets the number it would have had in
+    the full batch. torch.multinomial draws one sample by drawing an exponential for every entry of the
+    vocabulary (`exponential_`): ~13% of a CPU decode step at SmolLM2's 49,152 tokens, ~20x this."""
+    count = rows if rows is not None else probs.shape[0]
+    uniform = torch.rand(count, 1, generator=generator, device=probs.device, dtype=probs.dtype)
+    if alive is not None:
+        uniform = uniform[torch.as_tensor(alive, device=probs.device)]
+    cumulative = probs.cumsum(-1)
+    # right=True: the first entry whose cumulative sum exceeds the draw, so no zero-probability entry is picked
+    token = torch.searchsorted(cumulative, uniform * cumulative[:, -1:], right=True).squeeze(-1)
+    return token.clamp_(max=probs.shape[-1] - 1)
 
 
 def _next_logits(
