@@ -287,13 +287,7 @@ def test_the_total_budget_control_doubles_what_one_pair_spends(tmp_path):
     """1T-1S at the 2T-2S population's total budget: its proposals, answers and optimizer steps, from the run's params."""
     params = tmp_path / "params.yaml"
     params.write_text("propose: {per_type: 8}\nsolve: {tasks_per_type: 4}\nupdate: {steps: 1}\n")
-    out = subprocess.run(
-        ["bash", "-c", 'source scripts/study.sh && control_flags 1t1s-total "$1"', "-", str(params)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split("\n")
+    out = _study_fn('control_flags 1t1s-total "$1"', str(params)).split("\n")
     assert {
         "population.teachers=1",
         "population.students=1",
@@ -302,13 +296,7 @@ def test_the_total_budget_control_doubles_what_one_pair_spends(tmp_path):
         "update.steps=2",
     } <= set(out)
     assert not any("step_rollouts" in flag for flag in out)  # each step over all the rollouts: twice the work
-    split = subprocess.run(
-        ["bash", "-c", 'source scripts/study.sh && control_flags 1t1s-total-split "$1"', "-", str(params)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split("\n")
+    split = _study_fn('control_flags 1t1s-total-split "$1"', str(params)).split("\n")
     # the same budget, each of the two steps over its own half: every rollout trained on once
     assert set(split) == set(out) | {"++update.step_rollouts=split"}
     missing = subprocess.run(
