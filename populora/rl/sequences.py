@@ -17,6 +17,14 @@ from torch.utils.checkpoint import checkpoint
 
 from populora.lm.model import decoder_and_head
 from populora.lm.sampling import process_logits
+from populora.rl.micro_batches import (  # noqa: F401  (re-exported: the update plans with them)
+    context,
+    plan_common_prefix_micro_batches,
+    plan_micro_batches,
+    plan_shared_micro_batches,
+    prompt_groups,
+    shared_length,
+)
 
 LOGIT_CHUNK = 1024  # trained positions per lm-head chunk: chunk x vocab fp32 logits at a time
 # A micro-batch whose logits are at most this many (positions x vocab) keeps them for the backward pass
@@ -121,52 +129,6 @@ def rollout_sequences(segments: list[dict], rollout: int, max_len: int) -> tuple
     return sequences, truncated
 
 
-def plan_micro_batches(lengths: list[int], max_rows: int, max_tokens: int | None) -> list[list[int]]:
-    """Group sequence indices, longest first, into micro-batches of at most `max_rows` sequences and
-    `max_tokens` padded tokens (rows x longest); a sequence longer than the budget goes alone."""
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    batches: list[list[int]] = []
-    for i in order:
-        if batches:
-            current = batches[-1]
-            width = max(lengths[current[0]], lengths[i])
-            if len(current) < max_rows and (max_tokens is None or width * (len(current) + 1) <= max_tokens):
-                current.append(i)
-                continue
-        batches.append([i])
-    return batches
-
-
-def plan_shared_micro_batches(sequences: list[Sequence], max_rows: int, max_tokens: int | None) -> list[list[int]]:
-    """Micro-batches that keep a prompt's sequences together (`prompt_groups`), so that the prompt is computed once
-    per micro-batch (`selected_logprobs(share_prompts=True)`): pieces of at most `max_rows` of its sequences, longest
-    first, costing the prompt once plus rows x the longest rest within `max_tokens`. Sequences alone with their
-    prompt are planned as before (`plan_micro_batches`)."""
-    from populora.lm.prefix_cache import MIN_SHARED_PREFIX
-
-    batches: list[list[int]] = []
-    alone: list[int] = []
-    for prefix, members in prompt_groups(sequences).items():
-        if len(members) < 2 or len(prefix) < MIN_SHARED_PREFIX:
-            alone += members
-            continue
-        piece: list[int] = []
-        longest = 0
-        for k in sorted(members, key=lambda k: (-len(sequences[k].ids), k)):
-            rest = len(sequences[k].ids) - len(prefix)
-            width = max(longest, rest)
-            if piece and (
-                len(piece) >= max_rows or (max_tokens and len(prefix) + width * (len(piece) + 1) > max_tokens)
-            ):
-                batches.append(piece)
-                piece, width = [], rest
-            piece.append(k)
-            longest = width
-        batches.append(piece)
-    planned = plan_micro_batches([len(sequences[k].ids) for k in alone], max_rows, max_tokens)
-    return batches + [[alone[i] for i in batch] for batch in planned]
-
-
 def _pad(sequences: list[Sequence], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(s.ids) for s in sequences)
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
@@ -218,38 +180,37 @@ def selected_logprobs(
     return _score_targets(head, features, targets, sequences, device, chunk=chunk, entropy=entropy)
 
 
-def prompt_groups(sequences: list[Sequence]) -> dict[tuple[int, ...], list[int]]:
-    """Sequence indices by the context before their first target's logits (a task's answers: its prompt)."""
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for k, sequence in enumerate(sequences):
-        groups.setdefault(tuple(sequence.ids[: min(sequence.targets) - 1]), []).append(k)
-    return groups
-
-
 def _shared_features(decoder, sequences: list[Sequence], pad_id: int, device) -> torch.Tensor | None:
-    """The hidden states that predict each target (as `hidden[rows, positions - 1]`), each shared prompt run once.
+    """The hidden states that predict each target (as `hidden[rows, positions - 1]`), each shared prefix run once.
 
     A group of sequences with one prompt (`prompt_groups`, at least MIN_SHARED_PREFIX tokens): the prompt's
     forward once, with use_cache, then its keys and values expanded (a view: no copy) to the group's rows, which
     run only their own tokens (right-padded, positions after the prompt) attending to them. Gradients flow back
     through the expanded cache into the one prompt computation, summed over the rows, as the unshared forward's
-    would be. Sequences alone with their prompt run as usual. None when no group shares anything."""
+    would be. The sequences alone with their prompt share the prefix their prompts begin with (`shared_length`:
+    the instruction before each answer's own worked example) the same way, or run as usual where it is too
+    short. None when nothing is shared."""
     if getattr(decoder, "gradient_checkpointing", False) and decoder.training:
         return None  # Transformers turns the cache off under gradient checkpointing: nothing to attend to
     groups = prompt_groups(sequences)
-    if not any(_worth_sharing(prefix, members) for prefix, members in groups.items()):
+    alone = [k for prefix, members in groups.items() if not _worth_sharing(prefix, members) for k in members]
+    common = shared_length([context(sequences[k]) for k in alone])
+    if len(alone) == len(sequences) and not common:
         return None
     per_sequence: list[torch.Tensor | None] = [None] * len(sequences)
-    alone: list[int] = []
     for prefix, members in groups.items():
-        if not _worth_sharing(prefix, members):
-            alone += members
-            continue
-        group = [sequences[k] for k in members]
-        for k, features in zip(members, _prompt_group_features(decoder, prefix, group, pad_id, device)):
-            per_sequence[k] = features
+        if _worth_sharing(prefix, members):
+            group = [sequences[k] for k in members]
+            for k, features in zip(members, _prompt_group_features(decoder, prefix, group, pad_id, device)):
+                per_sequence[k] = features
     if alone:
-        for k, features in zip(alone, _unshared_features(decoder, [sequences[k] for k in alone], pad_id, device)):
+        lone = [sequences[k] for k in alone]
+        computed = (
+            _prompt_group_features(decoder, tuple(lone[0].ids[:common]), lone, pad_id, device)
+            if common
+            else _unshared_features(decoder, lone, pad_id, device)
+        )
+        for k, features in zip(alone, computed):
             per_sequence[k] = features
     return torch.cat(_every_one(per_sequence))
 
@@ -415,14 +376,13 @@ def shared_prefix_logprobs(
     """`selected_logprobs` without gradients, computing each context before a sequence's first target
     once for all the sequences that share it (a task's samples share their prompt: at the solve shape
     ~300 prompt tokens against ~48 answer tokens each). The update's after-step diagnostics use it;
-    the values equal `selected_logprobs`' up to float rounding. Groups of at most `group_rows` rows."""
+    the values equal `selected_logprobs`' up to float rounding. Groups of at most `group_rows` rows; the
+    sequences alone with their prompt share the prefix their prompts begin with (`_shared_features`)."""
     from populora.lm.prefix_cache import MIN_SHARED_PREFIX, CarriedCache, contiguous_head, shared_prefill
 
     contiguous_head(model)
     out: list[torch.Tensor | None] = [None] * len(sequences)
-    groups: dict[tuple, list[int]] = {}
-    for k, sequence in enumerate(sequences):
-        groups.setdefault(tuple(sequence.ids[: min(sequence.targets) - 1]), []).append(k)
+    groups = prompt_groups(sequences)
     alone = []
     for prefix, members in groups.items():
         if len(members) == 1 or len(prefix) < MIN_SHARED_PREFIX:
@@ -448,10 +408,12 @@ def shared_prefix_logprobs(
                 # position j's logits sit in column width - (len - j): rows end in the same column
                 columns = torch.tensor([width - len(sequence.ids) + t - 1 for t in sequence.targets], device=device)
                 out[k] = _score_rows(logits[row, columns], sequence, device)
-    alone.sort(key=lambda k: -len(sequences[k].ids))
-    for start in range(0, len(alone), group_rows):  # the rest as before, longest first to pad little
-        part = alone[start : start + group_rows]
-        scored = selected_logprobs(model, [sequences[k] for k in part], pad_id, device)
+    # the rest in pieces whose prompts begin alike (the instruction before each answer's own worked example),
+    # that common prefix computed once a piece
+    contexts, lengths = [context(sequences[k]) for k in alone], [len(sequences[k].ids) for k in alone]
+    for piece in plan_common_prefix_micro_batches(contexts, lengths, group_rows, None):
+        part = [alone[i] for i in piece]
+        scored = selected_logprobs(model, [sequences[k] for k in part], pad_id, device, share_prompts=True)
         offset = 0
         for k in part:
             n = len(sequences[k].targets)

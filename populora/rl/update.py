@@ -40,6 +40,7 @@ from safetensors.torch import save_file
 
 from populora.core.io import naming, write_point
 from populora.core.progress import Progress
+from populora.rl.micro_batches import fed_tokens
 from populora.rl.sequences import (  # noqa: F401  (re-exported: the update's building blocks)
     LOGIT_CHUNK,
     RolloutFormatError,
@@ -310,12 +311,14 @@ class _StepTotals:
         }
 
 
-def _step_timings(sequences: list[Sequence], mine: list[list[int]], seconds: float) -> dict[str, float]:
+def _step_timings(sequences: list[Sequence], mine: list[list[int]], seconds: float, shares: bool) -> dict[str, float]:
     """One step's forward and backward over this process's micro-batches `mine`: the tokens, the tokens
-    with padding, the seconds (for `AdapterUpdate._log_timings`; re-scoring is filled in later)."""
+    with padding, the tokens the decoder was fed (shared prompts and prefixes once: `fed_tokens`), the
+    seconds (for `AdapterUpdate._log_timings`; re-scoring is filled in later)."""
     return {
         "tokens": sum(len(sequences[i].ids) for b in mine for i in b),
         "padded_tokens": sum(len(b) * max(len(sequences[i].ids) for i in b) for b in mine),
+        "fed_tokens": sum(fed_tokens(sequences, b, shares) for b in mine),
         "forward_backward_s": seconds,
         "rescore_s": 0.0,
     }
@@ -468,7 +471,7 @@ class AdapterUpdate:
             totals.sum_over_processes()
         grad_norm = accelerator.clip_grad_norm_(parameters, self.config.max_grad_norm)  # the norm before clipping
         self.optimizer.step()
-        self.timings.append(_step_timings(sequences, mine, time.perf_counter() - started))
+        self.timings.append(_step_timings(sequences, mine, time.perf_counter() - started, _shares(self.config)))
         return totals.row(on_policy, float(grad_norm)), totals.before, totals.count
 
     def _weights(self, plan: dict, batch: list[int], logprobs: torch.Tensor, recorded: list[float | None]):
@@ -527,14 +530,16 @@ class AdapterUpdate:
             sum(t["forward_backward_s"] for t in self.timings),
             sum(t["rescore_s"] for t in self.timings),
         )
+        fed = sum(t["fed_tokens"] for t in self.timings)
         log.info(
-            "update %s: %d tokens forward+backward in %.1f s (%.0f tokens/s, padding %.1f%%); re-scoring for the "
-            "diagnostics %.1f s (%.0f%% of the steps)",
+            "update %s: %d tokens forward+backward in %.1f s (%.0f tokens/s, padding %.1f%%; %d tokens fed with shared "
+            "prompts and prefixes once); re-scoring for the diagnostics %.1f s (%.0f%% of the steps)",
             self.adapter,
             tokens,
             train_s,
             tokens / max(train_s, 1e-9),
             100 * (padded - tokens) / max(padded, 1),
+            fed,
             rescore_s,
             100 * rescore_s / max(train_s + rescore_s, 1e-9),
         )

@@ -1,0 +1,191 @@
+"""The update's micro-batches: answers whose prompts differ only after a common instruction (each answer draws its
+own worked example) compute that instruction once per micro-batch, with the unshared update's loss and gradients."""
+
+from __future__ import annotations
+
+import doctest
+import random
+
+import pytest
+import torch
+from accelerate import Accelerator
+
+from populora.config import UpdateSection
+from populora.lm.model import attach_adapters, load_base
+from populora.lm.multilora import attach_multilora
+from populora.lm.sampling import GenRow, run_plans
+from populora.rl import micro_batches
+from populora.rl.micro_batches import (
+    batch_cost,
+    context,
+    fed_tokens,
+    plan_common_prefix_micro_batches,
+    plan_micro_batches,
+    prompt_groups,
+    shared_length,
+)
+from populora.rl.sequences import rollout_sequences, selected_logprobs, shared_prefix_logprobs, token_weights
+from populora.rl.update import reinforce_steps
+from populora.tasks import prompts
+from tests.test_generation_update import _adapters, _chat, _training_a
+
+
+def _count_embedded_tokens(model) -> list[int]:
+    """The token ids each forward embeds (rows x width), whichever module calls the decoder."""
+    fed: list[int] = []
+    model.get_input_embeddings().register_forward_hook(lambda module, args, out: fed.append(args[0].numel()))
+    return fed
+
+
+def test_doctests():
+    assert doctest.testmod(micro_batches).failed == 0
+
+
+def _families(rng: random.Random, n: int) -> tuple[list[list[int]], list[int]]:
+    """Contexts of three instructions (30, 45 and 5 tokens: the last too short to share), each with its own
+    example of random length, and the total lengths of their sequences."""
+    instructions = [list(range(1000, 1030)), list(range(2000, 2045)), list(range(3000, 3005))]
+    contexts = [instructions[rng.randrange(3)] + [rng.randrange(10)] + [7] * rng.randrange(40) for _ in range(n)]
+    return contexts, [len(c) + 1 + rng.randrange(20) for c in contexts]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(("max_rows", "max_tokens"), [(8, None), (4, 300), (3, 120), (1, None)])
+def test_common_prefix_plan_partitions_within_budget_and_never_feeds_more(seed, max_rows, max_tokens):
+    rng = random.Random(seed)
+    contexts, lengths = _families(rng, 40)
+    batches = plan_common_prefix_micro_batches(contexts, lengths, max_rows, max_tokens)
+
+    def cost(plan):
+        return sum(batch_cost([lengths[i] for i in b], shared_length([contexts[i] for i in b])) for b in plan)
+
+    assert sorted(i for b in batches for i in b) == list(range(len(contexts)))
+    for batch in batches:
+        assert len(batch) <= max_rows
+        fed = batch_cost([lengths[i] for i in batch], shared_length([contexts[i] for i in batch]))
+        assert len(batch) == 1 or max_tokens is None or fed <= max_tokens
+    # never more than the plain length order, which shares only by chance
+    assert cost(batches) <= cost(plan_micro_batches(lengths, max_rows, max_tokens))
+    if max_rows == 8 and max_tokens is None:  # room to group: each batch holds one instruction, mostly shared
+        assert all(len({tuple(contexts[i][:5]) for i in b}) == 1 for b in batches)
+        assert cost(batches) < 0.75 * cost(plan_micro_batches(lengths, max_rows, max_tokens))
+
+
+def test_shared_length_needs_two_rows_and_the_minimum_prefix():
+    assert shared_length([list(range(40))]) == 0  # one row has nothing to share
+    assert shared_length([list(range(40)), list(range(40))]) == 40
+    assert shared_length([list(range(40)), [*range(7), 99]]) == 0  # 7 tokens: below MIN_SHARED_PREFIX
+
+
+def _own_example_rollouts(tiny_model_dir, adapters, *, seed=2):
+    """Sampled answers of adapter `a` to two code_o tasks, each answer's prompt with its own worked example (as
+    the solve stage draws them): every prompt distinct, all beginning with the task type's instruction."""
+    tokenizer, model = load_base(tiny_model_dir)
+    model = attach_multilora(model, adapters)
+    examples = [
+        {"program": "def f(x):\n    return x + 1", "inputs": ["1"], "outputs": ["2"]},
+        {"program": "def f(s):\n    return s[::-1]", "inputs": ["'ab'"], "outputs": ["'ba'"]},
+        {"program": "def f(a, b):\n    return a * b", "inputs": ["2, 3"], "outputs": ["6"]},
+    ]
+    tasks = [
+        {"type": "code_o", "program": "def f(n):\n    return n * 2", "inputs": ["4"]},
+        {"type": "code_o", "program": "def f(t):\n    return len(t)", "inputs": ["[1, 2]"]},
+    ]
+    chat = _chat(tokenizer)
+    plans = [
+        prompts.scaffolded_plan(prompts.solver_prompt(task, [example]), prompts.solver_steps("code_o"), chat)
+        for task in tasks
+        for example in examples
+    ]
+    results = run_plans(
+        model,
+        tokenizer,
+        [GenRow(plan, "a") for plan in plans],
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=12,
+        batch_size=8,
+        seed=seed,
+    )
+    return tokenizer, results
+
+
+def test_answers_with_their_own_worked_example_share_the_instruction_with_the_unshared_gradients(
+    tiny_model_dir, tmp_path
+):
+    """No two prompts are equal, so only the instruction they begin with can be shared: computed once, with
+    gradients, the log-probs, entropies, loss and every LoRA gradient equal the unshared computation's within
+    1e-5 relative, and fewer tokens are fed."""
+    adapters = _adapters(tiny_model_dir, tmp_path)
+    tokenizer, results = _own_example_rollouts(tiny_model_dir, adapters)
+    sequences = [s for i, r in enumerate(results) for s in rollout_sequences(r.segments, i, 4096)[0]]
+    assert all(len(members) == 1 for members in prompt_groups(sequences).values()), "every prompt its own"
+    common = shared_length([context(s) for s in sequences])
+    assert common >= 20, "the chat template and the instruction"
+    weights = torch.tensor(token_weights(sequences, [1.0, -0.5, 0.25, -1.0, 0.5, -0.25]))
+    _, model, params = _training_a(tiny_model_dir, adapters)
+
+    def grads(**kwargs):
+        model.zero_grad(set_to_none=True)
+        logprobs, entropies = selected_logprobs(model, sequences, tokenizer.pad_token_id, "cpu", entropy=True, **kwargs)
+        loss = -(weights * logprobs).sum()
+        loss.backward()
+        return loss.detach(), logprobs.detach(), entropies, {n: p.grad.clone() for n, p in params.items()}
+
+    loss, plain_lp, plain_entropy, plain = grads()
+    fed = _count_embedded_tokens(model)
+    shared_loss, shared_lp, shared_entropy, shared = grads(share_prompts=True)
+    assert sum(fed) == common + sum(len(s.ids) - common for s in sequences) + sum(
+        max(len(s.ids) for s in sequences) - len(s.ids) for s in sequences
+    ), "the instruction once, then every row's rest right-padded"
+    assert sum(fed) == fed_tokens(sequences, list(range(len(sequences))), True)  # the update's log counts what ran
+    torch.testing.assert_close(shared_loss, loss, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(shared_lp, plain_lp, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(shared_entropy, plain_entropy, atol=1e-5, rtol=1e-5)
+    assert any(g.abs().sum() > 0 for g in plain.values())
+    for name in plain:
+        torch.testing.assert_close(shared[name], plain[name], atol=1e-7, rtol=1e-5)
+
+
+def test_rescoring_answers_with_their_own_worked_example_shares_the_instruction(tiny_model_dir, tmp_path):
+    """The after-step diagnostics' scores (`shared_prefix_logprobs`) of answers that share only their
+    instruction: the plain scores to float rounding, the instruction fed once a piece."""
+    adapters = _adapters(tiny_model_dir, tmp_path)
+    tokenizer, results = _own_example_rollouts(tiny_model_dir, adapters)
+    sequences = [s for i, r in enumerate(results) for s in rollout_sequences(r.segments, i, 4096)[0]]
+    _, base = load_base(tiny_model_dir)
+    peft = attach_adapters(base, adapters)
+    peft.set_adapter("a")
+    with torch.no_grad():
+        plain = selected_logprobs(peft, sequences, tokenizer.pad_token_id, "cpu")
+    fed = _count_embedded_tokens(peft)
+    shared = shared_prefix_logprobs(peft, sequences, tokenizer.pad_token_id, "cpu", group_rows=3)
+    torch.testing.assert_close(shared, plain, atol=1e-5, rtol=0)
+    common = shared_length([context(s) for s in sequences])
+    # two pieces of 3 answers: each its instruction once (common tokens), then its rows' rests
+    assert len(fed) == 4 and fed[0] == fed[2] == common
+    assert sum(fed) < sum(len(s.ids) for s in sequences) - 2 * common
+
+
+def test_the_update_trains_answers_with_their_own_worked_example_as_the_unshared_one(tiny_model_dir, tmp_path):
+    """Through `reinforce_steps` (two steps, Adam's moments carried, micro-batches of 4): the adapter's weights
+    and the diagnostics equal the unshared update's up to float rounding."""
+    adapters = _adapters(tiny_model_dir, tmp_path)
+    _, results = _own_example_rollouts(tiny_model_dir, adapters)
+    rollouts = [
+        {"segments": r.segments, "advantage": adv} for r, adv in zip(results, [1.0, -1.0, 0.5, -0.5, 0.25, 1.0])
+    ]
+    trained, stats = {}, {}
+    for share in (False, True):
+        tokenizer, model = load_base(tiny_model_dir)
+        model = attach_adapters(model, adapters, trainable="a")
+        config = UpdateSection(steps=2, learning_rate=1e-2, micro_batch=4, max_seq_len=4096, share_prompts=share)
+        stats[share] = reinforce_steps(
+            Accelerator(cpu=True), model, tokenizer, "a", rollouts, config, optimizer_file=None, optimizer_out=None
+        )
+        trained[share] = {n: p.detach().clone() for n, p in model.named_parameters() if ".a." in n and "lora_" in n}
+    for name, weight in trained[False].items():
+        torch.testing.assert_close(trained[True][name], weight, atol=1e-6, rtol=1e-5)
+    for key in ("loss", "grad_norm", "entropy", "logprob_change_positive", "logprob_change_negative"):
+        for shared, plain in zip(stats[True]["steps"], stats[False]["steps"]):
+            assert shared[key] == pytest.approx(plain[key], rel=1e-4, abs=1e-6), key
