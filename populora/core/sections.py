@@ -498,7 +498,8 @@ class UpdateSection(Section):
     max_tokens_per_micro_batch: int | None = Field(
         4096,
         ge=32,
-        description="Cap on padded tokens (sequences x longest) per micro-batch; null = only micro_batch caps it.",
+        description="Cap on the tokens a micro-batch feeds (sequences x longest, or a shared prompt or prefix once plus "
+        "sequences x longest rest under share_prompts); null = only micro_batch caps it.",
     )
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in the backward pass (less memory, ~30% slower)."
@@ -508,7 +509,9 @@ class UpdateSection(Section):
         description="The answers of one prompt share its forward (its keys and values computed once, with "
         "gradients, in each micro-batch that holds them; micro-batches keep a prompt's answers together, "
         "micro_batch answers each): the same loss and gradients, a prompt computed once instead of once per answer. "
-        "Off under gradient_checkpointing (Transformers keeps no cache there).",
+        "Answers whose prompts differ (each draws its own worked example) share the prefix their prompts begin with "
+        "(the instruction) the same way, micro-batches grouping them by it. Off under gradient_checkpointing "
+        "(Transformers keeps no cache there).",
     )
     role_steps: Literal["joint", "per_role"] = Field(
         "joint",
