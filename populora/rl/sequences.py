@@ -4,8 +4,10 @@ their log-probabilities as sampled, and each trained token's weight in the loss.
 `rollout_sequences` lays a rollout's segments (`populora.lm.sampling`) end to end so every sampled
 token is scored in the context it was sampled in; `selected_logprobs` scores them through the
 sampler's own `process_logits`, with logits only at the trained positions, in chunks recomputed in
-the backward pass. Used by the update (`populora.rl.update`, which re-exports these names) and
-the benchmarks' gold log-likelihood. Tests: tests/test_generation_update.py.
+the backward pass; with `share_prompts` a prompt, or the prefix distinct prompts begin with, is
+computed once per micro-batch (micro-batches planned by `populora.rl.micro_batches`). Used by the update
+(`populora.rl.update`, which re-exports these names) and the benchmarks' gold log-likelihood. Tests:
+tests/test_generation_update.py, tests/test_micro_batches.py.
 """
 
 from __future__ import annotations
