@@ -250,6 +250,14 @@ def test_the_update_with_shared_prompts_trains_as_the_unshared_one(tiny_model_di
         for row, r, adv in zip(rows, results, [1.0, -1.0, 0.5, 0.0, -0.5, 1.0] * 2)
         if row.adapter == "a"
     ]
+    stats = assert_update_shared_as_unshared(tiny_model_dir, adapters, rollouts)
+    assert stats["micro_batches"] == 2  # the two prompts' answers apart (together when unshared: 4 rows fit)
+
+
+def assert_update_shared_as_unshared(tiny_model_dir, adapters, rollouts) -> dict:
+    """`reinforce_steps` on adapter `a` (two steps, Adam's moments carried, micro-batches of 4) with share_prompts
+    and without: the adapter's weights and the update's diagnostics equal up to float rounding. Returns the shared
+    update's statistics."""
     trained, stats = {}, {}
     for share in (False, True):
         tokenizer, model = load_base(tiny_model_dir)
@@ -259,12 +267,12 @@ def test_the_update_with_shared_prompts_trains_as_the_unshared_one(tiny_model_di
             Accelerator(cpu=True), model, tokenizer, "a", rollouts, config, optimizer_file=None, optimizer_out=None
         )
         trained[share] = {n: p.detach().clone() for n, p in model.named_parameters() if ".a." in n and "lora_" in n}
-    assert stats[True]["micro_batches"] == 2  # the two prompts' answers apart (together when unshared: 4 rows fit)
     for name, weight in trained[False].items():
         torch.testing.assert_close(trained[True][name], weight, atol=1e-6, rtol=1e-5)
     for key in ("loss", "grad_norm", "entropy", "logprob_change_positive", "logprob_change_negative"):
         for shared, plain in zip(stats[True]["steps"], stats[False]["steps"]):
             assert shared[key] == pytest.approx(plain[key], rel=1e-4, abs=1e-6), key
+    return stats[True]
 
 
 def test_sequences_train_the_stop_token_in_its_own_context():
@@ -419,8 +427,15 @@ def test_shared_prompts_give_the_unshared_loss_and_gradients(tiny_model_dir, tmp
     chosen = [0, 6, 1, 7, 2, 3]
     sequences = [s for i, k in enumerate(chosen) for s in rollout_sequences(results[k].segments, i, 4096)[0]]
     assert any(len(m) > 1 for m in prompt_groups(sequences).values())
-    weights = torch.tensor(token_weights(sequences, [1.0, -0.5, 0.25, -1.0, 0.5, -0.25]))
     tokenizer, model, params = _training_a(tiny_model_dir, adapters)
+    assert_shared_as_unshared(tokenizer, model, params, sequences, [1.0, -0.5, 0.25, -1.0, 0.5, -0.25])
+
+
+def assert_shared_as_unshared(tokenizer, model, params, sequences, advantages) -> list[int]:
+    """`selected_logprobs` with share_prompts against without, on `model` in train mode (`params`: its trainable
+    ones): the log-probs, entropies, loss and every LoRA gradient equal within 1e-5 relative. Returns the tokens
+    each forward of the shared computation embedded (rows x width)."""
+    weights = torch.tensor(token_weights(sequences, advantages))
 
     def grads(**kwargs):
         model.zero_grad(set_to_none=True)
@@ -430,13 +445,17 @@ def test_shared_prompts_give_the_unshared_loss_and_gradients(tiny_model_dir, tmp
         return loss.detach(), logprobs.detach(), entropies, {n: p.grad.clone() for n, p in params.items()}
 
     loss, plain_lp, plain_entropy, plain = grads()
+    fed: list[int] = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda module, args, out: fed.append(args[0].numel()))
     shared_loss, shared_lp, shared_entropy, shared = grads(share_prompts=True)
+    hook.remove()
     torch.testing.assert_close(shared_loss, loss, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(shared_lp, plain_lp, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(shared_entropy, plain_entropy, atol=1e-5, rtol=1e-5)
     assert any(g.abs().sum() > 0 for g in plain.values())
     for name in plain:
         torch.testing.assert_close(shared[name], plain[name], atol=1e-7, rtol=1e-5)
+    return fed
 
 
 def test_process_logits_temperature_top_p_and_suppression():

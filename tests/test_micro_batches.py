@@ -7,11 +7,8 @@ import doctest
 import random
 
 import pytest
-import torch
-from accelerate import Accelerator
 
-from populora.config import UpdateSection
-from populora.lm.model import attach_adapters, load_base
+from populora.lm.model import load_base
 from populora.lm.multilora import attach_multilora
 from populora.lm.sampling import GenRow, run_plans
 from populora.rl import micro_batches
@@ -24,17 +21,16 @@ from populora.rl.micro_batches import (
     prompt_groups,
     shared_length,
 )
-from populora.rl.sequences import rollout_sequences, selected_logprobs, shared_prefix_logprobs, token_weights
-from populora.rl.update import reinforce_steps
+from populora.rl.sequences import rollout_sequences
 from populora.tasks import prompts
-from tests.test_generation_update import _adapters, _chat, _training_a
-
-
-def _count_embedded_tokens(model) -> list[int]:
-    """The token ids each forward embeds (rows x width), whichever module calls the decoder."""
-    fed: list[int] = []
-    model.get_input_embeddings().register_forward_hook(lambda module, args, out: fed.append(args[0].numel()))
-    return fed
+from tests.test_generation_update import (
+    _adapters,
+    _chat,
+    _training_a,
+    assert_shared_as_unshared,
+    assert_update_shared_as_unshared,
+)
+from tests.test_prefix_cache import assert_rescoring_as_plain
 
 
 def test_doctests():
@@ -122,45 +118,21 @@ def test_answers_with_their_own_worked_example_share_the_instruction_with_the_un
     assert all(len(members) == 1 for members in prompt_groups(sequences).values()), "every prompt its own"
     common = shared_length([context(s) for s in sequences])
     assert common >= 20, "the chat template and the instruction"
-    weights = torch.tensor(token_weights(sequences, [1.0, -0.5, 0.25, -1.0, 0.5, -0.25]))
     _, model, params = _training_a(tiny_model_dir, adapters)
-
-    def grads(**kwargs):
-        model.zero_grad(set_to_none=True)
-        logprobs, entropies = selected_logprobs(model, sequences, tokenizer.pad_token_id, "cpu", entropy=True, **kwargs)
-        loss = -(weights * logprobs).sum()
-        loss.backward()
-        return loss.detach(), logprobs.detach(), entropies, {n: p.grad.clone() for n, p in params.items()}
-
-    loss, plain_lp, plain_entropy, plain = grads()
-    fed = _count_embedded_tokens(model)
-    shared_loss, shared_lp, shared_entropy, shared = grads(share_prompts=True)
+    fed = assert_shared_as_unshared(tokenizer, model, params, sequences, [1.0, -0.5, 0.25, -1.0, 0.5, -0.25])
     assert sum(fed) == common + sum(len(s.ids) - common for s in sequences) + sum(
         max(len(s.ids) for s in sequences) - len(s.ids) for s in sequences
     ), "the instruction once, then every row's rest right-padded"
     assert sum(fed) == fed_tokens(sequences, list(range(len(sequences))), True)  # the update's log counts what ran
-    torch.testing.assert_close(shared_loss, loss, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(shared_lp, plain_lp, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(shared_entropy, plain_entropy, atol=1e-5, rtol=1e-5)
-    assert any(g.abs().sum() > 0 for g in plain.values())
-    for name in plain:
-        torch.testing.assert_close(shared[name], plain[name], atol=1e-7, rtol=1e-5)
 
 
 def test_rescoring_answers_with_their_own_worked_example_shares_the_instruction(tiny_model_dir, tmp_path):
     """The after-step diagnostics' scores (`shared_prefix_logprobs`) of answers that share only their
     instruction: the plain scores to float rounding, the instruction fed once a piece."""
     adapters = _adapters(tiny_model_dir, tmp_path)
-    tokenizer, results = _own_example_rollouts(tiny_model_dir, adapters)
+    _, results = _own_example_rollouts(tiny_model_dir, adapters)
     sequences = [s for i, r in enumerate(results) for s in rollout_sequences(r.segments, i, 4096)[0]]
-    _, base = load_base(tiny_model_dir)
-    peft = attach_adapters(base, adapters)
-    peft.set_adapter("a")
-    with torch.no_grad():
-        plain = selected_logprobs(peft, sequences, tokenizer.pad_token_id, "cpu")
-    fed = _count_embedded_tokens(peft)
-    shared = shared_prefix_logprobs(peft, sequences, tokenizer.pad_token_id, "cpu", group_rows=3)
-    torch.testing.assert_close(shared, plain, atol=1e-5, rtol=0)
+    fed = assert_rescoring_as_plain(tiny_model_dir, adapters, sequences, group_rows=3)
     common = shared_length([context(s) for s in sequences])
     # two pieces of 3 answers: each its instruction once (common tokens), then its rows' rests
     assert len(fed) == 4 and fed[0] == fed[2] == common
@@ -175,17 +147,5 @@ def test_the_update_trains_answers_with_their_own_worked_example_as_the_unshared
     rollouts = [
         {"segments": r.segments, "advantage": adv} for r, adv in zip(results, [1.0, -1.0, 0.5, -0.5, 0.25, 1.0])
     ]
-    trained, stats = {}, {}
-    for share in (False, True):
-        tokenizer, model = load_base(tiny_model_dir)
-        model = attach_adapters(model, adapters, trainable="a")
-        config = UpdateSection(steps=2, learning_rate=1e-2, micro_batch=4, max_seq_len=4096, share_prompts=share)
-        stats[share] = reinforce_steps(
-            Accelerator(cpu=True), model, tokenizer, "a", rollouts, config, optimizer_file=None, optimizer_out=None
-        )
-        trained[share] = {n: p.detach().clone() for n, p in model.named_parameters() if ".a." in n and "lora_" in n}
-    for name, weight in trained[False].items():
-        torch.testing.assert_close(trained[True][name], weight, atol=1e-6, rtol=1e-5)
-    for key in ("loss", "grad_norm", "entropy", "logprob_change_positive", "logprob_change_negative"):
-        for shared, plain in zip(stats[True]["steps"], stats[False]["steps"]):
-            assert shared[key] == pytest.approx(plain[key], rel=1e-4, abs=1e-6), key
+    stats = assert_update_shared_as_unshared(tiny_model_dir, adapters, rollouts)
+    assert stats["micro_batches"] == 2  # the instruction's six answers in two micro-batches of at most 4

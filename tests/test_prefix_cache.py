@@ -132,22 +132,33 @@ def test_prefix_bookkeeping(tiny_model_dir, tmp_path):
 def test_update_rescoring_with_shared_prompts_equals_the_plain_scoring(tiny_model_dir, tmp_path):
     """The update's after-step scores (`shared_prefix_logprobs`: a prompt once for its samples) equal
     `selected_logprobs`' to float rounding, multi-step plans (branches) and suppression included."""
-    from populora.lm.model import attach_adapters
-    from populora.rl.sequences import rollout_sequences, selected_logprobs, shared_prefix_logprobs
+    from populora.rl.sequences import rollout_sequences
     from tests.test_generation_update import _sampled_rollouts
 
     adapters = _adapters(tiny_model_dir, tmp_path)
     rows, results = _sampled_rollouts(tiny_model_dir, adapters)
     sequences = [s for k, r in enumerate(results) for s in rollout_sequences(r.segments, k, 4096)[0]]
+    fed = assert_rescoring_as_plain(tiny_model_dir, adapters, sequences, group_rows=3)
+    assert sum(fed) < sum(len(s.ids) for s in sequences), "the shared prompts were fed once"
+
+
+def assert_rescoring_as_plain(tiny_model_dir, adapters, sequences, *, group_rows: int) -> list[int]:
+    """`shared_prefix_logprobs` under adapter `a` equals `selected_logprobs`' to float rounding; returns the tokens
+    each of its forwards embedded (rows x width)."""
+    from populora.lm.model import attach_adapters
+    from populora.rl.sequences import selected_logprobs, shared_prefix_logprobs
+
     tokenizer, base = load_base(tiny_model_dir)
     peft = attach_adapters(base, adapters)
     peft.set_adapter("a")
     with torch.no_grad():
         plain = selected_logprobs(peft, sequences, tokenizer.pad_token_id, "cpu")
-    fed = _count_fed_tokens(peft)
-    shared = shared_prefix_logprobs(peft, sequences, tokenizer.pad_token_id, "cpu", group_rows=3)
+    fed: list[int] = []
+    hook = peft.get_input_embeddings().register_forward_hook(lambda module, args, out: fed.append(args[0].numel()))
+    shared = shared_prefix_logprobs(peft, sequences, tokenizer.pad_token_id, "cpu", group_rows=group_rows)
+    hook.remove()
     torch.testing.assert_close(shared, plain, atol=1e-5, rtol=0)
-    assert sum(fed) < sum(len(s.ids) for s in sequences), "the shared prompts were fed once"
+    return fed
 
 
 def test_greedy_batches_group_prompts_by_their_instruction():
