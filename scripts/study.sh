@@ -234,6 +234,21 @@ stop_stage_host() {
   return 0
 }
 
+# A run's DVC experiment, its output in CLONE/NAME.log: `dvc exp run -n NAME FLAGS...`, or, where an experiment of
+# that name exists, that one applied to the workspace. An attempt killed after DVC finished (in its final
+# measurements: a session's end) leaves one, and `dvc exp run -n` refuses a name that exists.
+run_experiment() {
+  local clone=$1 name=$2
+  shift 2
+  if git -C "$clone" for-each-ref --format='%(refname)' refs/exps | grep -qE "/$name\$"; then
+    echo "$name: DVC's experiment exists (an earlier attempt ran it): applied to the workspace, not run again" \
+      > "$clone/$name.log"
+    (cd "$clone" && dvc exp apply "$name") >> "$clone/$name.log" 2>&1
+  else
+    (cd "$clone" && PYTHONPATH="$clone" dvc exp run -n "$name" "$@") > "$clone/$name.log" 2>&1
+  fi
+}
+
 # sourced (tests/test_study_script.py): define the functions only
 if [[ ${BASH_SOURCE[0]} != "$0" ]]; then return 0; fi
 
@@ -290,7 +305,7 @@ for item in "$@"; do
   echo "$(date -u +%FT%TZ) $name: dvc exp run ${flags[*]} -S base.seed=$seed (earlier attempts: $earlier_n, $earlier_s s; paused $paused s)"
   start=$(date +%s)
   echo "$start" > "$clone/$name.started"
-  if ! (cd "$clone" && PYTHONPATH="$clone" dvc exp run -n "$name" "${flags[@]}" -S "base.seed=$seed" > "$clone/$name.log" 2>&1); then
+  if ! run_experiment "$clone" "$name" "${flags[@]}" -S "base.seed=$seed"; then
     echo "$(date -u +%FT%TZ) $name: FAILED, nothing committed; the last lines of $clone/$name.log:" >&2
     tail -5 "$clone/$name.log" >&2
     echo $(( $(date +%s) - start )) >> "$clone/$name.attempts"; rm -f "$clone/$name.started"

@@ -129,3 +129,34 @@ def test_what_a_run_still_lacks(tmp_path):
     (tmp_path / "passk").mkdir()
     (tmp_path / "passk" / "passk.json").write_text("{}")
     assert missing("population", STUDY_PASSK="64", STUDY_CROSSPLAY="8") == ["crossplay"]
+
+
+def test_a_run_killed_after_its_experiment_applies_it_and_a_new_one_runs(tmp_path):
+    """scripts/study.sh's `run_experiment`: a run whose attempt was killed after DVC finished (in its final
+    measurements, at a session's end) finds its experiment and applies it instead of running it again, which
+    `dvc exp run -n` would refuse (the name exists); a run without one runs its stage."""
+    clone = tmp_path / "pw"
+    _study_clone(clone)
+
+    def run_experiment(name: str, *flags: str) -> subprocess.CompletedProcess:
+        command = 'source scripts/study.sh && run_experiment "$@"'
+        path = f"{DVC.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        return _run(["bash", "-c", command, "-", str(clone), name, *flags], ROOT, env={"PATH": path})
+
+    applied = run_experiment("run-s3")  # the workspace holds other-s4's outputs
+    log = (clone / "run-s3.log").read_text()
+    assert applied.returncode == 0, log
+    assert "applied to the workspace, not run again" in log and "Running stage" not in log
+    assert (clone / "results" / "population" / "student.txt").read_text() == "3\n"
+
+    refused = _run([str(DVC), "exp", "run", "-n", "run-s3"], clone)
+    assert refused.returncode != 0, "dvc exp run -n with a name that exists: why the function applies it instead"
+
+    (clone / "seed.txt").write_text("5\n")
+    ran = run_experiment("new-s5")
+    log = (clone / "new-s5.log").read_text()
+    assert ran.returncode == 0, log
+    assert "Running stage 'train'" in log
+    assert (clone / "results" / "population" / "student.txt").read_text() == "5\n"
+    refs = _run(["git", "for-each-ref", "--format=%(refname)", "refs/exps"], clone, check=True).stdout
+    assert any(ref.endswith("/new-s5") for ref in refs.split())
