@@ -5,7 +5,8 @@ student, one generation, the study's held-out pool) and the converted base model
 part (init, the held-out pool and the base model's verdicts on it) runs first; then Snakemake runs
 generation 0 from pairing to held-out scoring (pair, propose, verify, solve, grade, reward, update,
 update_gather, evolve, checkpoint, heldout), timed as a whole and per job (Snakemake's benchmark files).
-Sides alternate when `--repeats` > 1; the medians and the ratio old / new are written to `--json`.
+Sides alternate when `--repeats` > 1; the medians and the ratio old / new are written to `--json`. `--seeds`
+gives each repeat its own base.seed (both sides the same), so that the medians are over the sampled tokens' luck too.
 `--dtype` pins model.dtype on both sides, `--members 2` runs 2 teachers + 2 students, `--new-set KEY=VALUE`
 sets a key on the new side only (one the old commit may not know, e.g. model.cpu_threads=2), and each repeat
 compares the two sides' trained adapters and held-out verdicts (`compared`: meaningful at equal dtype and threads).
@@ -259,6 +260,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="base.seed of each repeat, the same on both sides (replaces --repeats). A generation's sampled tokens, "
+        "and so its propose and solve seconds, follow the seed and the sampler's code: one seed repeated draws the "
+        "same luck every time (a proposal running to its token cap holds its whole batch), several average it",
+    )
+    parser.add_argument(
         "--old-record",
         default=None,
         help="take the old side from an earlier --json of this script (same machine kind, idle) "
@@ -275,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     compared = []
     if args.old_record:
         sides["old"] = json.loads(Path(args.old_record).read_text())["sides"]["old"]
-    for repeat in range(args.repeats):
+    seeds = args.seeds or [None] * args.repeats
+    for repeat, seed in enumerate(seeds):
         for name in ("old", "new") if repeat % 2 == 0 else ("new", "old"):
             if name == "old" and args.old_record:
                 continue
@@ -283,10 +294,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.dtype:
                 overlays.append({"model": {"dtype": args.dtype}})
             overlays += [setting(text) for text in args.both_set]
+            overlays += [{"base": {"seed": seed}}] if seed is not None else []
             if name == "new":
                 overlays += [{"model": {"dtype": args.new_dtype}}] if args.new_dtype else []
                 overlays += [setting(text) for text in args.new_set]
             sides[name].append(one_side(work, name, args.old if name == "old" else args.new, args, overlays))
+            sides[name][-1]["seed"] = seed
             print(name, sides[name][-1]["wall_s"], "s", flush=True)
         if not args.old_record:
             compared.append(compare_sides(work))
@@ -300,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         "sides": sides,
         "overlay": args.overlay,
         "new_dtype": args.new_dtype,
-        "repeats": args.repeats,
+        "repeats": len(seeds),
+        "seeds": args.seeds,
         "dtype": args.dtype,
         "members": args.members,
         "set": args.both_set,
