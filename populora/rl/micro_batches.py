@@ -134,17 +134,36 @@ def prompt_groups(sequences: Sequence[_Scored]) -> dict[tuple[int, ...], list[in
     return groups
 
 
+def shared_prompt_groups(sequences: Sequence[_Scored]) -> tuple[dict[tuple[int, ...], list[int]], list[int]]:
+    """The prompt groups (`prompt_groups`) worth computing their prompt once, two sequences or more with a prompt
+    of at least MIN_SHARED_PREFIX tokens, and the indices of the other sequences (alone with their prompt) group by
+    group as `prompt_groups` lists them. The one rule the update, its re-scoring and `fed_tokens` share.
+
+    >>> from types import SimpleNamespace as S
+    >>> long, short = list(range(20)), [0] * 7
+    >>> rows = [S(ids=long + [1], targets=[20]), S(ids=long + [2], targets=[20]), S(ids=short + [3], targets=[7])]
+    >>> shared, alone = shared_prompt_groups(rows + [S(ids=short + [4], targets=[7]), S(ids=[5] * 21, targets=[20])])
+    >>> [members for members in shared.values()], alone
+    ([[0, 1]], [2, 3, 4])
+    """
+    shared: dict[tuple[int, ...], list[int]] = {}
+    alone: list[int] = []
+    for prefix, members in prompt_groups(sequences).items():
+        if len(members) >= 2 and len(prefix) >= MIN_SHARED_PREFIX:
+            shared[prefix] = members
+        else:
+            alone += members
+    return shared, alone
+
+
 def plan_shared_micro_batches(sequences: Sequence[_Scored], max_rows: int, max_tokens: int | None) -> list[list[int]]:
     """Micro-batches that keep a prompt's sequences together (`prompt_groups`), so that the prompt is computed once
     per micro-batch (`selected_logprobs(share_prompts=True)`): pieces of at most `max_rows` of its sequences, longest
     first, costing the prompt once plus rows x the longest rest within `max_tokens`. Sequences alone with their
     prompt go together where their prompts begin alike (`plan_common_prefix_micro_batches`)."""
     batches: list[list[int]] = []
-    alone: list[int] = []
-    for prefix, members in prompt_groups(sequences).items():
-        if len(members) < 2 or len(prefix) < MIN_SHARED_PREFIX:
-            alone += members
-            continue
+    shared, alone = shared_prompt_groups(sequences)
+    for prefix, members in shared.items():
         piece: list[int] = []
         longest = 0
         for k in sorted(members, key=lambda k: (-len(sequences[k].ids), k)):
@@ -176,12 +195,12 @@ def fed_tokens(sequences: Sequence[_Scored], batch: list[int], shares: bool) -> 
     """
     if not shares:
         return len(batch) * max(len(sequences[i].ids) for i in batch)
-    fed, alone = 0, []
-    for prefix, members in prompt_groups([sequences[i] for i in batch]).items():
-        if len(members) >= 2 and len(prefix) >= MIN_SHARED_PREFIX:
-            fed += len(prefix) + len(members) * max(len(sequences[batch[k]].ids) - len(prefix) for k in members)
-        else:
-            alone += [batch[k] for k in members]
+    groups, lone = shared_prompt_groups([sequences[i] for i in batch])
+    fed = sum(
+        len(prefix) + len(members) * max(len(sequences[batch[k]].ids) - len(prefix) for k in members)
+        for prefix, members in groups.items()
+    )
+    alone = [batch[k] for k in lone]
     if alone:
         lengths = [len(sequences[i].ids) for i in alone]
         fed += batch_cost(lengths, shared_length([context(sequences[i]) for i in alone]))

@@ -26,6 +26,7 @@ from populora.rl.micro_batches import (  # noqa: F401  (re-exported: the update 
     plan_shared_micro_batches,
     prompt_groups,
     shared_length,
+    shared_prompt_groups,
 )
 
 LOGIT_CHUNK = 1024  # trained positions per lm-head chunk: chunk x vocab fp32 logits at a time
@@ -194,17 +195,15 @@ def _shared_features(decoder, sequences: list[Sequence], pad_id: int, device) ->
     short. None when nothing is shared."""
     if getattr(decoder, "gradient_checkpointing", False) and decoder.training:
         return None  # Transformers turns the cache off under gradient checkpointing: nothing to attend to
-    groups = prompt_groups(sequences)
-    alone = [k for prefix, members in groups.items() if not _worth_sharing(prefix, members) for k in members]
+    groups, alone = shared_prompt_groups(sequences)
     common = shared_length([context(sequences[k]) for k in alone])
     if len(alone) == len(sequences) and not common:
         return None
     per_sequence: list[torch.Tensor | None] = [None] * len(sequences)
     for prefix, members in groups.items():
-        if _worth_sharing(prefix, members):
-            group = [sequences[k] for k in members]
-            for k, features in zip(members, _prompt_group_features(decoder, prefix, group, pad_id, device)):
-                per_sequence[k] = features
+        group = [sequences[k] for k in members]
+        for k, features in zip(members, _prompt_group_features(decoder, prefix, group, pad_id, device)):
+            per_sequence[k] = features
     if alone:
         lone = [sequences[k] for k in alone]
         computed = (
@@ -215,14 +214,6 @@ def _shared_features(decoder, sequences: list[Sequence], pad_id: int, device) ->
         for k, features in zip(alone, computed):
             per_sequence[k] = features
     return torch.cat(_every_one(per_sequence))
-
-
-def _worth_sharing(prefix: tuple[int, ...], members: list[int]) -> bool:
-    """Whether a prompt group (`prompt_groups`) runs its prompt once: two sequences or more, a prompt of at
-    least MIN_SHARED_PREFIX tokens."""
-    from populora.lm.prefix_cache import MIN_SHARED_PREFIX
-
-    return len(members) >= 2 and len(prefix) >= MIN_SHARED_PREFIX
 
 
 def _prompt_group_features(
@@ -380,16 +371,12 @@ def shared_prefix_logprobs(
     ~300 prompt tokens against ~48 answer tokens each). The update's after-step diagnostics use it;
     the values equal `selected_logprobs`' up to float rounding. Groups of at most `group_rows` rows; the
     sequences alone with their prompt share the prefix their prompts begin with (`_shared_features`)."""
-    from populora.lm.prefix_cache import MIN_SHARED_PREFIX, CarriedCache, contiguous_head, shared_prefill
+    from populora.lm.prefix_cache import CarriedCache, contiguous_head, shared_prefill
 
     contiguous_head(model)
     out: list[torch.Tensor | None] = [None] * len(sequences)
-    groups = prompt_groups(sequences)
-    alone = []
+    groups, alone = shared_prompt_groups(sequences)
     for prefix, members in groups.items():
-        if len(members) == 1 or len(prefix) < MIN_SHARED_PREFIX:
-            alone += members
-            continue
         for part in _parts(members, [len(sequences[k].ids) - len(prefix) for k in members], group_rows):
             rows = [sequences[k] for k in part]
             tails = [len(s.ids) - len(prefix) for s in rows]
