@@ -1,6 +1,6 @@
 """Decode compaction (populora.lm.sampling): rows that stopped leave the batch, and every row still samples
-exactly what it sampled in the full batch, greedy or at temperature > 0, adapters mixed, in a plan's last
-step after a carried cache and in a fresh batch.
+exactly what it sampled in the full batch, greedy or at temperature > 0, adapters mixed: in a plan's last
+step after a carried cache, in a step before the last (the rows come back for the next) and in a fresh batch.
 
     python -m pytest -m "" -n 0 tests/test_compaction.py -q
 """
@@ -74,6 +74,41 @@ def test_a_compacted_plan_run_samples_what_the_full_batches_sample(tiny_model_di
         decoded[compact] = _decode_rows(model)
         results[compact] = run_plans(model, tokenizer, rows, compact=compact, **kwargs)
         model.forward = type(model).forward.__get__(model)
+    for compacted, full in zip(results[True], results[False]):
+        assert [s["ids"] for s in compacted.segments] == [s["ids"] for s in full.segments]
+        assert compacted.truncated == full.truncated
+        for a, b in zip(compacted.segments, full.segments):
+            assert a.get("logprobs", []) == pytest.approx(b.get("logprobs", []), abs=1e-5)
+    assert sum(decoded[True]) < sum(decoded[False]), (decoded[True], decoded[False])
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_rows_that_left_a_plan_step_come_back_for_the_next(tiny_model_dir, tmp_path, temperature, monkeypatch):
+    """Compaction in a plan step that is not the last: the rows that stopped are parked out of the batch and
+    restored into its carried cache (`CarriedCache.park`, `restore`), then the next step feeds every row again.
+    Every step's tokens are those of the uncompacted run (a restore that put a row's keys and values in the
+    wrong place or at the wrong width would change what the next step samples), scores up to float rounding."""
+    from populora.lm.prefix_cache import CarriedCache
+
+    tokenizer, model = _model(tiny_model_dir, tmp_path)
+    rows = []
+    for row in _rows(tokenizer):
+        # rows stop at different tokens of step one, and every row goes on to step two
+        first = replace(row.plan.steps[0], stop=STOPS, max_tokens=8, must_stop=False)
+        then = replace(row.plan.steps[0], prefill="\nSo:\n", stop=STOPS, max_tokens=6, must_stop=False)
+        rows.append(GenRow(Plan(row.plan.prompt, (first, then)), row.adapter))
+    restores = []
+    restore = CarriedCache.restore
+    monkeypatch.setattr(
+        CarriedCache, "restore", lambda self, alive: (restores.append(len(alive)), restore(self, alive))
+    )
+    kwargs = dict(temperature=temperature, top_p=0.9, max_new_tokens=8, batch_size=12, seed=5)
+    results, decoded = {}, {}
+    for compact in (True, False):
+        decoded[compact] = _decode_rows(model)
+        results[compact] = run_plans(model, tokenizer, rows, compact=compact, **kwargs)
+        model.forward = type(model).forward.__get__(model)
+    assert restores, "no step before the last compacted its batch: the test lost its point"
     for compacted, full in zip(results[True], results[False]):
         assert [s["ids"] for s in compacted.segments] == [s["ids"] for s in full.segments]
         assert compacted.truncated == full.truncated

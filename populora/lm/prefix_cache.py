@@ -119,10 +119,41 @@ class CarriedCache:
             self.cache.layers = [GrowingLayer() for _ in self.cache.layers]
         self.slots: list[list[int]] = [[] for _ in range(rows)]
         self.attention = torch.zeros((rows, 0), dtype=torch.long)
+        # rows out of the batch for now (`park`): their original indices and each layer's (keys, values) then
+        self._parked: list[tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]] = []
 
     @property
     def width(self) -> int:
         return self.attention.shape[1]
+
+    def can_park(self) -> bool:
+        """Whether rows can leave this batch for a while (`park`): plain dynamic layers only (not sliding ones)."""
+        return all(type(layer) in (DynamicLayer, GrowingLayer) for layer in self.cache.layers)
+
+    def park(self, positions: list[int], rows: list[int]) -> None:
+        """Keep a copy of what the cache holds for the batch rows at `positions` (the rows `rows` of the whole
+        batch), which are about to leave it (a decode step's compaction, `cache.reorder_cache`): `restore` puts
+        them back. Their bookkeeping stays: `append` gives them masked columns while they are out."""
+        index = torch.tensor(positions)
+        kept = [(layer.keys[index], layer.values[index]) for layer in self.cache.layers]  # a copy (advanced index)
+        self._parked.append((list(rows), kept))
+
+    def restore(self, alive: list[int]) -> None:
+        """The cache again holds every row of the batch in order: the rows `alive` (those the cache holds now,
+        in order) and the parked ones, whose columns since they left are zeros, masked like a stopped row's."""
+        if not self._parked:
+            return
+        for number, layer in enumerate(self.cache.layers):
+            whole = []
+            for states in (layer.keys, layer.values):
+                full = states.new_zeros((len(self.slots), *states.shape[1:]))
+                full[alive] = states
+                for rows, kept in self._parked:
+                    parked = kept[number][len(whole)]
+                    full[rows, :, : parked.shape[-2]] = parked
+                whole.append(full)
+            layer.keys, layer.values = whole  # a GrowingLayer moves them to a new buffer at its next update
+        self._parked = []
 
     def forget(self, row: int, length: int) -> None:
         """Row `row`'s context goes on after its first `length` tokens: later cached ones are masked."""

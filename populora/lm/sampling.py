@@ -186,6 +186,7 @@ def sample_batch(
     skip: list[bool] | None = None,
     share_prefixes: bool = True,
     compact: bool = False,
+    reuse_carried: bool = True,
 ) -> list[Sampled]:
     """Sample continuations of `contexts` (token ids) in one batch with a KV cache.
 
@@ -201,8 +202,10 @@ def sample_batch(
     scores up to float rounding); off, every row is prefilled on its own, as before.
     With `compact` the rows that stopped leave the batch (its cache, mask and adapter selection) once
     they are a quarter of it (`_worth_compacting`): the same tokens (the random draws kept per row), the
-    scores up to float rounding, fewer rows a step. `carried` is then left unusable: pass `compact` only
-    where the caller does not feed it again (the last step of a plan). A static cache is never compacted.
+    scores up to float rounding, fewer rows a step. A `carried` cache gets them back at the end
+    (`CarriedCache.park`, `restore`), for the plan's next step; with `reuse_carried` off (a plan's last
+    step: the caller feeds it no more) it is left unusable instead, which saves restoring it. A static
+    cache is never compacted.
     """
     if carried is not None and static_cache:
         raise ValueError("a carried cache is dynamic: static_cache applies to a fresh one only")
@@ -211,6 +214,7 @@ def sample_batch(
     n, pad = len(contexts), tokenizer.pad_token_id
     done = list(skip) if skip else [False] * n
     adapters = adapters or [None] * n
+    reuse_carried = reuse_carried and carried is not None and carried.can_park()
     if carried is None and share_prefixes and not static_cache:
         carried = CarriedCache(model, n)  # the shared prefill fills a carried cache's bookkeeping
     eos = set(_eos_ids(model, tokenizer))
@@ -247,17 +251,22 @@ def sample_batch(
             if all(done) or step == budget - 1:
                 break
             if compact and not static_cache and _worth_compacting(alive, done):
+                if reuse_carried:
+                    assert carried is not None
+                    carried.park([k for k, row in enumerate(alive) if done[row]], [row for row in alive if done[row]])
+                else:
+                    carried = None  # its bookkeeping still counts every row: the caller does not use it again
                 keep = torch.tensor([k for k, row in enumerate(alive) if not done[row]], device=device)
                 alive = [alive[k] for k in keep.tolist()]
                 cache.reorder_cache(keep)
                 attention, positions, token = attention[keep], positions[keep], token[keep]
-                carried = None  # its bookkeeping still counts every row: the caller does not use it again
                 selection.close()
                 selection.enter_context(select(model, [adapters[row] for row in alive]))
             logits, attention, positions = _next_logits(
                 model,
                 token,
-                [done[row] for row in alive],
+                done,
+                alive,
                 pad,
                 device,
                 cache=cache,
@@ -265,6 +274,9 @@ def sample_batch(
                 positions=positions,
                 carried=carried,
             )
+    if reuse_carried and len(alive) < n:
+        assert carried is not None
+        carried.restore(alive)
     return rows
 
 
@@ -336,6 +348,7 @@ def _next_logits(
     model,
     token: torch.Tensor,
     done: list[bool],
+    alive: list[int],
     pad: int,
     device,
     *,
@@ -344,15 +357,18 @@ def _next_logits(
     positions: torch.Tensor,
     carried: CarriedCache | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Feed each row the token it just sampled, one position on: the next step's logits, with the grown
-    attention mask and the positions fed. A row that stopped is fed a pad it never attends to (its
-    context ends where it stopped), so the batch keeps its shape."""
-    stopped = torch.tensor(done, device=device)
+    """Feed each row the cache holds (`alive`, of the whole batch's `done`) the token it just sampled, one
+    position on: the next step's logits, with the grown attention mask and the positions fed. A row that
+    stopped is fed a pad it never attends to (its context ends where it stopped), so the batch keeps its shape.
+    A carried cache's mask grows for every row of the batch, those out of it (parked) included."""
+    stopped = torch.tensor([done[row] for row in alive], device=device)
     token = torch.where(stopped, torch.full_like(token, pad), token)
     if carried is None:
         attention = torch.cat([attention, (~stopped).long().unsqueeze(-1)], dim=1)
     else:
         attention = carried.append(done, device)
+        if len(alive) < len(done):
+            attention = attention[torch.tensor(alive, device=attention.device)]
     positions = positions[:, -1:] + 1
     logits = model(
         input_ids=token.unsqueeze(-1),
@@ -502,8 +518,8 @@ def run_plans(
     context again (the same batches and random draws: the results agree up to float rounding).
     With `share_prefixes` a batch's first prefill computes each distinct context once and the batch's
     common prefix once per adapter (`populora.lm.prefix_cache`): the same draws, scores equal up to
-    float rounding. With `compact` the rows that stopped leave a batch in its last plan step
-    (`sample_batch`'s `compact`): the same tokens, scores up to float rounding.
+    float rounding. With `compact` the rows that stopped leave a batch in every plan step, the carried cache
+    getting them back for the next (`sample_batch`'s `compact`): the same tokens, scores up to float rounding.
 
     Progress (`populora.core.progress`: a bar on a terminal, else a log line every 30 s) counts plan
     steps done, as `desc`; a caller that runs several passes of one job passes its own `progress`
@@ -589,10 +605,10 @@ class _PlanRun:
         contexts = [plans.contexts[i] for i in batch]
         if carried is not None and step_index == 0 and any(rows[i].gold for i in batch):
             self._score_golds(batch, skip, contexts, carried, sampling["adapters"])
-        # the batch's last plan step: its carried cache is not fed again, so stopped rows may leave the batch
+        # the batch's last plan step: its carried cache is not fed again, so it need not get its stopped rows back
         last = step_index == max(len(rows[i].plan.steps) for i in batch) - 1
         seed = self.seed * 1_000_003 + step_index * 7919 + start
-        sampled = self._sample(contexts, seed, sampling, carried, skip, compact=last or carried is None)
+        sampled = self._sample(contexts, seed, sampling, carried, skip, reuse_carried=not last)
         dropped = 0  # later steps of rows that stopped here (truncated): they count as done
         for position, (i, skipped, sample) in enumerate(zip(batch, skip, sampled)):
             if skipped:
@@ -623,7 +639,7 @@ class _PlanRun:
         for i, score in zip(batch, scored):
             self.plans.results[i].gold = score
 
-    def _sample(self, contexts, batch_seed: int, sampling: _Sampling, carried, skip, compact: bool) -> list[Sampled]:
+    def _sample(self, contexts, batch_seed: int, sampling: _Sampling, carried, skip, reuse_carried) -> list[Sampled]:
         if self.engine:
             return self.engine.sample_contexts(contexts, seed=batch_seed, **sampling)
         generator = torch.Generator(device=self.device).manual_seed(batch_seed)
@@ -635,7 +651,8 @@ class _PlanRun:
             carried=carried,
             skip=skip,
             share_prefixes=self.share_prefixes,
-            compact=compact and self.compact,
+            compact=self.compact,
+            reuse_carried=reuse_carried,
             **sampling,
         )
 
