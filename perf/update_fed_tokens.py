@@ -22,23 +22,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from populora.core.io import write_json
-from populora.rl.micro_batches import (
-    MIN_SHARED_PREFIX,
-    fed_tokens,
-    plan_micro_batches,
-    plan_shared_micro_batches,
-    prompt_groups,
-)
+from populora.rl.micro_batches import fed_tokens, plan_micro_batches, plan_shared_micro_batches, shared_prompt_groups
 from populora.rl.sequences import Sequence, rollout_sequences
 
 
 def prompts_only(sequences: list[Sequence], max_rows: int, max_tokens: int) -> int:
     """Tokens fed when only equal prompts are shared (the update before the prefix sharing)."""
-    fed, alone = 0, []
-    for prefix, members in prompt_groups(sequences).items():
-        if len(members) < 2 or len(prefix) < MIN_SHARED_PREFIX:
-            alone += members
-            continue
+    fed = 0
+    groups, alone = shared_prompt_groups(sequences)
+    for members in groups.values():
         longest_first = sorted(members, key=lambda k: (-len(sequences[k].ids), k))
         for start in range(0, len(longest_first), max_rows):
             fed += fed_tokens(sequences, longest_first[start : start + max_rows], True)
