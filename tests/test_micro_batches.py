@@ -67,6 +67,42 @@ def test_common_prefix_plan_partitions_within_budget_and_never_feeds_more(seed, 
         assert cost(batches) < 0.75 * cost(plan_micro_batches(lengths, max_rows, max_tokens))
 
 
+def _task_answers(rng: random.Random, tasks: int, answers: int, examples: int) -> list:
+    """Rows of `tasks` tasks with `answers` answers each; each answer's prompt is a 60-token instruction, one of
+    `examples` worked examples (40 tokens) and its task (30 tokens): few examples, many answers of equal prompt."""
+    from types import SimpleNamespace
+
+    instruction, rows = list(range(1000, 1060)), []
+    for task in range(tasks):
+        for _ in range(answers):
+            prompt = instruction + [2000 + rng.randrange(examples)] * 40 + [3000 + task] * 30
+            rows.append(SimpleNamespace(ids=prompt + [5] * (1 + rng.randrange(12)), targets=[len(prompt) + 1]))
+    return rows
+
+
+def _plan_cost(rows, plan) -> int:
+    return sum(micro_batches.PASS_TOKENS + fed_tokens(rows, b, True) for b in plan)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_plan_is_the_cheaper_of_prompt_groups_apart_and_everything_pooled(seed):
+    """`plan_shared_micro_batches` keeps a task's equal prompts apart where they are many (one example: every
+    answer of a task the same prompt) and pools everything by its instruction where equal prompts come in twos
+    (many examples): either way every sequence once, within the rows, and never more fed than either plan."""
+    rng = random.Random(seed)
+    for examples, grouped in ((1, True), (30, False)):
+        rows = _task_answers(rng, 4, 8, examples)
+        plan = micro_batches.plan_shared_micro_batches(rows, 8, None)
+        assert sorted(i for b in plan for i in b) == list(range(len(rows)))
+        assert all(len(b) <= 8 for b in plan)
+        sharing = [micro_batches.batch_sharing([rows[i] for i in b]) for b in plan]
+        assert any(groups for groups, _ in sharing) is grouped, (examples, plan)
+
+        pooled = plan_common_prefix_micro_batches([context(r) for r in rows], [len(r.ids) for r in rows], 8, None)
+        costs = [_plan_cost(rows, p) for p in (plan, pooled, micro_batches._grouped_plan(rows, 8, None))]
+        assert costs[0] <= min(costs[1:])
+
+
 def test_shared_length_needs_two_rows_and_the_minimum_prefix():
     assert shared_length([list(range(40))]) == 0  # one row has nothing to share
     assert shared_length([list(range(40)), list(range(40))]) == 40

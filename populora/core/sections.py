@@ -510,8 +510,9 @@ class UpdateSection(Section):
         "gradients, in each micro-batch that holds them; micro-batches keep a prompt's answers together, "
         "micro_batch answers each): the same loss and gradients, a prompt computed once instead of once per answer. "
         "Answers whose prompts differ (each draws its own worked example) share the prefix their prompts begin with "
-        "(the instruction) the same way, micro-batches grouping them by it. Off under gradient_checkpointing "
-        "(Transformers keeps no cache there).",
+        "(the instruction) the same way, micro-batches grouping them by it; where a prompt's answers are few, they go "
+        "in with the others if that feeds fewer tokens. Off under gradient_checkpointing (Transformers keeps no "
+        "cache there).",
     )
     role_steps: Literal["joint", "per_role"] = Field(
         "joint",

@@ -20,13 +20,13 @@ from torch.utils.checkpoint import checkpoint
 from populora.lm.model import decoder_and_head
 from populora.lm.sampling import process_logits
 from populora.rl.micro_batches import (  # noqa: F401  (re-exported: the update plans with them)
+    batch_sharing,
     context,
     plan_common_prefix_micro_batches,
     plan_micro_batches,
     plan_shared_micro_batches,
     prompt_groups,
     shared_length,
-    shared_prompt_groups,
 )
 
 LOGIT_CHUNK = 1024  # trained positions per lm-head chunk: chunk x vocab fp32 logits at a time
@@ -195,7 +195,7 @@ def _shared_features(decoder, sequences: list[Sequence], pad_id: int, device) ->
     short. None when nothing is shared."""
     if getattr(decoder, "gradient_checkpointing", False) and decoder.training:
         return None  # Transformers turns the cache off under gradient checkpointing: nothing to attend to
-    groups, alone = shared_prompt_groups(sequences)
+    groups, alone = batch_sharing(sequences)
     common = shared_length([context(sequences[k]) for k in alone])
     if len(alone) == len(sequences) and not common:
         return None
@@ -366,79 +366,18 @@ def token_weights(
 def shared_prefix_logprobs(
     model, sequences: list[Sequence], pad_id: int, device, *, group_rows: int = 16
 ) -> torch.Tensor:
-    """`selected_logprobs` without gradients, computing each context before a sequence's first target
-    once for all the sequences that share it (a task's samples share their prompt: at the solve shape
-    ~300 prompt tokens against ~48 answer tokens each). The update's after-step diagnostics use it;
-    the values equal `selected_logprobs`' up to float rounding. Groups of at most `group_rows` rows; the
-    sequences alone with their prompt share the prefix their prompts begin with (`_shared_features`)."""
-    from populora.lm.prefix_cache import CarriedCache, contiguous_head, shared_prefill
+    """`selected_logprobs` without gradients, in micro-batches of at most `group_rows` sequences planned as the
+    update plans them (`plan_shared_micro_batches`, no token budget: nothing is kept for a backward pass), each
+    computing its shared prompts and prefix once (`selected_logprobs(share_prompts=True)`). The update's
+    after-step diagnostics use it; the values equal `selected_logprobs`' up to float rounding."""
+    from populora.lm.prefix_cache import contiguous_head
 
     contiguous_head(model)
     out: list[torch.Tensor | None] = [None] * len(sequences)
-    groups, alone = shared_prompt_groups(sequences)
-    for prefix, members in groups.items():
-        for part in _parts(members, [len(sequences[k].ids) - len(prefix) for k in members], group_rows):
-            rows = [sequences[k] for k in part]
-            tails = [len(s.ids) - len(prefix) for s in rows]
-            logits = shared_prefill(
-                model,
-                CarriedCache(model, len(rows)),
-                [s.ids for s in rows],
-                [None] * len(rows),
-                tails=tails,
-                pad=pad_id,
-                device=device,
-            )
-            if logits is None:  # nothing shared after all
-                alone += part
-                continue
-            width = logits.shape[1]
-            for row, (k, sequence) in enumerate(zip(part, rows)):
-                # position j's logits sit in column width - (len - j): rows end in the same column
-                columns = torch.tensor([width - len(sequence.ids) + t - 1 for t in sequence.targets], device=device)
-                out[k] = _score_rows(logits[row, columns], sequence, device)
-    # the rest in pieces whose prompts begin alike (the instruction before each answer's own worked example),
-    # that common prefix computed once a piece
-    contexts, lengths = [context(sequences[k]) for k in alone], [len(sequences[k].ids) for k in alone]
-    for piece in plan_common_prefix_micro_batches(contexts, lengths, group_rows, None):
-        part = [alone[i] for i in piece]
-        scored = selected_logprobs(model, [sequences[k] for k in part], pad_id, device, share_prompts=True)
+    for batch in plan_shared_micro_batches(sequences, group_rows, None):
+        scored = selected_logprobs(model, [sequences[k] for k in batch], pad_id, device, share_prompts=True)
         offset = 0
-        for k in part:
+        for k in batch:
             n = len(sequences[k].targets)
             out[k], offset = scored[offset : offset + n], offset + n
     return torch.cat(_every_one(out)) if out else torch.zeros(0, device=device)
-
-
-def _score_rows(logits: torch.Tensor, sequence: Sequence, device) -> torch.Tensor:
-    """The sampled tokens' log-probs from the raw logits at their positions (as `selected_logprobs`)."""
-    target = torch.tensor([sequence.ids[t] for t in sequence.targets], device=device)
-    mask = None
-    if any(sequence.suppress):
-        mask = torch.zeros((len(target), logits.shape[-1]), dtype=torch.bool, device=device)
-        for k, forbidden in enumerate(sequence.suppress):
-            if forbidden:
-                mask[k, torch.tensor(forbidden, device=device)] = True
-    distribution = process_logits(
-        logits,
-        torch.tensor(sequence.temperature, device=device),
-        torch.tensor(sequence.top_p, device=device),
-        suppress=mask,
-        keep=target,
-    )
-    return distribution.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-
-
-def _parts(members: list[int], tails: list[int], rows: int) -> list[list[int]]:
-    """Consecutive pieces of at most `rows` members whose logits (members x longest tail) stay within
-    `LOGIT_CHUNK` positions, one member at least."""
-    parts: list[list[int]] = []
-    longest = 0
-    for member, tail in zip(members, tails):
-        if parts and len(parts[-1]) < rows and max(longest, tail) * (len(parts[-1]) + 1) <= LOGIT_CHUNK:
-            parts[-1].append(member)
-            longest = max(longest, tail)
-        else:
-            parts.append([member])
-            longest = tail
-    return parts
