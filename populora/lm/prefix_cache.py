@@ -19,6 +19,8 @@ Tests: tests/test_prefix_cache.py (python -m pytest -m "" -n 0 tests/test_prefix
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from transformers.cache_utils import DynamicLayer
 
@@ -130,12 +132,17 @@ class CarriedCache:
         """Whether rows can leave this batch for a while (`park`): plain dynamic layers only (not sliding ones)."""
         return all(type(layer) in (DynamicLayer, GrowingLayer) for layer in self.cache.layers)
 
+    def _states(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's (keys, values) now, of a cache that `can_park`."""
+        layers = [cast(DynamicLayer, layer) for layer in self.cache.layers]
+        return [(cast(torch.Tensor, layer.keys), cast(torch.Tensor, layer.values)) for layer in layers]
+
     def park(self, positions: list[int], rows: list[int]) -> None:
         """Keep a copy of what the cache holds for the batch rows at `positions` (the rows `rows` of the whole
         batch), which are about to leave it (a decode step's compaction, `cache.reorder_cache`): `restore` puts
         them back. Their bookkeeping stays: `append` gives them masked columns while they are out."""
         index = torch.tensor(positions)
-        kept = [(layer.keys[index], layer.values[index]) for layer in self.cache.layers]  # a copy (advanced index)
+        kept = [(keys[index], values[index]) for keys, values in self._states()]  # a copy (advanced index)
         self._parked.append((list(rows), kept))
 
     def restore(self, alive: list[int]) -> None:
@@ -143,16 +150,17 @@ class CarriedCache:
         in order) and the parked ones, whose columns since they left are zeros, masked like a stopped row's."""
         if not self._parked:
             return
-        for number, layer in enumerate(self.cache.layers):
-            whole = []
-            for states in (layer.keys, layer.values):
-                full = states.new_zeros((len(self.slots), *states.shape[1:]))
-                full[alive] = states
+        for number, (layer, states) in enumerate(zip(self.cache.layers, self._states())):
+            whole: list[torch.Tensor] = []
+            for part, now in enumerate(states):  # keys, then values
+                full = now.new_zeros((len(self.slots), *now.shape[1:]))
+                full[alive] = now
                 for rows, kept in self._parked:
-                    parked = kept[number][len(whole)]
+                    parked = kept[number][part]
                     full[rows, :, : parked.shape[-2]] = parked
                 whole.append(full)
-            layer.keys, layer.values = whole  # a GrowingLayer moves them to a new buffer at its next update
+            # a GrowingLayer moves them to a new buffer at its next update
+            cast(DynamicLayer, layer).keys, cast(DynamicLayer, layer).values = whole
         self._parked = []
 
     def forget(self, row: int, length: int) -> None:
