@@ -181,11 +181,13 @@ def batch_sharing(sequences: Sequence[_Scored]) -> tuple[dict[tuple[int, ...], l
 
 def _grouped_cost(sequences: Sequence[_Scored], groups: dict[tuple[int, ...], list[int]], alone: list[int]) -> int:
     """Tokens fed computing each prompt group apart (its prompt once) and the rest pooled, a pass counted per forward."""
-    cost = sum(
-        PASS_TOKENS + len(prefix) + len(members) * max(len(sequences[k].ids) - len(prefix) for k in members)
-        for prefix, members in groups.items()
-    )
+    cost = sum(PASS_TOKENS + _group_cost(sequences, prefix, members) for prefix, members in groups.items())
     return cost + (PASS_TOKENS + _pooled_cost(sequences, alone) if alone else 0)
+
+
+def _group_cost(sequences: Sequence[_Scored], prefix: tuple[int, ...], members: list[int]) -> int:
+    """Tokens fed by one prompt group: its prompt once and each member's rest padded to the longest."""
+    return len(prefix) + len(members) * max(len(sequences[k].ids) - len(prefix) for k in members)
 
 
 def _pooled_cost(sequences: Sequence[_Scored], members: list[int]) -> int:
@@ -204,10 +206,10 @@ def plan_shared_micro_batches(sequences: Sequence[_Scored], max_rows: int, max_t
         [context(s) for s in sequences], [len(s.ids) for s in sequences], max_rows, max_tokens
     )
     grouped = _grouped_plan(sequences, max_rows, max_tokens)
-    cost = {
-        id(plan): sum(PASS_TOKENS + fed_tokens(sequences, batch, True) for batch in plan) for plan in (pooled, grouped)
-    }
-    return grouped if cost[id(grouped)] < cost[id(pooled)] else pooled
+    pooled_cost, grouped_cost = (
+        sum(PASS_TOKENS + fed_tokens(sequences, batch, True) for batch in plan) for plan in (pooled, grouped)
+    )
+    return grouped if grouped_cost < pooled_cost else pooled
 
 
 def _grouped_plan(sequences: Sequence[_Scored], max_rows: int, max_tokens: int | None) -> list[list[int]]:
@@ -247,8 +249,5 @@ def fed_tokens(sequences: Sequence[_Scored], batch: list[int], shares: bool) -> 
         return len(batch) * max(len(sequences[i].ids) for i in batch)
     rows = [sequences[i] for i in batch]
     groups, alone = batch_sharing(rows)
-    fed = sum(
-        len(prefix) + len(members) * max(len(rows[k].ids) - len(prefix) for k in members)
-        for prefix, members in groups.items()
-    )
+    fed = sum(_group_cost(rows, prefix, members) for prefix, members in groups.items())
     return fed + (_pooled_cost(rows, alone) if alone else 0)
