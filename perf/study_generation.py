@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", required=True)
     parser.add_argument("--new", default="HEAD")
-    parser.add_argument("--work", required=True)
+    parser.add_argument("--work", required=True, help="a folder for the two sides' worktrees (made if missing)")
     parser.add_argument("--base-model", required=True, help="a converted base model folder (results/base_model)")
     parser.add_argument("--overlay", default="params/learning-study.yaml")
     parser.add_argument("--new-dtype", default=None, help="model.dtype on the new side (default: the overlay's)")
@@ -277,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     args.host = {"none": (), "new": ("new",), "old": ("old",), "both": ("old", "new")}[args.host]
-    work = Path(args.work)
+    # resolved once here: each side runs its commands from inside its own folder, where a relative --work is not
+    work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     global OVERLAY
     OVERLAY = args.overlay
