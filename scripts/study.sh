@@ -174,6 +174,13 @@ model_base() {
   if [ -d "$1/results/warm_base" ]; then echo results/warm_base; else echo results/base_model; fi
 }
 
+# The DVC hash of the folder BASE (results/warm_base or results/base_model) in CLONE's dvc.lock, the first entry
+# naming it (a stage's out, or a dep of the same bytes), or nothing where the lock has none
+base_identity() {
+  awk -v want="$2" '$1 == "-" && $2 == "path:" { found = ($3 == want); next }
+    found && $1 == "md5:" { print $2; exit }' "$1/dvc.lock" 2>/dev/null || true
+}
+
 # A finished run's run.json: control, seed, experiment, wall_s, attempts, interrupted_s, paused_s, machine (JSON),
 # source_commit, study_commit, stage_host (true/false), in that order
 run_json() {
@@ -182,7 +189,9 @@ run_json() {
 
 # Issue 51's measurements of a run's adapters, taken before the next experiment replaces them (optional):
 # STUDY_PASSK=<answers per task> (e.g. 64): pass@k of the final students on the run's held-out pool
-# (populora.analysis.passk; the base model too in the first run that measures it, the others leave it out);
+# (populora.analysis.passk; the base model too in the first run that measures that base, the others leave it out:
+# each machine type makes a warm base of its own, so a base is known by its DVC hash in the clone's dvc.lock,
+# written beside the figures as passk/base_id);
 # STUDY_CROSSPLAY=<tasks per generation> (e.g. 8): a population's cross-play matrix (populora.analysis.crossplay).
 # Each writes into the run folder (passk/, crossplay/); a failure is logged and the run is kept without it.
 # Both run the clone's code (the run's own commit), so that commit must have the modules. The adapters load on the
@@ -191,14 +200,20 @@ run_json() {
 # CLONE/NAME.measure.log, not the run's log: an attempt killed while measuring ends at the run log's last write
 # (close_interrupted_attempt), the end of its DVC work, so the hour of measuring never counts as the run's wall.
 measure_final() {
-  local clone=$1 name=$2 arm=$3 tmp=$4 base_flag=() base
+  local clone=$1 name=$2 arm=$3 tmp=$4 base_flag=() base base_id
   base=$(model_base "$clone")
   if [ -n "${STUDY_PASSK:-}" ] && [ -s "$clone/results/heldout/pool.jsonl" ]; then
-    grep -qs '"base"' "$here/$runs"/*/passk/passk.json && base_flag=(--no-base)
-    (cd "$clone" && PYTHONPATH="$clone" python -m populora.analysis.passk --pool results/heldout/pool.jsonl \
-       --params params.yaml --base-model "$base" --run "$name=results/$arm" --samples "$STUDY_PASSK" \
-       "${base_flag[@]}" --out "$tmp/passk") >> "$clone/$name.measure.log" 2>&1 \
-      || echo "$(date -u +%FT%TZ) $name: pass@k failed, kept without it (see $clone/$name.measure.log)" >&2
+    base_id=$(base_identity "$clone" "$base")
+    # a base without a hash (no dvc.lock entry) is measured every time: nothing says which base it is
+    if [ -n "$base_id" ] && grep -qsxF "$base_id" "$here/$runs"/*/passk/base_id; then base_flag=(--no-base); fi
+    if (cd "$clone" && PYTHONPATH="$clone" python -m populora.analysis.passk --pool results/heldout/pool.jsonl \
+          --params params.yaml --base-model "$base" --run "$name=results/$arm" --samples "$STUDY_PASSK" \
+          "${base_flag[@]}" --out "$tmp/passk") >> "$clone/$name.measure.log" 2>&1; then
+      # only beside figures that hold the base: a later run of that base then leaves it out
+      if [ ${#base_flag[@]} -eq 0 ] && [ -n "$base_id" ]; then mkdir -p "$tmp/passk" && echo "$base_id" > "$tmp/passk/base_id"; fi
+    else
+      echo "$(date -u +%FT%TZ) $name: pass@k failed, kept without it (see $clone/$name.measure.log)" >&2
+    fi
   fi
   if [ -n "${STUDY_CROSSPLAY:-}" ] && [ "$arm" = population ]; then
     (cd "$clone" && PYTHONPATH="$clone" python -m populora.analysis.crossplay results --arm "$arm" --params params.yaml \

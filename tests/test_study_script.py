@@ -230,7 +230,8 @@ def test_a_run_s_paused_seconds_go_into_its_run_json(tmp_path):
 
 def test_final_measurements_run_only_when_asked_and_measure_the_base_once(tmp_path):
     """STUDY_PASSK / STUDY_CROSSPLAY: pass@k of the run's final students (the base in the first run that
-    measures it, left out once a committed run holds it) and a population's cross-play matrix, measured in
+    measures that base, known by its DVC hash: left out once a committed run holds it) and a population's
+    cross-play matrix, measured in
     the clone before the next experiment replaces the adapters (`python` stubbed: the arguments it got)."""
     clone, here, tmp = tmp_path / "clone", tmp_path / "here", tmp_path / "tmp"
     (clone / "results" / "heldout").mkdir(parents=True)
@@ -276,11 +277,26 @@ def test_final_measurements_run_only_when_asked_and_measure_the_base_once(tmp_pa
     (clone / "results" / "warm_base").mkdir()
     passk, crossplay = measure("population", STUDY_PASSK="64", STUDY_CROSSPLAY="8")
     assert "--base-model results/warm_base --run" in passk and "--base-model results/warm_base --tasks" in crossplay
-    committed = here / "study" / "runs" / "run-s1" / "passk"  # an earlier run measured the base
+    # the base is known by its DVC hash, written beside figures that hold it (the stub wrote no figures)
+    assert not (tmp / "passk" / "base_id").exists()  # the clone has no dvc.lock: nothing says which base it is
+    (clone / "dvc.lock").write_text(
+        "stages:\n  warm_start:\n    deps:\n    - path: results/base_model\n      hash: md5\n      md5: raw.dir\n"
+        "    outs:\n    - path: results/warm_base\n      hash: md5\n      md5: warm-a.dir\n"
+    )
+    measure("population", STUDY_PASSK="64")
+    assert (tmp / "passk" / "base_id").read_text() == "warm-a.dir\n"
+    committed = here / "study" / "runs" / "run-s1" / "passk"  # an earlier run measured a base
     committed.mkdir(parents=True)
     (committed / "passk.json").write_text('{"members": {"base": {}}}')
+    (committed / "base_id").write_text("warm-b.dir\n")  # another machine type's warm base: measured again here
+    (tmp / "passk" / "base_id").unlink()
+    (again,) = measure("baseline", STUDY_PASSK="16")
+    assert "--no-base" not in again and (tmp / "passk" / "base_id").read_text() == "warm-a.dir\n"
+    (committed / "base_id").write_text("warm-a.dir\n")  # this base: left out, and no base_id beside figures without it
+    (tmp / "passk" / "base_id").unlink()
     (only,) = measure("baseline", STUDY_PASSK="16", STUDY_CROSSPLAY="8")  # no cross-play matrix for a single agent
     assert "--run run-s3=results/baseline --samples 16 --no-base" in only
+    assert not (tmp / "passk" / "base_id").exists()
 
 
 def test_the_total_budget_control_doubles_what_one_pair_spends(tmp_path):
