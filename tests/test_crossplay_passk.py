@@ -342,6 +342,35 @@ def test_the_study_reports_pass_at_k_per_control_across_seeds(tmp_path):
     assert "pass@k" in figure_panels(study) and (tmp_path / "out" / "study.png").stat().st_size > 0
 
 
+def test_runs_on_two_bases_get_a_base_curve_each_not_the_first_ones(tmp_path):
+    """Each machine type makes its own warm base: pass@k measured on two (passk/base_id beside the figures) is
+    reported base by base, and no single base stands beside every control."""
+    from populora.analysis.passk import passk_summary, passk_table
+    from populora.analysis.runs import read_passk
+
+    def run(root, name: str, base: float | None, base_id: str | None) -> dict:
+        folder = root / name / "passk"
+        folder.mkdir(parents=True)
+        members = {"base": {"all": {"1": base, "4": 2 * base}}} if base is not None else {}
+        doc = {"samples": 8, "ks": [1, 4], "groups": {name: {"all": {"1": 0.2, "4": 0.4}}}, "members": members}
+        (folder / "passk.json").write_text(json.dumps(doc))
+        if base_id:
+            (folder / "base_id").write_text(base_id + "\n")
+        return {"passk": read_passk(folder / "passk.json")}
+
+    root = tmp_path
+    one = [run(root, "a-s1", 0.05, "ddf76a94.dir"), run(root, "a-s2", None, None)]
+    summary = passk_summary({"a": one})
+    assert summary["base"] == {"1": 0.05, "4": 0.1} and summary["bases"] == {}
+    two = [*one, run(root, "a-s3", 0.07, "8ab7974e.dir")]
+    summary = passk_summary({"a": two})
+    assert summary["base"] is None
+    assert summary["bases"] == {"ddf76a94.dir": {"1": 0.05, "4": 0.1}, "8ab7974e.dir": {"1": 0.07, "4": 0.14}}
+    table = "\n".join(passk_table(summary))
+    assert "| base model ddf76a94 | 5.0 | 10.0 |" in table and "| base model 8ab7974e | 7.0 | 14.0 |" in table
+    assert "| base model |" not in table
+
+
 # --- which base the adapters load on -----------------------------------------------------------------
 
 

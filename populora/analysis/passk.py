@@ -333,7 +333,8 @@ def _ends_of_curves(doc: dict) -> dict[str, dict[str, float]]:
 
 def passk_summary(groups: dict[str, list[dict]], pairs=()) -> dict:
     """Per control and k, the final students' pass@k on the pool over the seeds that measured it (mean,
-    95% t-interval), the base's curve (from the run that measured it), and between the controls of `pairs`
+    95% t-interval), the base's curve (from the run that measured it; `bases` by base id where runs measured
+    more than one base, and then no single `base`), and between the controls of `pairs`
     Welch's interval at the smallest and the largest k; {} where no run measured pass@k (run records'
     `passk`, `populora.analysis.runs.read_passk`)."""
     from populora.analysis.proposals import summary
@@ -345,12 +346,15 @@ def passk_summary(groups: dict[str, list[dict]], pairs=()) -> dict:
         return {}
     every = [r["passk"] for runs in measured.values() for r in runs]
     ks = sorted(set.intersection(*(set(p["ks"]) for p in every)))
-    base = next((p["base"]["all"] for p in every if p.get("base")), None)
+    # one curve per base (runs on two machine types trained on two warm bases): a single one is "the base"
+    bases = {p.get("base_id"): p["base"]["all"] for p in every if p.get("base")}
+    only = next(iter(bases.values())) if len(bases) == 1 else None
     values = {c: {k: [r["passk"]["students"]["all"][str(k)] for r in runs] for k in ks} for c, runs in measured.items()}
     out: dict[str, Any] = {
         "ks": ks,
         "samples": sorted({p["samples"] for p in every}),
-        "base": {str(k): base[str(k)] for k in ks} if base else None,
+        "base": {str(k): only[str(k)] for k in ks} if only else None,
+        "bases": {str(i): {str(k): curve[str(k)] for k in ks} for i, curve in bases.items()} if len(bases) > 1 else {},
         "baselines": next((p["baselines"] for p in every if p.get("baselines")), {}),
         "controls": {c: {str(k): summary(v[k]) for k in ks} for c, v in values.items()},
         "comparisons": [],
@@ -398,6 +402,8 @@ def passk_table(doc: dict) -> list[str]:
     ]
     if doc.get("base"):
         lines.append("| base model | " + " | ".join(f"{100 * doc['base'][str(k)]:.1f}" for k in ks) + " |")
+    for base_id, curve in (doc.get("bases") or {}).items():  # more than one base: each its own row
+        lines.append(f"| base model {base_id[:8]} | " + " | ".join(f"{100 * curve[str(k)]:.1f}" for k in ks) + " |")
     best = constant_share(doc.get("baselines") or {}, "all")
     if best is not None:
         lines.append("| best constant answer | " + " | ".join([f"{100 * best:.1f}"] * len(ks)) + " |")

@@ -173,15 +173,19 @@ def _wall_s(run: dict) -> float | None:
 
 def read_passk(path: Path) -> dict:
     """A run's pass@k on the pool (`passk/passk.json`, `populora.analysis.passk`, scripts/study.sh STUDY_PASSK):
-    `{"samples", "ks", "students": {part: {k: value}}, "base": {...} or None}`; {} where not measured."""
+    `{"samples", "ks", "students": {part: {k: value}}, "base": {...} or None, "base_id"}`; {} where not measured.
+    `base_id`: which base the figures' base curve is (its DVC hash, `passk/base_id` beside them; None where absent):
+    each machine type makes a warm base of its own."""
     doc = _read_optional(path)
     if not doc.get("groups"):
         return {}
+    base_id = path.parent / "base_id"
     return {
         "samples": doc["samples"],
         "ks": doc["ks"],
         "students": next(iter(doc["groups"].values())),
         "base": (doc.get("members") or {}).get("base"),
+        "base_id": base_id.read_text().strip() if base_id.is_file() else None,
         "baselines": doc.get("baselines") or {},
     }
 
