@@ -348,8 +348,8 @@ def test_runs_on_two_bases_get_a_base_curve_each_not_the_first_ones(tmp_path):
     from populora.analysis.passk import passk_summary, passk_table
     from populora.analysis.runs import read_passk
 
-    def run(root, name: str, base: float | None, base_id: str | None) -> dict:
-        folder = root / name / "passk"
+    def run(name: str, base: float | None, base_id: str | None) -> dict:
+        folder = tmp_path / name / "passk"
         folder.mkdir(parents=True)
         members = {"base": {"all": {"1": base, "4": 2 * base}}} if base is not None else {}
         doc = {"samples": 8, "ks": [1, 4], "groups": {name: {"all": {"1": 0.2, "4": 0.4}}}, "members": members}
@@ -358,11 +358,10 @@ def test_runs_on_two_bases_get_a_base_curve_each_not_the_first_ones(tmp_path):
             (folder / "base_id").write_text(base_id + "\n")
         return {"passk": read_passk(folder / "passk.json")}
 
-    root = tmp_path
-    one = [run(root, "a-s1", 0.05, "ddf76a94.dir"), run(root, "a-s2", None, None)]
+    one = [run("a-s1", 0.05, "ddf76a94.dir"), run("a-s2", None, None)]
     summary = passk_summary({"a": one})
     assert summary["base"] == {"1": 0.05, "4": 0.1} and summary["bases"] == {}
-    two = [*one, run(root, "a-s3", 0.07, "8ab7974e.dir")]
+    two = [*one, run("a-s3", 0.07, "8ab7974e.dir")]
     summary = passk_summary({"a": two})
     assert summary["base"] is None
     assert summary["bases"] == {"ddf76a94.dir": {"1": 0.05, "4": 0.1}, "8ab7974e.dir": {"1": 0.07, "4": 0.14}}

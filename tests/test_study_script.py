@@ -231,8 +231,8 @@ def test_a_run_s_paused_seconds_go_into_its_run_json(tmp_path):
 def test_final_measurements_run_only_when_asked_and_measure_the_base_once(tmp_path):
     """STUDY_PASSK / STUDY_CROSSPLAY: pass@k of the run's final students (the base in the first run that
     measures that base, known by its DVC hash: left out once a committed run holds it) and a population's
-    cross-play matrix, measured in
-    the clone before the next experiment replaces the adapters (`python` stubbed: the arguments it got)."""
+    cross-play matrix, measured in the clone before the next experiment replaces the adapters (`python`
+    stubbed: the arguments it got)."""
     clone, here, tmp = tmp_path / "clone", tmp_path / "here", tmp_path / "tmp"
     (clone / "results" / "heldout").mkdir(parents=True)
     (clone / "results" / "heldout" / "pool.jsonl").write_text('{"task_id": "t"}\n')
