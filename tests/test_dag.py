@@ -354,6 +354,18 @@ def test_the_pool_file_is_an_input_of_heldout_pool(tmp_path):
     assert pool not in stage["deps"] and "--pool-file" not in stage["cmd"]
 
 
+def test_the_pool_stage_does_not_watch_a_generation_s_sizes():
+    """The held-out pool and its base scores do not depend on how many tasks a generation proposes or answers, so
+    an arm that changes those (the study's total-budget control: propose.per_type, solve.tasks_per_type) keeps them
+    instead of rerunning the stage (17 min on the 2-core CPU); what the stage does read is declared, or the
+    params view (populora.core.declared) fails it in tests/test_heldout.py and the smoke runs."""
+    from populora.core.declared import unread
+
+    stage = next(stage for stage in STAGES if stage.name == "heldout_pool")
+    sizes = ["propose.per_type", "solve.tasks_per_type", "solve.samples", "solve.fill_in", "update.steps"]
+    assert unread(sizes, stage.params) == sorted(sizes), "heldout_pool watches a generation's sizes"
+
+
 def test_the_dag_guard_asks_for_a_re_render_when_the_params_name_another_pool(tmp_path, capsys):
     """`dvc exp run -S heldout.pool_file=null` changes the rendered DAG (an input and its flag): the guard stops
     the run before any work, naming the key and the fix, as for a change of generations."""

@@ -29,8 +29,13 @@ PARAM_READS = "param_reads"  # under the project: one file per stage process (po
 # The test fails when one of them is read after all, so the table stays exact.
 VLLM_LIMITS = {"lora.rank", "update.max_seq_len"}  # the vLLM engine's sizes (sampler.engine: vllm; the vLLM lane)
 DVC_THREADS = {"model.cpu_threads"}  # a chain stage's threads, read under DVC (Snakemake sets OMP_NUM_THREADS)
+# the base proposing its pool (no heldout.pool_file: the DVC experiments and the SLURM run take that path)
+POOL_PROPOSALS = {f"propose.{key}" for key in ("batch_size", "references", "mode", "temperature", "top_p")} | {
+    "propose.max_new_tokens",
+    "solve.worked_examples",
+}
 NOT_READ_HERE: dict[str, set[str]] = {
-    "heldout_pool": VLLM_LIMITS | DVC_THREADS,
+    "heldout_pool": VLLM_LIMITS | DVC_THREADS | POOL_PROPOSALS,
     "propose": VLLM_LIMITS | DVC_THREADS,
     "solve": VLLM_LIMITS | DVC_THREADS,
     "update": DVC_THREADS | {"dag.update_side_by_side"},  # how many update jobs share them, likewise

@@ -262,10 +262,23 @@ STAGES: tuple[Stage, ...] = (
         "global",
         inputs={"base_model": WARM_BASE, "raw_base": BASE_MODEL},
         outputs={"pool": HELDOUT_POOL, "base": HELDOUT_BASE},
+        # the keys of propose and solve it reads, not the sections: a run that changes how many tasks a generation
+        # proposes or answers (propose.per_type, solve.tasks_per_type, solve.samples) keeps the pool and its scores
         params=(
             "heldout",
-            "propose",
-            "solve",
+            "propose.types",
+            "propose.batch_size",  # proposing a pool (no heldout.pool_file): one batch a round
+            "propose.references",
+            "propose.code_f_inputs",
+            "propose.mode",
+            "propose.temperature",
+            "propose.top_p",
+            "propose.max_new_tokens",
+            "propose.reject_copyable",
+            "solve.mode",
+            "solve.batch_size",
+            "solve.max_new_tokens",
+            "solve.worked_examples",
             "buffer.seeds",
             "verify",
             "model.dtype",
