@@ -338,7 +338,7 @@ def test_the_study_reports_pass_at_k_per_control_across_seeds(tmp_path):
     assert c["delta"] == pytest.approx(0.1) and c["low"] > 0
     text = (tmp_path / "out" / "study.md").read_text()
     assert "## pass@k on the held-out pool" in text and "| base model | 5.0 | 15.0 | 30.0 |" in text
-    assert "| best constant answer | 5.0 | 5.0 | 5.0 |" in text and "| 2t2s - 1t1s | 1 | +10.0 [" in text
+    assert "| best constant answer (k = 1) | 5.0 | 5.0 | 5.0 |" in text and "| 2t2s - 1t1s | 1 | +10.0 [" in text
     assert "pass@k" in figure_panels(study) and (tmp_path / "out" / "study.png").stat().st_size > 0
 
 
@@ -368,6 +368,35 @@ def test_runs_on_two_bases_get_a_base_curve_each_not_the_first_ones(tmp_path):
     table = "\n".join(passk_table(summary))
     assert "| base model ddf76a94 | 5.0 | 10.0 |" in table and "| base model 8ab7974e | 7.0 | 14.0 |" in table
     assert "| base model |" not in table
+
+
+def test_pass_at_k_stands_beside_the_best_k_constants_where_the_baselines_have_them(tmp_path):
+    """k answers a task may be k different constants: the table's and the figure's control at k is the best k
+    constants (best_at_k), summed over the types; without best_at_k, the best single constant, said to be k = 1."""
+    from populora.analysis.passk import constant_share_at_k, passk_table, plot_curves
+
+    baselines = {
+        "code_o": {"n_tasks": 10, "best": {"correct": 1}, "best_at_k": {"1": {"correct": 1}, "4": {"correct": 3}}},
+        "code_i": {"n_tasks": 10, "best": {"correct": 2}, "best_at_k": {"1": {"correct": 2}, "4": {"correct": 7}}},
+    }
+    assert constant_share_at_k(baselines, "all", 4) == pytest.approx(0.5)
+    assert constant_share_at_k(baselines, "code_o", 4) == pytest.approx(0.3)
+    assert constant_share_at_k(baselines, "all", 16) is None  # not measured at that k
+    doc = {"ks": [1, 4], "samples": [8], "base": None, "controls": {}, "comparisons": [], "baselines": baselines}
+    table = "\n".join(passk_table(doc))
+    assert "| best k constants | 15.0 | 50.0 |" in table and "best constant answer" not in table
+    curves = {
+        "ks": [1, 4],
+        "types": ["code_o"],
+        "task_types": ["code_o"] * 10,
+        "n_tasks": 10,
+        "samples": 8,
+        "members": {},
+        "groups": {"r": {"all": {"1": 0.2, "4": 0.4}, "code_o": {"1": 0.2, "4": 0.4}}},
+        "baselines": baselines,
+    }
+    plot_curves(curves, tmp_path / "passk.png")
+    assert (tmp_path / "passk.png").stat().st_size > 0
 
 
 # --- which base the adapters load on -----------------------------------------------------------------

@@ -7,7 +7,7 @@ by the study beside the pool's scores.
 
 from __future__ import annotations
 
-from populora.analysis.baselines import candidates, pool_baselines
+from populora.analysis.baselines import best_k_constants, candidates, pool_baselines
 from populora.analysis.tables import baselines_lines
 
 
@@ -43,3 +43,22 @@ def test_the_best_constant_and_the_copy_baseline_are_graded_per_type():
     line = baselines_lines({"pool_baselines": found})[0]
     assert "code_i: the constant `10` is right on 2 of 3 (66.7)" in line
     assert "One constant per type scores 3 of 5 (60.0) on the whole pool" in line
+
+
+def test_the_best_k_constants_are_graded_too_each_k_extending_the_last():
+    """pass@k's control: k different constants a task. code_i: `10` is right on two tasks, an input of 7 on the
+    third, so two constants cover all three; code_o's two tasks need two different outputs."""
+    found = pool_baselines(POOL, ks=[1, 2, 4])
+    assert found["code_i"]["best_at_k"] == {
+        "1": {"correct": 2, "share": 0.666667},
+        "2": {"correct": 3, "share": 1.0},
+        "4": {"correct": 3, "share": 1.0},
+    }
+    assert [found["code_o"]["best_at_k"][k]["correct"] for k in ("1", "2", "4")] == [1, 2, 2]
+    assert "best_at_k" not in pool_baselines(POOL)["code_o"]  # only when asked
+
+
+def test_greedy_picks_the_constant_adding_most_and_breaks_ties_by_answer():
+    right = {"b": {"t1", "t2"}, "a": {"t1", "t2"}, "c": {"t3"}, "d": set()}
+    assert best_k_constants(right, [1, 2, 3, 8]) == {"1": 2, "2": 3, "3": 3, "8": 3}
+    assert best_k_constants({}, [1]) == {"1": 0}

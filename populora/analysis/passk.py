@@ -15,9 +15,10 @@ times at `--temperature` (1.0) with the solver's settings and the pool's own wor
 (`populora.heldout.scoring.pass_counts`, the machinery of the pool's mean pass rate; the shared-prefix
 sampler prefills each task's prompt once per adapter for all its samples), the sandbox grades them, and
 pass@k is the unbiased estimate from the n samples (`populora.heldout.scoring.pass_at_k`, Chen et al.
-2021) averaged over the pool's tasks; a run's curve is its students' mean. Beside it, the pool's best
-constant answer and copy baseline (`populora.analysis.baselines`; a constant is deterministic, so its pass@k
-is its pass@1 for every k).
+2021) averaged over the pool's tasks; a run's curve is its students' mean. Beside it, what reading nothing
+earns (`populora.analysis.baselines`): the best k constants, k answers a task being k different constants
+(`best_at_k`, where the baselines have it: `--baselines` a file made with `--ks`, or computed here), else the
+best single constant (one constant tried k times is one try).
 
 Cost: members x tasks x samples answers (the base and two students on a 256-task pool at 64 samples:
 49,152 answers). `--max-tasks` scores a seeded subsample of the pool, each type in turn.
@@ -130,7 +131,7 @@ def plot_curves(doc: dict, path: Path) -> None:
             )
         for label, curve in doc["groups"].items():
             ax.plot(ks, [100 * curve[part][str(k)] for k in ks], marker="o", ms=3, label=f"{label} (students)")
-        _pass_at_k_axes(ax, ks, constant_share(doc.get("baselines") or {}, part), "pass@k (points)")
+        _pass_at_k_axes(ax, ks, doc.get("baselines") or {}, part, "pass@k (points)")
         n = doc["n_tasks"] if part == "all" else sum(t == part for t in doc["task_types"])
         ax.set_title(
             f"held-out pool, {'all types' if part == 'all' else part} ({n} tasks, n={doc['samples']})", fontsize=9
@@ -142,10 +143,15 @@ def plot_curves(doc: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def _pass_at_k_axes(ax, ks: list[int], best: float | None, ylabel: str) -> None:
-    """A pass@k panel's frame: the best constant answer's line (the score reading nothing earns), k on a log2 axis."""
-    if best is not None:
-        ax.axhline(100 * best, color="black", ls=":", lw=1.2, label="best constant answer")
+def _pass_at_k_axes(ax, ks: list[int], baselines: dict, part: str, ylabel: str) -> None:
+    """A pass@k panel's frame: what reading nothing earns (the best k constants where the baselines have them,
+    else the best single constant's line), k on a log2 axis."""
+    at_k = [share for k in ks if (share := constant_share_at_k(baselines, part, k)) is not None]
+    best = constant_share(baselines, part)
+    if len(at_k) == len(ks):
+        ax.plot(ks, [100 * share for share in at_k], color="black", ls=":", lw=1.2, label="best k constants")
+    elif best is not None:
+        ax.axhline(100 * best, color="black", ls=":", lw=1.2, label="best constant answer (k = 1)")
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [str(k) for k in ks])
     ax.set_xlabel("k (answers)")
@@ -314,7 +320,7 @@ def _measure(args: argparse.Namespace) -> dict:
     if args.baselines and len(pool) == len(whole):  # the file's figures are the whole pool's
         doc["baselines"] = json.loads(Path(args.baselines).read_text())["by_type"]
     else:
-        doc["baselines"] = pool_baselines(pool, params.verify)
+        doc["baselines"] = pool_baselines(pool, params.verify, ks=doc["ks"])
     return doc
 
 
@@ -329,6 +335,15 @@ def _ends_of_curves(doc: dict) -> dict[str, dict[str, float]]:
 
 
 # --- across a study's runs (populora.analysis.comparisons: study.json `passk`, a table and a figure panel) ---------
+
+
+def constant_share_at_k(baselines: dict, part: str, k: int) -> float | None:
+    """The best k constants' share (`best_at_k`, populora.analysis.baselines) of the pool (k per type) or of one
+    type; None where the baselines lack k."""
+    rows = [v for t, v in baselines.items() if part in ("all", t)]
+    if not rows or any(str(k) not in (v.get("best_at_k") or {}) for v in rows):
+        return None
+    return sum(v["best_at_k"][str(k)]["correct"] for v in rows) / sum(v["n_tasks"] for v in rows)
 
 
 def passk_summary(groups: dict[str, list[dict]], pairs=()) -> dict:
@@ -404,9 +419,13 @@ def passk_table(doc: dict) -> list[str]:
         lines.append("| base model | " + " | ".join(f"{100 * doc['base'][str(k)]:.1f}" for k in ks) + " |")
     for base_id, curve in (doc.get("bases") or {}).items():  # more than one base: each its own row
         lines.append(f"| base model {base_id[:8]} | " + " | ".join(f"{100 * curve[str(k)]:.1f}" for k in ks) + " |")
-    best = constant_share(doc.get("baselines") or {}, "all")
-    if best is not None:
-        lines.append("| best constant answer | " + " | ".join([f"{100 * best:.1f}"] * len(ks)) + " |")
+    baselines = doc.get("baselines") or {}
+    at_k = [share for k in ks if (share := constant_share_at_k(baselines, "all", k)) is not None]
+    best = constant_share(baselines, "all")
+    if len(at_k) == len(ks):
+        lines.append("| best k constants | " + " | ".join(f"{100 * share:.1f}" for share in at_k) + " |")
+    elif best is not None:
+        lines.append("| best constant answer (k = 1) | " + " | ".join([f"{100 * best:.1f}"] * len(ks)) + " |")
     for control, by_k in doc["controls"].items():
         lines.append(f"| {control} | " + " | ".join(pts(by_k[str(k)]) for k in ks) + " |")
     if doc["comparisons"]:
@@ -436,7 +455,7 @@ def plot_passk_panel(ax, doc: dict, colors: list[str]) -> None:
             lw=2,
             label=control,
         )
-    _pass_at_k_axes(ax, ks, constant_share(doc.get("baselines") or {}, "all"), "final students' pass@k (points)")
+    _pass_at_k_axes(ax, ks, doc.get("baselines") or {}, "all", "final students' pass@k (points)")
     ax.set_title("held-out pool: pass@k, mean over seeds", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
