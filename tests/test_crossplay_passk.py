@@ -399,6 +399,18 @@ def test_pass_at_k_stands_beside_the_best_k_constants_where_the_baselines_have_t
     assert (tmp_path / "passk.png").stat().st_size > 0
 
 
+def test_the_plan_s_pool_baselines_give_pass_at_k_its_best_k_constants():
+    """Runs measured before best_at_k existed carry the single constant; the plan's pool baselines, where they
+    hold best_at_k, take their place in the study's pass@k (and only then)."""
+    from populora.analysis.passk import with_pool_baselines
+
+    summary = {"ks": [1, 4], "baselines": {"code_o": {"n_tasks": 10, "best": {"correct": 1}}}}
+    at_k = {"code_o": {"n_tasks": 10, "best": {"correct": 1}, "best_at_k": {"1": {"correct": 1}}}}
+    assert with_pool_baselines(summary, at_k)["baselines"] == at_k
+    assert with_pool_baselines(summary, {"code_o": {"n_tasks": 10, "best": {"correct": 1}}}) == summary
+    assert with_pool_baselines({}, at_k) == {}  # no run measured pass@k
+
+
 # --- which base the adapters load on -----------------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from populora.analysis.comparisons import COMPARISONS, summarize
 from populora.analysis.experiments import StudyError, exp_show, experiment_runs, experiments, read_verdicts
 from populora.analysis.figure import plot
 from populora.analysis.gate import gate_verdict
+from populora.analysis.passk import with_pool_baselines
 from populora.analysis.runs import StudyRunsError, load_runs
 from populora.analysis.tables import DEFAULT_TITLE, markdown
 from populora.core.io import write_json, write_text
@@ -65,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         plan = study_plan.load(args.plan) if args.plan else None
         study = summarize(runs, pairs, plan, notes)
         study["pool_baselines"] = study_plan.pool_baselines(plan, args.plan)
+        study["passk"] = with_pool_baselines(study.get("passk") or {}, study["pool_baselines"])
         study["gate"] = gate_verdict(runs, plan)
     except (StudyRunsError, StudyError, study_plan.PlanError, OSError, KeyError, ValueError) as error:
         print(f"study: {error}", file=sys.stderr)

@@ -346,6 +346,14 @@ def constant_share_at_k(baselines: dict, part: str, k: int) -> float | None:
     return sum(v["best_at_k"][str(k)]["correct"] for v in rows) / sum(v["n_tasks"] for v in rows)
 
 
+def with_pool_baselines(summary: dict, pool_baselines: dict) -> dict:
+    """`summary` (passk_summary's) with the plan's pool baselines in place of the runs' own where those hold the
+    best k constants (`best_at_k`): runs measured before that control existed carry the single constant only."""
+    if summary and any("best_at_k" in row for row in pool_baselines.values()):
+        return {**summary, "baselines": pool_baselines}
+    return summary
+
+
 def passk_summary(groups: dict[str, list[dict]], pairs=()) -> dict:
     """Per control and k, the final students' pass@k on the pool over the seeds that measured it (mean,
     95% t-interval), the base's curve (from the run that measured it; `bases` by base id where runs measured
