@@ -369,14 +369,21 @@ def test_every_pool_a_params_file_names_passes_the_five_percent_rule():
 @pytest.mark.slow
 def test_the_committed_pool_baselines_are_what_the_sandbox_measures():
     """The default pool's `pool_baselines.json` recomputed: every candidate constant graded in the sandbox
-    (about a minute), the same best counts per type."""
+    (about a minute), the same best counts per type; and where the pool's folder holds the best k constants
+    (`pool_baselines_at_k.json`, pass@k's control), the same counts at each of its k, from the same grading."""
     from populora.analysis.baselines import pool_baselines
     from tests.conftest import REPO
 
     for pool in _named_pools():
+        folder = REPO / Path(pool).parent
         rows = [json.loads(line) for line in (REPO / pool).read_text().splitlines() if line.strip()]
-        committed = json.loads((REPO / Path(pool).parent / "pool_baselines.json").read_text())["by_type"]
-        measured = pool_baselines(rows)
+        committed = json.loads((folder / "pool_baselines.json").read_text())["by_type"]
+        at_k_file = folder / "pool_baselines_at_k.json"
+        at_k = json.loads(at_k_file.read_text())["by_type"] if at_k_file.exists() else {}
+        ks = sorted({int(k) for fields in at_k.values() for k in fields["best_at_k"]})
+        measured = pool_baselines(rows, ks=ks)
         assert {t: (f["best"]["correct"], f["copy"]["correct"]) for t, f in measured.items()} == {
             t: (f["best"]["correct"], f["copy"]["correct"]) for t, f in committed.items()
         }
+        if at_k:
+            assert {t: f["best_at_k"] for t, f in measured.items()} == {t: f["best_at_k"] for t, f in at_k.items()}
