@@ -515,8 +515,8 @@ def test_wall_time_is_averaged_per_kind_of_machine_and_the_title_is_the_studys(r
     study = summarize(load_runs(runs))
     row = next(r for r in study["controls"] if r["control"] == "baseline")
     assert row["wall_by_machine"] == [
-        {"features": None, "n": 2, "mean_s": 1800.5},
-        {"features": "avx2 avx512f", "n": 1, "mean_s": 1802.0},
+        {"machine": None, "n": 2, "mean_s": 1800.5},
+        {"machine": "avx2 avx512f", "n": 1, "mean_s": 1802.0},
     ]
     assert main([str(runs), "--out", str(tmp_path / "out"), "--title", "Second study: where the students learn"]) == 0
     text = (tmp_path / "out" / "study.md").read_text()
@@ -525,6 +525,24 @@ def test_wall_time_is_averaged_per_kind_of_machine_and_the_title_is_the_studys(r
     # one kind of machine: one mean, as before
     one_kind = {**row, "wall_by_machine": row["wall_by_machine"][:1]}
     assert wall_cell(one_kind) == f"{row['wall_s']['mean'] / 60:.0f}"
+
+
+def test_runs_on_one_thread_beside_another_are_a_kind_of_their_own():
+    """A study's runs made two at a time, one thread each (population-warm's plan change 10), take longer each than
+    one alone on two threads of the same machine: their wall time is averaged apart and the table says so."""
+    from populora.analysis.readings import wall_by_machine
+
+    def run(wall: float, threads: int | None) -> dict:
+        return {"wall_s": wall, "machine": {"features": "avx2", **({"threads": threads} if threads else {})}}
+
+    members = [run(3600, 2), run(5400, 1), run(5000, 1), run(4000, None)]
+    assert wall_by_machine(members) == [
+        {"machine": "avx2, 2 threads", "n": 1, "mean_s": 3600.0},
+        {"machine": "avx2, 1 thread", "n": 2, "mean_s": 5200.0},
+        {"machine": "avx2", "n": 1, "mean_s": 4000.0},
+    ]
+    row = {"wall_s": {"mean": 4500.0}, "wall_by_machine": wall_by_machine(members)}
+    assert wall_cell(row) == "60 (1 on avx2, 2 threads); 87 (2 on avx2, 1 thread); 67 (1 on avx2)"
 
 
 def test_the_pass_rate_endpoint_carries_the_sampled_bases_noise(runs, tmp_path):

@@ -24,16 +24,28 @@ from populora.core.stats import is_finite_number, t_interval
 ACCOUNTING = ("optimizer_steps", "trained_tokens", "rollouts_with_signal", "delta_norm")
 
 
+def machine_kind(machine: dict | None) -> str | None:
+    """How a run's wall time was made: the CPU features, and the torch threads of its stages where recorded
+    ("avx2, 1 thread": a run beside another, one thread each, is slower than one alone on two); None: unrecorded.
+
+    >>> machine_kind({"features": "avx2", "threads": 1}), machine_kind({"features": "avx2"}), machine_kind(None)
+    ('avx2, 1 thread', 'avx2', None)
+    """
+    features, threads = (machine or {}).get("features"), (machine or {}).get("threads")
+    if threads is None:
+        return features
+    return f"{features or 'unrecorded features'}, {threads} thread{'' if threads == 1 else 's'}"
+
+
 def wall_by_machine(members: list[dict]) -> list[dict]:
-    """A control's mean wall time per kind of machine its runs recorded (CPU features; `None`: not recorded):
-    runs of one study can be drawn on machines several times apart in speed, whose mean means nothing."""
+    """A control's mean wall time per kind of machine its runs recorded (`machine_kind`; `None`: not recorded):
+    runs of one study can be drawn on machines several times apart in speed, or run on one thread beside
+    another run, whose mean means nothing."""
     kinds: dict = {}
     for run in members:
         if run["wall_s"] is not None:
-            kinds.setdefault((run.get("machine") or {}).get("features"), []).append(float(run["wall_s"]))
-    return [
-        {"features": features, "n": len(walls), "mean_s": round(mean(walls), 1)} for features, walls in kinds.items()
-    ]
+            kinds.setdefault(machine_kind(run.get("machine")), []).append(float(run["wall_s"]))
+    return [{"machine": kind, "n": len(walls), "mean_s": round(mean(walls), 1)} for kind, walls in kinds.items()]
 
 
 def training_copy_rows(runs: list[dict]) -> list[dict]:

@@ -10,7 +10,7 @@ import math
 from populora.analysis.gate import gate_lines
 from populora.analysis.passk import passk_table
 from populora.analysis.proposals import proposal_tables
-from populora.analysis.readings import share
+from populora.analysis.readings import machine_kind, share
 from populora.analysis.runs import READ_BENCHES
 
 TITLES = {"heldout": "held-out pool (in-distribution, greedy)", "cruxeval_o": "cruxeval_o", "cruxeval_i": "cruxeval_i"}
@@ -96,7 +96,7 @@ def per_run_table(rows: list[dict]) -> list[str]:
         "Students' mean score per benchmark (copies wrong: every answer that copies the input or one argument "
         "counted wrong). Per adapter (mean over the run's students; teachers): optimizer steps / trained tokens / "
         "rollouts with signal / sum of ||B A||_F. Wall minutes compare only between runs of one kind of machine "
-        "(a resumed run's sum every attempt). *tuning*: a run of a tuning seed, outside the answer.",
+        "and threads (a resumed run's sum every attempt). *tuning*: a run of a tuning seed, outside the answer.",
         "",
         "| run | "
         + " | ".join(f"{b} | {b}, copies wrong" for b in benches)
@@ -118,7 +118,7 @@ def per_run_table(rows: list[dict]) -> list[str]:
         lines.append(
             f"| {row['run']}{' *tuning*' if row.get('tuning') else ''} | " + " | ".join(cells) + " | "
             f"{_totals(acc.get('students'))} | {_totals(acc.get('teachers'))} | {wall} | "
-            f"{(row['machine'] or {}).get('features', '')} |"
+            f"{machine_kind(row['machine']) or ''} |"
         )
     return lines + [""]
 
@@ -323,7 +323,7 @@ def wall_cell(row: dict) -> str:
         return ""
     if len(kinds) <= 1:
         return f"{row['wall_s']['mean'] / 60:.0f}"
-    return "; ".join(f"{k['mean_s'] / 60:.0f} ({k['n']} on {k['features'] or 'an unrecorded machine'})" for k in kinds)
+    return "; ".join(f"{k['mean_s'] / 60:.0f} ({k['n']} on {k['machine'] or 'an unrecorded machine'})" for k in kinds)
 
 
 def accounting_tables(study: dict) -> list[str]:
